@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Provides pinned, real test binaries (kube-apiserver, etcd, and optionally helm and kind)
+# for the havip test suites.
+#
+#   hack/testbin.sh [control-plane|helm|kind|all]   (default: control-plane)
+#
+# Prints the directory that holds the binaries as its last line.
+#
+# Sources, in order:
+#   1. $KUBEBUILDER_ASSETS, when it names a directory that holds kube-apiserver and etcd
+#      (the layout `setup-envtest use -p path` produces): used as is, nothing is built.
+#   2. The cache $HAVIP_CACHE/testbin/<versions> (default ~/.cache/havip): reused when present.
+#   3. Otherwise built from Go modules with the Go toolchain into that cache. The first
+#      build of kube-apiserver takes several minutes on 2 cores; progress is shown.
+set -euo pipefail
+
+K8S_VERSION="${HAVIP_K8S_VERSION:-1.37.2}"
+ETCD_VERSION="${HAVIP_ETCD_VERSION:-3.7.0}"
+HELM_VERSION="${HAVIP_HELM_VERSION:-3.22.0}"
+KIND_VERSION="${HAVIP_KIND_VERSION:-0.33.0}"
+CACHE="${HAVIP_CACHE:-$HOME/.cache/havip}"
+what="${1:-control-plane}"
+
+log() { printf '[testbin] %s\n' "$*" >&2; }
+
+# Staging modules of k8s.io/kubernetes are published as k8s.io/<name> v0.<minor>.<patch>.
+staging_version="v0.${K8S_VERSION#1.}"
+
+build_module_tool() {
+  # build_module_tool <workdir> <out> <package> <require...> -- <replace lines...>
+  local work="$1" out="$2" pkg="$3"
+  shift 3
+  (
+    cd "$work"
+    log "resolving $pkg (go get -tool)"
+    GOFLAGS=-mod=mod go get -tool "$pkg" >&2
+    log "compiling $pkg → $out (this can take minutes; go build -v lists packages as they compile)"
+    local n=0
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -v -trimpath -ldflags="-s -w" -o "$out.tmp" "$pkg" 2>&1 |
+      while IFS= read -r line; do
+        n=$((n + 1))
+        if (( n % 50 == 0 )); then log "  … $n packages compiled (last: $line)"; fi
+      done
+    test "${PIPESTATUS[0]}" -eq 0
+    mv "$out.tmp" "$out"
+  )
+}
+
+control_plane() {
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+    log "using binaries from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+    echo "$KUBEBUILDER_ASSETS"
+    return
+  fi
+  local dir="$CACHE/testbin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+  mkdir -p "$dir"
+  if [[ ! -x "$dir/kube-apiserver" ]]; then
+    log "building kube-apiserver v$K8S_VERSION from Go modules"
+    local work
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' RETURN
+    (
+      cd "$work"
+      go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null
+      local kmod
+      kmod=$(go env GOMODCACHE)/k8s.io/kubernetes@v$K8S_VERSION/go.mod
+      {
+        echo "module havip.local/testbin"
+        echo "go 1.26"
+        echo "require k8s.io/kubernetes v$K8S_VERSION"
+        # k8s.io/kubernetes replaces its staging modules with local paths, which
+        # `go get` cannot follow: point each at its published version instead.
+        grep -E '^\s*k8s.io/[^ ]+ => ./staging/' "$kmod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+      } >go.mod
+    )
+    build_module_tool "$work" "$dir/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  fi
+  if [[ ! -x "$dir/etcd" ]]; then
+    log "building etcd v$ETCD_VERSION from Go modules"
+    local work2
+    work2=$(mktemp -d)
+    (
+      cd "$work2"
+      {
+        echo "module havip.local/testbin-etcd"
+        echo "go 1.26"
+        echo "require go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
+        # The etcd server module replaces its sibling modules with ../ paths.
+        for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+          echo "replace go.etcd.io/etcd/$m => go.etcd.io/etcd/$m v$ETCD_VERSION"
+        done
+      } >go.mod
+    )
+    build_module_tool "$work2" "$dir/etcd" go.etcd.io/etcd/server/v3
+    rm -rf "$work2"
+  fi
+  "$dir/kube-apiserver" --version >&2
+  "$dir/etcd" --version | head -1 >&2
+  echo "$dir"
+}
+
+simple_tool() {
+  # simple_tool <name> <module/pkg> <version>
+  local name="$1" pkg="$2" version="$3"
+  local dir="$CACHE/testbin/$name-$version"
+  mkdir -p "$dir"
+  if [[ ! -x "$dir/$name" ]]; then
+    log "building $name v$version from Go modules"
+    GOBIN="$dir" CGO_ENABLED=0 go install -trimpath "$pkg@v$version" >&2
+  fi
+  echo "$dir"
+}
+
+case "$what" in
+  control-plane) control_plane ;;
+  helm) simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
+  kind) simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" ;;
+  all)
+    simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" >/dev/null
+    simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" >/dev/null
+    control_plane
+    ;;
+  *) echo "usage: $0 [control-plane|helm|kind|all]" >&2; exit 2 ;;
+esac
