@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provides pinned, real test binaries (kube-apiserver, etcd, and optionally helm and kind)
+# Provides pinned, real test binaries (kube-apiserver, etcd, kubectl, and optionally helm and kind)
 # for the havip test suites.
 #
 #   hack/testbin.sh [control-plane|helm|kind|all]   (default: control-plane)
@@ -8,7 +8,7 @@
 #
 # Sources, in order:
 #   1. $KUBEBUILDER_ASSETS, when it names a directory that holds kube-apiserver and etcd
-#      (the layout `setup-envtest use -p path` produces): used as is, nothing is built.
+#      and kubectl (the layout `setup-envtest use -p path` produces): used as is.
 #   2. The cache $HAVIP_CACHE/testbin/<versions> (default ~/.cache/havip): reused when present.
 #   3. Otherwise built from Go modules with the Go toolchain into that cache. The first
 #      build of kube-apiserver takes several minutes on 2 cores; progress is shown.
@@ -27,16 +27,15 @@ log() { printf '[testbin] %s\n' "$*" >&2; }
 staging_version="v0.${K8S_VERSION#1.}"
 
 build_module_tool() {
-  # build_module_tool <workdir> <out> <package> <require...> -- <replace lines...>
-  local work="$1" out="$2" pkg="$3"
-  shift 3
+  # build_module_tool <workdir> <out> <package> [extra ldflags]
+  local work="$1" out="$2" pkg="$3" ldflags="${4:-}"
   (
     cd "$work"
     log "resolving $pkg (go get -tool)"
     GOFLAGS=-mod=mod go get -tool "$pkg" >&2
     log "compiling $pkg → $out (this can take minutes; go build -v lists packages as they compile)"
     local n=0
-    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -v -trimpath -ldflags="-s -w" -o "$out.tmp" "$pkg" 2>&1 |
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -v -trimpath -ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg" 2>&1 |
       while IFS= read -r line; do
         n=$((n + 1))
         if (( n % 50 == 0 )); then log "  … $n packages compiled (last: $line)"; fi
@@ -47,18 +46,17 @@ build_module_tool() {
 }
 
 control_plane() {
-  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" && -x "$KUBEBUILDER_ASSETS/kubectl" ]]; then
     log "using binaries from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
     echo "$KUBEBUILDER_ASSETS"
     return
   fi
   local dir="$CACHE/testbin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
   mkdir -p "$dir"
-  if [[ ! -x "$dir/kube-apiserver" ]]; then
-    log "building kube-apiserver v$K8S_VERSION from Go modules"
+  if [[ ! -x "$dir/kube-apiserver" || ! -x "$dir/kubectl" ]]; then
+    log "building kube-apiserver and kubectl v$K8S_VERSION from Go modules"
     local work
     work=$(mktemp -d)
-    trap 'rm -rf "$work"' RETURN
     (
       cd "$work"
       go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null
@@ -73,7 +71,16 @@ control_plane() {
         grep -E '^\s*k8s.io/[^ ]+ => ./staging/' "$kmod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
       } >go.mod
     )
-    build_module_tool "$work" "$dir/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+    local minor="${K8S_VERSION#1.}"
+    minor="${minor%%.*}"
+    # Stamp the version the way the Kubernetes release build does, so that discovery
+    # (`kubectl version`) reports it.
+    local v="k8s.io/component-base/version"
+    local stamp="-X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
+    for tool in kube-apiserver kubectl; do
+      [[ -x "$dir/$tool" ]] || build_module_tool "$work" "$dir/$tool" "k8s.io/kubernetes/cmd/$tool" "$stamp"
+    done
+    rm -rf "$work"
   fi
   if [[ ! -x "$dir/etcd" ]]; then
     log "building etcd v$ETCD_VERSION from Go modules"
@@ -95,6 +102,7 @@ control_plane() {
     rm -rf "$work2"
   fi
   "$dir/kube-apiserver" --version >&2
+  "$dir/kubectl" version --client 2>/dev/null | head -1 >&2
   "$dir/etcd" --version | head -1 >&2
   echo "$dir"
 }

@@ -1,1 +1,173 @@
-//! placeholder
+//! Types shared by every havip binary: the `HAPair` and `FloatingIP` custom
+//! resources, their defaults, condition types and reasons, field managers and
+//! annotations, and CRD generation.
+
+pub mod duration;
+pub mod floatingip;
+pub mod hapair;
+
+pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
+pub use hapair::{
+    FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
+    Member, MemberStatus, NodeAddressType, Operation, Phase, QuarantineSpec, SecretRef, TakeoverSpec, Transition,
+};
+
+use kube::CustomResourceExt;
+
+/// The API group of every havip resource.
+pub const GROUP: &str = "havip.io";
+/// The API version of every havip resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Defaults of every tunable, in one place. The CRD schema, the standalone config file
+/// and the state machine all take them from here.
+pub mod defaults {
+    /// UDP port of the heartbeat.
+    pub const HEARTBEAT_PORT: i32 = 7946;
+    /// Heartbeat interval per path.
+    pub const HEARTBEAT_INTERVAL: &str = "100ms";
+    /// A peer is silent after this long without a heartbeat on any path.
+    pub const HEARTBEAT_TIMEOUT: &str = "300ms";
+    /// Failed data-plane probes needed for a takeover.
+    pub const PROBE_FAILURES: i32 = 2;
+    /// Minimum span of those failures.
+    pub const PROBE_SPAN: &str = "100ms";
+    /// Interval between data-plane probes.
+    pub const PROBE_INTERVAL: &str = "50ms";
+    /// Connect timeout of a data-plane probe.
+    pub const PROBE_TIMEOUT: &str = "100ms";
+    /// No automatic takeover this long after taking or giving up the VIPs.
+    pub const HOLD_DOWN: &str = "3s";
+    /// A member that never heard its peer waits this long before serving alone.
+    pub const BOOT_HOLD: &str = "60s";
+    /// Failback: the preferred member must be ready this long.
+    pub const RECOVERY_WINDOW: &str = "15m";
+    /// Failback: the VIPs stay on the failed-over member at least this long.
+    pub const MINIMUM_TIME_ON_STANDBY: &str = "10m";
+    /// Failback: traffic must be quiet this long.
+    pub const QUIET_WINDOW: &str = "30s";
+    /// Failback: traffic above this rate is active (32 KiB/s).
+    pub const QUIET_THRESHOLD_BYTES_PER_SECOND: i64 = 32 * 1024;
+    /// Quarantine after this many failovers …
+    pub const QUARANTINE_FAILOVERS: i32 = 3;
+    /// … within this window …
+    pub const QUARANTINE_WITHIN: &str = "24h";
+    /// … for this long.
+    pub const QUARANTINE_HOLD: &str = "6h";
+    /// Flap suspension after this many automatic moves …
+    pub const FLAP_MOVES: i32 = 3;
+    /// … within this window; …
+    pub const FLAP_WITHIN: &str = "10m";
+    /// it clears after this long without a move.
+    pub const FLAP_QUIET_CLEAR: &str = "10m";
+    /// Announcements at once on taking a VIP.
+    pub const ANNOUNCE_BURST: i32 = 3;
+    /// Announcement repeats after the burst.
+    pub const ANNOUNCE_REPEATS: i32 = 3;
+    /// Spacing of the repeats (more than the 1 s Linux ARP locktime).
+    pub const ANNOUNCE_REPEAT_INTERVAL: &str = "1100ms";
+    /// Periodic refresh while holding (a third of the usual 300 s switch MAC ageing).
+    pub const ANNOUNCE_REFRESH_INTERVAL: &str = "90s";
+}
+
+/// Condition types used in `status.conditions`.
+pub mod condition {
+    /// The pair serves its VIPs with a ready standby / the VIP is held and healthy.
+    pub const READY: &str = "Ready";
+    /// Something needs attention; the message says what.
+    pub const DEGRADED: &str = "Degraded";
+    /// Discretionary moves are suspended after flapping.
+    pub const SUSPENDED: &str = "Suspended";
+    /// Every member applied the current configRevision.
+    pub const CONFIG_APPLIED: &str = "ConfigApplied";
+    /// The spec cannot be acted on (for objects that slipped past validation).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A foreign host answers for a VIP.
+    pub const CONFLICT: &str = "Conflict";
+}
+
+/// CamelCase reasons for conditions, Events and transitions.
+pub mod reason {
+    /// Initial assignment to the highest-priority member.
+    pub const ELECTED: &str = "Elected";
+    /// A standby took the VIPs of a lost active.
+    pub const PEER_LOST: &str = "PeerLost";
+    /// Planned failover completed.
+    pub const PLANNED_FAILOVER: &str = "PlannedFailover";
+    /// Forced failover completed.
+    pub const FORCED_FAILOVER: &str = "ForcedFailover";
+    /// The active handed over because of carrier loss.
+    pub const CARRIER_LOST: &str = "CarrierLost";
+    /// The active handed over because it lost its gateway.
+    pub const GATEWAY_LOST: &str = "GatewayLost";
+    /// The active handed over because a VIP or listener stayed unhealthy.
+    pub const VIP_UNHEALTHY: &str = "VipUnhealthy";
+    /// Automatic failback to the preferred member.
+    pub const FAILBACK: &str = "Failback";
+    /// A member entered maintenance.
+    pub const MAINTENANCE: &str = "Maintenance";
+    /// Two actives met; the older epoch gave up.
+    pub const DUAL_ACTIVE_RESOLVED: &str = "DualActiveResolved";
+    /// A member found itself cut off and gave up the VIPs.
+    pub const FENCED: &str = "Fenced";
+    /// Flap suspension.
+    pub const SUSPENDED: &str = "Suspended";
+    /// Members run different protocol major versions.
+    pub const VERSION_MISMATCH: &str = "VersionMismatch";
+    /// Members run different agent versions.
+    pub const VERSION_SKEW: &str = "VersionSkew";
+    /// A heartbeat with a key the member does not know arrived.
+    pub const KEY_MISMATCH: &str = "KeyMismatch";
+    /// A member is not reporting.
+    pub const MEMBER_NOT_REPORTING: &str = "MemberNotReporting";
+    /// A member node is missing.
+    pub const MEMBER_LOST: &str = "MemberLost";
+    /// A member has not applied the current configuration.
+    pub const CONFIG_PENDING: &str = "ConfigPending";
+    /// A foreign MAC answers for a VIP.
+    pub const VIP_CONFLICT: &str = "VipConflict";
+    /// The spec cannot be acted on.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Everything is as it should be.
+    pub const AS_EXPECTED: &str = "AsExpected";
+}
+
+/// Server-side-apply field managers: one per writer, never two owners of a field.
+pub mod manager {
+    /// The operator's field manager.
+    pub const OPERATOR: &str = "havip-operator";
+    /// The field manager of the agent on `node`.
+    pub fn agent(node: &str) -> String {
+        format!("havip-agent-{node}")
+    }
+    /// The kubectl plugin's field manager (annotations only).
+    pub const PLUGIN: &str = "kubectl-havip";
+}
+
+/// Annotations on an HAPair that request imperative actions. Each value is a request
+/// id; the operator acts on a given id once and answers in `status.lastOperation`.
+pub mod annotation {
+    /// Planned failover; value `<id>` or `<id>:<target node>`.
+    pub const FAILOVER: &str = "havip.io/failover";
+    /// Forced failover (skips readiness checks); value as for [`FAILOVER`].
+    pub const FORCE_FAILOVER: &str = "havip.io/force-failover";
+    /// Clear a flap suspension.
+    pub const CLEAR: &str = "havip.io/clear";
+    /// Rotate the heartbeat key.
+    pub const ROTATE_KEY: &str = "havip.io/rotate-key";
+    /// Resume automatic failback after a manual move paused it.
+    pub const RESUME_FAILBACK: &str = "havip.io/resume-failback";
+}
+
+/// Both CRDs, as YAML documents separated by `---`, exactly as `crdgen` writes them.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::from("# Generated by `cargo run -p havip-crds --bin crdgen`; do not edit by hand.\n");
+    for crd in [HAPair::crd(), FloatingIP::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+/// Where `crdgen` writes the CRDs, relative to the repository root.
+pub const CRDS_PATH: &str = "charts/havip/crds/havip.io_crds.yaml";

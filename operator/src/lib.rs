@@ -1,1 +1,1 @@
-//! placeholder
+//! The havip operator library (controllers arrive with the operator issue).

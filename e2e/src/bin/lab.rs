@@ -1,1 +1,202 @@
-fn main() {}
+//! `lab`: a local havip lab on this machine.
+//!
+//! `lab up` starts a real control plane (etcd + kube-apiserver) in the background
+//! and prints the line to `export KUBECONFIG=…`; `lab down` stops and removes
+//! everything; `lab status` tells whether one runs.
+
+use clap::{Parser, Subcommand};
+use havip_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// A local havip lab: a real kube-apiserver and etcd on this machine.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Directory holding the lab's state, certificates, data and logs.
+    #[arg(long, env = "HAVIP_LAB_DIR", default_value = "/tmp/havip-lab", global = true)]
+    dir: PathBuf,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start the lab in the background and print the `export KUBECONFIG=…` line.
+    Up {
+        /// How long to wait for the control plane to become ready, in seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Stop the lab and remove everything it created.
+    Down,
+    /// Print whether a lab runs, and its KUBECONFIG.
+    Status,
+    /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
+    #[command(hide = true)]
+    Serve,
+}
+
+/// What `serve` writes once the lab is ready.
+#[derive(Serialize, Deserialize, Debug)]
+struct State {
+    /// The serving process.
+    pid: u32,
+    /// The admin kubeconfig.
+    kubeconfig: PathBuf,
+    /// The API server URL.
+    server: String,
+    /// Child process ids (killed by `down` if `serve` died without cleaning up).
+    children: Vec<u32>,
+}
+
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("state.json")
+}
+
+fn read_state(dir: &Path) -> Option<State> {
+    let text = std::fs::read_to_string(state_path(dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn alive(pid: u32) -> bool {
+    i32::try_from(pid).is_ok_and(|p| kill(Pid::from_raw(p), None).is_ok())
+}
+
+fn main() -> ExitCode {
+    havip_e2e::init_tracing();
+    let args = Args::parse();
+    let result = match args.command {
+        Cmd::Up { timeout } => up(&args.dir, Duration::from_secs(timeout)),
+        Cmd::Down => down(&args.dir),
+        Cmd::Status => status(&args.dir),
+        Cmd::Serve => serve(&args.dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lab: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn up(dir: &Path, timeout: Duration) -> Result<(), String> {
+    if let Some(state) = read_state(dir).filter(|s| alive(s.pid)) {
+        println!("# a lab is already running (pid {})", state.pid);
+        println!("export KUBECONFIG={}", state.kubeconfig.display());
+        return Ok(());
+    }
+    // Leftovers of a lab that died: clean them first.
+    down(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
+    let log = dir.join("lab.log");
+    let out = std::fs::File::create(&log).map_err(|e| format!("failed to create {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| format!("failed to open {}: {e}", log.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("failed to find the lab binary: {e}"))?;
+    // `setsid` detaches the lab from this terminal session, so it outlives `lab up`.
+    let mut child = Command::new("setsid")
+        .arg(&exe)
+        .arg("--dir")
+        .arg(dir)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("failed to start the lab in the background: {e}"))?;
+    eprintln!("starting etcd and kube-apiserver (log: {}) …", log.display());
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(state) = read_state(dir) {
+            println!("export KUBECONFIG={}", state.kubeconfig.display());
+            eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let tail = havip_e2e::process::tail(&log, 30);
+            let _ = down(dir);
+            return Err(format!("the lab exited during start-up ({status}):\n{tail}"));
+        }
+        if Instant::now() > deadline {
+            let _ = down(dir);
+            return Err(format!("the lab was not ready within {timeout:?}; see {}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn down(dir: &Path) -> Result<(), String> {
+    if let Some(state) = read_state(dir) {
+        if alive(state.pid) {
+            eprintln!("stopping the lab (pid {}) …", state.pid);
+            if let Ok(p) = i32::try_from(state.pid) {
+                let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while alive(state.pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        for pid in state.children.iter().copied().chain([state.pid]) {
+            if alive(pid)
+                && let Ok(p) = i32::try_from(pid)
+            {
+                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            }
+        }
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("failed to remove {}: {e}", dir.display()))?;
+        eprintln!("lab is down; removed {}", dir.display());
+    }
+    Ok(())
+}
+
+fn status(dir: &Path) -> Result<(), String> {
+    match read_state(dir) {
+        Some(s) if alive(s.pid) => {
+            println!("running (pid {}), API server {}", s.pid, s.server);
+            println!("export KUBECONFIG={}", s.kubeconfig.display());
+            Ok(())
+        }
+        Some(_) => Err("a lab state file exists but its process is gone: run `lab down`".to_owned()),
+        None => Err("no lab is running: run `lab up`".to_owned()),
+    }
+}
+
+fn serve(dir: &Path) -> Result<(), String> {
+    let cp = ControlPlane::start(ControlPlaneOptions { dir: Some(dir.join("controlplane")), ..Default::default() })
+        .map_err(|e| e.to_string())?;
+    let state =
+        State { pid: std::process::id(), kubeconfig: cp.kubeconfig(), server: cp.server_url(), children: cp.pids() };
+    let json = serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?;
+    // Write-then-rename, so `up` never reads a half-written file.
+    let tmp = dir.join("state.json.tmp");
+    std::fs::write(&tmp, json).map_err(|e| format!("failed to write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, state_path(dir)).map_err(|e| format!("failed to write the state file: {e}"))?;
+    tracing::info!(kubeconfig = %state.kubeconfig.display(), "lab ready");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("failed to start the runtime: {e}"))?;
+    rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        Ok::<(), String>(())
+    })?;
+    tracing::info!("stopping the lab");
+    drop(cp);
+    let _ = std::fs::remove_file(state_path(dir));
+    Ok(())
+}

@@ -1,0 +1,48 @@
+# havip — entry points. `make help` lists them.
+SHELL := /bin/bash
+CARGO ?= cargo
+SCHEDULES ?= 1000
+SEED ?= 1
+export HAVIP_CACHE ?= $(HOME)/.cache/havip
+
+.PHONY: help build testbin crds lint test test-unit test-apiserver simulate lab-up lab-down clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## Build every binary (debug)
+	$(CARGO) build --workspace --all-targets
+
+testbin: ## Build (or reuse) the pinned kube-apiserver, etcd and kubectl
+	@bash hack/testbin.sh control-plane >/dev/null
+
+crds: ## Regenerate the CRD YAML in the chart from the Rust types
+	$(CARGO) run -q -p havip-crds --bin crdgen
+
+lint: ## rustfmt and clippy, warnings are errors
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-unit: ## Unit, property and drift tests (no cluster, no root)
+	$(CARGO) test --workspace --exclude havip-e2e
+
+test-apiserver: testbin ## Tests against a real kube-apiserver + etcd
+	$(CARGO) test -p havip-e2e
+
+test: lint testbin ## Everything CI runs
+	$(CARGO) test --workspace
+	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
+
+simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
+	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
+
+lab-up: testbin ## Start a local lab (control plane) in the background
+	$(CARGO) build -q -p havip-e2e --bin lab
+	./target/debug/lab up
+
+lab-down: ## Stop the local lab and remove everything it created
+	$(CARGO) build -q -p havip-e2e --bin lab
+	./target/debug/lab down
+
+clean: ## Remove build output (keeps the test-binary cache)
+	$(CARGO) clean

@@ -1,0 +1,173 @@
+//! The `FloatingIP` resource: one VIP held by the active member of a pair.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A virtual IP address held by the active member of an `HAPair`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "havip.io",
+    version = "v1alpha1",
+    kind = "FloatingIP",
+    doc = "A virtual IP address held, added to an interface and announced, by the active member of an HAPair.",
+    plural = "floatingips",
+    singular = "floatingip",
+    shortname = "fip",
+    category = "havip",
+    status = "FloatingIPStatus",
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".spec.address","description":"The VIP"}"#,
+    printcolumn = r#"{"name":"Pair","type":"string","jsonPath":".spec.pair","description":"The HAPair that holds it"}"#,
+    printcolumn = r#"{"name":"Holder","type":"string","jsonPath":".status.holder","description":"The node that holds it now"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Pending, Announced, Unhealthy or Conflict"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPSpec {
+    /// Name of the HAPair whose active member holds this VIP.
+    #[x_kube(validation = Rule::new("size(self) > 0").message("spec.pair must name an HAPair (it is empty)"))]
+    #[schemars(length(max = 63))]
+    pub pair: String,
+
+    /// The VIP with its prefix length, IPv4 or IPv6, e.g. `192.0.2.10/24` or
+    /// `2001:db8::10/64`. The prefix decides the subnet (and the interface when
+    /// `interface` is not set).
+    #[x_kube(
+        validation = Rule::new("self.matches('^[0-9a-fA-F.:]+/[0-9]+$')").message("spec.address must be an IP address with a prefix length, e.g. 192.0.2.10/24 or 2001:db8::10/64"),
+        validation = Rule::new("!self.matches('^[0-9.]+/[0-9]+$') || int(self.substring(self.indexOf('/') + 1)) <= 32").message("spec.address: an IPv4 prefix length must be between 0 and 32"),
+        validation = Rule::new("!self.matches('^[0-9a-fA-F:]*:[0-9a-fA-F:.]*/[0-9]+$') || int(self.substring(self.indexOf('/') + 1)) <= 128").message("spec.address: an IPv6 prefix length must be between 0 and 128"),
+        validation = Rule::new("!self.matches('^[0-9a-fA-F.:]+/[0-9]+$') || isIP(self.substring(0, self.indexOf('/')))").message("spec.address: the part before the / is not a valid IPv4 or IPv6 address")
+    )]
+    #[schemars(length(max = 64))]
+    pub address: String,
+
+    /// The interface to add the VIP to. Default: the interface that holds the node's
+    /// own address in the VIP's subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), regex(pattern = r"^[^\s/:]+$"))]
+    pub interface: Option<String>,
+
+    /// TCP data-plane probes of this VIP.
+    #[serde(default)]
+    pub probe: ProbeSpec,
+
+    /// Gratuitous ARP / unsolicited neighbour advertisement schedule.
+    #[serde(default)]
+    pub announce: AnnounceSpec,
+}
+
+/// TCP probes of the VIP's listeners: the standby probes the active through the VIP,
+/// the active probes its own listeners. No ports: the data plane reads unknown and
+/// takeover rests on heartbeat and gateway.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeSpec {
+    /// TCP ports served on the VIP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(p, p >= 1 && p <= 65535)").message("spec.probe.ports: a port must be between 1 and 65535"))]
+    #[schemars(length(max = 16))]
+    pub ports: Vec<i32>,
+}
+
+/// When the holder announces the VIP (GARP requests with sender = target IP for IPv4,
+/// unsolicited NA with the override flag for IPv6).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnounceSpec {
+    /// Announcements sent at once on taking the VIP.
+    #[serde(default = "default_burst")]
+    #[schemars(range(min = 1, max = 10))]
+    pub burst: i32,
+
+    /// Further announcements after the burst, each `repeatInterval` apart.
+    #[serde(default = "default_repeats")]
+    #[schemars(range(min = 0, max = 10))]
+    pub repeats: i32,
+
+    /// Spacing of the repeats; more than 1s so that each one passes the Linux ARP locktime.
+    #[serde(default = "default_repeat_interval")]
+    #[x_kube(
+        validation = Rule::new(r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')").message("must be a duration such as 1100ms or 2s"),
+        validation = Rule::new(r"!self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$') || duration(self) > duration('1s')").message("announce.repeatInterval must be more than 1s (the Linux ARP locktime)")
+    )]
+    #[schemars(length(max = 32))]
+    pub repeat_interval: String,
+
+    /// Periodic refresh while holding the VIP (switch MAC tables age out in 300s); `0s` disables it.
+    #[serde(default = "default_refresh_interval")]
+    #[x_kube(validation = Rule::new(r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')").message("must be a duration such as 90s"))]
+    #[schemars(length(max = 32))]
+    pub refresh_interval: String,
+}
+
+fn default_burst() -> i32 {
+    crate::defaults::ANNOUNCE_BURST
+}
+fn default_repeats() -> i32 {
+    crate::defaults::ANNOUNCE_REPEATS
+}
+fn default_repeat_interval() -> String {
+    crate::defaults::ANNOUNCE_REPEAT_INTERVAL.to_owned()
+}
+fn default_refresh_interval() -> String {
+    crate::defaults::ANNOUNCE_REFRESH_INTERVAL.to_owned()
+}
+
+impl Default for AnnounceSpec {
+    fn default() -> Self {
+        Self {
+            burst: default_burst(),
+            repeats: default_repeats(),
+            repeat_interval: default_repeat_interval(),
+            refresh_interval: default_refresh_interval(),
+        }
+    }
+}
+
+/// Observed state of a VIP, written by the agent of the member that holds it (and by
+/// the operator when nobody does).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPStatus {
+    /// The node that holds the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Pending, Announced, Unhealthy or Conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<VipState>,
+    /// MAC address of the holder's interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_mac: Option<String>,
+    /// The interface that carries the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// The epoch of the pair when the holder took the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    /// When the holder last announced the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_announced: Option<Time>,
+    /// A foreign MAC address seen answering for the VIP (state Conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_mac: Option<String>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions (Ready, Conflict, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// State of a VIP.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VipState {
+    /// Nobody holds it yet.
+    Pending,
+    /// Held and announced; the self-check passed.
+    Announced,
+    /// Held, but its listeners or the self-check fail.
+    Unhealthy,
+    /// A foreign host answers for the address.
+    Conflict,
+}

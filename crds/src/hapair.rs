@@ -1,0 +1,611 @@
+//! The `HAPair` resource: a group of 2..8 nodes that hold a set of VIPs together.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Desired state of an HA pair: its members, heartbeat, takeover rules and policies.
+///
+/// The VIPs of the pair are the `FloatingIP` objects whose `spec.pair` names it; the
+/// whole member moves, never a single VIP.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "havip.io",
+    version = "v1alpha1",
+    kind = "HAPair",
+    doc = "A group of 2 to 8 nodes that hold a set of virtual IPs (the FloatingIPs naming it) together: one member is active, the others stand by and take over within well under a second when it is lost.",
+    plural = "hapairs",
+    singular = "hapair",
+    shortname = "hap",
+    category = "havip",
+    status = "HAPairStatus",
+    printcolumn = r#"{"name":"Active","type":"string","jsonPath":".status.active","description":"The member that holds the VIPs"}"#,
+    printcolumn = r#"{"name":"Standby","type":"string","jsonPath":".status.standby","description":"The members ready to take over"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Pending, Live, FailedOver, Degraded, Suspended or Failed"}"#,
+    printcolumn = r#"{"name":"Epoch","type":"integer","jsonPath":".status.epoch","description":"Fencing epoch: increments on every role change"}"#,
+    printcolumn = r#"{"name":"VIPs","type":"integer","jsonPath":".status.vips","description":"Number of FloatingIPs of this pair"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 63").message("a pair name must be at most 63 characters (it names the pair's Lease and Secret)")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HAPairSpec {
+    /// The nodes of the pair, 2 to 8, each with a distinct priority. When nobody is
+    /// active, the highest priority member that is ready becomes active.
+    #[x_kube(
+        validation = Rule::new("size(self) >= 2").message("a pair needs at least 2 members (spec.members)"),
+        validation = Rule::new("self.all(m, self.exists_one(n, n.node == m.node))").message("each node may appear only once in spec.members"),
+        validation = Rule::new("self.all(m, self.exists_one(n, n.priority == m.priority))").message("member priorities must be distinct (two members have the same priority)"),
+        validation = Rule::new("self.filter(m, m.maintenance).size() <= 1").message("only one member can be in maintenance at a time")
+    )]
+    #[schemars(length(max = 8))]
+    pub members: Vec<Member>,
+
+    /// Peer heartbeat between the members' agents.
+    #[serde(default)]
+    pub heartbeat: HeartbeatSpec,
+
+    /// When a standby takes the VIPs of a lost active.
+    #[serde(default)]
+    pub takeover: TakeoverSpec,
+
+    /// Whether and when the VIPs return to the preferred (highest priority) member
+    /// after a failover.
+    #[serde(default)]
+    pub failback: FailbackSpec,
+
+    /// Suspends discretionary moves after too many automatic role changes.
+    #[serde(default)]
+    pub flap_suspension: FlapSuspensionSpec,
+
+    /// No automatic policy moves (failback, handovers for unhealthy VIPs) while true.
+    /// Agents still take over a provably dead peer.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// One node of a pair.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// Name of the Node object of this member.
+    #[x_kube(validation = Rule::new("size(self) > 0").message("member node name must not be empty"))]
+    #[schemars(length(max = 253))]
+    pub node: String,
+
+    /// Election priority, 1 (lowest) to 254 (highest); distinct within the pair.
+    #[schemars(range(min = 1, max = 254))]
+    pub priority: i32,
+
+    /// Takes the member out of the election. An active member first hands the VIPs to
+    /// a ready peer; a standby stops being a takeover candidate. Persisted by the agent.
+    #[serde(default)]
+    pub maintenance: bool,
+}
+
+/// Peer heartbeat settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!self.interval.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$') || !self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$') || duration(self.timeout) >= duration(self.interval) + duration(self.interval)").message("heartbeat.timeout must be at least twice heartbeat.interval, so that one lost heartbeat does not look like a dead peer")
+)]
+pub struct HeartbeatSpec {
+    /// UDP port the agents exchange heartbeats on (on every path).
+    #[serde(default = "default_heartbeat_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+
+    /// Time between two heartbeats on each path (a duration such as `100ms`).
+    #[serde(default = "default_heartbeat_interval")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub interval: String,
+
+    /// A peer is lost when no heartbeat arrived on any path for this long.
+    #[serde(default = "default_heartbeat_timeout")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub timeout: String,
+
+    /// The heartbeat paths, each a node address type (as in `Node.status.addresses`) or
+    /// an interface name. Use at least two independent paths (data + management): a
+    /// takeover needs silence on every path.
+    #[serde(default = "default_paths")]
+    #[x_kube(
+        validation = Rule::new("size(self) >= 1").message("heartbeat.paths needs at least one path"),
+        validation = Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("heartbeat path names must be distinct")
+    )]
+    #[schemars(length(max = 4))]
+    pub paths: Vec<HeartbeatPath>,
+
+    /// A Secret holding the heartbeat HMAC key (`key`, and `previousKey` during a
+    /// rotation). When absent the operator creates and rotates one per pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_secret_ref: Option<SecretRef>,
+}
+
+/// One heartbeat path.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.addressType) != has(self.interface)").message("a heartbeat path names exactly one of addressType or interface")
+)]
+pub struct HeartbeatPath {
+    /// A short name for the path (used in status and metrics), e.g. `data`, `mgmt`.
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// Use this node address type of every member (`InternalIP` or `ExternalIP`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_type: Option<NodeAddressType>,
+
+    /// Use the first address of this interface on every member (the agents report it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), regex(pattern = r"^[^\s/:]+$"))]
+    pub interface: Option<String>,
+}
+
+/// A node address type usable as a heartbeat path.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeAddressType {
+    /// The node's `InternalIP`.
+    InternalIP,
+    /// The node's `ExternalIP`.
+    ExternalIP,
+}
+
+/// A reference to a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Secret (default: the operator's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// When a standby takes over the VIPs of a lost active. All of these must hold: no
+/// heartbeat on any path; the active's data plane probed down; own links up and the
+/// gateway not unreachable; no hold-down; no boot hold.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TakeoverSpec {
+    /// Consecutive failed TCP probes of the active's VIP listeners needed.
+    #[serde(default = "default_probe_failures")]
+    #[schemars(range(min = 1, max = 10))]
+    pub probe_failures: i32,
+
+    /// The failed probes must span at least this long.
+    #[serde(default = "default_probe_span")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub probe_span: String,
+
+    /// Time between two probes.
+    #[serde(default = "default_probe_interval")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub probe_interval: String,
+
+    /// A TCP connect that has not completed within this time is a failure.
+    #[serde(default = "default_probe_timeout")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub probe_timeout: String,
+
+    /// No automatic takeover this long after the member last took or gave up the VIPs.
+    #[serde(default = "default_hold_down")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub hold_down: String,
+
+    /// A member that never heard its peer waits this long after start before it serves alone.
+    #[serde(default = "default_boot_hold")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub boot_hold: String,
+
+    /// Addresses probed (ARP/NDP) to decide whether this member is cut off. Empty: the
+    /// node's default gateway. When none ever answers, the gateway check is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(a, isIP(a))").message("takeover.fenceTargets must be IP addresses"))]
+    #[schemars(length(max = 4))]
+    pub fence_targets: Vec<String>,
+}
+
+/// Failback policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackSpec {
+    /// `Manual` (default): the VIPs stay where they are after a failover (a healthy
+    /// `FailedOver` phase) until a planned failover. `Automatic`: they return to the
+    /// preferred member when every condition below holds.
+    #[serde(default)]
+    pub mode: FailbackMode,
+
+    /// The preferred member must have been ready continuously for this long.
+    #[serde(default = "default_recovery_window")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub recovery_window: String,
+
+    /// The VIPs stay on the member they failed over to for at least this long.
+    #[serde(default = "default_minimum_time_on_standby")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub minimum_time_on_standby: String,
+
+    /// Traffic guard: fail back only after the VIPs carried less than
+    /// `quietThresholdBytesPerSecond` for this long. Unknown traffic waits.
+    #[serde(default = "default_quiet_window")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub quiet_window: String,
+
+    /// Traffic above this rate (bytes per second over the pair's VIP interfaces) is "active".
+    #[serde(default = "default_quiet_threshold")]
+    #[schemars(range(min = 0))]
+    pub quiet_threshold_bytes_per_second: i64,
+
+    /// After too many failovers the preferred member is held in quarantine.
+    #[serde(default)]
+    pub quarantine: QuarantineSpec,
+}
+
+/// Failback mode.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FailbackMode {
+    /// No automatic failback (preemption off).
+    #[default]
+    Manual,
+    /// Automatic failback to the preferred member, with windows and quarantine.
+    Automatic,
+}
+
+/// Quarantine: after `failovers` failovers within `within`, no automatic failback for `hold`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineSpec {
+    /// Number of failovers that starts a quarantine.
+    #[serde(default = "default_quarantine_failovers")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failovers: i32,
+    /// The window the failovers are counted in.
+    #[serde(default = "default_quarantine_within")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub within: String,
+    /// How long the quarantine lasts.
+    #[serde(default = "default_quarantine_hold")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub hold: String,
+}
+
+/// Flap suspension: `moves` automatic role changes within `within` suspend discretionary
+/// moves until `quietClear` passes without a move, or `kubectl havip clear`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FlapSuspensionSpec {
+    /// Number of automatic role changes that suspends discretionary moves.
+    #[serde(default = "default_flap_moves")]
+    #[schemars(range(min = 1, max = 100))]
+    pub moves: i32,
+    /// The window the moves are counted in.
+    #[serde(default = "default_flap_within")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub within: String,
+    /// The suspension clears itself after this long without a move.
+    #[serde(default = "default_flap_quiet_clear")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32))]
+    pub quiet_clear: String,
+}
+
+/// Observed state of a pair. The operator owns every field but `members`; each agent
+/// owns its own entry of `members` (server-side apply, one field manager per node).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HAPairStatus {
+    /// Pending, Live, FailedOver, Degraded, Suspended or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The member that holds the VIPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<String>,
+    /// The members ready to take over, comma separated (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<String>,
+    /// The fencing epoch: increments on every role change (= the Lease's leaseTransitions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    /// Number of FloatingIPs of this pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vips: Option<i32>,
+    /// Standard conditions (Ready, Degraded, Suspended, ConfigApplied, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The last role change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition: Option<Transition>,
+    /// The answer to the last imperative operation (failover, clear, rotate-key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_operation: Option<Operation>,
+    /// Hash of the configuration the members must apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_revision: Option<String>,
+    /// The generation of the spec the operator last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// One entry per member, each written by that member's agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["node".into()]))]
+    pub members: Vec<MemberStatus>,
+}
+
+/// Phase of a pair.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Members are being resolved or have not reported yet.
+    Pending,
+    /// The preferred member is active and a standby is ready.
+    Live,
+    /// A non-preferred member is active after a failover (healthy under Manual failback).
+    FailedOver,
+    /// Serving, but something needs attention (see the Degraded condition's message).
+    Degraded,
+    /// Discretionary moves are suspended after flapping.
+    Suspended,
+    /// Nobody holds the VIPs.
+    Failed,
+}
+
+/// A role change.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    /// The previous active member (empty if none).
+    #[serde(default)]
+    pub from: String,
+    /// The new active member (empty if none).
+    #[serde(default)]
+    pub to: String,
+    /// Why, as a CamelCase reason (see the reasons in the havip-crds crate).
+    pub reason: String,
+    /// Epoch after the change.
+    pub epoch: i64,
+    /// When it happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+/// The answer to an imperative operation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    /// The request id of the annotation that asked for it.
+    pub id: String,
+    /// PlannedFailover, ForcedFailover, ClearSuspension or RotateKey.
+    pub kind: String,
+    /// Succeeded, Refused, Failed or InProgress.
+    pub result: String,
+    /// A sentence for people.
+    #[serde(default)]
+    pub message: String,
+    /// When the answer was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+/// What one member's agent reports.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// The node.
+    pub node: String,
+    /// Init, Active, Standby, Demoting, Maintenance, Fenced or Unpaired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The epoch this member last acted under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    /// Readiness per VIP (the member could serve it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<VipReadiness>,
+    /// Heartbeat paths on which the peers are heard.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heard: Vec<PathHeard>,
+    /// This node's own address on each interface path (peers send heartbeats there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_addresses: Vec<PathAddress>,
+    /// Carrier of the data and VIP links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<bool>,
+    /// Reachable, Unreachable or Unknown (no fence target ever answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// The configRevision this member applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<String>,
+    /// The agent's version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// The heartbeat protocol version (major.minor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+    /// Largest observed clock difference to a peer, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_skew_ms: Option<i64>,
+    /// Whether this member is in maintenance (as applied by the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<bool>,
+    /// Alarms raised by this member (Suspended, VersionMismatch, KeyMismatch, ClockSkew, VipUnhealthy, VipConflict, Misconfigured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<String>,
+    /// Last role change of this member and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition: Option<Transition>,
+    /// When the agent last wrote this entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Time>,
+}
+
+/// Readiness of one VIP on one member.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VipReadiness {
+    /// The VIP address (CIDR).
+    pub address: String,
+    /// Whether this member could serve it now.
+    pub ready: bool,
+    /// Why not, when not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Whether the peers are heard on one path.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PathHeard {
+    /// The path name.
+    pub path: String,
+    /// Whether every peer was heard on it within the heartbeat timeout.
+    pub heard: bool,
+}
+
+/// This node's address on one heartbeat path.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PathAddress {
+    /// The path name.
+    pub path: String,
+    /// The address.
+    pub address: String,
+}
+
+/// CEL rule for duration strings; mirrors [`crate::duration::DURATION_PATTERN`].
+const DURATION_RULE: &str = r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')";
+const DURATION_MESSAGE: &str = "must be a duration such as 100ms, 3s, 15m or 1h30m";
+
+fn default_heartbeat_port() -> i32 {
+    crate::defaults::HEARTBEAT_PORT
+}
+fn default_heartbeat_interval() -> String {
+    crate::defaults::HEARTBEAT_INTERVAL.to_owned()
+}
+fn default_heartbeat_timeout() -> String {
+    crate::defaults::HEARTBEAT_TIMEOUT.to_owned()
+}
+fn default_paths() -> Vec<HeartbeatPath> {
+    vec![HeartbeatPath {
+        name: "internal".to_owned(),
+        address_type: Some(NodeAddressType::InternalIP),
+        interface: None,
+    }]
+}
+fn default_probe_failures() -> i32 {
+    crate::defaults::PROBE_FAILURES
+}
+fn default_probe_span() -> String {
+    crate::defaults::PROBE_SPAN.to_owned()
+}
+fn default_probe_interval() -> String {
+    crate::defaults::PROBE_INTERVAL.to_owned()
+}
+fn default_probe_timeout() -> String {
+    crate::defaults::PROBE_TIMEOUT.to_owned()
+}
+fn default_hold_down() -> String {
+    crate::defaults::HOLD_DOWN.to_owned()
+}
+fn default_boot_hold() -> String {
+    crate::defaults::BOOT_HOLD.to_owned()
+}
+fn default_recovery_window() -> String {
+    crate::defaults::RECOVERY_WINDOW.to_owned()
+}
+fn default_minimum_time_on_standby() -> String {
+    crate::defaults::MINIMUM_TIME_ON_STANDBY.to_owned()
+}
+fn default_quiet_window() -> String {
+    crate::defaults::QUIET_WINDOW.to_owned()
+}
+fn default_quiet_threshold() -> i64 {
+    crate::defaults::QUIET_THRESHOLD_BYTES_PER_SECOND
+}
+fn default_quarantine_failovers() -> i32 {
+    crate::defaults::QUARANTINE_FAILOVERS
+}
+fn default_quarantine_within() -> String {
+    crate::defaults::QUARANTINE_WITHIN.to_owned()
+}
+fn default_quarantine_hold() -> String {
+    crate::defaults::QUARANTINE_HOLD.to_owned()
+}
+fn default_flap_moves() -> i32 {
+    crate::defaults::FLAP_MOVES
+}
+fn default_flap_within() -> String {
+    crate::defaults::FLAP_WITHIN.to_owned()
+}
+fn default_flap_quiet_clear() -> String {
+    crate::defaults::FLAP_QUIET_CLEAR.to_owned()
+}
+
+impl Default for HeartbeatSpec {
+    fn default() -> Self {
+        Self {
+            port: default_heartbeat_port(),
+            interval: default_heartbeat_interval(),
+            timeout: default_heartbeat_timeout(),
+            paths: default_paths(),
+            key_secret_ref: None,
+        }
+    }
+}
+
+impl Default for TakeoverSpec {
+    fn default() -> Self {
+        Self {
+            probe_failures: default_probe_failures(),
+            probe_span: default_probe_span(),
+            probe_interval: default_probe_interval(),
+            probe_timeout: default_probe_timeout(),
+            hold_down: default_hold_down(),
+            boot_hold: default_boot_hold(),
+            fence_targets: Vec::new(),
+        }
+    }
+}
+
+impl Default for FailbackSpec {
+    fn default() -> Self {
+        Self {
+            mode: FailbackMode::Manual,
+            recovery_window: default_recovery_window(),
+            minimum_time_on_standby: default_minimum_time_on_standby(),
+            quiet_window: default_quiet_window(),
+            quiet_threshold_bytes_per_second: default_quiet_threshold(),
+            quarantine: QuarantineSpec::default(),
+        }
+    }
+}
+
+impl Default for QuarantineSpec {
+    fn default() -> Self {
+        Self {
+            failovers: default_quarantine_failovers(),
+            within: default_quarantine_within(),
+            hold: default_quarantine_hold(),
+        }
+    }
+}
+
+impl Default for FlapSuspensionSpec {
+    fn default() -> Self {
+        Self { moves: default_flap_moves(), within: default_flap_within(), quiet_clear: default_flap_quiet_clear() }
+    }
+}

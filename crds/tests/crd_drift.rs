@@ -1,0 +1,24 @@
+//! The committed CRD YAML must be exactly what the Rust types generate.
+
+use std::path::Path;
+
+#[test]
+fn committed_crds_match_the_types() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(havip_crds::CRDS_PATH);
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let generated = havip_crds::crds_yaml().expect("CRDs serialize");
+    if committed != generated {
+        let first_diff = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "{} differs from the types at line {} (committed: {:?}, generated: {:?}); run `make crds`",
+            path.display(),
+            first_diff + 1,
+            committed.lines().nth(first_diff),
+            generated.lines().nth(first_diff),
+        );
+    }
+}

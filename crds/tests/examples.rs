@@ -1,0 +1,62 @@
+//! Every example manifest parses into the typed resources, and every duration in it parses.
+
+use havip_crds::duration::parse_duration;
+use havip_crds::{FloatingIP, HAPair};
+use serde::Deserialize;
+use std::path::Path;
+
+fn examples() -> Vec<(String, serde_yaml::Value)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut docs = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(&dir).expect("examples dir").flatten().collect();
+    entries.sort_by_key(|e| e.path());
+    for entry in entries {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+            docs.push((path.display().to_string(), value));
+        }
+    }
+    docs
+}
+
+#[test]
+fn examples_parse_into_typed_resources() {
+    let docs = examples();
+    let mut pairs = 0;
+    let mut fips = 0;
+    for (file, doc) in docs {
+        match doc["kind"].as_str() {
+            Some("HAPair") => {
+                let p: HAPair = serde_yaml::from_value(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
+                assert!(p.spec.members.len() >= 2, "{file}: pair needs 2 members");
+                for d in [
+                    &p.spec.heartbeat.interval,
+                    &p.spec.heartbeat.timeout,
+                    &p.spec.takeover.probe_span,
+                    &p.spec.takeover.hold_down,
+                    &p.spec.takeover.boot_hold,
+                    &p.spec.failback.recovery_window,
+                    &p.spec.failback.quarantine.hold,
+                    &p.spec.flap_suspension.within,
+                ] {
+                    parse_duration(d).unwrap_or_else(|e| panic!("{file}: {e}"));
+                }
+                pairs += 1;
+            }
+            Some("FloatingIP") => {
+                let f: FloatingIP = serde_yaml::from_value(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
+                assert!(f.spec.address.contains('/'), "{file}: address needs a prefix");
+                fips += 1;
+            }
+            other => panic!("{file}: unexpected kind {other:?}"),
+        }
+    }
+    // Two IPv4 VIPs, one IPv6 pair, one failback pair.
+    assert_eq!(pairs, 3, "expected three example pairs");
+    assert!(fips >= 4, "expected at least four FloatingIPs");
+}
