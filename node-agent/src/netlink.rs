@@ -1,0 +1,514 @@
+//! VIP addresses, links and routes through rtnetlink, behind a small typed API.
+//!
+//! Ownership: havip marks every address it adds, so that it never touches one it
+//! did not add.
+//! - `IFA_PROTO` = [`HAVIP_ADDR_PROTO`] on every VIP (IPv4 and IPv6; kernel ≥ 6.3 keeps
+//!   it, older kernels ignore it);
+//! - an IPv4 label `<ifname>:hv` when it fits in 15 bytes (IPv6 has no labels), which is
+//!   also what `ip addr` shows to people.
+//!
+//! An address is havip's when either mark is present. Adding an address that exists
+//! and removing one that is gone are success (idempotent). IPv6 VIPs are added with
+//! `IFA_F_NODAD`: duplicate address detection would keep a taken-over VIP tentative
+//! (unusable) for about a second, and could mark it `dadfailed` while the old holder
+//! still answers; duplicate detection is done by our own probe instead.
+//!
+//! Removing a primary IPv4 address deletes the secondaries of its subnet unless
+//! `promote_secondaries` is on, so [`Netlink::add_vip`] turns it on for the interface
+//! (per namespace, via /proc/sys) before a VIP can become anyone's primary.
+
+use futures::TryStreamExt;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use rtnetlink::{Handle, RouteMessageBuilder};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The `IFA_PROTO` value that marks havip's addresses.
+pub const HAVIP_ADDR_PROTO: u8 = 0x68;
+/// Suffix of the IPv4 label havip puts on its addresses (`eth0:hv`).
+pub const LABEL_SUFFIX: &str = ":hv";
+
+/// A VIP as the netlink layer sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Vip {
+    /// The address.
+    pub addr: IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The interface it goes on.
+    pub ifname: String,
+}
+
+impl std::fmt::Display for Vip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} dev {}", self.addr, self.prefix, self.ifname)
+    }
+}
+
+/// An address found on an interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddrInfo {
+    /// Interface index.
+    pub ifindex: u32,
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// IPv4 label, if any.
+    pub label: Option<String>,
+    /// `IFA_PROTO`, if the kernel reported one.
+    pub proto: Option<u8>,
+    /// IPv6 duplicate address detection failed for it.
+    pub dad_failed: bool,
+    /// IPv6 duplicate address detection is still running (not usable yet).
+    pub tentative: bool,
+}
+
+impl AddrInfo {
+    /// Whether havip added this address (either ownership mark present).
+    pub fn is_havip(&self) -> bool {
+        self.proto == Some(HAVIP_ADDR_PROTO) || self.label.as_deref().is_some_and(|l| l.ends_with(LABEL_SUFFIX))
+    }
+}
+
+/// State of a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkState {
+    /// Interface index.
+    pub index: u32,
+    /// Interface name.
+    pub name: String,
+    /// Administratively up.
+    pub up: bool,
+    /// Carrier present (`IFF_LOWER_UP`): a cable and a live peer.
+    pub carrier: bool,
+    /// Hardware address (6 bytes for Ethernet).
+    pub mac: Vec<u8>,
+}
+
+/// Errors of netlink operations. Variants name the operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    /// The netlink socket could not be opened.
+    #[error("failed to open a netlink socket: {0}")]
+    Open(#[source] std::io::Error),
+    /// The interface does not exist.
+    #[error("failed to find interface {0}")]
+    LinkNotFound(String),
+    /// Listing links failed.
+    #[error("failed to list links: {0}")]
+    ListLinks(#[source] rtnetlink::Error),
+    /// Listing addresses failed.
+    #[error("failed to list addresses: {0}")]
+    ListAddresses(#[source] rtnetlink::Error),
+    /// Listing routes failed.
+    #[error("failed to list routes: {0}")]
+    ListRoutes(#[source] rtnetlink::Error),
+    /// Adding a VIP failed.
+    #[error("failed to add {vip}: {source}")]
+    AddAddress {
+        /// The VIP.
+        vip: Vip,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// Removing a VIP failed.
+    #[error("failed to remove {vip}: {source}")]
+    DelAddress {
+        /// The VIP.
+        vip: Vip,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// The address is on the interface but havip did not add it: it is left alone.
+    #[error("refusing to remove {0}: havip did not add it (no havip label or protocol mark)")]
+    NotOurs(Vip),
+    /// No interface holds an address in the VIP's subnet.
+    #[error("failed to find an interface with an address in the subnet of {addr}/{prefix}")]
+    NoInterfaceForSubnet {
+        /// The VIP.
+        addr: IpAddr,
+        /// Its prefix.
+        prefix: u8,
+    },
+    /// A sysctl could not be written.
+    #[error("failed to set {path}: {source}")]
+    Sysctl {
+        /// The /proc/sys path.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl NetlinkError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Open(_) => "open",
+            Self::LinkNotFound(_) => "link_not_found",
+            Self::ListLinks(_) | Self::ListAddresses(_) | Self::ListRoutes(_) => "list",
+            Self::AddAddress { .. } => "add_address",
+            Self::DelAddress { .. } => "del_address",
+            Self::NotOurs(_) => "not_ours",
+            Self::NoInterfaceForSubnet { .. } => "no_interface",
+            Self::Sysctl { .. } => "sysctl",
+        }
+    }
+}
+
+/// The errno of a netlink error, if it is one.
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => m.code.map(|c| -c.get()),
+        _ => None,
+    }
+}
+const EEXIST: i32 = 17;
+const ENODEV: i32 = 19;
+const EADDRNOTAVAIL: i32 = 99;
+
+/// A handle on the kernel's routing netlink in the current network namespace.
+#[derive(Clone)]
+pub struct Netlink {
+    handle: Handle,
+}
+
+impl Netlink {
+    /// Opens a netlink connection and drives it on the current tokio runtime.
+    pub fn new() -> Result<Self, NetlinkError> {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
+        tokio::spawn(conn);
+        Ok(Self { handle })
+    }
+
+    /// Every link.
+    pub async fn links(&self) -> Result<Vec<LinkState>, NetlinkError> {
+        let mut out = Vec::new();
+        let mut s = self.handle.link().get().execute();
+        while let Some(msg) = s.try_next().await.map_err(NetlinkError::ListLinks)? {
+            out.push(link_state(&msg));
+        }
+        Ok(out)
+    }
+
+    /// One link by name.
+    pub async fn link(&self, name: &str) -> Result<LinkState, NetlinkError> {
+        let mut s = self.handle.link().get().match_name(name.to_owned()).execute();
+        match s.try_next().await {
+            Ok(Some(msg)) => Ok(link_state(&msg)),
+            Ok(None) => Err(NetlinkError::LinkNotFound(name.to_owned())),
+            Err(e) if errno(&e) == Some(ENODEV) => Err(NetlinkError::LinkNotFound(name.to_owned())),
+            Err(e) => Err(NetlinkError::ListLinks(e)),
+        }
+    }
+
+    /// Every address (of every interface).
+    pub async fn addresses(&self) -> Result<Vec<AddrInfo>, NetlinkError> {
+        let mut out = Vec::new();
+        let mut s = self.handle.address().get().execute();
+        while let Some(msg) = s.try_next().await.map_err(NetlinkError::ListAddresses)? {
+            if let Some(info) = addr_info(&msg) {
+                out.push(info);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Addresses havip added (on any interface).
+    pub async fn havip_addresses(&self) -> Result<Vec<AddrInfo>, NetlinkError> {
+        Ok(self.addresses().await?.into_iter().filter(AddrInfo::is_havip).collect())
+    }
+
+    /// Adds a VIP, marked as havip's. Already present (ours) is success; present but
+    /// not ours is left as it is and reported as success too (the duplicate-VIP probe
+    /// and the status report flag it).
+    pub async fn add_vip(&self, vip: &Vip) -> Result<(), NetlinkError> {
+        let link = self.link(&vip.ifname).await?;
+        if vip.addr.is_ipv4() {
+            set_sysctl(&format!("/proc/sys/net/ipv4/conf/{}/promote_secondaries", vip.ifname), "1")?;
+        }
+        let mut req = self.handle.address().add(link.index, vip.addr, vip.prefix);
+        let msg = req.message_mut();
+        msg.attributes.push(AddressAttribute::Protocol(AddressProtocol::Other(HAVIP_ADDR_PROTO)));
+        match vip.addr {
+            IpAddr::V4(_) => {
+                let label = format!("{}{}", vip.ifname, LABEL_SUFFIX);
+                if label.len() <= 15 {
+                    msg.attributes.push(AddressAttribute::Label(label));
+                }
+            }
+            IpAddr::V6(_) => {
+                msg.header.flags |= AddressHeaderFlags::Nodad;
+                msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+            }
+        }
+        match req.execute().await {
+            Ok(()) => {
+                tracing::info!(vip = %vip, "added VIP");
+                Ok(())
+            }
+            Err(e) if errno(&e) == Some(EEXIST) => {
+                tracing::debug!(vip = %vip, "VIP already present");
+                Ok(())
+            }
+            Err(source) => Err(NetlinkError::AddAddress { vip: vip.clone(), source }),
+        }
+    }
+
+    /// Removes a VIP that havip added. Missing is success; present but not ours is
+    /// refused with [`NetlinkError::NotOurs`].
+    pub async fn remove_vip(&self, vip: &Vip) -> Result<(), NetlinkError> {
+        let link = match self.link(&vip.ifname).await {
+            Ok(l) => l,
+            // The interface is gone, and the address with it.
+            Err(NetlinkError::LinkNotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let found = self
+            .addresses()
+            .await?
+            .into_iter()
+            .find(|a| a.ifindex == link.index && a.addr == vip.addr && a.prefix == vip.prefix);
+        let Some(found) = found else {
+            return Ok(());
+        };
+        if !found.is_havip() {
+            return Err(NetlinkError::NotOurs(vip.clone()));
+        }
+        self.delete(&found, vip).await
+    }
+
+    async fn delete(&self, found: &AddrInfo, vip: &Vip) -> Result<(), NetlinkError> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = if found.addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        msg.header.prefix_len = found.prefix;
+        msg.header.index = found.ifindex;
+        msg.attributes.push(AddressAttribute::Local(found.addr));
+        if found.addr.is_ipv6() {
+            msg.attributes.push(AddressAttribute::Address(found.addr));
+        }
+        match self.handle.address().del(msg).execute().await {
+            Ok(()) => {
+                tracing::info!(vip = %vip, "removed VIP");
+                Ok(())
+            }
+            Err(e) if matches!(errno(&e), Some(EADDRNOTAVAIL) | Some(ENODEV)) => Ok(()),
+            Err(source) => Err(NetlinkError::DelAddress { vip: vip.clone(), source }),
+        }
+    }
+
+    /// Removes every havip address that is not in `keep` (start-up cleanup of stale
+    /// VIPs). Returns what was removed. Errors are collected, not fatal: the others
+    /// are still removed.
+    pub async fn remove_stale(&self, keep: &[Vip]) -> (Vec<AddrInfo>, Vec<NetlinkError>) {
+        let mut removed = Vec::new();
+        let mut errors = Vec::new();
+        let links = match self.links().await {
+            Ok(l) => l,
+            Err(e) => return (removed, vec![e]),
+        };
+        let ours = match self.havip_addresses().await {
+            Ok(a) => a,
+            Err(e) => return (removed, vec![e]),
+        };
+        for a in ours {
+            let ifname = links.iter().find(|l| l.index == a.ifindex).map(|l| l.name.clone()).unwrap_or_default();
+            let vip = Vip { addr: a.addr, prefix: a.prefix, ifname };
+            if keep.iter().any(|k| k.addr == vip.addr && k.ifname == vip.ifname) {
+                continue;
+            }
+            match self.delete(&a, &vip).await {
+                Ok(()) => removed.push(a),
+                Err(e) => errors.push(e),
+            }
+        }
+        (removed, errors)
+    }
+
+    /// The default gateways (IPv4 and IPv6) with their interface index.
+    pub async fn default_gateways(&self) -> Result<Vec<(IpAddr, u32)>, NetlinkError> {
+        let mut out = Vec::new();
+        for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
+            let mut s = self.handle.route().get(msg).execute();
+            while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
+                if let Some(gw) = default_gateway(&route) {
+                    out.push(gw);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The interface that holds one of the node's own (non-havip) addresses in the
+    /// subnet `addr/prefix`.
+    pub async fn interface_for_subnet(&self, addr: IpAddr, prefix: u8) -> Result<String, NetlinkError> {
+        let links = self.links().await?;
+        let own = self.addresses().await?.into_iter().filter(|a| !a.is_havip()).find(|a| same_subnet(a.addr, addr, prefix));
+        own.and_then(|a| links.into_iter().find(|l| l.index == a.ifindex))
+            .map(|l| l.name)
+            .ok_or(NetlinkError::NoInterfaceForSubnet { addr, prefix })
+    }
+}
+
+/// Watches link changes (carrier up/down) as netlink events — no polling.
+pub struct LinkWatch {
+    rx: futures::channel::mpsc::UnboundedReceiver<(
+        netlink_packet_core::NetlinkMessage<RouteNetlinkMessage>,
+        netlink_sys::SocketAddr,
+    )>,
+}
+
+impl LinkWatch {
+    /// Subscribes to RTNLGRP_LINK in the current network namespace.
+    pub fn new() -> Result<Self, NetlinkError> {
+        let (conn, _handle, rx) =
+            rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link]).map_err(NetlinkError::Open)?;
+        tokio::spawn(conn);
+        Ok(Self { rx })
+    }
+
+    /// The next link change; `None` when the socket closed.
+    pub async fn next(&mut self) -> Option<LinkState> {
+        use futures::StreamExt;
+        loop {
+            let (msg, _) = self.rx.next().await?;
+            if let netlink_packet_core::NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) = msg.payload {
+                return Some(link_state(&link));
+            }
+        }
+    }
+}
+
+fn link_state(msg: &LinkMessage) -> LinkState {
+    let mut name = String::new();
+    let mut mac = Vec::new();
+    for a in &msg.attributes {
+        match a {
+            LinkAttribute::IfName(n) => name = n.clone(),
+            LinkAttribute::Address(m) => mac = m.clone(),
+            _ => {}
+        }
+    }
+    LinkState {
+        index: msg.header.index,
+        name,
+        up: msg.header.flags.contains(LinkFlags::Up),
+        carrier: msg.header.flags.contains(LinkFlags::LowerUp),
+        mac,
+    }
+}
+
+fn addr_info(msg: &AddressMessage) -> Option<AddrInfo> {
+    let mut local = None;
+    let mut address = None;
+    let mut label = None;
+    let mut proto = None;
+    let mut flags = AddressFlags::empty();
+    for a in &msg.attributes {
+        match a {
+            AddressAttribute::Local(ip) => local = Some(*ip),
+            AddressAttribute::Address(ip) => address = Some(*ip),
+            AddressAttribute::Label(l) => label = Some(l.clone()),
+            AddressAttribute::Protocol(p) => proto = Some(u8::from(*p)),
+            AddressAttribute::Flags(f) => flags = *f,
+            _ => {}
+        }
+    }
+    // IPv4 reports the interface address as IFA_LOCAL; IPv6 only as IFA_ADDRESS.
+    let addr = local.or(address)?;
+    Some(AddrInfo {
+        ifindex: msg.header.index,
+        addr,
+        prefix: msg.header.prefix_len,
+        label,
+        proto,
+        dad_failed: flags.contains(AddressFlags::Dadfailed),
+        tentative: flags.contains(AddressFlags::Tentative),
+    })
+}
+
+fn default_gateway(route: &RouteMessage) -> Option<(IpAddr, u32)> {
+    if route.header.destination_prefix_length != 0 || route.header.table != 254 {
+        return None;
+    }
+    let mut gw = None;
+    let mut oif = None;
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Gateway(RouteAddress::Inet(ip)) => gw = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Gateway(RouteAddress::Inet6(ip)) => gw = Some(IpAddr::V6(*ip)),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            _ => {}
+        }
+    }
+    Some((gw?, oif?))
+}
+
+/// Whether `a` and `b` share the first `prefix` bits (false across families).
+pub fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+fn set_sysctl(path: &str, value: &str) -> Result<(), NetlinkError> {
+    match std::fs::read_to_string(path) {
+        Ok(cur) if cur.trim() == value => return Ok(()),
+        _ => {}
+    }
+    std::fs::write(path, value).map_err(|source| NetlinkError::Sysctl { path: path.to_owned(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subnets() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert!(same_subnet(ip("10.0.0.5"), ip("10.0.0.200"), 24));
+        assert!(!same_subnet(ip("10.0.1.5"), ip("10.0.0.200"), 24));
+        assert!(same_subnet(ip("10.0.1.5"), ip("10.0.0.200"), 16));
+        assert!(same_subnet(ip("1.2.3.4"), ip("5.6.7.8"), 0));
+        assert!(same_subnet(ip("2001:db8::1"), ip("2001:db8::ffff"), 64));
+        assert!(!same_subnet(ip("2001:db8:1::1"), ip("2001:db8::1"), 64));
+        assert!(!same_subnet(ip("10.0.0.1"), ip("::1"), 0));
+    }
+
+    #[test]
+    fn ownership_marks() {
+        let mut a = AddrInfo {
+            ifindex: 2,
+            addr: "10.0.0.5".parse().expect("ip"),
+            prefix: 24,
+            label: Some("eth0".into()),
+            proto: None,
+            dad_failed: false,
+            tentative: false,
+        };
+        assert!(!a.is_havip(), "a plain label is not ours");
+        a.label = Some("eth0:hv".into());
+        assert!(a.is_havip());
+        a.label = None;
+        a.proto = Some(HAVIP_ADDR_PROTO);
+        assert!(a.is_havip());
+        a.proto = Some(3);
+        assert!(!a.is_havip());
+    }
+}

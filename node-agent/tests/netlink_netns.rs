@@ -1,0 +1,197 @@
+//! The netlink layer on a real kernel, in a fresh network namespace per test
+//! (created with unshare on a dedicated thread, gone when the thread ends).
+//! Needs root (CAP_NET_ADMIN); without it each test says SKIPPED and returns.
+
+use havip_node_agent::netlink::{HAVIP_ADDR_PROTO, LinkWatch, Netlink, NetlinkError, Vip};
+use std::net::IpAddr;
+use std::time::Duration;
+
+fn root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("SKIPPED: needs root (CAP_NET_ADMIN) to create network namespaces");
+        false
+    }
+}
+
+/// Runs `f` on a thread inside a new, empty network namespace with a veth pair
+/// `hv0` (10.9.0.1/24, 2001:db8:9::1/64) ↔ `hv1`, both up.
+fn in_netns<F, Fut>(f: F)
+where
+    F: FnOnce(Netlink) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async move {
+            let (conn, handle, _) = rtnetlink::new_connection().expect("netlink");
+            tokio::spawn(conn);
+            handle.link().add(rtnetlink::LinkVeth::new("hv0", "hv1").build()).execute().await.expect("veth");
+            for name in ["lo", "hv0", "hv1"] {
+                let idx = index(&handle, name).await;
+                handle.link().change(rtnetlink::LinkUnspec::new_with_index(idx).up().build()).execute().await.expect("up");
+            }
+            let idx = index(&handle, "hv0").await;
+            handle.address().add(idx, "10.9.0.1".parse().expect("ip"), 24).execute().await.expect("addr");
+            handle.address().add(idx, "2001:db8:9::1".parse().expect("ip"), 64).execute().await.expect("addr6");
+            f(Netlink::new().expect("netlink")).await;
+        });
+    })
+    .join()
+    .expect("test thread");
+}
+
+async fn index(handle: &rtnetlink::Handle, name: &str) -> u32 {
+    use futures::TryStreamExt;
+    let mut s = handle.link().get().match_name(name.to_owned()).execute();
+    s.try_next().await.expect("link").expect("exists").header.index
+}
+
+fn vip(s: &str, prefix: u8) -> Vip {
+    Vip { addr: s.parse().expect("ip"), prefix, ifname: "hv0".into() }
+}
+
+#[test]
+fn add_and_remove_are_idempotent_and_marked() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let v = vip("10.9.0.100", 24);
+        nl.add_vip(&v).await.expect("add");
+        nl.add_vip(&v).await.expect("add again is success");
+        let found: Vec<_> = nl.addresses().await.expect("list").into_iter().filter(|a| a.addr == v.addr).collect();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].label.as_deref(), Some("hv0:hv"), "IPv4 VIPs carry the havip label");
+        assert!(found[0].is_havip());
+        // promote_secondaries is on, so removing a primary never takes a secondary with it.
+        let ps = std::fs::read_to_string("/proc/sys/net/ipv4/conf/hv0/promote_secondaries").expect("sysctl");
+        assert_eq!(ps.trim(), "1");
+        nl.remove_vip(&v).await.expect("remove");
+        nl.remove_vip(&v).await.expect("remove again is success");
+        assert!(!nl.addresses().await.expect("list").iter().any(|a| a.addr == v.addr));
+        // The node's own address was never touched.
+        assert!(nl.addresses().await.expect("list").iter().any(|a| a.addr == "10.9.0.1".parse::<IpAddr>().expect("ip")));
+    });
+}
+
+#[test]
+fn never_removes_an_address_havip_did_not_add() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let status = std::process::Command::new("ip").args(["addr", "add", "10.9.0.77/24", "dev", "hv0"]).status();
+        assert!(status.expect("ip").success());
+        let foreign = vip("10.9.0.77", 24);
+        match nl.remove_vip(&foreign).await {
+            Err(NetlinkError::NotOurs(v)) => assert_eq!(v, foreign),
+            other => panic!("expected NotOurs, got {other:?}"),
+        }
+        let (removed, errors) = nl.remove_stale(&[]).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(removed.is_empty(), "stale cleanup must not touch foreign addresses: {removed:?}");
+        assert!(nl.addresses().await.expect("list").iter().any(|a| a.addr == foreign.addr));
+    });
+}
+
+#[test]
+fn stale_cleanup_removes_only_unwanted_havip_addresses() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let keep = vip("10.9.0.10", 24);
+        let stale = vip("10.9.0.11", 24);
+        let stale6 = vip("2001:db8:9::11", 64);
+        for v in [&keep, &stale, &stale6] {
+            nl.add_vip(v).await.expect("add");
+        }
+        let (removed, errors) = nl.remove_stale(std::slice::from_ref(&keep)).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let mut gone: Vec<IpAddr> = removed.iter().map(|a| a.addr).collect();
+        gone.sort();
+        assert_eq!(gone, vec![stale.addr, stale6.addr]);
+        let ours: Vec<IpAddr> = nl.havip_addresses().await.expect("list").iter().map(|a| a.addr).collect();
+        assert_eq!(ours, vec![keep.addr]);
+    });
+}
+
+#[test]
+fn ipv6_vips_skip_duplicate_address_detection() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let v = vip("2001:db8:9::100", 64);
+        nl.add_vip(&v).await.expect("add");
+        let a = nl.addresses().await.expect("list").into_iter().find(|a| a.addr == v.addr).expect("present");
+        assert!(!a.tentative, "NODAD: usable at once, never tentative");
+        assert!(!a.dad_failed);
+        assert_eq!(a.proto, Some(HAVIP_ADDR_PROTO), "IPv6 has no labels: marked by IFA_PROTO");
+        nl.remove_vip(&v).await.expect("remove");
+        assert!(!nl.addresses().await.expect("list").iter().any(|a| a.addr == v.addr));
+    });
+}
+
+#[test]
+fn carrier_changes_arrive_as_events() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let mut watch = LinkWatch::new().expect("watch");
+        assert!(nl.link("hv0").await.expect("link").carrier);
+        // Taking the peer down is a pulled cable for hv0.
+        let st = std::process::Command::new("ip").args(["link", "set", "hv1", "down"]).status();
+        assert!(st.expect("ip").success());
+        let ev = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let ev = watch.next().await.expect("stream open");
+                if ev.name == "hv0" && !ev.carrier {
+                    return ev;
+                }
+            }
+        })
+        .await
+        .expect("carrier-down event within 5 s");
+        assert!(ev.up, "hv0 itself is still administratively up");
+        let st = std::process::Command::new("ip").args(["link", "set", "hv1", "up"]).status();
+        assert!(st.expect("ip").success());
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let ev = watch.next().await.expect("stream open");
+                if ev.name == "hv0" && ev.carrier {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("carrier-up event within 5 s");
+    });
+}
+
+#[test]
+fn finds_gateway_and_subnet_interface() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let st = std::process::Command::new("ip").args(["route", "add", "default", "via", "10.9.0.254"]).status();
+        assert!(st.expect("ip").success());
+        let gws = nl.default_gateways().await.expect("routes");
+        let hv0 = nl.link("hv0").await.expect("link").index;
+        assert!(gws.contains(&("10.9.0.254".parse().expect("ip"), hv0)), "{gws:?}");
+        assert_eq!(nl.interface_for_subnet("10.9.0.50".parse().expect("ip"), 24).await.expect("found"), "hv0");
+        assert!(matches!(
+            nl.interface_for_subnet("192.0.2.1".parse().expect("ip"), 24).await,
+            Err(NetlinkError::NoInterfaceForSubnet { .. })
+        ));
+        assert!(matches!(nl.link("nope0").await, Err(NetlinkError::LinkNotFound(_))));
+        // Adding to a missing interface is a clear error, not a panic.
+        let missing = Vip { addr: "10.9.0.9".parse().expect("ip"), prefix: 24, ifname: "nope0".into() };
+        assert!(matches!(nl.add_vip(&missing).await, Err(NetlinkError::LinkNotFound(_))));
+    });
+}
