@@ -1,2 +1,3 @@
-pub mod sm;
+pub mod announce;
 pub mod netlink;
+pub mod sm;

@@ -18,7 +18,9 @@
 //! (per namespace, via /proc/sys) before a VIP can become anyone's primary.
 
 use futures::TryStreamExt;
-use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
+};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
@@ -349,7 +351,8 @@ impl Netlink {
     /// subnet `addr/prefix`.
     pub async fn interface_for_subnet(&self, addr: IpAddr, prefix: u8) -> Result<String, NetlinkError> {
         let links = self.links().await?;
-        let own = self.addresses().await?.into_iter().filter(|a| !a.is_havip()).find(|a| same_subnet(a.addr, addr, prefix));
+        let own =
+            self.addresses().await?.into_iter().filter(|a| !a.is_havip()).find(|a| same_subnet(a.addr, addr, prefix));
         own.and_then(|a| links.into_iter().find(|l| l.index == a.ifindex))
             .map(|l| l.name)
             .ok_or(NetlinkError::NoInterfaceForSubnet { addr, prefix })

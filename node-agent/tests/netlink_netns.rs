@@ -31,7 +31,12 @@ where
             handle.link().add(rtnetlink::LinkVeth::new("hv0", "hv1").build()).execute().await.expect("veth");
             for name in ["lo", "hv0", "hv1"] {
                 let idx = index(&handle, name).await;
-                handle.link().change(rtnetlink::LinkUnspec::new_with_index(idx).up().build()).execute().await.expect("up");
+                handle
+                    .link()
+                    .change(rtnetlink::LinkUnspec::new_with_index(idx).up().build())
+                    .execute()
+                    .await
+                    .expect("up");
             }
             let idx = index(&handle, "hv0").await;
             handle.address().add(idx, "10.9.0.1".parse().expect("ip"), 24).execute().await.expect("addr");
@@ -73,7 +78,9 @@ fn add_and_remove_are_idempotent_and_marked() {
         nl.remove_vip(&v).await.expect("remove again is success");
         assert!(!nl.addresses().await.expect("list").iter().any(|a| a.addr == v.addr));
         // The node's own address was never touched.
-        assert!(nl.addresses().await.expect("list").iter().any(|a| a.addr == "10.9.0.1".parse::<IpAddr>().expect("ip")));
+        assert!(
+            nl.addresses().await.expect("list").iter().any(|a| a.addr == "10.9.0.1".parse::<IpAddr>().expect("ip"))
+        );
     });
 }
 
@@ -193,5 +200,47 @@ fn finds_gateway_and_subnet_interface() {
         // Adding to a missing interface is a clear error, not a panic.
         let missing = Vip { addr: "10.9.0.9".parse().expect("ip"), prefix: 24, ifname: "nope0".into() };
         assert!(matches!(nl.add_vip(&missing).await, Err(NetlinkError::LinkNotFound(_))));
+    });
+}
+
+#[test]
+fn garp_updates_an_existing_neighbour_entry_and_is_heard() {
+    if !root() {
+        return;
+    }
+    in_netns(|_nl| async move {
+        use havip_node_agent::announce::{ArpListener, L2Sender};
+        let run = |args: &[&str]| {
+            let st = std::process::Command::new("ip").args(args).status().expect("ip");
+            assert!(st.success(), "ip {args:?}");
+        };
+        run(&["addr", "add", "10.9.0.2/24", "dev", "hv1"]);
+        // hv1 believes the VIP is at a dead MAC.
+        run(&["neigh", "replace", "10.9.0.100", "lladdr", "02:00:00:00:00:99", "dev", "hv1", "nud", "stale"]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _listener = ArpListener::start("hv1", move |seen| {
+            let _ = tx.send(seen);
+        })
+        .expect("listener");
+        let sender = L2Sender::open("hv0").expect("sender");
+        let vip: std::net::Ipv4Addr = "10.9.0.100".parse().expect("ip");
+        sender.send_garp(vip).expect("garp sent");
+        let seen = rx.recv_timeout(Duration::from_secs(2)).expect("GARP heard on the peer");
+        assert_eq!((seen.op, seen.sender_ip, seen.target_ip, seen.sender_mac), (1, vip, vip, sender.mac()));
+        // The kernel on hv1 replaced the dead MAC with hv0's (GARP form overrides at once).
+        let want = sender.mac().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let out = std::process::Command::new("ip")
+                .args(["neigh", "show", "10.9.0.100", "dev", "hv1"])
+                .output()
+                .expect("ip");
+            let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+            if text.contains(&want) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "neighbour entry not updated: {text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     });
 }

@@ -1,0 +1,363 @@
+//! Layer-2 announcements and probes: gratuitous ARP, unsolicited IPv6 neighbour
+//! advertisements, ARP requests (duplicate-VIP and gateway probes), and a listener
+//! for the ARP traffic that answers them.
+//!
+//! Kernel facts this module is built on:
+//! - Linux updates an *existing* neighbour entry at once (even inside the 1 s
+//!   `locktime`) only for a gratuitous ARP, and `arp_is_garp()` requires sender IP ==
+//!   target IP; for ARP *replies* it also requires target MAC == sender MAC. So the
+//!   GARP is an ARP **request** with `spa == tpa`, broadcast (see [`garp_frame`]).
+//!   `arp_accept=0` (the default) means a GARP never *creates* an entry; clients that
+//!   have none ARP for the VIP and get the new holder's answer.
+//! - An unsolicited NA must carry the Override flag, go to all-nodes (ff02::1) with hop
+//!   limit 255 and a target link-layer address option, or receivers ignore it.
+//!
+//! Sending uses a raw `AF_PACKET` socket opened with protocol 0, which receives
+//! nothing (no copy of the host's traffic); receiving uses a `SOCK_DGRAM` packet
+//! socket bound to `ETH_P_ARP` on one interface, which sees only ARP.
+
+use pnet::datalink::{self, Channel, ChannelType, DataLinkSender, MacAddr, NetworkInterface};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::IntoRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const ETH_P_ARP: u16 = 0x0806;
+const ETH_P_IPV6: u16 = 0x86dd;
+
+/// Errors of the layer-2 socket layer.
+#[derive(Debug, thiserror::Error)]
+pub enum AnnounceError {
+    /// The interface does not exist (or has no MAC address).
+    #[error("failed to find interface {0} (or it has no MAC address)")]
+    NoInterface(String),
+    /// The packet socket could not be opened.
+    #[error("failed to open a packet socket on {ifname}: {source}")]
+    Open {
+        /// The interface.
+        ifname: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A frame could not be sent.
+    #[error("failed to send {what} on {ifname}: {source}")]
+    Send {
+        /// What was sent.
+        what: &'static str,
+        /// The interface.
+        ifname: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn find_interface(ifname: &str) -> Result<(NetworkInterface, MacAddr), AnnounceError> {
+    let iface = datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == ifname)
+        .ok_or_else(|| AnnounceError::NoInterface(ifname.to_owned()))?;
+    let mac =
+        iface.mac.filter(|m| *m != MacAddr::zero()).ok_or_else(|| AnnounceError::NoInterface(ifname.to_owned()))?;
+    Ok((iface, mac))
+}
+
+/// A transmit-only layer-2 socket on one interface.
+pub struct L2Sender {
+    ifname: String,
+    mac: MacAddr,
+    tx: Mutex<Box<dyn DataLinkSender>>,
+}
+
+impl L2Sender {
+    /// Opens the interface for sending (needs CAP_NET_RAW).
+    pub fn open(ifname: &str) -> Result<Self, AnnounceError> {
+        let (iface, mac) = find_interface(ifname)?;
+        let open_err = |source| AnnounceError::Open { ifname: ifname.to_owned(), source };
+        // Protocol 0: this socket receives nothing.
+        let fd = nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Packet,
+            nix::sys::socket::SockType::Raw,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|e| open_err(std::io::Error::from(e)))?;
+        let config = datalink::Config {
+            channel_type: ChannelType::Layer3(0),
+            socket_fd: Some(fd.into_raw_fd()),
+            write_timeout: Some(Duration::from_millis(100)),
+            ..Default::default()
+        };
+        let tx = match datalink::channel(&iface, config).map_err(open_err)? {
+            Channel::Ethernet(tx, _rx) => tx,
+            _ => return Err(open_err(std::io::Error::other("unsupported channel type"))),
+        };
+        Ok(Self { ifname: ifname.to_owned(), mac, tx: Mutex::new(tx) })
+    }
+
+    /// This interface's MAC address.
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// The interface name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    fn send(&self, what: &'static str, frame: &[u8]) -> Result<(), AnnounceError> {
+        let mut tx = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match tx.send_to(frame, None) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(source)) => Err(AnnounceError::Send { what, ifname: self.ifname.clone(), source }),
+            None => Err(AnnounceError::Send {
+                what,
+                ifname: self.ifname.clone(),
+                source: std::io::Error::other("frame too large"),
+            }),
+        }
+    }
+
+    /// Sends one gratuitous ARP for `ip`.
+    pub fn send_garp(&self, ip: Ipv4Addr) -> Result<(), AnnounceError> {
+        self.send("gratuitous ARP", &garp_frame(self.mac, ip))
+    }
+
+    /// Sends one unsolicited neighbour advertisement for `ip`.
+    pub fn send_unsolicited_na(&self, ip: Ipv6Addr) -> Result<(), AnnounceError> {
+        self.send("unsolicited NA", &unsolicited_na_frame(self.mac, ip))
+    }
+
+    /// Broadcasts "who has `target`? tell `sender_ip`" (`sender_ip` 0.0.0.0 makes it an
+    /// RFC 5227 probe that changes nobody's neighbour table).
+    pub fn send_arp_request(&self, target: Ipv4Addr, sender_ip: Ipv4Addr) -> Result<(), AnnounceError> {
+        self.send("ARP request", &arp_request_frame(self.mac, sender_ip, target))
+    }
+}
+
+/// An Ethernet + ARP frame.
+fn arp_frame(op: u16, dst: MacAddr, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, tpa: Ipv4Addr) -> [u8; 42] {
+    let mut f = [0u8; 42];
+    f[0..6].copy_from_slice(&dst.octets());
+    f[6..12].copy_from_slice(&sha.octets());
+    f[12..14].copy_from_slice(&ETH_P_ARP.to_be_bytes());
+    f[14..16].copy_from_slice(&1u16.to_be_bytes()); // Ethernet
+    f[16..18].copy_from_slice(&0x0800u16.to_be_bytes()); // IPv4
+    f[18] = 6;
+    f[19] = 4;
+    f[20..22].copy_from_slice(&op.to_be_bytes());
+    f[22..28].copy_from_slice(&sha.octets());
+    f[28..32].copy_from_slice(&spa.octets());
+    f[32..38].copy_from_slice(&tha.octets());
+    f[38..42].copy_from_slice(&tpa.octets());
+    f
+}
+
+/// A gratuitous ARP: a broadcast ARP **request** with sender IP == target IP ==
+/// `ip` and target MAC zero. This is the form Linux's `arp_is_garp()` accepts, so
+/// receivers override an existing entry at once, inside locktime too.
+pub fn garp_frame(mac: MacAddr, ip: Ipv4Addr) -> [u8; 42] {
+    arp_frame(1, MacAddr::broadcast(), mac, ip, MacAddr::zero(), ip)
+}
+
+/// A broadcast ARP request for `target` from `sender_ip`.
+pub fn arp_request_frame(mac: MacAddr, sender_ip: Ipv4Addr, target: Ipv4Addr) -> [u8; 42] {
+    arp_frame(1, MacAddr::broadcast(), mac, sender_ip, MacAddr::zero(), target)
+}
+
+/// An unsolicited neighbour advertisement for `ip`: from `ip` to ff02::1, hop limit
+/// 255, flags Override (not Solicited, not Router), with a target link-layer
+/// address option carrying `mac`.
+pub fn unsolicited_na_frame(mac: MacAddr, ip: Ipv6Addr) -> Vec<u8> {
+    let dst = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    // ICMPv6: type, code, checksum, flags+reserved, target, option (2, 1, mac).
+    let mut icmp = Vec::with_capacity(32);
+    icmp.extend_from_slice(&[136, 0, 0, 0]);
+    icmp.extend_from_slice(&[0b0010_0000, 0, 0, 0]); // Override
+    icmp.extend_from_slice(&ip.octets());
+    icmp.extend_from_slice(&[2, 1]);
+    icmp.extend_from_slice(&mac.octets());
+    let csum = icmpv6_checksum(&ip, &dst, &icmp);
+    icmp[2..4].copy_from_slice(&csum.to_be_bytes());
+
+    let mut f = Vec::with_capacity(14 + 40 + icmp.len());
+    f.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 1]); // all-nodes multicast MAC
+    f.extend_from_slice(&mac.octets());
+    f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]); // version 6, no traffic class or flow label
+    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    f.push(58); // next header: ICMPv6
+    f.push(255); // hop limit: required by RFC 4861 §7.1.2
+    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&dst.octets());
+    f.extend_from_slice(&icmp);
+    f
+}
+
+fn icmpv6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, icmp: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for chunk in b.chunks(2) {
+            let word =
+                if chunk.len() == 2 { u16::from_be_bytes([chunk[0], chunk[1]]) } else { u16::from(chunk[0]) << 8 };
+            sum += u32::from(word);
+        }
+    };
+    add(&src.octets());
+    add(&dst.octets());
+    add(&(icmp.len() as u32).to_be_bytes());
+    add(&[0, 0, 0, 58]);
+    add(icmp);
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An ARP packet seen on an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArpSeen {
+    /// 1 = request, 2 = reply.
+    pub op: u16,
+    /// Sender hardware address.
+    pub sender_mac: MacAddr,
+    /// Sender protocol address.
+    pub sender_ip: Ipv4Addr,
+    /// Target protocol address.
+    pub target_ip: Ipv4Addr,
+}
+
+/// Parses an ARP payload (no Ethernet header) for Ethernet/IPv4. Never panics.
+pub fn parse_arp(payload: &[u8]) -> Option<ArpSeen> {
+    if payload.len() < 28 || payload[0..2] != [0, 1] || payload[2..4] != [8, 0] || payload[4] != 6 || payload[5] != 4 {
+        return None;
+    }
+    let mac = |b: &[u8]| MacAddr::new(b[0], b[1], b[2], b[3], b[4], b[5]);
+    let ip = |b: &[u8]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+    Some(ArpSeen {
+        op: u16::from_be_bytes([payload[6], payload[7]]),
+        sender_mac: mac(&payload[8..14]),
+        sender_ip: ip(&payload[14..18]),
+        target_ip: ip(&payload[24..28]),
+    })
+}
+
+/// Receives every ARP packet on one interface (a dedicated thread) and hands each to
+/// a callback. Stops when dropped.
+pub struct ArpListener {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ArpListener {
+    /// Starts listening on `ifname`; `on_arp` runs on the listener thread.
+    pub fn start(ifname: &str, on_arp: impl Fn(ArpSeen) + Send + 'static) -> Result<Self, AnnounceError> {
+        let (iface, _) = find_interface(ifname)?;
+        let config = datalink::Config {
+            channel_type: ChannelType::Layer3(ETH_P_ARP),
+            read_timeout: Some(Duration::from_millis(100)),
+            ..Default::default()
+        };
+        let open_err = |source| AnnounceError::Open { ifname: ifname.to_owned(), source };
+        let mut rx = match datalink::channel(&iface, config).map_err(open_err)? {
+            Channel::Ethernet(_tx, rx) => rx,
+            _ => return Err(open_err(std::io::Error::other("unsupported channel type"))),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let name = ifname.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("arp-{ifname}"))
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    match rx.next() {
+                        Ok(payload) => {
+                            if let Some(seen) = parse_arp(payload) {
+                                on_arp(seen);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                        Err(e) => {
+                            tracing::warn!(ifname = %name, error = %e, "ARP listener read failed");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                }
+            })
+            .map_err(open_err)?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for ArpListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pnet::packet::Packet;
+    use pnet::packet::arp::{ArpOperations, ArpPacket};
+    use pnet::packet::ethernet::{EtherTypes, EthernetPacket};
+    use pnet::packet::icmpv6::{Icmpv6Packet, Icmpv6Types};
+    use pnet::packet::ipv6::Ipv6Packet;
+
+    const MAC: MacAddr = MacAddr(0x02, 0, 0, 0, 0, 0x0a);
+
+    #[test]
+    fn garp_is_a_request_with_sender_ip_equal_to_target_ip() {
+        let ip = Ipv4Addr::new(192, 0, 2, 10);
+        let f = garp_frame(MAC, ip);
+        let eth = EthernetPacket::new(&f).expect("ethernet");
+        assert_eq!(eth.get_destination(), MacAddr::broadcast());
+        assert_eq!(eth.get_source(), MAC);
+        assert_eq!(eth.get_ethertype(), EtherTypes::Arp);
+        let arp = ArpPacket::new(eth.payload()).expect("arp");
+        assert_eq!(arp.get_operation(), ArpOperations::Request);
+        assert_eq!(arp.get_sender_hw_addr(), MAC);
+        assert_eq!(arp.get_sender_proto_addr(), ip);
+        assert_eq!(arp.get_target_proto_addr(), ip, "Linux treats only spa == tpa as gratuitous");
+        assert_eq!(arp.get_target_hw_addr(), MacAddr::zero());
+        assert_eq!(parse_arp(eth.payload()).map(|a| (a.op, a.sender_ip)), Some((1, ip)));
+    }
+
+    #[test]
+    fn unsolicited_na_has_override_hop_limit_and_valid_checksum() {
+        let ip: Ipv6Addr = "2001:db8::10".parse().expect("ip");
+        let f = unsolicited_na_frame(MAC, ip);
+        let eth = EthernetPacket::new(&f).expect("ethernet");
+        assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
+        assert_eq!(eth.get_ethertype(), EtherTypes::Ipv6);
+        let v6 = Ipv6Packet::new(eth.payload()).expect("ipv6");
+        assert_eq!(v6.get_hop_limit(), 255);
+        assert_eq!(v6.get_destination(), "ff02::1".parse::<Ipv6Addr>().expect("ip"));
+        assert_eq!(v6.get_source(), ip);
+        let icmp = Icmpv6Packet::new(v6.payload()).expect("icmpv6");
+        assert_eq!(icmp.get_icmpv6_type(), Icmpv6Types::NeighborAdvert);
+        let expected = pnet::packet::icmpv6::checksum(&icmp, &v6.get_source(), &v6.get_destination());
+        assert_eq!(icmp.get_checksum(), expected, "checksum matches pnet's computation");
+        let na = pnet::packet::icmpv6::ndp::NeighborAdvertPacket::new(v6.payload()).expect("na");
+        assert_eq!(na.get_flags(), pnet::packet::icmpv6::ndp::NeighborAdvertFlags::Override);
+        assert_eq!(na.get_target_addr(), ip);
+        let opts = na.get_options();
+        assert_eq!(opts.len(), 1);
+        assert_eq!(opts[0].option_type, pnet::packet::icmpv6::ndp::NdpOptionTypes::TargetLLAddr);
+        assert_eq!(opts[0].data, MAC.octets().to_vec());
+    }
+
+    #[test]
+    fn parse_arp_never_panics_on_garbage() {
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
+            let _ = parse_arp(&junk);
+        }
+        assert_eq!(parse_arp(&[0u8; 27]), None);
+    }
+}
