@@ -5,6 +5,7 @@
 pub mod duration;
 pub mod floatingip;
 pub mod hapair;
+pub mod httpd;
 pub mod wire;
 
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
