@@ -1,0 +1,205 @@
+//! Probes that feed the state machine: TCP connect probes of the VIP listeners,
+//! gateway (fence target) reachability by ARP, duplicate-VIP detection by ARP, and a
+//! traffic sampler for the failback quiet window.
+
+use crate::announce::{ArpListener, ArpSeen, L2Sender};
+use pnet::datalink::MacAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One TCP connect probe: `true` when the three-way handshake completes within
+/// `timeout` (the connection is closed at once).
+pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
+    matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
+}
+
+/// Remembers the ARP replies seen on an interface, so that probes can ask "who
+/// answered for this IP since then?".
+#[derive(Default)]
+pub struct ArpBook {
+    seen: Mutex<HashMap<Ipv4Addr, Vec<(MacAddr, Instant)>>>,
+}
+
+impl ArpBook {
+    /// Records an ARP packet (requests too: a GARP from a foreign holder is a claim).
+    pub fn record(&self, a: ArpSeen) {
+        if a.sender_ip.is_unspecified() {
+            return;
+        }
+        let mut m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let v = m.entry(a.sender_ip).or_default();
+        v.retain(|(mac, at)| *mac != a.sender_mac && at.elapsed() < Duration::from_secs(30));
+        v.push((a.sender_mac, Instant::now()));
+    }
+
+    /// MACs that claimed `ip` since `since`.
+    pub fn claimants_since(&self, ip: Ipv4Addr, since: Instant) -> Vec<MacAddr> {
+        let m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.get(&ip).map(|v| v.iter().filter(|(_, at)| *at >= since).map(|(mac, _)| *mac).collect()).unwrap_or_default()
+    }
+}
+
+/// An ARP listener plus sender on one interface, shared by the gateway and conflict
+/// probes and the announcer.
+pub struct ArpPort {
+    /// The sender.
+    pub sender: L2Sender,
+    /// ARP replies seen.
+    pub book: Arc<ArpBook>,
+    _listener: ArpListener,
+}
+
+impl ArpPort {
+    /// Opens `ifname` for sending and listening.
+    pub fn open(ifname: &str) -> Result<Self, crate::announce::AnnounceError> {
+        let sender = L2Sender::open(ifname)?;
+        let book = Arc::new(ArpBook::default());
+        let b = book.clone();
+        let listener = ArpListener::start(ifname, move |a| b.record(a))?;
+        Ok(Self { sender, book, _listener: listener })
+    }
+
+    /// Asks who has `target` (from `sender_ip`) and waits up to `wait` for answers;
+    /// returns the MACs that claimed it, excluding our own.
+    pub async fn who_has(&self, target: Ipv4Addr, sender_ip: Ipv4Addr, wait: Duration) -> Vec<MacAddr> {
+        let since = Instant::now();
+        if self.sender.send_arp_request(target, sender_ip).is_err() {
+            return Vec::new();
+        }
+        let deadline = since + wait;
+        loop {
+            let found: Vec<MacAddr> =
+                self.book.claimants_since(target, since).into_iter().filter(|m| *m != self.sender.mac()).collect();
+            if !found.is_empty() || Instant::now() >= deadline {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Gateway reachability with the "never answered → check off" rule.
+#[derive(Debug, Default, Clone)]
+pub struct GatewayTracker {
+    ever_answered: bool,
+    misses: u32,
+}
+
+impl GatewayTracker {
+    /// Consecutive misses after which a gateway that answered before is unreachable.
+    pub const MISSES: u32 = 3;
+
+    /// Records one probe round (`answered`: some fence target answered) and returns
+    /// the state machine's view: `None` = check off, `Some(reachable)`.
+    pub fn observe(&mut self, answered: bool) -> Option<bool> {
+        if answered {
+            self.ever_answered = true;
+            self.misses = 0;
+        } else {
+            self.misses = self.misses.saturating_add(1);
+        }
+        if !self.ever_answered {
+            None
+        } else {
+            Some(self.misses < Self::MISSES)
+        }
+    }
+}
+
+/// Bytes per second over some interfaces, from `/sys/class/net/<if>/statistics`.
+pub struct TrafficSampler {
+    ifaces: Vec<String>,
+    last: Option<(Instant, u64)>,
+}
+
+impl TrafficSampler {
+    /// Samples the sum of rx+tx bytes of `ifaces`.
+    pub fn new(ifaces: Vec<String>) -> Self {
+        Self { ifaces, last: None }
+    }
+
+    fn total(&self) -> Option<u64> {
+        let mut sum = 0u64;
+        for i in &self.ifaces {
+            for dir in ["rx_bytes", "tx_bytes"] {
+                let s = std::fs::read_to_string(format!("/sys/class/net/{i}/statistics/{dir}")).ok()?;
+                sum = sum.saturating_add(s.trim().parse::<u64>().ok()?);
+            }
+        }
+        Some(sum)
+    }
+
+    /// The rate since the previous call (`None`: unknown — first call or unreadable).
+    pub fn sample(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        let total = self.total();
+        let out = match (self.last, total) {
+            (Some((t0, b0)), Some(b1)) if b1 >= b0 => {
+                let secs = now.duration_since(t0).as_secs_f64();
+                (secs > 0.0).then(|| ((b1 - b0) as f64 / secs) as u64)
+            }
+            _ => None,
+        };
+        self.last = total.map(|b| (now, b));
+        out
+    }
+}
+
+/// The IPv4 source address to use in ARP probes on an interface: the node's own
+/// (non-havip) address in the same subnet as `target`, else 0.0.0.0 (an RFC 5227 probe).
+pub fn arp_source_for(own: &[(IpAddr, u8)], target: Ipv4Addr) -> Ipv4Addr {
+    own.iter()
+        .find_map(|(a, p)| match a {
+            IpAddr::V4(v4) if crate::netlink::same_subnet(*a, IpAddr::V4(target), *p) => Some(*v4),
+            _ => None,
+        })
+        .unwrap_or(Ipv4Addr::UNSPECIFIED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_never_answered_is_off_then_reachable_then_unreachable() {
+        let mut g = GatewayTracker::default();
+        assert_eq!(g.observe(false), None, "no answer ever: the check is off");
+        assert_eq!(g.observe(false), None);
+        assert_eq!(g.observe(true), Some(true));
+        assert_eq!(g.observe(false), Some(true), "one miss is not yet unreachable");
+        assert_eq!(g.observe(false), Some(true));
+        assert_eq!(g.observe(false), Some(false), "three misses in a row");
+        assert_eq!(g.observe(true), Some(true));
+    }
+
+    #[test]
+    fn arp_book_reports_claimants_after_a_point_in_time() {
+        let book = ArpBook::default();
+        let ip = Ipv4Addr::new(10, 0, 0, 5);
+        let mac = MacAddr::new(2, 0, 0, 0, 0, 1);
+        let before = Instant::now();
+        book.record(ArpSeen { op: 2, sender_mac: mac, sender_ip: ip, target_ip: Ipv4Addr::new(10, 0, 0, 1) });
+        assert_eq!(book.claimants_since(ip, before), vec![mac]);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(book.claimants_since(ip, Instant::now()).is_empty());
+        assert!(book.claimants_since(Ipv4Addr::new(10, 0, 0, 6), before).is_empty());
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_up_and_down() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        assert!(tcp_probe(addr, Duration::from_millis(500)).await);
+        drop(l);
+        assert!(!tcp_probe(addr, Duration::from_millis(500)).await, "refused is down");
+    }
+
+    #[test]
+    fn arp_source_prefers_own_address_in_subnet() {
+        let own = vec![("10.0.0.11".parse().expect("ip"), 24), ("192.168.1.2".parse().expect("ip"), 24)];
+        assert_eq!(arp_source_for(&own, Ipv4Addr::new(10, 0, 0, 254)), Ipv4Addr::new(10, 0, 0, 11));
+        assert_eq!(arp_source_for(&own, Ipv4Addr::new(172, 16, 0, 1)), Ipv4Addr::UNSPECIFIED);
+    }
+}

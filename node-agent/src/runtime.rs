@@ -1,0 +1,852 @@
+//! The agent runtime: feeds the pure state machine with timestamped observations
+//! from the kernel and the network, and executes its actions (VIP addresses,
+//! announcements, heartbeats, Lease compare-and-swap, persistence, reports).
+//!
+//! One task owns the [`sm::Machine`]; every other task (heartbeat receivers, probes,
+//! link watch, gateway and conflict probes, traffic sampler, admin socket) only sends
+//! it inputs through a channel. The machine's time is monotonic milliseconds since the
+//! agent started.
+
+use crate::announce::L2Sender;
+use crate::config::{AgentConfig, AnnounceSchedule};
+use crate::heartbeat::{HeartbeatIo, PathSpec, Received, SkewTracker};
+use crate::metrics::{AgentMetrics, NameLabel, ProbeLabels};
+use crate::netlink::{LinkWatch, Netlink, Vip};
+use crate::probes::{ArpPort, GatewayTracker, TrafficSampler, arp_source_for, tcp_probe};
+use crate::sm;
+use crate::state::StateFile;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The Lease as a fencing record (Kubernetes mode); standalone mode has none and
+/// answers every compare-and-swap with `Unavailable` at once.
+#[async_trait::async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Compare-and-swap: set holder and epoch if the Lease's epoch is `expected_epoch`.
+    async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult;
+}
+
+/// Receives what the runtime reports (Kubernetes mode writes status and Events).
+pub trait Reporter: Send + Sync + 'static {
+    /// A state machine event, with the status after it.
+    fn event(&self, event: &sm::Event, status: &sm::Status);
+    /// The status changed (called after every step that changed it).
+    fn status(&self, status: &sm::Status);
+}
+
+/// A reporter that only logs (standalone mode).
+pub struct LogReporter;
+
+impl Reporter for LogReporter {
+    fn event(&self, event: &sm::Event, _status: &sm::Status) {
+        log_event(event);
+    }
+    fn status(&self, _status: &sm::Status) {}
+}
+
+/// Logs a state machine event with structured fields.
+pub fn log_event(event: &sm::Event) {
+    match event {
+        sm::Event::RoleChanged { from, to, reason, epoch } => {
+            tracing::info!(from = from.as_str(), to = to.as_str(), reason = ?reason, epoch, "role changed")
+        }
+        sm::Event::AlarmRaised { alarm, detail } => tracing::warn!(alarm = alarm.as_str(), detail = %detail, "alarm raised"),
+        sm::Event::AlarmCleared { alarm } => tracing::info!(alarm = alarm.as_str(), "alarm cleared"),
+        sm::Event::OperationResult { id, ok, message } => {
+            tracing::info!(id, ok, message = %message, "operation finished")
+        }
+    }
+}
+
+/// A request from the admin socket (or the Kubernetes command watcher).
+#[derive(Debug)]
+pub enum Request {
+    /// A command for the machine; operations answer when their result is reported.
+    Command(sm::Command),
+    /// A snapshot of the status.
+    Status,
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The operation finished (or the command was accepted, for commands without a result).
+    Done {
+        /// Success.
+        ok: bool,
+        /// Details.
+        message: String,
+    },
+    /// The status.
+    Status(Box<sm::Status>),
+}
+
+enum Event {
+    Input(sm::Input),
+    Received(Received),
+    Request(Request, oneshot::Sender<Reply>),
+    Stop,
+}
+
+/// A handle to a running agent: send requests, read the status, stop it.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Event>,
+    status: watch::Receiver<Arc<sm::Status>>,
+}
+
+impl Handle {
+    /// Sends a request and waits for its answer (operations wait for their result, up
+    /// to `timeout`).
+    pub async fn request(&self, req: Request, timeout: Duration) -> Option<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Event::Request(req, tx)).await.ok()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+    /// The latest status.
+    pub fn status(&self) -> Arc<sm::Status> {
+        self.status.borrow().clone()
+    }
+    /// Feeds an observation (Kubernetes mode: Lease watch, config changes).
+    pub async fn input(&self, input: sm::Input) {
+        let _ = self.tx.send(Event::Input(input)).await;
+    }
+    /// Stops the runtime; the VIPs stay where they are (a rolling upgrade keeps them).
+    pub async fn stop(&self) {
+        let _ = self.tx.send(Event::Stop).await;
+    }
+}
+
+/// Errors that stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The state file is unreadable.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// Netlink could not be opened.
+    #[error(transparent)]
+    Netlink(#[from] crate::netlink::NetlinkError),
+    /// Heartbeat sockets could not be bound.
+    #[error(transparent)]
+    Heartbeat(#[from] crate::heartbeat::HeartbeatError),
+    /// A layer-2 socket could not be opened.
+    #[error(transparent)]
+    Announce(#[from] crate::announce::AnnounceError),
+    /// Something in the configuration does not match this node.
+    #[error("invalid configuration for this node: {0}")]
+    Config(String),
+}
+
+#[derive(Clone)]
+struct ResolvedVip {
+    id: sm::VipId,
+    vip: Vip,
+    ports: Vec<u16>,
+    announce: AnnounceSchedule,
+}
+
+/// What the runtime needs besides the configuration.
+pub struct Options {
+    /// The state file.
+    pub state: StateFile,
+    /// The Lease store (Kubernetes mode).
+    pub lease: Option<Arc<dyn LeaseStore>>,
+    /// Where reports go.
+    pub reporter: Arc<dyn Reporter>,
+    /// Metrics.
+    pub metrics: Arc<AgentMetrics>,
+}
+
+/// Starts the agent for one pair and returns its handle and the task that runs it.
+pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::task::JoinHandle<()>), RuntimeError> {
+    let persisted = opts.state.load()?;
+    let nl = Netlink::new()?;
+    let me = cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
+
+    // Resolve each VIP's interface.
+    let mut vips = Vec::new();
+    for v in &cfg.vips {
+        let ifname = match &v.interface {
+            Some(i) => i.clone(),
+            None => nl.interface_for_subnet(v.addr, v.prefix).await?,
+        };
+        vips.push(ResolvedVip {
+            id: sm::VipId::new(v.id.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?,
+            vip: Vip { addr: v.addr, prefix: v.prefix, ifname },
+            ports: v.probe_ports.clone(),
+            announce: v.announce.clone(),
+        });
+    }
+    // The data link: the interface holding this node's address on the first path.
+    let first_path_addr = cfg
+        .paths
+        .first()
+        .and_then(|p| me.addresses.get(p))
+        .copied()
+        .ok_or_else(|| RuntimeError::Config("no heartbeat path address for this node".into()))?;
+    let own = nl.addresses().await?;
+    let links = nl.links().await?;
+    let data_link = own
+        .iter()
+        .find(|a| a.addr == first_path_addr)
+        .and_then(|a| links.iter().find(|l| l.index == a.ifindex))
+        .map(|l| l.name.clone())
+        .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
+    let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
+
+    // Layer-2 ports: one per VIP interface and one for the gateway probe's interface.
+    let gateways = nl.default_gateways().await.unwrap_or_default();
+    let fence: Vec<(IpAddr, String)> = if cfg.probe.fence_targets.is_empty() {
+        gateways
+            .iter()
+            .filter_map(|(gw, idx)| links.iter().find(|l| l.index == *idx).map(|l| (*gw, l.name.clone())))
+            .filter(|(gw, _)| gw.is_ipv4())
+            .collect()
+    } else {
+        let mut v = Vec::new();
+        for t in &cfg.probe.fence_targets {
+            // The interface that holds an own address in the target's subnet, else the data link.
+            let ifname = own
+                .iter()
+                .filter(|a| !a.is_havip() && crate::netlink::same_subnet(a.addr, *t, a.prefix))
+                .find_map(|a| links.iter().find(|l| l.index == a.ifindex))
+                .map(|l| l.name.clone())
+                .unwrap_or_else(|| data_link.clone());
+            v.push((*t, ifname));
+        }
+        v
+    };
+    let mut arp: HashMap<String, Arc<ArpPort>> = HashMap::new();
+    for ifname in vip_links.iter().cloned().chain(fence.iter().map(|(_, i)| i.clone())) {
+        if !arp.contains_key(&ifname) {
+            arp.insert(ifname.clone(), Arc::new(ArpPort::open(&ifname)?));
+        }
+    }
+    let own_v4: Vec<(IpAddr, u8)> = own.iter().filter(|a| !a.is_havip()).map(|a| (a.addr, a.prefix)).collect();
+
+    // Heartbeat.
+    let metrics = opts.metrics.clone();
+    let paths: Vec<PathSpec> = cfg
+        .paths
+        .iter()
+        .map(|p| PathSpec {
+            name: p.clone(),
+            local: me.addresses.get(p).copied().unwrap_or(first_path_addr),
+            peers: cfg
+                .members
+                .iter()
+                .filter(|m| m.node != cfg.node)
+                .filter_map(|m| m.addresses.get(p).map(|a| (m.node.clone(), *a)))
+                .collect(),
+        })
+        .collect();
+    let keys = Arc::new(RwLock::new(cfg.keys.clone()));
+    let hb = Arc::new(HeartbeatIo::bind(&cfg.pair, &cfg.node, cfg.heartbeat_port, keys, paths, metrics.clone()).await?);
+
+    let machine = sm::Machine::new(cfg.sm.clone(), persisted);
+    let (tx, rx) = mpsc::channel::<Event>(1024);
+    let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
+    let holding = Arc::new(AtomicBool::new(false));
+    let last_heard_ms = Arc::new(AtomicU64::new(0));
+    let origin = Instant::now();
+
+    let mut rt = Runtime {
+        tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
+        cfg,
+        machine,
+        origin,
+        nl,
+        vips,
+        arp,
+        hb,
+        state: opts.state,
+        lease: opts.lease,
+        reporter: opts.reporter,
+        metrics,
+        tx: tx.clone(),
+        status_tx,
+        holding: holding.clone(),
+        last_heard_ms: last_heard_ms.clone(),
+        waiters: HashMap::new(),
+        announcer: None,
+        skew: Arc::new(SkewTracker::default()),
+        queue: VecDeque::new(),
+        tasks: Vec::new(),
+    };
+    rt.spawn_tasks(data_link, vip_links, fence, own_v4);
+    let handle = Handle { tx, status: status_rx };
+    let task = tokio::spawn(async move { rt.run(rx).await });
+    Ok((handle, task))
+}
+
+struct Runtime {
+    cfg: AgentConfig,
+    machine: sm::Machine,
+    origin: Instant,
+    tick: Duration,
+    nl: Netlink,
+    vips: Vec<ResolvedVip>,
+    arp: HashMap<String, Arc<ArpPort>>,
+    hb: Arc<HeartbeatIo>,
+    state: StateFile,
+    lease: Option<Arc<dyn LeaseStore>>,
+    reporter: Arc<dyn Reporter>,
+    metrics: Arc<AgentMetrics>,
+    tx: mpsc::Sender<Event>,
+    status_tx: watch::Sender<Arc<sm::Status>>,
+    holding: Arc<AtomicBool>,
+    last_heard_ms: Arc<AtomicU64>,
+    waiters: HashMap<u64, oneshot::Sender<Reply>>,
+    announcer: Option<tokio::task::JoinHandle<()>>,
+    skew: Arc<SkewTracker>,
+    queue: VecDeque<sm::Input>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
+
+impl Runtime {
+    fn now(&self) -> sm::Millis {
+        sm::Millis(self.origin.elapsed().as_millis() as u64)
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
+        // Initial observations: what the kernel holds now (adoption after an agent
+        // restart), then a first tick.
+        self.observe_local_vips().await;
+        let mut ticker = tokio::time::interval(self.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.queue.push_back(sm::Input::Tick),
+                ev = rx.recv() => match ev {
+                    None | Some(Event::Stop) => break,
+                    Some(Event::Input(i)) => self.queue.push_back(i),
+                    Some(Event::Received(r)) => self.received(r),
+                    Some(Event::Request(req, reply)) => self.request(req, reply),
+                },
+            }
+            self.drain().await;
+        }
+        tracing::info!("agent stopping; VIPs and role are kept for the next start");
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        if let Some(a) = self.announcer.take() {
+            a.abort();
+        }
+    }
+
+    fn received(&mut self, r: Received) {
+        match r {
+            Received::Advert { path, advert, skew_ms } => {
+                self.skew.record(advert.sender.as_str(), skew_ms);
+                self.last_heard_ms.store(self.origin.elapsed().as_millis() as u64, Ordering::Relaxed);
+                self.queue.push_back(sm::Input::Advert { path, msg: advert });
+            }
+            Received::Rejected { path, reason } => self.queue.push_back(sm::Input::AdvertRejected { path, reason }),
+        }
+    }
+
+    fn request(&mut self, req: Request, reply: oneshot::Sender<Reply>) {
+        match req {
+            Request::Status => {
+                let _ = reply.send(Reply::Status(Box::new(self.machine.status())));
+            }
+            Request::Command(cmd) => {
+                let id = match &cmd {
+                    sm::Command::PlannedFailover { id, .. } | sm::Command::ForcedFailover { id, .. } => Some(*id),
+                    _ => None,
+                };
+                self.queue.push_back(sm::Input::Command(cmd));
+                match id {
+                    Some(id) => {
+                        self.waiters.insert(id, reply);
+                    }
+                    None => {
+                        let _ = reply.send(Reply::Done { ok: true, message: "accepted".into() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Steps the machine through every queued input, executing actions in order.
+    async fn drain(&mut self) {
+        let mut changed = false;
+        while let Some(input) = self.queue.pop_front() {
+            let now = self.now();
+            let actions = self.machine.step(now, input);
+            changed = true;
+            let mut vips_touched = false;
+            for a in actions {
+                vips_touched |= self.execute(a).await;
+            }
+            if vips_touched {
+                self.observe_local_vips().await;
+            }
+        }
+        if changed {
+            let st = self.machine.status();
+            self.holding.store(st.holds_vips, Ordering::Relaxed);
+            self.metrics.epoch.set(st.epoch as i64);
+            self.metrics.set_role(st.role.as_str(), &ROLES);
+            for a in [
+                sm::Alarm::Suspended,
+                sm::Alarm::VersionMismatch,
+                sm::Alarm::KeyMismatch,
+                sm::Alarm::ClockSkew,
+                sm::Alarm::VipUnhealthy,
+                sm::Alarm::VipConflict,
+                sm::Alarm::Misconfigured,
+                sm::Alarm::MaintenancePending,
+            ] {
+                self.metrics.alarms.get_or_create(&NameLabel { name: a.as_str().into() }).set(i64::from(st.alarms.contains(&a)));
+            }
+            if **self.status_tx.borrow() != st {
+                self.reporter.status(&st);
+                let _ = self.status_tx.send(Arc::new(st));
+            }
+        }
+    }
+
+    /// Executes one action; returns whether it changed the kernel's VIPs.
+    async fn execute(&mut self, action: sm::Action) -> bool {
+        match action {
+            sm::Action::Persist(p) => {
+                if let Err(e) = self.state.store(&p) {
+                    self.metrics.io_error("persist");
+                    tracing::error!(error = %e, "failed to persist state");
+                }
+                false
+            }
+            sm::Action::AddVips(ids) => {
+                for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
+                    if let Err(e) = self.nl.add_vip(&v.vip).await {
+                        self.metrics.io_error(e.category());
+                        tracing::error!(error = %e, "failed to add VIP");
+                    }
+                }
+                true
+            }
+            sm::Action::RemoveVips(ids) => {
+                self.stop_announcer();
+                for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
+                    if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                        self.metrics.io_error(e.category());
+                        tracing::error!(error = %e, "failed to remove VIP");
+                    }
+                }
+                true
+            }
+            sm::Action::Announce { kind } => {
+                self.announce(kind);
+                false
+            }
+            sm::Action::SendAdvert(advert) => {
+                self.hb.send(&advert).await;
+                false
+            }
+            sm::Action::CasLease { holder, new_epoch, expected_epoch } => {
+                let tx = self.tx.clone();
+                match self.lease.clone() {
+                    None => self.queue.push_back(sm::Input::CasResult(sm::CasResult::Unavailable)),
+                    Some(store) => {
+                        let timeout = Duration::from_millis(self.cfg.sm.timings.cas_timeout_ms);
+                        tokio::spawn(async move {
+                            let r = tokio::time::timeout(timeout, store.cas(holder.as_str(), new_epoch, expected_epoch))
+                                .await
+                                .unwrap_or(sm::CasResult::Unavailable);
+                            let _ = tx.send(Event::Input(sm::Input::CasResult(r))).await;
+                        });
+                    }
+                }
+                false
+            }
+            sm::Action::Report(ev) => {
+                let st = self.machine.status();
+                if let sm::Event::RoleChanged { reason, .. } = &ev {
+                    self.metrics.transitions.get_or_create(&NameLabel { name: format!("{reason:?}") }).inc();
+                }
+                if let sm::Event::OperationResult { id, ok, message } = &ev
+                    && let Some(w) = self.waiters.remove(id)
+                {
+                    let _ = w.send(Reply::Done { ok: *ok, message: message.clone() });
+                }
+                self.reporter.event(&ev, &st);
+                false
+            }
+            sm::Action::SelfCheck => {
+                self.self_check();
+                false
+            }
+        }
+    }
+
+    /// Reads the pair's VIPs back from the kernel and feeds `LocalVips`.
+    async fn observe_local_vips(&mut self) {
+        match self.nl.havip_addresses().await {
+            Ok(addrs) => {
+                let present: BTreeSet<sm::VipId> = self
+                    .vips
+                    .iter()
+                    .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr && a.prefix == v.vip.prefix))
+                    .map(|v| v.id.clone())
+                    .collect();
+                self.metrics.vips_held.set(present.len() as i64);
+                self.queue.push_back(sm::Input::LocalVips { present });
+            }
+            Err(e) => {
+                self.metrics.io_error(e.category());
+                tracing::error!(error = %e, "failed to read addresses");
+            }
+        }
+    }
+
+    fn stop_announcer(&mut self) {
+        if let Some(a) = self.announcer.take() {
+            a.abort();
+        }
+    }
+
+    /// Runs the announcement schedule for every held VIP: a burst now, repeats spaced
+    /// more than a second apart, then a periodic refresh until the VIPs are removed.
+    fn announce(&mut self, kind: sm::AnnounceKind) {
+        self.stop_announcer();
+        let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
+            self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let metrics = self.metrics.clone();
+        self.announcer = Some(tokio::spawn(async move {
+            let send_all = |count: u32| {
+                for (v, port) in &vips {
+                    for _ in 0..count {
+                        let r = match v.vip.addr {
+                            IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
+                            IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
+                        };
+                        match r {
+                            Ok(k) => metrics.announcements.get_or_create(&NameLabel { name: k.into() }).inc(),
+                            Err(e) => {
+                                metrics.io_error("announce");
+                                tracing::warn!(error = %e, "announcement failed");
+                            }
+                        }
+                    }
+                }
+            };
+            let Some((first, _)) = vips.first() else { return };
+            let sched = first.announce.clone();
+            match kind {
+                sm::AnnounceKind::Burst => {
+                    send_all(sched.burst);
+                    for _ in 0..sched.repeats {
+                        tokio::time::sleep(sched.repeat_interval).await;
+                        send_all(1);
+                    }
+                }
+                sm::AnnounceKind::Refresh => send_all(1),
+            }
+            if sched.refresh_interval.is_zero() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(sched.refresh_interval).await;
+                send_all(1);
+            }
+        }));
+    }
+
+    /// After a takeover: the VIPs are read back, the local listeners probed, and a
+    /// foreign holder looked for; the results come back as inputs.
+    fn self_check(&mut self) {
+        let tx = self.tx.clone();
+        let vips = self.vips.clone();
+        let arp = self.arp.clone();
+        let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
+        tokio::spawn(async move {
+            for v in &vips {
+                for p in &v.ports {
+                    let up = tcp_probe(SocketAddr::new(v.vip.addr, *p), timeout).await;
+                    if !up {
+                        tracing::warn!(vip = %v.vip, port = p, "self-check: listener does not answer on the VIP");
+                    }
+                    let _ = tx.send(Event::Input(sm::Input::LocalProbe { vip: v.id.clone(), port: *p, up })).await;
+                }
+                if let (IpAddr::V4(ip), Some(port)) = (v.vip.addr, arp.get(&v.vip.ifname)) {
+                    for mac in port.who_has(ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
+                        tracing::warn!(vip = %v.vip, foreign_mac = %mac, "self-check: a foreign host answers for the VIP");
+                        let _ = tx
+                            .send(Event::Input(sm::Input::Conflict { vip: v.id.clone(), foreign_mac: mac.octets() }))
+                            .await;
+                    }
+                }
+            }
+        });
+        // The read-back runs on this task (it owns the netlink handle).
+        let tx = self.tx.clone();
+        let nl = self.nl.clone();
+        let vips = self.vips.clone();
+        tokio::spawn(async move {
+            if let Ok(addrs) = nl.havip_addresses().await {
+                let present: BTreeSet<sm::VipId> = vips
+                    .iter()
+                    .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr))
+                    .map(|v| v.id.clone())
+                    .collect();
+                if present.len() != vips.len() {
+                    tracing::warn!(held = present.len(), expected = vips.len(), "self-check: VIPs missing from the kernel");
+                }
+                let _ = tx.send(Event::Input(sm::Input::LocalVips { present })).await;
+            }
+        });
+    }
+
+    fn spawn_tasks(
+        &mut self,
+        data_link: String,
+        vip_links: BTreeSet<String>,
+        fence: Vec<(IpAddr, String)>,
+        own: Vec<(IpAddr, u8)>,
+    ) {
+        // Heartbeat receivers.
+        let (rtx, mut rrx) = mpsc::channel(256);
+        self.tasks.extend(self.hb.spawn_receivers(rtx));
+        let tx = self.tx.clone();
+        self.tasks.push(tokio::spawn(async move {
+            while let Some(r) = rrx.recv().await {
+                if tx.send(Event::Received(r)).await.is_err() {
+                    return;
+                }
+            }
+        }));
+
+        // Carrier: the current state, then netlink events.
+        let tx = self.tx.clone();
+        let nl = self.nl.clone();
+        let metrics = self.metrics.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut watch = match LinkWatch::new() {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    metrics.io_error(e.category());
+                    tracing::error!(error = %e, "failed to watch links; carrier is polled instead");
+                    None
+                }
+            };
+            let mut last: HashMap<String, bool> = HashMap::new();
+            let carrier_input = |name: &str, up: bool| {
+                let mut out = Vec::new();
+                if name == data_link {
+                    out.push(sm::Input::Carrier { link: sm::Link::Data, up });
+                }
+                if vip_links.contains(name) {
+                    out.push(sm::Input::Carrier { link: sm::Link::Vip, up });
+                }
+                out
+            };
+            if let Ok(links) = nl.links().await {
+                for l in links {
+                    last.insert(l.name.clone(), l.carrier);
+                    for i in carrier_input(&l.name, l.carrier) {
+                        let _ = tx.send(Event::Input(i)).await;
+                    }
+                }
+            }
+            loop {
+                let ev = match watch.as_mut() {
+                    Some(w) => w.next().await,
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        None
+                    }
+                };
+                let changed: Vec<crate::netlink::LinkState> = match ev {
+                    Some(l) => vec![l],
+                    None => nl.links().await.unwrap_or_default(),
+                };
+                for l in changed {
+                    if last.get(&l.name) != Some(&l.carrier) {
+                        last.insert(l.name.clone(), l.carrier);
+                        tracing::info!(link = %l.name, carrier = l.carrier, "carrier changed");
+                        for i in carrier_input(&l.name, l.carrier) {
+                            if tx.send(Event::Input(i)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }));
+
+        // Data-plane probes through the VIPs while not holding them: fast while a
+        // heartbeat is overdue, slow while the peers are heard.
+        let probe_targets: Vec<(sm::VipId, SocketAddr)> = self
+            .vips
+            .iter()
+            .flat_map(|v| v.ports.iter().map(move |p| (v.id.clone(), SocketAddr::new(v.vip.addr, *p))))
+            .collect();
+        if !probe_targets.is_empty() {
+            let tx = self.tx.clone();
+            let holding = self.holding.clone();
+            let last_heard = self.last_heard_ms.clone();
+            let origin = self.origin;
+            let fast = self.cfg.probe.interval;
+            let timeout = self.cfg.probe.timeout;
+            let overdue_ms = self.cfg.sm.timings.heartbeat_interval_ms * 3 / 2;
+            let metrics = self.metrics.clone();
+            self.tasks.push(tokio::spawn(async move {
+                let mut slow_due = Instant::now();
+                loop {
+                    tokio::time::sleep(fast).await;
+                    if holding.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let since = (origin.elapsed().as_millis() as u64).saturating_sub(last_heard.load(Ordering::Relaxed));
+                    let overdue = since > overdue_ms;
+                    if !overdue && Instant::now() < slow_due {
+                        continue;
+                    }
+                    slow_due = Instant::now() + Duration::from_secs(1);
+                    for (vip, addr) in &probe_targets {
+                        let tx = tx.clone();
+                        let vip = vip.clone();
+                        let addr = *addr;
+                        let metrics = metrics.clone();
+                        tokio::spawn(async move {
+                            let up = tcp_probe(addr, timeout).await;
+                            let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
+                            metrics
+                                .probes
+                                .get_or_create(&ProbeLabels { kind: "peer".into(), result: if up { "up" } else { "down" }.into() })
+                                .inc();
+                            let _ = tx.send(Event::Input(sm::Input::PeerProbe { vip, result })).await;
+                        });
+                    }
+                }
+            }));
+        }
+
+        // Own listeners: on the VIP while holding it, else on the node's own address
+        // in the VIP's subnet (readiness of a standby).
+        let local_targets: Vec<(sm::VipId, IpAddr, IpAddr, u16)> = self
+            .vips
+            .iter()
+            .flat_map(|v| {
+                let own_addr = own
+                    .iter()
+                    .find(|(a, p)| crate::netlink::same_subnet(*a, v.vip.addr, *p))
+                    .map(|(a, _)| *a)
+                    .unwrap_or(v.vip.addr);
+                v.ports.iter().map(move |p| (v.id.clone(), v.vip.addr, own_addr, *p))
+            })
+            .collect();
+        if !local_targets.is_empty() {
+            let tx = self.tx.clone();
+            let holding = self.holding.clone();
+            let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
+            let metrics = self.metrics.clone();
+            self.tasks.push(tokio::spawn(async move {
+                loop {
+                    let hold = holding.load(Ordering::Relaxed);
+                    for (vip, vip_addr, own_addr, port) in &local_targets {
+                        let target = SocketAddr::new(if hold { *vip_addr } else { *own_addr }, *port);
+                        let up = tcp_probe(target, timeout).await;
+                        metrics
+                            .probes
+                            .get_or_create(&ProbeLabels { kind: "local".into(), result: if up { "up" } else { "down" }.into() })
+                            .inc();
+                        if tx.send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up })).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }));
+        } else {
+            // No ports: nothing to probe, and nothing blocks readiness.
+        }
+
+        // Gateway / fence targets by ARP.
+        let fence_ports: Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr, Arc<ArpPort>)> = fence
+            .iter()
+            .filter_map(|(t, ifname)| match (t, self.arp.get(ifname)) {
+                (IpAddr::V4(v4), Some(p)) => Some((*v4, arp_source_for(&own, *v4), p.clone())),
+                _ => None,
+            })
+            .collect();
+        let tx = self.tx.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut tracker = GatewayTracker::default();
+            let mut last: Option<Option<bool>> = None;
+            loop {
+                let mut answered = false;
+                for (target, src, port) in &fence_ports {
+                    if !port.who_has(*target, *src, Duration::from_millis(300)).await.is_empty() {
+                        answered = true;
+                        break;
+                    }
+                }
+                let view = tracker.observe(answered);
+                if last != Some(view) {
+                    last = Some(view);
+                    if tx.send(Event::Input(sm::Input::Gateway { reachable: view })).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }));
+
+        // Duplicate-VIP detection every 2 s while holding.
+        let tx = self.tx.clone();
+        let holding = self.holding.clone();
+        let conflict_targets: Vec<(sm::VipId, std::net::Ipv4Addr, Arc<ArpPort>)> = self
+            .vips
+            .iter()
+            .filter_map(|v| match (v.vip.addr, self.arp.get(&v.vip.ifname)) {
+                (IpAddr::V4(ip), Some(p)) => Some((v.id.clone(), ip, p.clone())),
+                _ => None,
+            })
+            .collect();
+        let metrics = self.metrics.clone();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                if !holding.load(Ordering::Relaxed) {
+                    continue;
+                }
+                for (vip, ip, port) in &conflict_targets {
+                    for mac in port.who_has(*ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
+                        metrics.conflicts.inc();
+                        tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
+                        let _ = tx.send(Event::Input(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() })).await;
+                    }
+                }
+            }
+        }));
+
+        // Traffic for the failback quiet window.
+        let tx = self.tx.clone();
+        let ifaces: Vec<String> = self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        self.tasks.push(tokio::spawn(async move {
+            let mut sampler = TrafficSampler::new(ifaces);
+            loop {
+                let bps = sampler.sample();
+                if tx.send(Event::Input(sm::Input::Traffic { bytes_per_sec: bps })).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }));
+    }
+}
+
+/// Opens a transmit-only sender (exported for tests and tools).
+pub fn open_sender(ifname: &str) -> Result<L2Sender, crate::announce::AnnounceError> {
+    L2Sender::open(ifname)
+}

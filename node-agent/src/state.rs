@@ -1,0 +1,145 @@
+//! The agent's persisted state (epoch, maintenance, last role, pauses), one JSON file
+//! per pair in the state directory (a hostPath in Kubernetes), written atomically
+//! (temporary file, fsync, rename, fsync of the directory) so that a crash or power
+//! loss leaves either the old or the new version — never a torn one, and never an
+//! epoch that went backwards.
+
+use crate::sm;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Errors of the state file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file could not be written.
+    #[error("failed to write state file {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file exists but could not be read or parsed.
+    #[error("failed to read state file {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+struct OnDisk {
+    version: u32,
+    epoch: u64,
+    maintenance: bool,
+    last_role: String,
+    failback_paused: bool,
+    paused: bool,
+    suspended: bool,
+}
+
+/// The state file of one pair.
+#[derive(Clone, Debug)]
+pub struct StateFile {
+    path: PathBuf,
+}
+
+impl StateFile {
+    /// The state file of `pair` in `dir`.
+    pub fn new(dir: &Path, pair: &str) -> Self {
+        Self { path: dir.join(format!("{pair}.state.json")) }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Loads the persisted state; a missing file is a fresh member (defaults).
+    pub fn load(&self) -> Result<sm::Persisted, StateError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(sm::Persisted::default()),
+            Err(e) => return Err(StateError::Read { path: self.path.clone(), message: e.to_string() }),
+        };
+        let d: OnDisk =
+            serde_json::from_str(&text).map_err(|e| StateError::Read { path: self.path.clone(), message: e.to_string() })?;
+        let last_role = sm::Role::ALL.into_iter().find(|r| r.as_str() == d.last_role).unwrap_or(sm::Role::Standby);
+        Ok(sm::Persisted {
+            epoch: d.epoch,
+            maintenance: d.maintenance,
+            last_role,
+            failback_paused: d.failback_paused,
+            paused: d.paused,
+            suspended: d.suspended,
+        })
+    }
+
+    /// Writes `p` durably. The epoch never goes backwards: a lower epoch than the one
+    /// on disk is raised to it.
+    pub fn store(&self, p: &sm::Persisted) -> Result<(), StateError> {
+        let err = |source| StateError::Write { path: self.path.clone(), source };
+        let on_disk_epoch = self.load().map(|o| o.epoch).unwrap_or(0);
+        let d = OnDisk {
+            version: 1,
+            epoch: p.epoch.max(on_disk_epoch),
+            maintenance: p.maintenance,
+            last_role: p.last_role.as_str().to_owned(),
+            failback_paused: p.failback_paused,
+            paused: p.paused,
+            suspended: p.suspended,
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(err)?;
+        let tmp = self.path.with_extension("json.tmp");
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(err)?;
+            let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
+            f.write_all(&json).map_err(err)?;
+            f.sync_all().map_err(err)?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(err)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_epoch_never_goes_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        assert_eq!(f.load().expect("missing is default"), sm::Persisted::default());
+        let p = sm::Persisted {
+            epoch: 7,
+            maintenance: true,
+            last_role: sm::Role::Active,
+            failback_paused: true,
+            paused: false,
+            suspended: true,
+        };
+        f.store(&p).expect("store");
+        assert_eq!(f.load().expect("load"), p);
+        f.store(&sm::Persisted { epoch: 3, ..p.clone() }).expect("store");
+        assert_eq!(f.load().expect("load").epoch, 7, "a lower epoch never overwrites a higher one");
+    }
+
+    #[test]
+    fn corrupt_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        std::fs::write(f.path(), "{not json").expect("write");
+        let e = f.load().expect_err("corrupt");
+        assert!(e.to_string().contains("failed to read state file"), "{e}");
+    }
+}
