@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod controlplane;
+pub mod netns;
 pub mod process;
 pub mod testbin;
 
