@@ -346,7 +346,7 @@ impl Neighbour {
 pub struct Fault {
     /// The namespace the table is in.
     pub ns: String,
-    /// nftables family (`inet` or `netdev`).
+    /// nftables family (`netdev`).
     pub family: String,
     /// The table name.
     pub table: String,
@@ -818,6 +818,31 @@ fn v6(k: u8, net: u8, host: u8) -> Ipv6Addr {
     Ipv6Addr::new(0xfd00, 0x6876, hex(u32::from(k)), hex(u32::from(net)), 0, 0, 0, hex(u32::from(host)))
 }
 
+/// Installs (atomically replacing) table `netdev <table>` in `ns` with an ingress
+/// and an egress chain per device, each dropping packets that match any of
+/// `matches` (an empty match drops everything). `netdev` hooks sit at the device,
+/// below IP: a drop there is silent to the sender's socket (UDP `send` succeeds,
+/// TCP retransmits), exactly like loss on the wire. (An `inet` OUTPUT drop would
+/// instead fail `send`/`connect` with EPERM.) ARP is affected only by an empty
+/// match.
+fn netdev_drop_table(ns: &str, table: &str, devices: &[&str], matches: &[String]) -> Result<Fault> {
+    let mut script = format!("add table netdev {table}\ndelete table netdev {table}\ntable netdev {table} {{\n");
+    for (i, dev) in devices.iter().enumerate() {
+        for (chain, hook) in [("in", "ingress"), ("out", "egress")] {
+            script.push_str(&format!(
+                "  chain {chain}{i} {{\n    type filter hook {hook} device \"{dev}\" priority 0; policy accept;\n"
+            ));
+            for m in matches {
+                script.push_str(&format!("    {m} counter drop\n"));
+            }
+            script.push_str("  }\n");
+        }
+    }
+    script.push_str("}\n");
+    exec_in(ns, NFT, &["-f", "-"], Some(&script))?;
+    Ok(Fault { ns: ns.to_owned(), family: "netdev".into(), table: table.to_owned() })
+}
+
 /// Builds a [`Topology`].
 #[derive(Debug, Clone)]
 pub struct TopologyBuilder {
@@ -1126,20 +1151,11 @@ impl Topology {
         if links.is_empty() {
             return Err(NetnsError::Invalid("a fault needs at least one link".into()));
         }
-        let ifs: Vec<String> = links.iter().map(|l| format!("\"{}\"", n.ifname(*l))).collect();
-        let ifs = format!("{{ {} }}", ifs.join(", "));
-        let mut input = String::new();
-        let mut output = String::new();
-        for m in matches {
-            input.push_str(&format!("    iifname {ifs} {m} counter drop\n"));
-            output.push_str(&format!("    oifname {ifs} {m} counter drop\n"));
-        }
-        let script = format!(
-            "add table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n}}\n"
-        );
+        let mut devices: Vec<&str> = links.iter().map(|l| n.ifname(*l)).collect();
+        devices.sort_unstable();
+        devices.dedup();
         tracing::info!(node = %n.name, table, "installing fault");
-        exec_in(&n.ns, NFT, &["-f", "-"], Some(&script))?;
-        Ok(Fault { ns: n.ns.clone(), family: "inet".into(), table })
+        netdev_drop_table(&n.ns, &table, &devices, matches)
     }
 
     fn links_tag(links: &[Link]) -> String {
@@ -1150,9 +1166,11 @@ impl Topology {
     }
 
     /// A heartbeat-only partition: drops UDP to or from `port` on the node's
-    /// `links`, both directions, in one nftables table (`inet
-    /// hvfault_udp_<port>_<links>`) in the node's namespace. TCP and everything
-    /// else passes. Installing the same fault twice replaces it.
+    /// `links`, both directions, in one nftables table (`netdev
+    /// hvfault_udp_<port>_<links>`, ingress and egress hooks on the node's
+    /// interfaces) in the node's namespace. The drop is silent, as on a wire: the
+    /// sender's `send` succeeds. TCP, ARP and everything else passes. Installing
+    /// the same fault twice replaces it.
     pub fn partition_udp_port(&self, node: usize, port: u16, links: &[Link]) -> Result<Fault> {
         let table = format!("{FAULT_TABLE_PREFIX}udp_{port}_{}", Self::links_tag(links));
         self.install_filter(node, table, &[format!("udp dport {port}"), format!("udp sport {port}")], links)
@@ -1226,16 +1244,9 @@ impl Topology {
             self.heal(&fault)?;
             return Ok(fault);
         }
-        let rule = if percent >= 100 {
-            "counter drop".to_owned()
-        } else {
-            format!("numgen random mod 100 < {percent} counter drop")
-        };
-        let script = format!(
-            "add table netdev {table}\ndelete table netdev {table}\ntable netdev {table} {{\n  chain in {{\n    type filter hook ingress device \"{port}\" priority 0; policy accept;\n    {rule}\n  }}\n  chain out {{\n    type filter hook egress device \"{port}\" priority 0; policy accept;\n    {rule}\n  }}\n}}\n"
-        );
+        let rule = if percent >= 100 { String::new() } else { format!("numgen random mod 100 < {percent}") };
         tracing::info!(node = %n.name, %link, percent, "setting link loss");
-        exec_in(&self.switch_ns, NFT, &["-f", "-"], Some(&script))?;
+        netdev_drop_table(&self.switch_ns, &table, &[port.as_str()], &[rule])?;
         Ok(fault)
     }
 
