@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 macro_rules! require_root {
     () => {
-        if !netns::skip_unless_root(module_path!()) {
+        if !netns::skip_unless_root(std::thread::current().name().unwrap_or(module_path!())) {
             return;
         }
         havip_e2e::init_tracing();
@@ -321,7 +321,7 @@ fn prober_records_gaps_and_who_answered() {
         s.sort_by(f64::total_cmp);
         s[s.len() / 2]
     };
-    assert!((4.0..=8.0).contains(&median), "median spacing {median:.2} ms");
+    assert!((3.0..=10.0).contains(&median), "median spacing {median:.2} ms between probe starts");
     assert!(l0.accepted() as usize >= report.runs[0].count);
 }
 
@@ -341,6 +341,8 @@ fn keepalived_v3_fast_elects_the_higher_priority_and_fails_over() {
     assert!(!k1.holds_vip().expect("addresses"), "only the master holds the VIP");
     assert_eq!(k0.state(), Some(VrrpState::Master), "{}", k0.log_tail(20));
     await_tcp_name(&client.ns, (vip, 80), "n0", Duration::from_secs(2));
+    let neigh = netns::neighbour(&client.ns, "eth0", vip.into()).expect("neigh").expect("client has an entry");
+    assert_eq!(neigh.mac.as_deref(), Some(topo.node(0).data_mac.as_str()), "{neigh:?}");
 
     // Pull both of the master's cables: the backup takes over.
     let prober = Prober::on_client(&topo, (vip, 80).into()).expect("prober");
@@ -349,6 +351,9 @@ fn keepalived_v3_fast_elects_the_higher_priority_and_fails_over() {
     let took = k1.wait_holds_vip(true, Duration::from_secs(2)).expect("backup takes the VIP within 2 s");
     println!("keepalived v3_fast: backup holds the VIP {took:?} after the cable cut");
     prober.wait_for_responder("n1", Duration::from_secs(2)).expect("client reaches n1 via the VIP");
+    // The client (arp_accept=0) had an entry for the VIP: the new master's GARP updated it.
+    let neigh = netns::neighbour(&client.ns, "eth0", vip.into()).expect("neigh").expect("client has an entry");
+    assert_eq!(neigh.mac.as_deref(), Some(topo.node(1).data_mac.as_str()), "{neigh:?}");
     k0.wait_holds_vip(false, Duration::from_secs(2)).expect("carrier loss: FAULT removes the VIP");
     assert_eq!(k0.state(), Some(VrrpState::Fault), "{}", k0.log_tail(20));
     let report = prober.stop().expect("report");
@@ -415,8 +420,9 @@ fn cleanup_stale_removes_namespaces_of_dead_owners_only() {
     let deleted = netns::cleanup_stale().expect("cleanup");
     let left = netns::list_namespaces().expect("list");
     let _ = std::process::Command::new("ip").args(["netns", "delete", &live]).status();
-    assert!(deleted.contains(&dead) && !left.contains(&dead), "{deleted:?}");
-    assert!(deleted.contains(&reused) && !left.contains(&reused), "{deleted:?}");
+    // Another test's `build()` may have cleaned them up first: check what is left.
+    assert!(!left.contains(&dead), "dead owner's namespace left: {deleted:?}");
+    assert!(!left.contains(&reused), "reused pid's namespace left: {deleted:?}");
     assert!(!deleted.contains(&live) && left.contains(&live), "{deleted:?}");
     assert!(!lock.exists(), "the stale owner lock is removed");
 }
