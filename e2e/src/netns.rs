@@ -50,6 +50,32 @@
 //! killed test run never poisons the next. `Drop` kills every process in the
 //! topology's namespaces and deletes them; errors are logged, never panicked on.
 //!
+//! # Faults
+//!
+//! Every fault has an idempotent inverse, and [`Topology::heal_all`] undoes them all.
+//! - [`Topology::cut_cable`] sets the *switch-side* end of a node's veth down: the
+//!   node's interface stays administratively `UP` but reports `NO-CARRIER`,
+//!   operstate `DOWN`, exactly like a pulled cable. The kernel then flushes the
+//!   node's neighbour entries on that device and marks its routes `linkdown`;
+//!   addresses (IPv4 and IPv6) stay. [`Topology::restore_cable`] brings `LOWER_UP`
+//!   back at once (veth carrier follows the peer synchronously).
+//! - [`Topology::partition_udp_port`], [`Topology::block_tcp_port`] and
+//!   [`Topology::block_ip_proto`] install one `netdev` nftables table per fault in
+//!   the node's namespace, hooked at ingress and egress of the chosen interfaces, so
+//!   [`Topology::heal`] removes exactly that fault. The drop is silent to the
+//!   sender, like loss on a wire; an `inet` OUTPUT-hook drop would make the
+//!   sender's `send`/`connect` fail with EPERM instead, which no real partition does.
+//! - [`Topology::set_link_loss`] drops a percentage of all frames (ARP included) at
+//!   the node's switch port, both directions (`tc netem` is not available in this
+//!   machine's kernel); 100 % is a black hole with carrier still up.
+//! - [`Topology::set_gateway_up`] unplugs the gateway from the data switch.
+//!
+//! # Running code in a namespace
+//!
+//! [`spawn_in`] starts a program under `ip netns exec` as a [`ManagedProcess`];
+//! [`run_in_netns`] runs a closure on a thread that `setns`'d into the namespace
+//! (sockets it opens live there; a tokio runtime must be created on that thread).
+//!
 //! # Sysctls
 //!
 //! Node, client and gateway namespaces get kernel defaults (this host has

@@ -239,6 +239,13 @@ fn udp_partition_drops_udp_on_the_port_but_tcp_passes() {
     assert!(udp_roundtrip(&n0.ns, 0, (n1.mgmt_ip, 5405).into(), wait), "mgmt healed");
     assert!(!udp_roundtrip(&n0.ns, 0, (n1.data_ip, 5405).into(), wait), "data still partitioned");
 
+    // TCP can be blocked on its own too: silently (a timeout, not an error on send).
+    let tcp = topo.block_tcp_port(0, 7000, &[Link::Mgmt]).expect("block tcp");
+    assert_eq!(tcp_name(&n0.ns, (n1.mgmt_ip, 7000)), Err(ProbeError::ConnectTimeout));
+    assert_eq!(tcp_name(&n0.ns, (n1.data_ip, 7000)), Ok("n1".to_owned()));
+    topo.heal(&tcp).expect("heal tcp");
+    assert_eq!(tcp_name(&n0.ns, (n1.mgmt_ip, 7000)), Ok("n1".to_owned()));
+
     // Total loss at the switch port: carrier stays, nothing passes; then heal all.
     topo.set_link_loss(1, Link::Mgmt, 100).expect("loss");
     assert!(netns::link_state(&n1.ns, "eth1").expect("link").has_carrier());
@@ -425,4 +432,24 @@ fn cleanup_stale_removes_namespaces_of_dead_owners_only() {
     assert!(!left.contains(&reused), "reused pid's namespace left: {deleted:?}");
     assert!(!deleted.contains(&live) && left.contains(&live), "{deleted:?}");
     assert!(!lock.exists(), "the stale owner lock is removed");
+}
+
+#[test]
+fn keepalived_split_brain_when_vrrp_is_blocked() {
+    require_root!();
+    let topo = Topology::builder().nodes(2).build().expect("topology");
+    let k0 = Keepalived::start(&topo, 0, KeepalivedConfig::v3_fast()).expect("keepalived n0");
+    let k1 = Keepalived::start(&topo, 1, KeepalivedConfig::v3_fast()).expect("keepalived n1");
+    k0.wait_holds_vip(true, Duration::from_secs(3)).expect("n0 is master");
+    assert!(!k1.holds_vip().expect("addresses"));
+
+    // n1 stops hearing (and sending) VRRP: it promotes itself, n0 stays master.
+    let vrrp = topo.block_ip_proto(1, 112, &[Link::Data]).expect("block VRRP");
+    k1.wait_holds_vip(true, Duration::from_secs(2)).expect("n1 promotes itself");
+    assert!(k0.holds_vip().expect("addresses"), "split brain: both hold the VIP");
+    assert!(netns::link_state(&topo.node(1).ns, "eth0").expect("link").has_carrier(), "carrier stays up");
+
+    topo.heal(&vrrp).expect("heal");
+    k1.wait_holds_vip(false, Duration::from_secs(2)).expect("n1 backs off once it hears n0 again");
+    assert!(k0.holds_vip().expect("addresses"));
 }
