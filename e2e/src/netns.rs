@@ -466,16 +466,33 @@ fn exec_in(ns: &str, program: &str, args: &[&str], stdin: Option<&str>) -> Resul
     run_stdin(IP, &all, stdin)
 }
 
+fn sysctl_path(key: &str) -> PathBuf {
+    Path::new("/proc/sys").join(key.replace('.', "/"))
+}
+
+/// Writes sysctls in `ns` through `/proc/sys` from a thread inside the namespace
+/// (`/proc/sys/net` shows the network namespace of the reading thread), so no
+/// `sysctl` binary is needed.
 fn sysctls(ns: &str, settings: &[(&str, &str)]) -> Result<()> {
-    let assignments: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut args = vec!["-q", "-w"];
-    args.extend(assignments.iter().map(String::as_str));
-    exec_in(ns, "sysctl", &args, None).map(drop)
+    let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    in_netns(ns, move || {
+        for (k, v) in settings {
+            let path = sysctl_path(&k);
+            std::fs::write(&path, v.as_bytes())
+                .map_err(|source| NetnsError::Io { op: format!("write {} (sysctl {k})", path.display()), source })?;
+        }
+        Ok(())
+    })?
 }
 
 /// Reads one sysctl in a namespace (e.g. `net.ipv4.conf.eth0.arp_accept`).
 pub fn sysctl(ns: &str, key: &str) -> Result<String> {
-    exec_in(ns, "sysctl", &["-n", key], None).map(|s| s.trim().to_owned())
+    let path = sysctl_path(key);
+    in_netns(ns, move || {
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim().to_owned())
+            .map_err(|source| NetnsError::Io { op: format!("read {}", path.display()), source })
+    })?
 }
 
 /// The state of `dev` in `ns`.

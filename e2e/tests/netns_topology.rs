@@ -112,6 +112,13 @@ fn topology_comes_up_connects_and_is_removed() {
     assert_eq!(topo.client().ip.octets(), [10, k, 0, 100]);
     assert_eq!(topo.gateway().ip.octets(), [10, k, 0, 254]);
     assert_eq!(netns::sysctl(&topo.client().ns, "net.ipv4.conf.eth0.arp_accept").expect("sysctl"), "0");
+    // Sysctls are per namespace: the switch has IPv6 off, the nodes on.
+    assert_eq!(netns::sysctl(topo.switch_ns(), "net.ipv6.conf.data.disable_ipv6").expect("sysctl"), "1");
+    assert_eq!(netns::sysctl(&topo.node(0).ns, "net.ipv6.conf.eth0.disable_ipv6").expect("sysctl"), "0");
+    assert_eq!(
+        netns::exec(topo.switch_ns(), "cat", &["/proc/sys/net/ipv6/conf/data/disable_ipv6"]).expect("cat").trim(),
+        "1"
+    );
 
     // Every node answers on data and mgmt, node to node and client to node.
     let listeners: Vec<Listener> = (0..3).map(|i| Listener::on_node(&topo, i, 7000).expect("listener")).collect();
