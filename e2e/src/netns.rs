@@ -800,7 +800,8 @@ fn parse_owner(ns: &str) -> Option<(String, u32)> {
 
 /// Deletes namespaces left behind by dead topologies: names starting with
 /// `hve2e-<pid>-` whose pid is dead, or whose owner lock is no longer held (pid
-/// reused). Live topologies, also of this process, are left alone. Returns the
+/// reused), with their temporary directories (`$TMPDIR/hve2e-<pid>-…`) and
+/// lock files. Live topologies, also of this process, are left alone. Returns the
 /// namespaces deleted. Called by every [`TopologyBuilder::build`].
 pub fn cleanup_stale() -> Result<Vec<String>> {
     let mut deleted = Vec::new();
@@ -820,8 +821,34 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
             owners_done.push(owner);
         }
     }
-    for owner in owners_done {
-        let _ = std::fs::remove_file(owner_lock_path(&owner));
+    // Temporary directories (logs, keepalived configurations) and owner lock
+    // files of dead owners; a lock file only once none of its namespaces is left.
+    let owners_with_ns: Vec<String> =
+        list_namespaces()?.iter().filter_map(|ns| parse_owner(ns)).map(|(owner, _)| owner).collect();
+    let mut stale_locks = Vec::new();
+    for dir in [std::env::temp_dir(), PathBuf::from(STATE_DIR)] {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let Some((owner, pid)) = parse_owner(name.trim_end_matches(".lock")) else { continue };
+            if !(owners_done.contains(&owner) || !pid_alive(pid) || owner_lock_free(&owner) == Some(true)) {
+                continue;
+            }
+            let path = entry.path();
+            if name.ends_with(".lock") {
+                if !owners_with_ns.contains(&owner) {
+                    stale_locks.push(path);
+                }
+                continue;
+            }
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => tracing::debug!(path = %path.display(), "removed stale directory of a dead test run"),
+                Err(e) => tracing::debug!(path = %path.display(), error = %e, "cannot remove stale directory"),
+            }
+        }
+    }
+    for lock in stale_locks {
+        let _ = std::fs::remove_file(lock);
     }
     Ok(deleted)
 }

@@ -427,10 +427,12 @@ fn cleanup_stale_removes_namespaces_of_dead_owners_only() {
     let live = format!("{}{me}-999998-n0", netns::NS_PREFIX);
     std::fs::create_dir_all(netns::STATE_DIR).expect("state dir");
     let lock = Path::new(netns::STATE_DIR).join(format!("{}{me}-999999.lock", netns::NS_PREFIX));
-    std::fs::write(&lock, b"").expect("lock file");
     for ns in [&dead, &reused, &live] {
         std::process::Command::new("ip").args(["netns", "add", ns]).status().expect("ip netns add");
     }
+    std::fs::write(&lock, b"").expect("lock file");
+    let dead_dir = std::env::temp_dir().join(format!("{}99999999-0-logs", netns::NS_PREFIX));
+    std::fs::create_dir_all(dead_dir.join("sub")).expect("stale temp dir");
     let deleted = netns::cleanup_stale().expect("cleanup");
     let left = netns::list_namespaces().expect("list");
     let _ = std::process::Command::new("ip").args(["netns", "delete", &live]).status();
@@ -439,6 +441,7 @@ fn cleanup_stale_removes_namespaces_of_dead_owners_only() {
     assert!(!left.contains(&reused), "reused pid's namespace left: {deleted:?}");
     assert!(!deleted.contains(&live) && left.contains(&live), "{deleted:?}");
     assert!(!lock.exists(), "the stale owner lock is removed");
+    assert!(!dead_dir.exists(), "the dead owner's temporary directory is removed");
 }
 
 #[test]
