@@ -91,10 +91,11 @@ fn ours(prefix: &str) -> Vec<String> {
 #[test]
 fn topology_comes_up_connects_and_is_removed() {
     require_root!();
-    let topo = Topology::builder().nodes(3).build().expect("topology");
+    let topo = Topology::builder().nodes(5).build().expect("topology");
     let prefix = topo.prefix().to_owned();
     let k = topo.k();
-    assert_eq!(ours(&prefix).len(), 6, "switch, gateway, client and 3 nodes: {:?}", ours(&prefix));
+    assert_eq!(ours(&prefix).len(), 8, "switch, gateway, client and 5 nodes: {:?}", ours(&prefix));
+    assert!(Topology::builder().nodes(6).build().is_err(), "2..=5 nodes");
     assert_eq!(netns::link_state(topo.switch_ns(), "data").expect("bridge").operstate, "UP");
 
     // Address plan.
@@ -121,7 +122,7 @@ fn topology_comes_up_connects_and_is_removed() {
     );
 
     // Every node answers on data and mgmt, node to node and client to node.
-    let listeners: Vec<Listener> = (0..3).map(|i| Listener::on_node(&topo, i, 7000).expect("listener")).collect();
+    let listeners: Vec<Listener> = (0..5).map(|i| Listener::on_node(&topo, i, 7000).expect("listener")).collect();
     for from in topo.nodes() {
         for to in topo.nodes().iter().filter(|t| t.index != from.index) {
             for link in Link::BOTH {
@@ -140,7 +141,7 @@ fn topology_comes_up_connects_and_is_removed() {
         // The client is on the data network only.
         assert!(tcp_name(&topo.client().ns, (n.mgmt_ip, 7000)).is_err(), "client reached {} via mgmt", n.name);
     }
-    assert!(listeners.iter().all(|l| l.accepted() >= 5), "{listeners:?}");
+    assert!(listeners.iter().all(|l| l.accepted() >= 9), "{listeners:?}");
 
     // The gateway answers ARP; disconnected, it does not.
     let n0 = topo.node(0);
