@@ -4,8 +4,11 @@
 
 pub mod certs;
 pub mod controlplane;
+pub mod keepalived;
+pub mod netns;
 pub mod process;
 pub mod testbin;
+pub mod traffic;
 
 /// Initialises `tracing` for tests and binaries (idempotent); `RUST_LOG` filters.
 pub fn init_tracing() {
