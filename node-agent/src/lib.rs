@@ -1,1 +1,4 @@
+//! havip node agent library: the pure HA state machine ([`sm`]) and its deterministic
+//! simulator ([`sim`]).
+
 pub mod sm;
