@@ -1,4 +1,5 @@
 //! havip node agent library: the pure HA state machine ([`sm`]) and its deterministic
 //! simulator ([`sim`]).
 
+pub mod sim;
 pub mod sm;

@@ -42,9 +42,9 @@ pub struct Timings {
     pub probe_failures: u32,
     /// Minimum time between the first and the last of those failures.
     pub probe_span_ms: u64,
-    /// A probe verdict older than this is stale (reads "pending", which blocks a takeover).
-    /// The I/O layer is expected to probe much more often (every 50 ms is what the
-    /// simulator models).
+    /// A probe verdict whose last result is older than this is stale (reads "pending",
+    /// which blocks a takeover). The I/O layer must probe well within it: every ≤ 100 ms
+    /// with a connect timeout ≤ 100 ms (the simulator models 50 ms and 80 ms).
     pub probe_fresh_ms: u64,
     /// No unplanned takeover within this time after taking or giving up the VIPs.
     pub hold_down_ms: u64,
@@ -83,7 +83,7 @@ impl Default for Timings {
             heartbeat_timeout_ms: 300,
             probe_failures: 2,
             probe_span_ms: 100,
-            probe_fresh_ms: 1_000,
+            probe_fresh_ms: 500,
             hold_down_ms: 3_000,
             boot_hold_ms: 60_000,
             init_listen_ms: 1_000,

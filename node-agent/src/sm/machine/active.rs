@@ -10,8 +10,14 @@ impl Machine {
     pub(super) fn eval_active(&mut self, now: Millis, out: &mut Vec<Action>) {
         if !self.holding {
             if self.claim.is_some() {
-                // Claiming: a better claimer or holder heard meanwhile wins.
-                self.check_rival(now, out);
+                if self.maintenance {
+                    self.abandon_claim(now, Reason::MaintenanceOn, out);
+                } else if self.cut_off() {
+                    self.abandon_claim(now, Reason::Fenced, out);
+                } else {
+                    // Claiming: a better claimer or holder heard meanwhile wins.
+                    self.check_rival(now, out);
+                }
             } else {
                 self.set_role(Role::Standby, Reason::ClaimAbandoned, now, out);
             }
@@ -121,20 +127,26 @@ impl Machine {
         }
     }
 
-    /// Two actives: compares (epoch, priority) with every heard peer that holds or claims
-    /// the VIPs. Loses → gives up at once (returns true). Wins against a holder →
-    /// re-announces (rate-limited); a tie on the epoch is broken by priority and the winner
-    /// moves to a fresh epoch so the Lease can name it unambiguously.
+    /// Two actives: compares (epoch, priority) with every heard peer that holds the VIPs
+    /// (and, while this member is only claiming, also with peers that claim). Loses → gives
+    /// up at once (returns true). A holder never yields to a mere claimer: it yields when
+    /// the claimer holds, one advert later (make-before-break; no gap while the claimer
+    /// waits for its CAS). Wins against a holder → re-announces (rate-limited); a tie on the
+    /// epoch is broken by priority and the winner moves to a fresh epoch so the Lease can
+    /// name it unambiguously.
     pub(super) fn check_rival(&mut self, now: Millis, out: &mut Vec<Action>) -> bool {
         let mine = (self.held_epoch, self.my_priority);
         let mut best: Option<u64> = None;
         let mut weaker_holder = false;
         let mut tie = false;
+        let claiming = !self.holding;
         for i in 0..self.peers.len() {
             let Some(a) = self.heard_advert(i, now) else {
                 continue;
             };
-            if !(a.holds_vips || matches!(a.role, Role::Active | Role::Demoting)) {
+            let rival =
+                a.holds_vips || (claiming && matches!(a.role, Role::Active | Role::Demoting));
+            if !rival {
                 continue;
             }
             let theirs = (a.epoch, a.priority);

@@ -291,6 +291,13 @@ impl Machine {
     /// buffer).
     pub fn step_into(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
         let now = now.max(self.last_now);
+        if self.started_at.is_some() && now.since(self.last_now) > self.t().heartbeat_timeout_ms {
+            // The process was stalled (SIGSTOP, a suspended VM): data-plane evidence
+            // gathered before the stall says nothing about now.
+            for tr in &mut self.probes {
+                *tr = ProbeTrack::default();
+            }
+        }
         self.last_now = now;
         if self.started_at.is_none() {
             self.started_at = Some(now);
@@ -328,6 +335,21 @@ impl Machine {
     /// Current role.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Whether this member holds the VIPs (added or adopted, not removed).
+    pub fn holds_vips(&self) -> bool {
+        self.holding
+    }
+
+    /// Highest pair epoch known (persisted; never goes backwards).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Last role change, if any.
+    pub fn last_transition(&self) -> Option<&Transition> {
+        self.last_transition.as_ref()
     }
 
     /// Rebuilds the per-peer and per-VIP tables after a configuration change, keeping what
@@ -715,6 +737,15 @@ impl Machine {
             .tgt
             .as_ref()
             .is_some_and(|t| now.since(t.at) >= tgt_life)
+        {
+            self.tgt = None;
+        }
+        // An acked prepare whose initiator fell silent must not delay a takeover.
+        if let Some(t) = &self.tgt
+            && t.phase == TgtPhase::Acked
+            && self
+                .peer_index(&t.from)
+                .is_none_or(|i| !self.peer_heard(i, now))
         {
             self.tgt = None;
         }

@@ -202,7 +202,7 @@ impl Machine {
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
                     if c.epoch == epoch {
-                        self.acquire(now, c.reason, out);
+                        self.claim_won(now, c.reason, out);
                     }
                 } else if self.holding {
                     self.reconcile_lease(now, out);
@@ -217,7 +217,7 @@ impl Machine {
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
                     if holder.as_ref() == Some(&me) && epoch == c.epoch {
-                        self.acquire(now, c.reason, out);
+                        self.claim_won(now, c.reason, out);
                     } else if epoch >= c.epoch {
                         // Someone else took the pair under this epoch or a newer one.
                         self.abandon_claim(now, Reason::LeaseConflict, out);

@@ -153,9 +153,13 @@ impl Machine {
         if self.boot_hold_until().is_some_and(|u| now < u) {
             return Err(Blocker::BootHold);
         }
+        // Steady hearing: a higher-priority peer heard for less than the init listen may
+        // still turn out to be the better candidate (or active); wait for it. Lower-priority
+        // peers cannot outrank this member, so they never delay it.
         let listen = self.t().init_listen_ms;
         for i in 0..self.peers.len() {
             if self.peer_heard(i, now)
+                && self.peers[i].priority > self.my_priority
                 && self.peers[i]
                     .heard_since
                     .is_none_or(|s| now.since(s) < listen)
@@ -292,8 +296,21 @@ impl Machine {
             return;
         };
         match self.takeover_conditions(now, true) {
-            Ok(_) => self.acquire(now, c.reason, out),
+            Ok(_) => self.claim_won(now, c.reason, out),
             Err(_) => self.abandon_claim(now, Reason::ClaimAbandoned, out),
+        }
+    }
+
+    /// The Lease names us under the claimed epoch: take the VIPs, unless this member became
+    /// unfit meanwhile (maintenance, cut off): then the Lease is left to be overwritten by
+    /// the next claimer.
+    pub(super) fn claim_won(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
+        if self.maintenance {
+            self.abandon_claim(now, Reason::MaintenanceOn, out);
+        } else if !self.carrier_ok() || self.gateway == Some(false) {
+            self.abandon_claim(now, Reason::Fenced, out);
+        } else {
+            self.acquire(now, reason, out);
         }
     }
 
