@@ -148,6 +148,9 @@ pub enum Blocker {
     VersionMismatch,
     /// Within the hold-down after taking or giving up the VIPs.
     HoldDown,
+    /// A takeover claim just lost the Lease to another member: wait one heartbeat timeout
+    /// to hear the winner before claiming again.
+    LeaseConflictBackoff,
     /// A peer is heard being active or holding the VIPs.
     PeerActive,
     /// A planned handover to this member is in progress.

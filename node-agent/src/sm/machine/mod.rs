@@ -180,6 +180,8 @@ pub struct Machine {
     cas: Option<CasPending>,
     claim: Option<Claim>,
     candidate_since: Option<Millis>,
+    /// No new claim before then (after losing a Lease CAS to another member).
+    claim_backoff_until: Option<Millis>,
     op: Option<Op>,
     tgt: Option<TargetOp>,
     sticky: Option<(OpMsg, Millis)>,
@@ -249,6 +251,7 @@ impl Machine {
             cas: None,
             claim: None,
             candidate_since: None,
+            claim_backoff_until: None,
             op: None,
             tgt: None,
             sticky: None,

@@ -140,6 +140,9 @@ impl Machine {
         if !as_claimer && self.in_hold_down(now) {
             return Err(Blocker::HoldDown);
         }
+        if !as_claimer && self.claim_backoff_until.is_some_and(|u| now < u) {
+            return Err(Blocker::LeaseConflictBackoff);
+        }
         for i in 0..self.peers.len() {
             if let Some(a) = self.heard_advert(i, now)
                 && (a.holds_vips || matches!(a.role, Role::Active | Role::Demoting))
@@ -316,6 +319,9 @@ impl Machine {
 
     pub(super) fn abandon_claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         self.claim = None;
+        if reason == Reason::LeaseConflict {
+            self.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
+        }
         if self
             .cas
             .as_ref()
