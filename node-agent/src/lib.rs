@@ -1,3 +1,18 @@
+//! havip node agent library: the pure HA state machine ([`sm`]) and its deterministic
+//! simulator ([`sim`]), and the agent's I/O around it: VIP addresses through
+//! rtnetlink ([`netlink`]), announcements and ARP probes ([`announce`]), the heartbeat
+//! ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
+//! ([`config`]), the runtime that ties them together ([`runtime`]), the standalone admin
+//! socket ([`admin`]) and metrics ([`metrics`]).
+
+pub mod admin;
 pub mod announce;
+pub mod config;
+pub mod heartbeat;
+pub mod metrics;
 pub mod netlink;
+pub mod probes;
+pub mod runtime;
+pub mod sim;
 pub mod sm;
+pub mod state;

@@ -1,0 +1,503 @@
+//! The invariants, checked against the world's ground truth while a schedule runs.
+//! Bounds and their justification are documented in [`super`].
+
+use std::collections::VecDeque;
+
+use super::world::{GATEWAY_INTERVAL, Snap, World, node_name};
+use super::{Invariant, MAX_NODES, MAX_VIPS, TraceKind, Violation, bounds};
+use crate::sm::{Command, FailbackPolicy, Reason, Role};
+
+/// A pending check of invariant (d): a crashed sole holder must be replaced by `deadline`.
+#[derive(Clone, Debug)]
+struct PendingD {
+    t0: u64,
+    deadline: u64,
+    dead: usize,
+    standby: usize,
+}
+
+/// Checker state: ground-truth timelines plus mirrors of the policy counters.
+pub(super) struct Checker {
+    pub violations: Vec<Violation>,
+    /// Since when node `n` holds VIP `v` in its kernel.
+    pub hold_since: [[Option<u64>; MAX_VIPS]; MAX_NODES],
+    listener_since: [Option<u64>; MAX_NODES],
+    data_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    conn_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    conn_lossless_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    gw_bad_since: [Option<u64>; MAX_NODES],
+    max_epoch: [u64; MAX_NODES],
+    moves: Vec<VecDeque<u64>>,
+    suspended: [bool; MAX_NODES],
+    quiet_from: [u64; MAX_NODES],
+    nonpref: Vec<VecDeque<u64>>,
+    quarantined_until: [u64; MAX_NODES],
+    maintenance: [bool; MAX_NODES],
+    any_maintenance: bool,
+    pending_d: Option<PendingD>,
+    last_world: u64,
+    n: usize,
+    nv: usize,
+}
+
+fn upd(slot: &mut Option<u64>, on: bool, t: u64) {
+    if on {
+        slot.get_or_insert(t);
+    } else {
+        *slot = None;
+    }
+}
+
+fn held_for(since: Option<u64>, t: u64, w: u64) -> bool {
+    since.is_some_and(|s| t.saturating_sub(s) >= w)
+}
+
+impl Checker {
+    pub(super) fn new(n: usize, nv: usize) -> Checker {
+        Checker {
+            violations: Vec::new(),
+            hold_since: [[None; MAX_VIPS]; MAX_NODES],
+            listener_since: [None; MAX_NODES],
+            data_since: [[None; MAX_NODES]; MAX_NODES],
+            conn_since: [[None; MAX_NODES]; MAX_NODES],
+            conn_lossless_since: [[None; MAX_NODES]; MAX_NODES],
+            gw_bad_since: [None; MAX_NODES],
+            max_epoch: [0; MAX_NODES],
+            moves: vec![VecDeque::new(); MAX_NODES],
+            suspended: [false; MAX_NODES],
+            quiet_from: [0; MAX_NODES],
+            nonpref: vec![VecDeque::new(); MAX_NODES],
+            quarantined_until: [0; MAX_NODES],
+            maintenance: [false; MAX_NODES],
+            any_maintenance: false,
+            pending_d: None,
+            last_world: 0,
+            n,
+            nv,
+        }
+    }
+
+    /// Records a violation (the first of each invariant per schedule).
+    pub(super) fn violate(&mut self, t: u64, invariant: Invariant, detail: String) {
+        if self.violations.iter().any(|v| v.invariant == invariant) {
+            return;
+        }
+        self.violations.push(Violation {
+            invariant,
+            at_ms: t,
+            detail,
+        });
+    }
+
+    fn violate_w(w: &mut World, invariant: Invariant, detail: String) {
+        let t = w.t;
+        let fresh = !w.chk.violations.iter().any(|v| v.invariant == invariant);
+        w.chk.violate(t, invariant, detail.clone());
+        if fresh {
+            w.trace_push(TraceKind::Violation(invariant, detail));
+        }
+    }
+
+    /// Recomputes the ground-truth timelines after a world change.
+    pub(super) fn refresh_links(w: &mut World) {
+        let t = w.t;
+        let n = w.chk.n;
+        for i in 0..n {
+            let l = w.nodes[i].powered && w.nodes[i].listener;
+            upd(&mut w.chk.listener_since[i], l, t);
+            let node = &w.nodes[i];
+            let gw_bad = w.p.gateway_configured && node.powered && !(node.gw && node.carrier);
+            upd(&mut w.chk.gw_bad_since[i], gw_bad, t);
+            for j in 0..n {
+                let d = w.data_reach(i, j);
+                upd(&mut w.chk.data_since[i][j], d, t);
+                if i < j {
+                    let c = w.connected(i, j, false);
+                    upd(&mut w.chk.conn_since[i][j], c, t);
+                    let cl = w.connected(i, j, true);
+                    upd(&mut w.chk.conn_lossless_since[i][j], cl, t);
+                }
+            }
+        }
+    }
+
+    pub(super) fn after_world_event(w: &mut World) {
+        Self::refresh_links(w);
+        if w.chk.pending_d.as_ref().is_some_and(|p| w.t > p.t0) {
+            // Another change during the window: the bound no longer applies.
+            w.chk.pending_d = None;
+        }
+        w.chk.last_world = w.t;
+    }
+
+    /// Evaluated every few virtual ms: (a) and the deadline of (d).
+    pub(super) fn periodic(w: &mut World) {
+        Self::check_dual(w);
+        if let Some(p) = w.chk.pending_d.clone()
+            && w.t < p.deadline
+            && !w.holders().0.is_empty()
+        {
+            w.chk.pending_d = None;
+            w.stats.d_checked += 1;
+            w.stats.replacement_ms.push(w.t - p.t0);
+        }
+        if let Some(p) = w.chk.pending_d.clone()
+            && w.t >= p.deadline
+        {
+            w.chk.pending_d = None;
+            w.stats.d_checked += 1;
+            let (full, _) = w.holders();
+            if full.is_empty() {
+                let d = format!(
+                    "{} (sole holder) powered off at {} ms with {} a ready standby; nobody \
+                     holds the VIPs {} ms later (bound {} ms)",
+                    node_name(p.dead),
+                    p.t0,
+                    node_name(p.standby),
+                    w.t - p.t0,
+                    p.deadline - p.t0
+                );
+                Self::violate_w(w, Invariant::SlowReplacement, d);
+            }
+        }
+    }
+
+    /// (a): two holders of a VIP that the client reaches, while they have a working
+    /// heartbeat path between them, for longer than the bound.
+    fn check_dual(w: &mut World) {
+        let t = w.t;
+        let lossless_bound = bounds::dual_lossless(&w.p.timings, w.p.max_delay());
+        for v in 0..w.chk.nv {
+            for i in 0..w.chk.n {
+                if !(w.nodes[i].powered && w.nodes[i].kernel & (1 << v) != 0 && w.client_reach(i)) {
+                    continue;
+                }
+                for j in (i + 1)..w.chk.n {
+                    if !(w.nodes[j].powered
+                        && w.nodes[j].kernel & (1 << v) != 0
+                        && w.client_reach(j))
+                    {
+                        continue;
+                    }
+                    let both = w.chk.hold_since[i][v].max(w.chk.hold_since[j][v]);
+                    let Some(both) = both else {
+                        continue;
+                    };
+                    if let Some(c) = w.chk.conn_since[i][j] {
+                        w.stats.dual_max_ms =
+                            w.stats.dual_max_ms.max(t.saturating_sub(both.max(c)));
+                    }
+                    let mut bad = None;
+                    if let Some(c) = w.chk.conn_lossless_since[i][j]
+                        && t.saturating_sub(both.max(c)) > lossless_bound
+                    {
+                        bad = Some(("a lossless", t - both.max(c), lossless_bound));
+                    } else if let Some(c) = w.chk.conn_since[i][j]
+                        && t.saturating_sub(both.max(c)) > bounds::DUAL_LOSSY
+                    {
+                        bad = Some(("a lossy", t - both.max(c), bounds::DUAL_LOSSY));
+                    }
+                    if let Some((kind, dur, bound)) = bad {
+                        let d = format!(
+                            "{} and {} both hold VIP #{v} reachable by the client for {dur} ms \
+                             while connected by {kind} heartbeat path (bound {bound} ms)",
+                            node_name(i),
+                            node_name(j)
+                        );
+                        Self::violate_w(w, Invariant::DualHolders, d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers the (d) check when a sole holder is powered off in a quiet moment with a
+    /// ready standby.
+    pub(super) fn before_power_off(w: &mut World, h: usize) {
+        let t = w.t;
+        if t < 3_000 || t.saturating_sub(w.chk.last_world) < 2_000 {
+            return;
+        }
+        if w.loss.iter().any(|l| *l > 0) {
+            return;
+        }
+        let all = (1u8 << w.chk.nv) - 1;
+        if w.nodes[h].kernel != all {
+            return;
+        }
+        if (0..w.chk.n).any(|i| i != h && w.nodes[i].powered && w.nodes[i].kernel != 0) {
+            return;
+        }
+        let Some(s) = (0..w.chk.n).find(|&s| s != h && Self::ready_standby(w, s)) else {
+            return;
+        };
+        let store_down = (0..w.chk.n).any(|i| !w.nodes[i].store);
+        let bound = bounds::takeover(
+            &w.p.timings,
+            w.p.max_delay(),
+            w.chk.n,
+            w.p.store_lat.1,
+            store_down,
+        );
+        w.chk.pending_d = Some(PendingD {
+            t0: t,
+            deadline: t + bound,
+            dead: h,
+            standby: s,
+        });
+    }
+
+    /// A standby that must be able to take over at once: its agent runs (for a while),
+    /// it is Standby and outside hold-down and boot hold, healthy links, no maintenance,
+    /// and (without a data-plane target) not suspended or paused.
+    fn ready_standby(w: &World, s: usize) -> bool {
+        let node = &w.nodes[s];
+        if !node.live() || w.t.saturating_sub(node.agent_started) < 3_000 {
+            return false;
+        }
+        if !node.carrier || (w.p.gateway_configured && !node.gw) {
+            return false;
+        }
+        let Some(m) = node.machine.as_ref() else {
+            return false;
+        };
+        if m.role() != Role::Standby {
+            return false;
+        }
+        let st = m.status();
+        let now = w.t + node.mono_base;
+        let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now);
+        let unknown_ok = w.p.has_target
+            || (!st.suspended && !st.paused && !st.peers.iter().any(|p| p.suspended));
+        hold_ok
+            && st.boot_hold_until.is_none()
+            && st.config_valid
+            && !st.maintenance
+            && st.carrier_ok
+            && st.gateway != Some(false)
+            && !st.alarms.contains(&crate::sm::Alarm::VersionMismatch)
+            && st.operation.is_none()
+            && unknown_ok
+    }
+
+    pub(super) fn on_agent_start(w: &mut World, n: usize) {
+        let e = w.nodes[n].persisted.epoch;
+        if e < w.chk.max_epoch[n] {
+            let d = format!(
+                "{} restarted with epoch {e} after having known {}",
+                node_name(n),
+                w.chk.max_epoch[n]
+            );
+            Self::violate_w(w, Invariant::EpochBackwards, d);
+        }
+        let c = &mut w.chk;
+        c.moves[n].clear();
+        c.nonpref[n].clear();
+        c.quarantined_until[n] = 0;
+        c.suspended[n] = w.nodes[n].persisted.suspended;
+        c.quiet_from[n] = w.t;
+        c.maintenance[n] = w.nodes[n].persisted.maintenance;
+    }
+
+    pub(super) fn on_command(w: &mut World, n: usize, cmd: &Command) {
+        match cmd {
+            Command::Maintenance { on, .. } => {
+                w.chk.maintenance[n] = *on;
+                w.chk.any_maintenance |= *on;
+            }
+            Command::ClearSuspension => {
+                w.chk.suspended[n] = false;
+                w.chk.moves[n].clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// Mirror of the flap suspension (same rule as the machine, from its own outputs).
+    fn suspended_at(&mut self, n: usize, t: u64, quiet: u64) -> bool {
+        if self.suspended[n] && t.saturating_sub(self.quiet_from[n]) >= quiet {
+            self.suspended[n] = false;
+            self.moves[n].clear();
+        }
+        self.suspended[n]
+    }
+
+    fn record_move(w: &mut World, n: usize) {
+        let t = w.t;
+        let quiet = 10_000;
+        let window = 20_000;
+        w.chk.suspended_at(n, t, quiet);
+        let q = &mut w.chk.moves[n];
+        q.push_back(t);
+        while q.front().is_some_and(|&m| t.saturating_sub(m) >= window) {
+            q.pop_front();
+        }
+        w.chk.quiet_from[n] = t;
+        if w.chk.moves[n].len() >= 3 {
+            w.chk.suspended[n] = true;
+        }
+    }
+
+    fn top_priority(w: &World, n: usize) -> bool {
+        w.nodes.iter().all(|x| x.priority <= w.nodes[n].priority)
+    }
+
+    /// (e) at the moment an active commits a handover.
+    pub(super) fn on_handover_start(w: &mut World, n: usize, reason: Reason) {
+        if !reason.discretionary() {
+            return;
+        }
+        let t = w.t;
+        if w.chk.suspended_at(n, t, 10_000) {
+            let d = format!(
+                "{} started a discretionary handover ({reason:?}) while flap-suspended",
+                node_name(n)
+            );
+            Self::violate_w(w, Invariant::PolicyViolated, d);
+        }
+        if reason == Reason::Failback && !w.chk.any_maintenance && t < w.chk.quarantined_until[n] {
+            let d = format!(
+                "{} failed back while in quarantine (until {} ms)",
+                node_name(n),
+                w.chk.quarantined_until[n]
+            );
+            Self::violate_w(w, Invariant::PolicyViolated, d);
+        }
+    }
+
+    /// After every machine step: epochs (f), acquisitions (b, c, e) and the mirrors.
+    pub(super) fn after_step(w: &mut World, n: usize, before: Snap, after: Snap) {
+        if after.epoch < before.epoch || after.epoch < w.chk.max_epoch[n] {
+            let d = format!(
+                "{} epoch went from {} to {}",
+                node_name(n),
+                before.epoch.max(w.chk.max_epoch[n]),
+                after.epoch
+            );
+            Self::violate_w(w, Invariant::EpochBackwards, d);
+        }
+        w.chk.max_epoch[n] = w.chk.max_epoch[n].max(after.epoch);
+        let reason = w.nodes[n]
+            .machine
+            .as_ref()
+            .and_then(|m| m.last_transition().map(|t| t.reason));
+        if !before.holds && after.holds {
+            if before.role == Role::Init || after.role == Role::Init {
+                return; // adoption after an agent restart: the kernel held them already
+            }
+            if let Some(r) = reason {
+                Self::on_acquire(w, n, r);
+            }
+        } else if before.holds
+            && !after.holds
+            && let Some(r) = reason
+            && r.automatic()
+        {
+            Self::record_move(w, n);
+        }
+    }
+
+    fn on_acquire(w: &mut World, n: usize, reason: Reason) {
+        let t = w.t;
+        let unplanned = matches!(reason, Reason::Takeover | Reason::Election);
+        if unplanned {
+            w.stats.takeovers += 1;
+        }
+        if w.chk.maintenance[n] {
+            let d = format!(
+                "{} took the VIPs ({reason:?}) while in maintenance",
+                node_name(n)
+            );
+            Self::violate_w(w, Invariant::PolicyViolated, d);
+        }
+        if !w.nodes[n].carrier {
+            let d = format!(
+                "{} took the VIPs ({reason:?}) without carrier",
+                node_name(n)
+            );
+            Self::violate_w(w, Invariant::IsolatedTakeover, d);
+        }
+        if held_for(w.chk.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
+            let d = format!(
+                "{} took the VIPs ({reason:?}) with its gateway unreachable since {} ms",
+                node_name(n),
+                w.chk.gw_bad_since[n].unwrap_or(0)
+            );
+            Self::violate_w(w, Invariant::IsolatedTakeover, d);
+        }
+        if unplanned && w.p.has_target {
+            w.stats.b_checked += 1;
+            let window = bounds::stale_evidence(&w.p.timings);
+            for h in 0..w.chk.n {
+                if h == n {
+                    continue;
+                }
+                for v in 0..w.chk.nv {
+                    if w.p.vips[v].probe_ports.is_empty() {
+                        continue;
+                    }
+                    if held_for(w.chk.hold_since[h][v], t, window)
+                        && held_for(w.chk.listener_since[h], t, window)
+                        && held_for(w.chk.data_since[n][h], t, window)
+                    {
+                        let d = format!(
+                            "{} took the VIPs ({reason:?}) although {} served VIP #{v} with a \
+                             working data plane between them for at least {window} ms",
+                            node_name(n),
+                            node_name(h)
+                        );
+                        Self::violate_w(w, Invariant::HeartbeatOnlyMove, d);
+                    }
+                }
+            }
+        }
+        if unplanned && !w.p.has_target && w.chk.suspended_at(n, t, 10_000) {
+            let d = format!(
+                "{} took over with an unknown data plane while flap-suspended",
+                node_name(n)
+            );
+            Self::violate_w(w, Invariant::PolicyViolated, d);
+        }
+        if reason.automatic() {
+            Self::record_move(w, n);
+        }
+        if let FailbackPolicy::Automatic(p) = &w.p.failback
+            && matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted)
+            && !Self::top_priority(w, n)
+        {
+            let (window, count, hold) = (
+                p.quarantine_window_ms,
+                p.quarantine_failovers,
+                p.quarantine_hold_ms,
+            );
+            let q = &mut w.chk.nonpref[n];
+            q.push_back(t);
+            while q.front().is_some_and(|&m| t.saturating_sub(m) >= window) {
+                q.pop_front();
+            }
+            if q.len() >= usize::try_from(count).unwrap_or(usize::MAX) {
+                w.chk.quarantined_until[n] = t + hold;
+            }
+        }
+    }
+
+    /// After the heal and the settle time: exactly one member holds every VIP.
+    pub(super) fn final_ok(w: &World) -> bool {
+        let (full, any) = w.holders();
+        full.len() == 1 && any == 1
+    }
+
+    pub(super) fn final_check(w: &mut World) {
+        if !Self::final_ok(w) {
+            let (full, any) = w.holders();
+            let d = format!(
+                "after the heal and {} ms: {} member(s) hold every VIP, {} hold some ({:?})",
+                w.p.settle,
+                full.len(),
+                any,
+                full.iter().map(|&i| node_name(i)).collect::<Vec<_>>()
+            );
+            Self::violate_w(w, Invariant::NoHolderAfterHeal, d);
+        }
+    }
+}

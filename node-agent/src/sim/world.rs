@@ -1,0 +1,1197 @@
+//! The virtual world: nodes (kernel VIPs, listener, links, agent process), a two-path
+//! network, a client, a Lease store, and a discrete-event queue on a virtual clock.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+use super::check::Checker;
+use super::rng::SplitMix64;
+use super::{MAX_NODES, TraceEntry, TraceKind};
+use crate::sm::{
+    Action, Advert, CasResult, Command, Config, Event, FailbackPolicy, Input, Link, Machine,
+    Millis, NodeId, Persisted, ProbeResult, RejectReason, Role, Timings, VipId, VipSpec,
+};
+
+/// Heartbeat paths: 0 = data network (shares the cable with the VIPs), 1 = management.
+pub(super) const PATHS: usize = 2;
+/// The I/O layer's data-plane probe cadence and connect timeout, as modelled.
+pub(super) const PROBE_INTERVAL: u64 = 50;
+/// Connect timeout of a probe to an address nobody answers for.
+pub(super) const PROBE_TIMEOUT: u64 = 80;
+const LOCAL_PROBE_INTERVAL: u64 = 250;
+/// The fence-target (gateway) check cadence.
+pub(super) const GATEWAY_INTERVAL: u64 = 200;
+const VIPS_INTERVAL: u64 = 1_000;
+const TRAFFIC_INTERVAL: u64 = 1_000;
+/// Invariants (a) and (d) are evaluated every this many virtual ms.
+pub(super) const CHECK_INTERVAL: u64 = 10;
+const TRACE_KEEP: usize = 48;
+
+/// Parameters of one schedule (drawn from its seed).
+#[derive(Clone, Debug)]
+pub(super) struct Params {
+    pub n: usize,
+    pub vips: Vec<VipSpec>,
+    pub has_target: bool,
+    pub gateway_configured: bool,
+    pub store_fast_fail: bool,
+    /// Per path: one-way delay range in ms.
+    pub delay: [(u64, u64); PATHS],
+    /// Lease store one-way latency range in ms.
+    pub store_lat: (u64, u64),
+    pub timings: Timings,
+    pub failback: FailbackPolicy,
+    pub start_alone: bool,
+    /// Warm start: this node is already active (epoch 5, VIPs on its interface).
+    pub warm: Option<usize>,
+    /// Faults happen before this time; then everything heals.
+    pub fault_end: u64,
+    /// Time after the heal before the final check.
+    pub settle: u64,
+}
+
+impl Params {
+    pub(super) fn max_delay(&self) -> u64 {
+        self.delay.iter().map(|d| d.1).max().unwrap_or(0)
+    }
+}
+
+/// One simulated node.
+pub(super) struct Node {
+    pub priority: u8,
+    pub cfg: Config,
+    pub machine: Option<Machine>,
+    /// Agent incarnation; events of older incarnations are dropped.
+    pub inc: u32,
+    pub powered: bool,
+    pub paused: bool,
+    pub persisted: Persisted,
+    /// Kernel-held VIPs (bit per VIP index).
+    pub kernel: u8,
+    pub listener: bool,
+    pub carrier: bool,
+    pub mgmt: bool,
+    pub gw: bool,
+    pub client: bool,
+    pub store: bool,
+    pub skewed: bool,
+    pub key: u32,
+    pub traffic: Option<u64>,
+    /// Offset of this boot's monotonic clock.
+    pub mono_base: u64,
+    pub agent_started: u64,
+}
+
+impl Node {
+    pub(super) fn live(&self) -> bool {
+        self.powered && self.machine.is_some() && !self.paused
+    }
+}
+
+/// Who receives an operator command.
+#[derive(Clone, Debug)]
+pub(super) enum CmdTarget {
+    /// The node holding the VIPs now (else node 0).
+    Holder,
+    /// A given node.
+    Node(usize),
+    /// Every node.
+    All,
+}
+
+/// A world change (fault, repair, operator action).
+#[derive(Clone, Debug)]
+pub(super) enum Fault {
+    PowerOff(usize),
+    /// Power off whichever node holds the VIPs now (then power it on `after` ms later).
+    PowerOffHolder {
+        after: u64,
+    },
+    PowerOn(usize),
+    AgentCrash(usize),
+    AgentStart(usize),
+    Pause(usize),
+    Resume(usize),
+    /// Heartbeat-only block (a firewall on the heartbeat port) on `path`, one direction.
+    HbBlock {
+        path: usize,
+        from: usize,
+        to: usize,
+        on: bool,
+    },
+    /// IP-level cut on network `net` (0 data, 1 management), one direction.
+    Cut {
+        net: usize,
+        from: usize,
+        to: usize,
+        on: bool,
+    },
+    Carrier(usize, bool),
+    Mgmt(usize, bool),
+    Gateway(usize, bool),
+    Client(usize, bool),
+    Store(usize, bool),
+    Listener(usize, bool),
+    Skew(usize, bool),
+    Key(usize, u32),
+    /// Loss on a path, per mille.
+    Loss(usize, u32),
+    Traffic(usize, Option<u64>),
+    Cmd(CmdTarget, Command),
+    /// Several changes at once, under one label.
+    Many(&'static str, Vec<Fault>),
+    HealAll,
+}
+
+#[derive(Clone, Debug)]
+enum NodeEv {
+    Tick,
+    ProbeStart,
+    ProbeDone { vip: usize, up: bool },
+    LocalProbe,
+    GatewayFeed,
+    VipsFeed { periodic: bool },
+    TrafficFeed,
+    InitFeed,
+    LeaseFeed,
+    CasReply(CasResult),
+}
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Node {
+        n: usize,
+        inc: u32,
+        ev: NodeEv,
+    },
+    Deliver {
+        to: usize,
+        from: usize,
+        path: usize,
+        msg: Rc<Advert>,
+    },
+    CasAtStore {
+        n: usize,
+        inc: u32,
+        new_epoch: u64,
+        expected: u64,
+    },
+    World(Fault),
+    Check,
+}
+
+struct Sched {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Sched {
+    fn eq(&self, o: &Sched) -> bool {
+        (self.t, self.seq) == (o.t, o.seq)
+    }
+}
+impl Eq for Sched {}
+impl PartialOrd for Sched {
+    fn partial_cmp(&self, o: &Sched) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Sched {
+    // Reversed: BinaryHeap is a max-heap and we pop the earliest (time, seq).
+    fn cmp(&self, o: &Sched) -> Ordering {
+        (o.t, o.seq).cmp(&(self.t, self.seq))
+    }
+}
+
+/// Machine state before a step, to detect what the step changed.
+#[derive(Clone, Copy)]
+pub(super) struct Snap {
+    pub holds: bool,
+    pub epoch: u64,
+    pub role: Role,
+}
+
+/// Counters of one schedule.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Stats {
+    pub steps: u64,
+    pub events: u64,
+    pub takeovers: u64,
+    pub planned_ok: u64,
+    /// (d) checks that ran to their deadline.
+    pub d_checked: u64,
+    /// Longest time two client-reachable, connected members both held a VIP.
+    pub dual_max_ms: u64,
+    /// Unplanned acquisitions checked against (b) with a data-plane target.
+    pub b_checked: u64,
+    /// Crash-to-replacement times of the (d) checks (to the check granularity).
+    pub replacement_ms: Vec<u64>,
+}
+
+/// The simulated world of one schedule.
+pub(super) struct World {
+    pub t: u64,
+    seq: u64,
+    queue: BinaryHeap<Sched>,
+    pub rng: SplitMix64,
+    pub p: Params,
+    pub nodes: Vec<Node>,
+    /// `[path][from][to]` heartbeat-only blocks.
+    pub hb_block: [[[bool; MAX_NODES]; MAX_NODES]; PATHS],
+    /// `[net][from][to]` IP-level cuts.
+    pub cut: [[[bool; MAX_NODES]; MAX_NODES]; PATHS],
+    /// Per-path loss, per mille.
+    pub loss: [u32; PATHS],
+    pub store_holder: Option<usize>,
+    pub store_epoch: u64,
+    pub chk: Checker,
+    pub stats: Stats,
+    pub trace: std::collections::VecDeque<TraceEntry>,
+    pub full_trace: Option<Vec<TraceEntry>>,
+    pub digest: u64,
+    next_op_id: u64,
+    buf: Vec<Action>,
+    #[cfg(test)]
+    pub break_probe: bool,
+}
+
+impl World {
+    pub(super) fn new(p: Params, rng: SplitMix64, full_trace: bool) -> World {
+        let mut rng = rng;
+        let members: Vec<crate::sm::Member> = (0..p.n)
+            .map(|i| crate::sm::Member {
+                node: node_name(i),
+                priority: 0,
+            })
+            .collect();
+        // Distinct priorities in random order.
+        let mut prios: Vec<u8> = Vec::new();
+        while prios.len() < p.n {
+            let c = u8::try_from(rng.range(1, 254)).unwrap_or(1);
+            if !prios.contains(&c) {
+                prios.push(c);
+            }
+        }
+        let members: Vec<crate::sm::Member> = members
+            .into_iter()
+            .zip(&prios)
+            .map(|(mut m, pr)| {
+                m.priority = *pr;
+                m
+            })
+            .collect();
+        let nodes = (0..p.n)
+            .map(|i| {
+                let mut cfg = Config::new(node_name(i), members.clone());
+                cfg.paths = vec![crate::sm::PathId(0), crate::sm::PathId(1)];
+                cfg.vips = p.vips.clone();
+                cfg.timings = p.timings.clone();
+                cfg.failback = p.failback.clone();
+                cfg.start_alone = p.start_alone;
+                cfg.config_revision = 1;
+                cfg.flap = crate::sm::FlapPolicy {
+                    moves: 3,
+                    window_ms: 20_000,
+                    quiet_ms: 10_000,
+                };
+                let warm = p.warm.is_some();
+                let persisted = Persisted {
+                    epoch: if warm { 5 } else { 0 },
+                    last_role: if p.warm == Some(i) {
+                        Role::Active
+                    } else {
+                        Role::Standby
+                    },
+                    ..Persisted::default()
+                };
+                let all = if p.warm == Some(i) {
+                    (1u8 << p.vips.len()) - 1
+                } else {
+                    0
+                };
+                Node {
+                    priority: prios[i],
+                    cfg,
+                    machine: None,
+                    inc: 0,
+                    powered: true,
+                    paused: false,
+                    persisted,
+                    kernel: all,
+                    listener: true,
+                    carrier: true,
+                    mgmt: true,
+                    gw: true,
+                    client: true,
+                    store: true,
+                    skewed: false,
+                    key: 0,
+                    traffic: Some(1_000),
+                    mono_base: rng.range(0, 1_000_000),
+                    agent_started: 0,
+                }
+            })
+            .collect();
+        let store_holder = p.warm;
+        let store_epoch = if p.warm.is_some() { 5 } else { 0 };
+        let nv = p.vips.len();
+        let mut w = World {
+            t: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            rng,
+            nodes,
+            hb_block: [[[false; MAX_NODES]; MAX_NODES]; PATHS],
+            cut: [[[false; MAX_NODES]; MAX_NODES]; PATHS],
+            loss: [0; PATHS],
+            store_holder,
+            store_epoch,
+            chk: Checker::new(p.n, nv),
+            stats: Stats::default(),
+            trace: std::collections::VecDeque::new(),
+            full_trace: full_trace.then(Vec::new),
+            digest: 0xcbf2_9ce4_8422_2325,
+            next_op_id: 1,
+            buf: Vec::new(),
+            p,
+            #[cfg(test)]
+            break_probe: false,
+        };
+        if let Some(h) = w.p.warm {
+            for v in 0..nv {
+                w.chk.hold_since[h][v] = Some(0);
+            }
+        }
+        w
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Sched {
+            t: at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn push_node(&mut self, n: usize, after: u64, ev: NodeEv) {
+        let inc = self.nodes[n].inc;
+        self.push(self.t + after, Ev::Node { n, inc, ev });
+    }
+
+    /// Schedules a world change.
+    pub(super) fn at(&mut self, t: u64, f: Fault) {
+        self.push(t, Ev::World(f));
+    }
+
+    /// Starts the schedule: agents boot (cold: at random offsets; warm: all at once).
+    pub(super) fn boot(&mut self) {
+        for n in 0..self.p.n {
+            let at = if self.p.warm.is_some() {
+                0
+            } else {
+                self.rng.range(0, 800)
+            };
+            self.at(at, Fault::AgentStart(n));
+        }
+        self.push(CHECK_INTERVAL, Ev::Check);
+        Checker::refresh_links(self);
+    }
+
+    /// Runs until `end` (virtual ms).
+    pub(super) fn run_until(&mut self, end: u64) {
+        while let Some(top) = self.queue.peek() {
+            if top.t > end {
+                break;
+            }
+            let Some(s) = self.queue.pop() else {
+                break;
+            };
+            self.t = s.t;
+            self.stats.events += 1;
+            self.dispatch(s.ev);
+        }
+        self.t = end;
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Node { n, inc, ev } => {
+                if self.nodes[n].inc == inc && self.nodes[n].machine.is_some() {
+                    self.node_event(n, ev);
+                }
+            }
+            Ev::Deliver {
+                to,
+                from,
+                path,
+                msg,
+            } => self.deliver(to, from, path, &msg),
+            Ev::CasAtStore {
+                n,
+                inc,
+                new_epoch,
+                expected,
+            } => self.cas_at_store(n, inc, new_epoch, expected),
+            Ev::World(f) => {
+                self.trace_push(TraceKind::Fault(fault_label(&f)));
+                self.world(f);
+                Checker::after_world_event(self);
+            }
+            Ev::Check => {
+                Checker::periodic(self);
+                self.push(self.t + CHECK_INTERVAL, Ev::Check);
+            }
+        }
+    }
+
+    fn node_event(&mut self, n: usize, ev: NodeEv) {
+        let tick = self.p.timings.tick_ms;
+        match ev {
+            NodeEv::Tick => {
+                self.feed(n, Input::Tick);
+                self.push_node(n, tick, NodeEv::Tick);
+            }
+            NodeEv::ProbeStart => {
+                self.probe(n);
+                self.push_node(n, PROBE_INTERVAL, NodeEv::ProbeStart);
+            }
+            NodeEv::ProbeDone { vip, up } => {
+                let vip = self.p.vips[vip].id.clone();
+                let result = if up {
+                    ProbeResult::Up
+                } else {
+                    ProbeResult::Down
+                };
+                self.feed(n, Input::PeerProbe { vip, result });
+            }
+            NodeEv::LocalProbe => {
+                self.local_probes(n);
+                self.push_node(n, LOCAL_PROBE_INTERVAL, NodeEv::LocalProbe);
+            }
+            NodeEv::GatewayFeed => {
+                self.feed_gateway(n);
+                self.push_node(n, GATEWAY_INTERVAL, NodeEv::GatewayFeed);
+            }
+            NodeEv::VipsFeed { periodic } => {
+                self.feed_vips(n);
+                if periodic {
+                    self.push_node(n, VIPS_INTERVAL, NodeEv::VipsFeed { periodic });
+                }
+            }
+            NodeEv::TrafficFeed => {
+                let bytes_per_sec = self.nodes[n].traffic;
+                self.feed(n, Input::Traffic { bytes_per_sec });
+                self.push_node(n, TRAFFIC_INTERVAL, NodeEv::TrafficFeed);
+            }
+            NodeEv::InitFeed => self.resync(n),
+            NodeEv::LeaseFeed => {
+                if self.nodes[n].store {
+                    let holder = self.store_holder.map(node_name);
+                    let epoch = self.store_epoch;
+                    self.feed(n, Input::LeaseObserved { holder, epoch });
+                }
+            }
+            NodeEv::CasReply(r) => self.feed(n, Input::CasResult(r)),
+        }
+    }
+
+    /// Feeds the current state of links, gateway, VIPs, listeners and traffic (at start
+    /// and after a pause: the I/O layer re-reads everything).
+    fn resync(&mut self, n: usize) {
+        let up = self.nodes[n].carrier;
+        self.feed(
+            n,
+            Input::Carrier {
+                link: Link::Data,
+                up,
+            },
+        );
+        self.feed(
+            n,
+            Input::Carrier {
+                link: Link::Vip,
+                up,
+            },
+        );
+        self.feed_gateway(n);
+        self.feed_vips(n);
+        self.local_probes(n);
+        let bytes_per_sec = self.nodes[n].traffic;
+        self.feed(n, Input::Traffic { bytes_per_sec });
+    }
+
+    fn feed_gateway(&mut self, n: usize) {
+        let reachable = if self.p.gateway_configured {
+            Some(self.nodes[n].gw && self.nodes[n].carrier)
+        } else {
+            None
+        };
+        self.feed(n, Input::Gateway { reachable });
+    }
+
+    fn feed_vips(&mut self, n: usize) {
+        let k = self.nodes[n].kernel;
+        let present: BTreeSet<VipId> = self
+            .p
+            .vips
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| k & (1 << i) != 0)
+            .map(|(_, v)| v.id.clone())
+            .collect();
+        self.feed(n, Input::LocalVips { present });
+    }
+
+    fn local_probes(&mut self, n: usize) {
+        let up = self.nodes[n].listener;
+        for vi in 0..self.p.vips.len() {
+            for pi in 0..self.p.vips[vi].probe_ports.len() {
+                let vip = self.p.vips[vi].id.clone();
+                let port = self.p.vips[vi].probe_ports[pi];
+                self.feed(n, Input::LocalProbe { vip, port, up });
+            }
+        }
+    }
+
+    /// TCP connect through the VIP from `n`: succeeds iff some node `n` reaches on the data
+    /// network holds the VIP in its kernel with its listener up; a holder without a
+    /// listener answers RST (fast failure); nobody → connect timeout.
+    fn probe(&mut self, n: usize) {
+        if !self.p.has_target || !self.nodes[n].live() {
+            return;
+        }
+        if self.nodes[n]
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.holds_vips())
+        {
+            return;
+        }
+        for vi in 0..self.p.vips.len() {
+            if self.p.vips[vi].probe_ports.is_empty() {
+                continue;
+            }
+            let mut answer: Option<bool> = None;
+            for h in 0..self.p.n {
+                let node = &self.nodes[h];
+                if node.powered && node.kernel & (1 << vi) != 0 && self.data_reach(n, h) {
+                    let up = node.listener;
+                    answer = Some(answer.unwrap_or(false) || up);
+                }
+            }
+            let (delay, up) = match answer {
+                Some(up) => (self.rng.range(1, 3), up),
+                None => (PROBE_TIMEOUT, false),
+            };
+            self.push_node(n, delay, NodeEv::ProbeDone { vip: vi, up });
+        }
+    }
+
+    pub(super) fn path_ok(&self, p: usize, i: usize, j: usize) -> bool {
+        let (a, b) = (&self.nodes[i], &self.nodes[j]);
+        a.powered
+            && b.powered
+            && !self.hb_block[p][i][j]
+            && !self.cut[p][i][j]
+            && if p == 0 {
+                a.carrier && b.carrier
+            } else {
+                a.mgmt && b.mgmt
+            }
+    }
+
+    /// Bidirectional IP reachability on the data network (or the node itself).
+    pub(super) fn data_reach(&self, i: usize, h: usize) -> bool {
+        if i == h {
+            return self.nodes[i].powered;
+        }
+        let (a, b) = (&self.nodes[i], &self.nodes[h]);
+        a.powered && b.powered && a.carrier && b.carrier && !self.cut[0][i][h] && !self.cut[0][h][i]
+    }
+
+    pub(super) fn client_reach(&self, h: usize) -> bool {
+        let a = &self.nodes[h];
+        a.powered && a.carrier && a.client
+    }
+
+    /// Two agents exchange verifiable heartbeats in both directions on some path (with
+    /// `lossless`: on a path without loss).
+    pub(super) fn connected(&self, i: usize, j: usize, lossless: bool) -> bool {
+        let (a, b) = (&self.nodes[i], &self.nodes[j]);
+        if !a.live() || !b.live() || a.key != b.key || a.skewed != b.skewed {
+            return false;
+        }
+        (0..PATHS).any(|p| {
+            self.path_ok(p, i, j) && self.path_ok(p, j, i) && (!lossless || self.loss[p] == 0)
+        })
+    }
+
+    fn broadcast(&mut self, from: usize, adv: Advert) {
+        let msg = Rc::new(adv);
+        for to in 0..self.p.n {
+            if to == from {
+                continue;
+            }
+            for path in 0..PATHS {
+                if !self.path_ok(path, from, to) {
+                    continue;
+                }
+                if self.loss[path] > 0 && self.rng.below(1000) < u64::from(self.loss[path]) {
+                    continue;
+                }
+                let (lo, hi) = self.p.delay[path];
+                let d = self.rng.range(lo, hi);
+                self.push(
+                    self.t + d,
+                    Ev::Deliver {
+                        to,
+                        from,
+                        path,
+                        msg: Rc::clone(&msg),
+                    },
+                );
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: usize, from: usize, path: usize, msg: &Rc<Advert>) {
+        if !self.nodes[to].live() {
+            return;
+        }
+        let p = crate::sm::PathId(u8::try_from(path).unwrap_or(0));
+        let input = if self.nodes[from].key != self.nodes[to].key {
+            Input::AdvertRejected {
+                path: p,
+                reason: RejectReason::KeyMismatch,
+            }
+        } else if self.nodes[from].skewed != self.nodes[to].skewed {
+            Input::AdvertRejected {
+                path: p,
+                reason: RejectReason::ClockSkew,
+            }
+        } else {
+            Input::Advert {
+                path: p,
+                msg: (**msg).clone(),
+            }
+        };
+        self.feed(to, input);
+    }
+
+    fn store_delay(&mut self) -> u64 {
+        let (lo, hi) = self.p.store_lat;
+        self.rng.range(lo, hi)
+    }
+
+    fn cas_at_store(&mut self, n: usize, inc: u32, new_epoch: u64, expected: u64) {
+        if !self.nodes[n].store {
+            if self.p.store_fast_fail {
+                self.push(
+                    self.t + 1,
+                    Ev::Node {
+                        n,
+                        inc,
+                        ev: NodeEv::CasReply(CasResult::Unavailable),
+                    },
+                );
+            }
+            return;
+        }
+        let r = if self.store_epoch == expected {
+            if new_epoch < self.store_epoch {
+                let d = format!(
+                    "Lease epoch would go backwards: {} -> {new_epoch} by {}",
+                    self.store_epoch,
+                    node_name(n)
+                );
+                self.chk
+                    .violate(self.t, super::Invariant::EpochBackwards, d);
+            }
+            self.store_holder = Some(n);
+            self.store_epoch = new_epoch;
+            self.trace_push(TraceKind::Lease {
+                holder: n,
+                epoch: new_epoch,
+            });
+            // Watch notifications to every member that reaches the store.
+            for m in 0..self.p.n {
+                if self.nodes[m].store && self.nodes[m].machine.is_some() {
+                    let d = self.store_delay();
+                    self.push_node(m, d, NodeEv::LeaseFeed);
+                }
+            }
+            CasResult::Ok { epoch: new_epoch }
+        } else {
+            CasResult::Conflict {
+                holder: self.store_holder.map(node_name),
+                epoch: self.store_epoch,
+            }
+        };
+        let d = self.store_delay();
+        self.push(
+            self.t + d,
+            Ev::Node {
+                n,
+                inc,
+                ev: NodeEv::CasReply(r),
+            },
+        );
+    }
+
+    /// Steps node `n`'s machine with `input` (if its agent runs and is not stopped) and
+    /// carries out the actions.
+    pub(super) fn feed(&mut self, n: usize, input: Input) {
+        let node = &mut self.nodes[n];
+        if !node.powered || node.paused {
+            return;
+        }
+        let now = Millis(self.t + node.mono_base);
+        let Some(m) = node.machine.as_mut() else {
+            return;
+        };
+        let before = Snap {
+            holds: m.holds_vips(),
+            epoch: m.epoch(),
+            role: m.role(),
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        m.step_into(now, input, &mut buf);
+        let after = Snap {
+            holds: m.holds_vips(),
+            epoch: m.epoch(),
+            role: m.role(),
+        };
+        self.stats.steps += 1;
+        for a in buf.drain(..) {
+            self.apply(n, a);
+        }
+        self.buf = buf;
+        Checker::after_step(self, n, before, after);
+    }
+
+    fn vip_mask(&self, vips: &[VipId]) -> u8 {
+        let mut mask = 0u8;
+        for (i, v) in self.p.vips.iter().enumerate() {
+            if vips.contains(&v.id) {
+                mask |= 1 << i;
+            }
+        }
+        mask
+    }
+
+    pub(super) fn set_kernel(&mut self, n: usize, k: u8) {
+        let old = self.nodes[n].kernel;
+        if old == k {
+            return;
+        }
+        self.nodes[n].kernel = k;
+        for v in 0..self.p.vips.len() {
+            let (was, is) = (old & (1 << v) != 0, k & (1 << v) != 0);
+            if was != is {
+                self.chk.hold_since[n][v] = is.then_some(self.t);
+            }
+        }
+        self.trace_push(TraceKind::Kernel { n, vips: k });
+    }
+
+    fn apply(&mut self, n: usize, a: Action) {
+        match a {
+            Action::AddVips(v) => {
+                let k = self.nodes[n].kernel | self.vip_mask(&v);
+                self.set_kernel(n, k);
+                self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
+            }
+            Action::RemoveVips(v) => {
+                let k = self.nodes[n].kernel & !self.vip_mask(&v);
+                self.set_kernel(n, k);
+                self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
+            }
+            Action::Announce { .. } => {}
+            Action::SendAdvert(adv) => self.broadcast(n, adv),
+            Action::CasLease {
+                new_epoch,
+                expected_epoch,
+                ..
+            } => {
+                let inc = self.nodes[n].inc;
+                if self.nodes[n].store {
+                    let d = self.store_delay();
+                    self.push(
+                        self.t + d,
+                        Ev::CasAtStore {
+                            n,
+                            inc,
+                            new_epoch,
+                            expected: expected_epoch,
+                        },
+                    );
+                } else if self.p.store_fast_fail {
+                    self.push_node(n, 1, NodeEv::CasReply(CasResult::Unavailable));
+                }
+            }
+            Action::Persist(p) => {
+                if p.epoch < self.nodes[n].persisted.epoch {
+                    let d = format!(
+                        "{} persisted epoch {} after {}",
+                        node_name(n),
+                        p.epoch,
+                        self.nodes[n].persisted.epoch
+                    );
+                    self.chk
+                        .violate(self.t, super::Invariant::EpochBackwards, d);
+                }
+                self.nodes[n].persisted = p;
+            }
+            Action::Report(Event::RoleChanged {
+                from,
+                to,
+                reason,
+                epoch,
+            }) => {
+                self.trace_push(TraceKind::Role {
+                    n,
+                    from,
+                    to,
+                    reason,
+                    epoch,
+                });
+                if to == Role::Demoting {
+                    Checker::on_handover_start(self, n, reason);
+                }
+            }
+            Action::Report(Event::OperationResult { id, ok, .. }) => {
+                if ok {
+                    self.stats.planned_ok += 1;
+                }
+                self.trace_push(TraceKind::OpResult { n, id, ok });
+            }
+            Action::Report(_) => {}
+            Action::SelfCheck => {
+                self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
+                self.push_node(n, 1, NodeEv::LocalProbe);
+            }
+        }
+    }
+
+    fn start_agent(&mut self, n: usize) {
+        if !self.nodes[n].powered || self.nodes[n].machine.is_some() {
+            return;
+        }
+        let node = &mut self.nodes[n];
+        node.inc += 1;
+        #[allow(unused_mut)]
+        let mut m = Machine::new(node.cfg.clone(), node.persisted.clone());
+        #[cfg(test)]
+        if self.break_probe {
+            m.test_skip_probe = true;
+        }
+        node.machine = Some(m);
+        node.paused = false;
+        node.agent_started = self.t;
+        Checker::on_agent_start(self, n);
+        let tick = self.p.timings.tick_ms;
+        let phase = self.rng.range(2, 1 + tick);
+        self.push_node(n, 1, NodeEv::InitFeed);
+        self.push_node(n, phase, NodeEv::Tick);
+        let pp = self.rng.range(2, PROBE_INTERVAL);
+        self.push_node(n, pp, NodeEv::ProbeStart);
+        self.push_node(n, 3, NodeEv::LocalProbe);
+        self.push_node(n, 3, NodeEv::GatewayFeed);
+        self.push_node(n, VIPS_INTERVAL, NodeEv::VipsFeed { periodic: true });
+        self.push_node(n, TRAFFIC_INTERVAL, NodeEv::TrafficFeed);
+        if self.nodes[n].store {
+            let d = self.store_delay();
+            self.push_node(n, 1 + d, NodeEv::LeaseFeed);
+        }
+    }
+
+    fn world(&mut self, f: Fault) {
+        match f {
+            Fault::PowerOff(n) => {
+                if !self.nodes[n].powered {
+                    return;
+                }
+                Checker::before_power_off(self, n);
+                let node = &mut self.nodes[n];
+                node.powered = false;
+                node.machine = None;
+                node.paused = false;
+                node.inc += 1;
+                self.set_kernel(n, 0);
+            }
+            Fault::PowerOffHolder { after } => {
+                let all = (1u8 << self.p.vips.len()) - 1;
+                if let Some(h) = (0..self.p.n).find(|&i| self.nodes[i].kernel == all) {
+                    self.world(Fault::PowerOff(h));
+                    if self.t + after < self.p.fault_end {
+                        self.at(self.t + after, Fault::PowerOn(h));
+                    }
+                }
+            }
+            Fault::PowerOn(n) => {
+                if self.nodes[n].powered {
+                    return;
+                }
+                self.nodes[n].powered = true;
+                self.nodes[n].mono_base = self.rng.range(0, 1_000_000);
+                let boot = self.rng.range(100, 1_500);
+                self.at(self.t + boot, Fault::AgentStart(n));
+            }
+            Fault::AgentCrash(n) => {
+                let node = &mut self.nodes[n];
+                if node.machine.take().is_some() {
+                    node.inc += 1;
+                    node.paused = false;
+                }
+            }
+            Fault::AgentStart(n) => self.start_agent(n),
+            Fault::Pause(n) => {
+                if self.nodes[n].machine.is_some() {
+                    self.nodes[n].paused = true;
+                }
+            }
+            Fault::Resume(n) => {
+                if self.nodes[n].paused {
+                    self.nodes[n].paused = false;
+                    self.push_node(n, 1, NodeEv::InitFeed);
+                    self.push_node(n, 1, NodeEv::LeaseFeed);
+                }
+            }
+            Fault::HbBlock { path, from, to, on } => self.hb_block[path][from][to] = on,
+            Fault::Cut { net, from, to, on } => self.cut[net][from][to] = on,
+            Fault::Carrier(n, up) => {
+                if self.nodes[n].carrier != up {
+                    self.nodes[n].carrier = up;
+                    self.feed(
+                        n,
+                        Input::Carrier {
+                            link: Link::Data,
+                            up,
+                        },
+                    );
+                    self.feed(
+                        n,
+                        Input::Carrier {
+                            link: Link::Vip,
+                            up,
+                        },
+                    );
+                }
+            }
+            Fault::Mgmt(n, up) => self.nodes[n].mgmt = up,
+            Fault::Gateway(n, up) => self.nodes[n].gw = up,
+            Fault::Client(n, up) => self.nodes[n].client = up,
+            Fault::Store(n, up) => {
+                let was = self.nodes[n].store;
+                self.nodes[n].store = up;
+                if up && !was && self.nodes[n].machine.is_some() {
+                    let d = self.store_delay();
+                    self.push_node(n, d, NodeEv::LeaseFeed);
+                }
+            }
+            Fault::Listener(n, up) => {
+                if self.nodes[n].listener != up {
+                    self.nodes[n].listener = up;
+                    self.push_node(n, 5, NodeEv::LocalProbe);
+                }
+            }
+            Fault::Skew(n, on) => self.nodes[n].skewed = on,
+            Fault::Key(n, k) => self.nodes[n].key = k,
+            Fault::Loss(p, l) => self.loss[p] = l.min(300),
+            Fault::Traffic(n, t) => self.nodes[n].traffic = t,
+            Fault::Cmd(target, cmd) => self.command(target, cmd),
+            Fault::Many(_, fs) => {
+                for f in fs {
+                    self.world(f);
+                }
+            }
+            Fault::HealAll => self.heal_all(),
+        }
+    }
+
+    fn command(&mut self, target: CmdTarget, cmd: Command) {
+        let cmd = match cmd {
+            Command::PlannedFailover { target, .. } => {
+                self.next_op_id += 1;
+                Command::PlannedFailover {
+                    id: self.next_op_id,
+                    target,
+                }
+            }
+            Command::ForcedFailover { target, .. } => {
+                self.next_op_id += 1;
+                Command::ForcedFailover {
+                    id: self.next_op_id,
+                    target,
+                }
+            }
+            c => c,
+        };
+        let targets: Vec<usize> = match target {
+            CmdTarget::All => (0..self.p.n).collect(),
+            CmdTarget::Node(i) => vec![i],
+            CmdTarget::Holder => {
+                let h = (0..self.p.n).find(|&i| {
+                    self.nodes[i]
+                        .machine
+                        .as_ref()
+                        .is_some_and(|m| m.holds_vips())
+                });
+                vec![h.unwrap_or(0)]
+            }
+        };
+        for n in targets {
+            if !self.nodes[n].live() {
+                continue;
+            }
+            Checker::on_command(self, n, &cmd);
+            self.feed(n, Input::Command(cmd.clone()));
+        }
+    }
+
+    fn heal_all(&mut self) {
+        self.hb_block = [[[false; MAX_NODES]; MAX_NODES]; PATHS];
+        self.cut = [[[false; MAX_NODES]; MAX_NODES]; PATHS];
+        self.loss = [0; PATHS];
+        for n in 0..self.p.n {
+            if !self.nodes[n].carrier {
+                self.nodes[n].carrier = true;
+                self.feed(
+                    n,
+                    Input::Carrier {
+                        link: Link::Data,
+                        up: true,
+                    },
+                );
+                self.feed(
+                    n,
+                    Input::Carrier {
+                        link: Link::Vip,
+                        up: true,
+                    },
+                );
+            }
+            let node = &mut self.nodes[n];
+            node.mgmt = true;
+            node.gw = true;
+            node.client = true;
+            node.skewed = false;
+            node.key = 0;
+            if !node.listener {
+                node.listener = true;
+                self.push_node(n, 5, NodeEv::LocalProbe);
+            }
+            if !self.nodes[n].store {
+                self.nodes[n].store = true;
+                if self.nodes[n].machine.is_some() {
+                    let d = self.store_delay();
+                    self.push_node(n, d, NodeEv::LeaseFeed);
+                }
+            }
+            if !self.nodes[n].powered {
+                self.nodes[n].powered = true;
+                self.nodes[n].mono_base = self.rng.range(0, 1_000_000);
+            }
+            if self.nodes[n].paused {
+                self.nodes[n].paused = false;
+                self.push_node(n, 1, NodeEv::InitFeed);
+                self.push_node(n, 1, NodeEv::LeaseFeed);
+            }
+            if self.nodes[n].machine.is_none() {
+                self.start_agent(n);
+            }
+        }
+        let t = self.t + 20;
+        self.at(
+            t,
+            Fault::Many(
+                "operator clears maintenance, suspension, pause",
+                vec![
+                    Fault::Cmd(
+                        CmdTarget::All,
+                        Command::Maintenance {
+                            on: false,
+                            force: false,
+                        },
+                    ),
+                    Fault::Cmd(CmdTarget::All, Command::ClearSuspension),
+                    Fault::Cmd(CmdTarget::All, Command::SetPaused(false)),
+                ],
+            ),
+        );
+    }
+
+    /// Number of nodes holding every VIP and number holding any.
+    pub(super) fn holders(&self) -> (Vec<usize>, usize) {
+        let all = (1u8 << self.p.vips.len()) - 1;
+        let full: Vec<usize> = (0..self.p.n)
+            .filter(|&i| self.nodes[i].powered && self.nodes[i].kernel == all)
+            .collect();
+        let any = (0..self.p.n)
+            .filter(|&i| self.nodes[i].powered && self.nodes[i].kernel != 0)
+            .count();
+        (full, any)
+    }
+
+    pub(super) fn trace_push(&mut self, kind: TraceKind) {
+        let e = TraceEntry { t: self.t, kind };
+        self.digest = fnv(self.digest, e.hash_key());
+        if let Some(ft) = self.full_trace.as_mut() {
+            ft.push(e.clone());
+        }
+        if self.trace.len() >= TRACE_KEEP {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(e);
+    }
+
+    /// A one-line description of the schedule's parameters.
+    pub(super) fn describe(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "members={} prios={:?} vips={} target={} gateway={} store_fast_fail={} warm={:?} \
+             start_alone={} failback={} delay={:?} store_lat={:?}",
+            self.p.n,
+            self.nodes.iter().map(|n| n.priority).collect::<Vec<_>>(),
+            self.p.vips.len(),
+            self.p.has_target,
+            self.p.gateway_configured,
+            self.p.store_fast_fail,
+            self.p.warm,
+            self.p.start_alone,
+            matches!(self.p.failback, FailbackPolicy::Automatic(_)),
+            self.p.delay,
+            self.p.store_lat,
+        );
+        s
+    }
+}
+
+/// Name of simulated node `i` ("n0", "n1", ...).
+pub(super) fn node_name(i: usize) -> NodeId {
+    const NAMES: [&str; MAX_NODES] = ["n0", "n1", "n2", "n3", "n4"];
+    NodeId::new(NAMES.get(i).copied().unwrap_or("nx")).expect("constant node names are valid")
+}
+
+fn fault_label(f: &Fault) -> String {
+    match f {
+        Fault::Many(label, fs) => format!("{label} ({} changes)", fs.len()),
+        Fault::Cmd(t, c) => format!("command {c:?} to {t:?}"),
+        other => format!("{other:?}"),
+    }
+}
+
+pub(super) fn fnv(h: u64, x: u64) -> u64 {
+    let mut h = h;
+    for b in x.to_le_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}

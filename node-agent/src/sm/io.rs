@@ -1,0 +1,388 @@
+//! Inputs (timestamped observations) and outputs (actions) of the machine.
+
+use std::collections::BTreeSet;
+
+use super::advert::Advert;
+use super::config::Config;
+use super::types::{AnnounceKind, Link, NodeId, PathId, ProbeResult, Role, VipId};
+
+/// An observation fed to [`crate::sm::Machine::step`].
+///
+/// Contract for the I/O layer: feed `Tick` every [`crate::sm::Timings::tick_ms`]; feed
+/// `Carrier` for both links, `Gateway`, `LocalVips` and (when the store is reachable)
+/// `LeaseObserved` at start and on every change (`LocalVips` also after executing
+/// `AddVips`/`RemoveVips`/`SelfCheck`); feed `LocalProbe` for every (VIP, port) on every
+/// local probe; while the member is not holding the VIPs, probe the VIPs through the
+/// network and feed `PeerProbe` (the simulator models one probe every 50 ms with an 80 ms
+/// connect timeout).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Timer tick.
+    Tick,
+    /// An authentic heartbeat from a peer, received on `path`.
+    Advert {
+        /// Path it arrived on.
+        path: PathId,
+        /// Its content.
+        msg: Advert,
+    },
+    /// A heartbeat that failed verification (for reporting only; it never counts as
+    /// hearing the peer and never blocks a takeover).
+    AdvertRejected {
+        /// Path it arrived on.
+        path: PathId,
+        /// Why it was rejected.
+        reason: RejectReason,
+    },
+    /// Result of one TCP connect probe to `vip` through the network (a standby probing the
+    /// active's data plane).
+    PeerProbe {
+        /// The probed VIP.
+        vip: VipId,
+        /// The result.
+        result: ProbeResult,
+    },
+    /// Result of probing a local listener for `vip`:`port`.
+    LocalProbe {
+        /// The VIP the listener serves.
+        vip: VipId,
+        /// The port.
+        port: u16,
+        /// Whether it answered.
+        up: bool,
+    },
+    /// Carrier of a local link.
+    Carrier {
+        /// Which link.
+        link: Link,
+        /// Carrier present.
+        up: bool,
+    },
+    /// The gateway (fence target) check: `None` = no fence target has ever answered, so the
+    /// gateway check is off.
+    Gateway {
+        /// Reachability.
+        reachable: Option<bool>,
+    },
+    /// The pair VIPs the kernel currently holds on this node (labelled as havip's).
+    LocalVips {
+        /// VIPs present.
+        present: BTreeSet<VipId>,
+    },
+    /// A read or watch event of the pair's Lease (`holder` = holderIdentity, `epoch` =
+    /// leaseTransitions). A missing Lease reads as `holder: None, epoch: 0`.
+    LeaseObserved {
+        /// Current holder.
+        holder: Option<NodeId>,
+        /// Current epoch.
+        epoch: u64,
+    },
+    /// Answer to the last [`Action::CasLease`].
+    CasResult(CasResult),
+    /// Traffic through the VIPs on this member (`None` = unknown).
+    Traffic {
+        /// Bytes per second.
+        bytes_per_sec: Option<u64>,
+    },
+    /// Duplicate-address detection: a foreign MAC answered for a VIP.
+    Conflict {
+        /// The VIP.
+        vip: VipId,
+        /// The foreign MAC.
+        foreign_mac: [u8; 6],
+    },
+    /// An operator command.
+    Command(Command),
+    /// The configuration changed.
+    ConfigChanged(Box<Config>),
+}
+
+/// Why a heartbeat was rejected by the codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// HMAC did not verify with any accepted key.
+    KeyMismatch,
+    /// The sender's wall clock is too far from ours.
+    ClockSkew,
+    /// Sequence number outside the replay window.
+    Replay,
+    /// Could not be decoded.
+    Malformed,
+    /// Sender is not a member of the pair.
+    UnknownSender,
+}
+
+/// Answer of the Lease store to a compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CasResult {
+    /// Written: the Lease now names us under `epoch`.
+    Ok {
+        /// The epoch written.
+        epoch: u64,
+    },
+    /// The Lease did not have the expected epoch; it currently reads this.
+    Conflict {
+        /// Current holder.
+        holder: Option<NodeId>,
+        /// Current epoch.
+        epoch: u64,
+    },
+    /// The store could not be reached (standalone mode answers this at once).
+    Unavailable,
+}
+
+/// An operator command. Operation ids must be below [`crate::sm::AUTO_OP_BIT`]; a
+/// repeated id is ignored (its result is reported exactly once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Make-before-break handover to `target` (or the best ready standby), after checking
+    /// its readiness. Sent to the active member.
+    PlannedFailover {
+        /// Operation id.
+        id: u64,
+        /// Target, or `None` for the best candidate.
+        target: Option<NodeId>,
+    },
+    /// Handover without the readiness checks and without waiting for the prepare ack.
+    ForcedFailover {
+        /// Operation id.
+        id: u64,
+        /// Target, or `None` for the best candidate.
+        target: Option<NodeId>,
+    },
+    /// Maintenance on/off for this member (declarative; persisted). An active member hands
+    /// over first; `force` lets it leave even when nobody can take the VIPs.
+    Maintenance {
+        /// On or off.
+        on: bool,
+        /// Leave even without a successor (the pair stops serving).
+        force: bool,
+    },
+    /// Clear the flap suspension now.
+    ClearSuspension,
+    /// Resume automatic failback after a manual or forced move (send to the active member,
+    /// or to all members: standbys follow the active's flag).
+    ResumeFailback,
+    /// Pause (true) or resume (false) the automatic policy moves (failback and the
+    /// discretionary handovers). A provably dead peer is still taken over.
+    SetPaused(bool),
+}
+
+/// State that must survive restarts and reboots; written by the caller whenever the machine
+/// emits [`Action::Persist`], and passed back to [`crate::sm::Machine::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    /// Highest pair epoch this member knows; never goes backwards.
+    pub epoch: u64,
+    /// Maintenance requested.
+    pub maintenance: bool,
+    /// Last role (an agent restart adopts the VIPs only if this was Active or Demoting).
+    pub last_role: Role,
+    /// Automatic failback paused after a manual or forced move.
+    pub failback_paused: bool,
+    /// Policy moves paused ([`Command::SetPaused`]).
+    pub paused: bool,
+    /// Flap suspension active (its quiet period restarts after a restart).
+    pub suspended: bool,
+}
+
+impl Default for Persisted {
+    fn default() -> Persisted {
+        Persisted {
+            epoch: 0,
+            maintenance: false,
+            last_role: Role::Standby,
+            failback_paused: false,
+            paused: false,
+            suspended: false,
+        }
+    }
+}
+
+/// What the I/O layer must do. Execute the actions of one step **in order** (a `Persist`
+/// always precedes the actions it protects).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Add these VIPs to the interface (exists-on-add is success).
+    AddVips(Vec<VipId>),
+    /// Remove these VIPs (missing-on-delete is success).
+    RemoveVips(Vec<VipId>),
+    /// Announce all held VIPs (GARP / unsolicited NA).
+    Announce {
+        /// Which schedule.
+        kind: AnnounceKind,
+    },
+    /// Send this heartbeat on every path.
+    SendAdvert(Advert),
+    /// Compare-and-swap the pair's Lease: succeed only if its epoch is `expected_epoch`;
+    /// then set holder and epoch. Answer with [`Input::CasResult`].
+    CasLease {
+        /// New holder (always this node).
+        holder: NodeId,
+        /// New epoch.
+        new_epoch: u64,
+        /// Epoch the Lease must have now.
+        expected_epoch: u64,
+    },
+    /// Write this durably before executing the following actions.
+    Persist(Persisted),
+    /// Report an event (status, Kubernetes Event, metrics).
+    Report(Event),
+    /// After a takeover: read the VIPs back from the kernel, probe the local listeners and
+    /// ARP-probe for a foreign holder; feed the results back as inputs.
+    SelfCheck,
+}
+
+/// Something worth reporting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The member's role changed.
+    RoleChanged {
+        /// Previous role.
+        from: Role,
+        /// New role.
+        to: Role,
+        /// Why.
+        reason: Reason,
+        /// Epoch after the change.
+        epoch: u64,
+    },
+    /// An alarm was raised.
+    AlarmRaised {
+        /// Which.
+        alarm: Alarm,
+        /// Details for people.
+        detail: String,
+    },
+    /// An alarm cleared.
+    AlarmCleared {
+        /// Which.
+        alarm: Alarm,
+    },
+    /// Outcome of an operator operation (reported exactly once per id).
+    OperationResult {
+        /// Operation id.
+        id: u64,
+        /// Success.
+        ok: bool,
+        /// Details for people.
+        message: String,
+    },
+}
+
+/// Alarms a member raises (each kept in [`crate::sm::Status::alarms`] while active).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Alarm {
+    /// Flap suspension active.
+    Suspended,
+    /// A peer speaks another protocol major version (no automatic takeover).
+    VersionMismatch,
+    /// Heartbeats failing HMAC verification arrive.
+    KeyMismatch,
+    /// Heartbeats rejected for clock skew arrive.
+    ClockSkew,
+    /// A held VIP is missing or its listener is down, and nobody can take it.
+    VipUnhealthy,
+    /// A foreign MAC answers for a held VIP.
+    VipConflict,
+    /// The configuration is invalid.
+    Misconfigured,
+    /// Maintenance requested but nobody can take the VIPs (use force).
+    MaintenancePending,
+}
+
+impl Alarm {
+    /// Name for status and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Alarm::Suspended => "Suspended",
+            Alarm::VersionMismatch => "VersionMismatch",
+            Alarm::KeyMismatch => "KeyMismatch",
+            Alarm::ClockSkew => "ClockSkew",
+            Alarm::VipUnhealthy => "VipUnhealthy",
+            Alarm::VipConflict => "VipConflict",
+            Alarm::Misconfigured => "Misconfigured",
+            Alarm::MaintenancePending => "MaintenancePending",
+        }
+    }
+}
+
+/// Why a role changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Init listen over: joined as standby.
+    Startup,
+    /// Agent restart: adopted the VIPs still on the interface.
+    Adopted,
+    /// Initial assignment: nobody was active and this member is the best candidate.
+    Election,
+    /// Took over a lost active.
+    Takeover,
+    /// A takeover claim lost the Lease compare-and-swap.
+    LeaseConflict,
+    /// A takeover claim was dropped because its conditions no longer held.
+    ClaimAbandoned,
+    /// Operator planned failover.
+    PlannedFailover,
+    /// Operator forced failover.
+    ForcedFailover,
+    /// Took the VIPs from a peer's planned handover (operator-initiated).
+    HandoverAccepted,
+    /// Took the VIPs from a peer's automatic handover or failback.
+    AutoHandoverAccepted,
+    /// Handed over because a local link lost carrier (or gave up without a successor).
+    CarrierLost,
+    /// Handed over because the gateway is unreachable while a peer reaches its own.
+    GatewayLost,
+    /// Handed over because a VIP stayed missing/unhealthy.
+    VipUnhealthy,
+    /// Handed over because a listener stayed down.
+    ListenerDown,
+    /// Automatic failback to the preferred member.
+    Failback,
+    /// Maintenance on.
+    MaintenanceOn,
+    /// Maintenance off.
+    MaintenanceOff,
+    /// Cut off (carrier, gateway): fenced.
+    Fenced,
+    /// No longer cut off.
+    Unfenced,
+    /// Another holder has a newer epoch (or the same epoch and a higher priority).
+    NewerEpochPeer,
+    /// The Lease names another holder under a newer epoch.
+    NewerEpochLease,
+    /// The planned handover was not confirmed in time: took the VIPs back.
+    Aborted,
+    /// The active aborted the handover this member had accepted.
+    AbortedByPeer,
+    /// The local node left the pair's configuration.
+    Unpaired,
+    /// The local node joined the pair's configuration.
+    Paired,
+}
+
+impl Reason {
+    /// Role changes with these reasons count towards flap suspension.
+    pub fn automatic(self) -> bool {
+        matches!(
+            self,
+            Reason::Takeover
+                | Reason::AutoHandoverAccepted
+                | Reason::CarrierLost
+                | Reason::GatewayLost
+                | Reason::VipUnhealthy
+                | Reason::ListenerDown
+                | Reason::Failback
+        )
+    }
+
+    /// Moves that suspension and [`Command::SetPaused`] block (carrier and gateway moves and
+    /// the takeover of a provably dead peer are not discretionary).
+    pub fn discretionary(self) -> bool {
+        matches!(
+            self,
+            Reason::VipUnhealthy | Reason::ListenerDown | Reason::Failback
+        )
+    }
+}

@@ -1,0 +1,362 @@
+//! What a member holding the VIPs decides: two actives, Lease reconcile, maintenance,
+//! carrier and gateway moves (fencing), unhealthy VIPs and listeners, automatic failback.
+
+use super::{CasPurpose, Machine, Need, OpPhase, Origin};
+use crate::sm::config::FailbackPolicy;
+use crate::sm::io::{Action, Alarm, Reason};
+use crate::sm::types::{AnnounceKind, Millis, Role};
+
+impl Machine {
+    pub(super) fn eval_active(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if !self.holding {
+            if self.claim.is_some() {
+                if self.maintenance {
+                    self.abandon_claim(now, Reason::MaintenanceOn, out);
+                } else if self.cut_off() {
+                    self.abandon_claim(now, Reason::Fenced, out);
+                } else {
+                    // Claiming: a better claimer or holder heard meanwhile wins.
+                    self.check_rival(now, out);
+                }
+            } else {
+                self.set_role(Role::Standby, Reason::ClaimAbandoned, now, out);
+            }
+            return;
+        }
+        if self.check_rival(now, out) {
+            return;
+        }
+        if self.op.is_some() {
+            self.op_timeouts(now, out);
+            return;
+        }
+        if self.role == Role::Demoting {
+            // Not reachable (Demoting always has an operation); keep the role honest.
+            self.set_role(Role::Active, Reason::Aborted, now, out);
+        }
+        let retry_ok = self.handover_retry_at.is_none_or(|t| now >= t);
+
+        // Maintenance: hand over first, then stay out; the only member leaves only forced.
+        if self.maintenance {
+            if retry_ok && let Some(t) = self.best_candidate(now, Need::Planned) {
+                self.start_op(now, None, Origin::Maintenance, t, false, out);
+                return;
+            }
+            if self.maintenance_force {
+                self.release(now, Role::Maintenance, Reason::MaintenanceOn, out);
+                return;
+            }
+            self.raise(
+                Alarm::MaintenancePending,
+                "maintenance requested but no ready standby can take the VIPs; use force"
+                    .to_owned(),
+                out,
+            );
+        } else {
+            self.clear_alarm(Alarm::MaintenancePending, out);
+        }
+
+        // Own link lost carrier: hand over if a standby is ready, else fence (give up).
+        if self.carrier_lost() {
+            if retry_ok && let Some(t) = self.best_candidate(now, Need::Urgent) {
+                self.start_op(now, None, Origin::Auto(Reason::CarrierLost), t, false, out);
+                return;
+            }
+            let to = self.out_role(Role::Fenced);
+            self.release(now, to, Reason::CarrierLost, out);
+            return;
+        }
+
+        // Gateway unreachable: hand over to a peer that still reaches its own; fence when
+        // nobody is heard (we are the one cut off); keep when every heard peer lost its
+        // gateway too (the gateway itself is down).
+        if self.gateway == Some(false) {
+            if retry_ok && let Some(t) = self.best_gateway_candidate(now) {
+                self.start_op(now, None, Origin::Auto(Reason::GatewayLost), t, false, out);
+                return;
+            }
+            if !self.any_peer_heard(now) {
+                let to = self.out_role(Role::Fenced);
+                self.release(now, to, Reason::GatewayLost, out);
+            }
+            return;
+        }
+
+        // Discretionary: a VIP missing from the kernel or a listener down for too long.
+        let t = self.t();
+        let unhealthy = self
+            .vip_missing_since
+            .is_some_and(|s| now.since(s) >= t.vip_unhealthy_ms);
+        let listener_down = self
+            .listeners
+            .iter()
+            .flatten()
+            .any(|l| l.is_some_and(|l| !l.up && now.since(l.since) >= t.listener_down_ms));
+        if unhealthy || listener_down {
+            let reason = if unhealthy {
+                Reason::VipUnhealthy
+            } else {
+                Reason::ListenerDown
+            };
+            let allowed = !self.pair_suspended(now) && !self.paused && retry_ok;
+            if allowed && let Some(t) = self.best_candidate(now, Need::Urgent) {
+                self.start_op(now, None, Origin::Auto(reason), t, false, out);
+                return;
+            }
+            let detail = if unhealthy {
+                "a VIP is missing from the interface and no standby can take the VIPs"
+            } else {
+                "a listener is down and no standby can take the VIPs"
+            };
+            self.raise(Alarm::VipUnhealthy, detail.to_owned(), out);
+        } else {
+            self.clear_alarm(Alarm::VipUnhealthy, out);
+        }
+
+        if retry_ok && let Some(t) = self.failback_target(now) {
+            self.start_op(now, None, Origin::Auto(Reason::Failback), t, false, out);
+        }
+    }
+
+    /// Role to leave to when giving up: maintenance wins over `otherwise`.
+    pub(super) fn out_role(&self, otherwise: Role) -> Role {
+        if self.maintenance {
+            Role::Maintenance
+        } else {
+            otherwise
+        }
+    }
+
+    /// Two actives: compares (epoch, priority) with every heard peer that holds the VIPs
+    /// (and, while this member is only claiming, also with peers that claim). Loses → gives
+    /// up at once (returns true). A holder never yields to a mere claimer: it yields when
+    /// the claimer holds, one advert later (make-before-break; no gap while the claimer
+    /// waits for its CAS). Wins against a holder → re-announces (rate-limited); a tie on the
+    /// epoch is broken by priority and the winner moves to a fresh epoch so the Lease can
+    /// name it unambiguously.
+    pub(super) fn check_rival(&mut self, now: Millis, out: &mut Vec<Action>) -> bool {
+        let mine = (self.held_epoch, self.my_priority);
+        let mut best: Option<u64> = None;
+        let mut weaker_holder = false;
+        let mut tie = false;
+        let claiming = !self.holding;
+        for i in 0..self.peers.len() {
+            let Some(a) = self.heard_advert(i, now) else {
+                continue;
+            };
+            let rival =
+                a.holds_vips || (claiming && matches!(a.role, Role::Active | Role::Demoting));
+            if !rival {
+                continue;
+            }
+            let theirs = (a.epoch, a.priority);
+            if theirs > mine {
+                best = Some(best.map_or(a.epoch, |b: u64| b.max(a.epoch)));
+            } else if a.holds_vips {
+                weaker_holder = true;
+                tie |= a.epoch == self.held_epoch;
+            }
+        }
+        if let Some(e) = best {
+            self.bump_epoch(e);
+            self.abort_op_superseded(out);
+            if self.role == Role::Init {
+                self.release(now, Role::Init, Reason::NewerEpochPeer, out);
+            } else if self.holding {
+                let to = self.out_role(Role::Standby);
+                self.release(now, to, Reason::NewerEpochPeer, out);
+            } else {
+                self.abandon_claim(now, Reason::NewerEpochPeer, out);
+            }
+            return true;
+        }
+        if weaker_holder && self.holding && self.role != Role::Init {
+            if tie {
+                let e = self.epoch.max(self.held_epoch).saturating_add(1);
+                let expected = self.lease_expected(self.held_epoch);
+                self.epoch = e;
+                self.held_epoch = e;
+                self.advert_now = true;
+                if self.cas.is_none() {
+                    self.send_cas(e, expected, CasPurpose::Reconcile, now, out);
+                } else {
+                    self.persist_if_changed(out);
+                }
+            }
+            let min = self.t().reannounce_min_ms;
+            if self.last_burst.is_none_or(|t| now.since(t) >= min) {
+                self.last_burst = Some(now);
+                self.advert_now = true;
+                out.push(Action::Announce {
+                    kind: AnnounceKind::Burst,
+                });
+            }
+        }
+        false
+    }
+
+    /// Brings the Lease in line with what this holder knows: a newer epoch naming another
+    /// holder demotes at once; an older one is compare-and-swapped to this member.
+    pub(super) fn reconcile_lease(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if !self.holding || self.cas.is_some() || self.role == Role::Init {
+            return;
+        }
+        let Some(l) = self.lease.clone() else {
+            return;
+        };
+        let me = self.cfg.local.clone();
+        let mine = l.holder.as_ref() == Some(&me);
+        if mine && l.epoch == self.held_epoch {
+            return;
+        }
+        if let Some(op) = &self.op
+            && let OpPhase::Committed { epoch, .. } = op.phase
+            && l.holder.as_ref() == Some(&op.to)
+            && l.epoch == epoch
+        {
+            // The target of our handover recorded itself: the handover happened.
+            self.complete_op(now, out);
+            return;
+        }
+        if !mine && l.epoch > self.held_epoch {
+            self.bump_epoch(l.epoch);
+            self.abort_op_superseded(out);
+            let to = self.out_role(Role::Standby);
+            self.release(now, to, Reason::NewerEpochLease, out);
+            return;
+        }
+        if mine && l.epoch > self.held_epoch {
+            // Written by an earlier incarnation of this member: hold under it.
+            self.bump_epoch(l.epoch);
+            self.held_epoch = l.epoch;
+            self.advert_now = true;
+            return;
+        }
+        if let Some(h) = &l.holder
+            && !mine
+            && l.epoch == self.held_epoch
+        {
+            let theirs = self.cfg.priority_of(h).unwrap_or(0);
+            if theirs > self.my_priority {
+                self.abort_op_superseded(out);
+                let to = self.out_role(Role::Standby);
+                self.release(now, to, Reason::NewerEpochLease, out);
+                return;
+            }
+            // Tie won on priority: move to a fresh epoch.
+            let e = self.epoch.max(self.held_epoch).saturating_add(1);
+            self.epoch = e;
+            self.held_epoch = e;
+            self.advert_now = true;
+        }
+        let (held, expected) = (self.held_epoch, l.epoch);
+        self.send_cas(held, expected, CasPurpose::Reconcile, now, out);
+    }
+
+    /// Why peer `i` cannot take the VIPs under `need` (`None` = it can).
+    pub(super) fn candidate_problem(
+        &self,
+        i: usize,
+        now: Millis,
+        need: Need,
+    ) -> Option<&'static str> {
+        let heard = match need {
+            Need::Planned => self.peer_heard_all(i, now),
+            Need::Urgent | Need::Forced => self.peer_heard(i, now),
+        };
+        if !heard {
+            return Some(match need {
+                Need::Planned => "the target is not heard on every path",
+                _ => "the target is not heard",
+            });
+        }
+        let Some(a) = self.peers[i].advert.as_ref() else {
+            return Some("the target is not heard");
+        };
+        if a.role != Role::Standby {
+            return Some("the target is not a standby");
+        }
+        if a.maintenance {
+            return Some("the target is in maintenance");
+        }
+        if a.protocol_major != self.cfg.protocol.major {
+            return Some("the target speaks another protocol major version");
+        }
+        if need == Need::Forced {
+            return None;
+        }
+        if !a.carrier_ok || a.gateway == Some(false) {
+            return Some("the target is cut off (carrier or gateway)");
+        }
+        if need == Need::Planned && a.config_revision != self.cfg.config_revision {
+            return Some("the target runs another configuration revision");
+        }
+        if !a.ready_all {
+            return Some("the target is not ready for every VIP");
+        }
+        None
+    }
+
+    /// Highest-priority peer that can take the VIPs under `need`.
+    pub(super) fn best_candidate(&self, now: Millis, need: Need) -> Option<usize> {
+        (0..self.peers.len())
+            .filter(|&i| self.candidate_problem(i, now, need).is_none())
+            .max_by_key(|&i| self.peers[i].priority)
+    }
+
+    fn best_gateway_candidate(&self, now: Millis) -> Option<usize> {
+        (0..self.peers.len())
+            .filter(|&i| self.candidate_problem(i, now, Need::Urgent).is_none())
+            .filter(|&i| {
+                self.peers[i]
+                    .advert
+                    .as_ref()
+                    .is_some_and(|a| a.gateway == Some(true))
+            })
+            .max_by_key(|&i| self.peers[i].priority)
+    }
+
+    /// Automatic failback (seed 003), decided by the active non-preferred member: the
+    /// preferred member ready for the recovery window, the pair on this member for the
+    /// minimum time, no quarantine, quiet traffic for the quiet window (unknown waits), not
+    /// paused or suspended. Re-validated again just before the commit.
+    pub(super) fn failback_target(&self, now: Millis) -> Option<usize> {
+        let FailbackPolicy::Automatic(p) = &self.cfg.failback else {
+            return None;
+        };
+        if !self.holding || self.role != Role::Active || self.op.is_some() {
+            return None;
+        }
+        if self.paused || self.failback_paused || self.pair_suspended(now) || self.maintenance {
+            return None;
+        }
+        if self.quarantined(now) {
+            return None;
+        }
+        let fresh = self
+            .traffic_at
+            .is_some_and(|t| now.since(t) <= self.t().traffic_stale_ms);
+        let quiet = fresh
+            && self
+                .quiet_since
+                .is_some_and(|q| now.since(q) >= p.quiet_window_ms);
+        if !quiet {
+            return None;
+        }
+        if self
+            .active_since
+            .is_none_or(|s| now.since(s) < p.min_on_nonpreferred_ms)
+        {
+            return None;
+        }
+        let pref = self.preferred_peer()?;
+        let ready_since = self.peers[pref].ready_since?;
+        if now.since(ready_since) < p.recovery_window_ms {
+            return None;
+        }
+        if self.candidate_problem(pref, now, Need::Planned).is_some() {
+            return None;
+        }
+        Some(pref)
+    }
+}

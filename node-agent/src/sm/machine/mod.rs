@@ -1,0 +1,849 @@
+//! The machine: state, the `step` entry point, and helpers shared by the decision modules.
+//!
+//! Layout: `observe` folds inputs into the state, `standby` decides acquisitions (election
+//! and takeover, with the Lease claim), `active` decides what a holder does (handovers,
+//! fencing, two actives, Lease reconcile, failback), `planned` runs the make-before-break
+//! handover protocol on both sides, `report` builds adverts and status.
+
+mod active;
+mod observe;
+mod planned;
+mod report;
+mod standby;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use super::advert::{Advert, OpMsg};
+use super::config::{Config, ConfigError, Timings};
+use super::io::{Action, Alarm, Event, Input, Persisted, Reason};
+use super::status::{LeaseView, Transition};
+use super::types::{Millis, NodeId, Role, VipId};
+
+/// How many operator operation ids are remembered to ignore repeats.
+const REMEMBERED_IDS: usize = 256;
+
+/// What this member knows of one peer.
+#[derive(Clone, Debug)]
+struct Peer {
+    node: NodeId,
+    priority: u8,
+    /// Last time an advert arrived on each configured path (index = `Config::paths`).
+    last_heard: Vec<Option<Millis>>,
+    /// Start of the current stretch of continuous hearing (on any path).
+    heard_since: Option<Millis>,
+    /// Latest advert (kept after the peer falls silent: its last known state).
+    advert: Option<Advert>,
+    /// Ready as a planned-handover target continuously since then (failback recovery).
+    ready_since: Option<Millis>,
+}
+
+/// Per-VIP streak of data-plane probe results.
+#[derive(Clone, Debug, Default)]
+struct ProbeTrack {
+    last_up: Option<Millis>,
+    fail_count: u32,
+    fail_first: Option<Millis>,
+    fail_last: Option<Millis>,
+}
+
+/// Per (VIP, port) local listener state.
+#[derive(Clone, Copy, Debug)]
+struct ListenerTrack {
+    up: bool,
+    since: Millis,
+}
+
+/// A takeover claim waiting for the Lease compare-and-swap.
+#[derive(Clone, Debug)]
+struct Claim {
+    epoch: u64,
+    reason: Reason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CasPurpose {
+    Claim,
+    Reconcile,
+}
+
+#[derive(Clone, Debug)]
+struct CasPending {
+    purpose: CasPurpose,
+    sent_at: Millis,
+    retries: u8,
+}
+
+/// Who started a planned operation (initiator side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    Operator { forced: bool },
+    Maintenance,
+    Auto(Reason),
+}
+
+impl Origin {
+    fn reason(self) -> Reason {
+        match self {
+            Origin::Operator { forced: false } => Reason::PlannedFailover,
+            Origin::Operator { forced: true } => Reason::ForcedFailover,
+            Origin::Maintenance => Reason::MaintenanceOn,
+            Origin::Auto(r) => r,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpPhase {
+    Preparing,
+    Committed { epoch: u64, at: Millis },
+}
+
+/// Initiator side of a planned handover.
+#[derive(Clone, Debug)]
+struct Op {
+    id: u64,
+    origin: Origin,
+    to: NodeId,
+    phase: OpPhase,
+    started: Millis,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TgtPhase {
+    Acked,
+    Accepted { epoch: u64 },
+}
+
+/// Target side of a planned handover.
+#[derive(Clone, Debug)]
+struct TargetOp {
+    id: u64,
+    from: NodeId,
+    phase: TgtPhase,
+    at: Millis,
+}
+
+/// Requirements on a handover target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Need {
+    /// Operator planned failover, maintenance, failback: heard on every path, same
+    /// configuration revision, ready for every VIP.
+    Planned,
+    /// Automatic safety handover (carrier, gateway, unhealthy VIP): heard on some path,
+    /// ready for every VIP.
+    Urgent,
+    /// Forced failover: heard on some path, standby, not in maintenance, same major.
+    Forced,
+}
+
+/// The HA state machine of one member. Pure: no I/O, no clock, no randomness.
+///
+/// Create it with [`Machine::new`], feed every observation to [`Machine::step`] with the
+/// current monotonic time, execute the returned actions in order, and read
+/// [`Machine::status`] for reporting.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    cfg: Config,
+    cfg_error: Option<ConfigError>,
+    in_pair: bool,
+    my_priority: u8,
+    role: Role,
+    /// Highest pair epoch known (persisted, monotonic).
+    epoch: u64,
+    /// Epoch under which the VIPs are held or claimed.
+    held_epoch: u64,
+    /// This member added (or adopted) the VIPs and has not removed them.
+    holding: bool,
+    started_at: Option<Millis>,
+    first_step_done: bool,
+    last_now: Millis,
+    last_persisted: Persisted,
+    boot_last_role: Role,
+    adoption_decided: bool,
+    maintenance: bool,
+    maintenance_force: bool,
+    paused: bool,
+    failback_paused: bool,
+    peers: Vec<Peer>,
+    carrier_data: Option<bool>,
+    carrier_vip: Option<bool>,
+    gateway: Option<bool>,
+    local_vips: Option<BTreeSet<VipId>>,
+    probes: Vec<ProbeTrack>,
+    listeners: Vec<Vec<Option<ListenerTrack>>>,
+    vip_missing_since: Option<Millis>,
+    conflict_last: Option<Millis>,
+    traffic_at: Option<Millis>,
+    quiet_since: Option<Millis>,
+    lease: Option<LeaseView>,
+    lease_stale: bool,
+    cas: Option<CasPending>,
+    claim: Option<Claim>,
+    candidate_since: Option<Millis>,
+    /// No new claim before then (after losing a Lease CAS to another member).
+    claim_backoff_until: Option<Millis>,
+    op: Option<Op>,
+    tgt: Option<TargetOp>,
+    sticky: Option<(OpMsg, Millis)>,
+    seen_ids: VecDeque<u64>,
+    last_vip_change: Option<Millis>,
+    heard_any_peer: bool,
+    seen_holder: bool,
+    auto_moves: VecDeque<Millis>,
+    suspended: bool,
+    quiet_from: Millis,
+    nonpref_acq: VecDeque<Millis>,
+    quarantined_until: Option<Millis>,
+    active_since: Option<Millis>,
+    handover_retry_at: Option<Millis>,
+    alarms: BTreeSet<Alarm>,
+    key_mismatch_at: Option<Millis>,
+    clock_skew_at: Option<Millis>,
+    next_advert_at: Option<Millis>,
+    advert_now: bool,
+    last_burst: Option<Millis>,
+    last_transition: Option<Transition>,
+    op_seq: u16,
+    /// Test-only knob for the simulator's deliberate-break test: take over without the
+    /// data-plane probe condition. Not reachable from any configuration.
+    #[cfg(test)]
+    pub(crate) test_skip_probe: bool,
+}
+
+impl Machine {
+    /// A machine for `config`, resuming from `persisted` (epoch, maintenance, last role,
+    /// pauses, suspension). It starts in [`Role::Init`] (or [`Role::Unpaired`] when the
+    /// local node is not a member); the first `step` fixes the start time.
+    pub fn new(config: Config, persisted: Persisted) -> Machine {
+        let cfg_error = config.validate().err();
+        let my_priority = config.priority_of(&config.local);
+        let in_pair = my_priority.is_some();
+        let mut m = Machine {
+            peers: Vec::new(),
+            probes: Vec::new(),
+            listeners: Vec::new(),
+            cfg_error,
+            in_pair,
+            my_priority: my_priority.unwrap_or(0),
+            role: if in_pair { Role::Init } else { Role::Unpaired },
+            epoch: persisted.epoch,
+            held_epoch: persisted.epoch,
+            holding: false,
+            started_at: None,
+            first_step_done: false,
+            last_now: Millis(0),
+            boot_last_role: persisted.last_role,
+            adoption_decided: false,
+            maintenance: persisted.maintenance,
+            maintenance_force: false,
+            paused: persisted.paused,
+            failback_paused: persisted.failback_paused,
+            carrier_data: None,
+            carrier_vip: None,
+            gateway: None,
+            local_vips: None,
+            vip_missing_since: None,
+            conflict_last: None,
+            traffic_at: None,
+            quiet_since: None,
+            lease: None,
+            lease_stale: false,
+            cas: None,
+            claim: None,
+            candidate_since: None,
+            claim_backoff_until: None,
+            op: None,
+            tgt: None,
+            sticky: None,
+            seen_ids: VecDeque::new(),
+            last_vip_change: None,
+            heard_any_peer: false,
+            seen_holder: false,
+            auto_moves: VecDeque::new(),
+            suspended: persisted.suspended,
+            quiet_from: Millis(0),
+            nonpref_acq: VecDeque::new(),
+            quarantined_until: None,
+            active_since: None,
+            handover_retry_at: None,
+            alarms: BTreeSet::new(),
+            key_mismatch_at: None,
+            clock_skew_at: None,
+            next_advert_at: None,
+            advert_now: false,
+            last_burst: None,
+            last_transition: None,
+            op_seq: 0,
+            last_persisted: persisted,
+            cfg: config,
+            #[cfg(test)]
+            test_skip_probe: false,
+        };
+        m.rebuild_for_config();
+        m
+    }
+
+    /// Feeds one observation taken at `now` and returns what to do, in order.
+    pub fn step(&mut self, now: Millis, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.step_into(now, input, &mut out);
+        out
+    }
+
+    /// Like [`Machine::step`], appending the actions to `out` (lets a caller reuse a
+    /// buffer).
+    pub fn step_into(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
+        let now = now.max(self.last_now);
+        if self.started_at.is_some() && now.since(self.last_now) > self.t().heartbeat_timeout_ms {
+            // The process was stalled (SIGSTOP, a suspended VM): data-plane evidence
+            // gathered before the stall says nothing about now.
+            for tr in &mut self.probes {
+                *tr = ProbeTrack::default();
+            }
+        }
+        self.last_now = now;
+        if self.started_at.is_none() {
+            self.started_at = Some(now);
+            self.quiet_from = now;
+        }
+        if !self.first_step_done {
+            self.first_step_done = true;
+            if let Some(e) = self.cfg_error.clone() {
+                self.raise(Alarm::Misconfigured, e.to_string(), out);
+            }
+            if self.suspended {
+                self.raise(
+                    Alarm::Suspended,
+                    "flap suspension persisted across a restart".to_owned(),
+                    out,
+                );
+            }
+        }
+        self.handle(now, input, out);
+        self.evaluate(now, out);
+        self.persist_if_changed(out);
+        let due = self.next_advert_at.is_none_or(|t| now >= t);
+        if self.role != Role::Unpaired && (self.advert_now || due) {
+            out.push(Action::SendAdvert(self.make_advert()));
+            self.advert_now = false;
+            self.next_advert_at = Some(now.plus(self.cfg.timings.heartbeat_interval_ms));
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether this member holds the VIPs (added or adopted, not removed).
+    pub fn holds_vips(&self) -> bool {
+        self.holding
+    }
+
+    /// Highest pair epoch known (persisted; never goes backwards).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Last role change, if any.
+    pub fn last_transition(&self) -> Option<&Transition> {
+        self.last_transition.as_ref()
+    }
+
+    /// Rebuilds the per-peer and per-VIP tables after a configuration change, keeping what
+    /// is known about peers, VIPs and listeners that are still configured.
+    fn rebuild_for_config(&mut self) {
+        let old_peers = std::mem::take(&mut self.peers);
+        let npaths = self.cfg.paths.len();
+        for m in &self.cfg.members {
+            if m.node == self.cfg.local {
+                continue;
+            }
+            let mut p = old_peers
+                .iter()
+                .find(|p| p.node == m.node)
+                .cloned()
+                .unwrap_or(Peer {
+                    node: m.node.clone(),
+                    priority: m.priority,
+                    last_heard: Vec::new(),
+                    heard_since: None,
+                    advert: None,
+                    ready_since: None,
+                });
+            p.priority = m.priority;
+            p.last_heard.resize(npaths, None);
+            self.peers.push(p);
+        }
+        self.probes = vec![ProbeTrack::default(); self.cfg.vips.len()];
+        let old_listeners = std::mem::take(&mut self.listeners);
+        self.listeners = self
+            .cfg
+            .vips
+            .iter()
+            .map(|v| vec![None; v.probe_ports.len()])
+            .collect();
+        // Listener states are keyed by position; keep them only if the shape is unchanged.
+        if old_listeners.len() == self.listeners.len()
+            && old_listeners
+                .iter()
+                .zip(&self.listeners)
+                .all(|(a, b)| a.len() == b.len())
+        {
+            self.listeners = old_listeners;
+        }
+    }
+
+    fn t(&self) -> &Timings {
+        &self.cfg.timings
+    }
+
+    fn vip_ids(&self) -> Vec<VipId> {
+        self.cfg.vips.iter().map(|v| v.id.clone()).collect()
+    }
+
+    /// Pair VIPs the kernel was last seen holding.
+    fn local_pair_vips(&self) -> Vec<VipId> {
+        match &self.local_vips {
+            Some(present) => self
+                .cfg
+                .vips
+                .iter()
+                .filter(|v| present.contains(&v.id))
+                .map(|v| v.id.clone())
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn missing_vips(&self) -> Vec<VipId> {
+        match &self.local_vips {
+            Some(present) => self
+                .cfg
+                .vips
+                .iter()
+                .filter(|v| !present.contains(&v.id))
+                .map(|v| v.id.clone())
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn peer_index(&self, node: &NodeId) -> Option<usize> {
+        self.peers.iter().position(|p| &p.node == node)
+    }
+
+    fn peer_heard(&self, i: usize, now: Millis) -> bool {
+        let timeout = self.t().heartbeat_timeout_ms;
+        self.peers[i]
+            .last_heard
+            .iter()
+            .any(|t| t.is_some_and(|t| now.since(t) < timeout))
+    }
+
+    fn peer_heard_all(&self, i: usize, now: Millis) -> bool {
+        let timeout = self.t().heartbeat_timeout_ms;
+        let p = &self.peers[i];
+        !p.last_heard.is_empty()
+            && p.last_heard
+                .iter()
+                .all(|t| t.is_some_and(|t| now.since(t) < timeout))
+    }
+
+    /// The peer's advert if the peer is heard now.
+    fn heard_advert(&self, i: usize, now: Millis) -> Option<&Advert> {
+        if self.peer_heard(i, now) {
+            self.peers[i].advert.as_ref()
+        } else {
+            None
+        }
+    }
+
+    fn any_peer_heard(&self, now: Millis) -> bool {
+        (0..self.peers.len()).any(|i| self.peer_heard(i, now))
+    }
+
+    /// Both local links have carrier (unknown counts as no).
+    fn carrier_ok(&self) -> bool {
+        self.carrier_data == Some(true) && self.carrier_vip == Some(true)
+    }
+
+    /// A local link is known to have lost carrier.
+    fn carrier_lost(&self) -> bool {
+        self.carrier_data == Some(false) || self.carrier_vip == Some(false)
+    }
+
+    /// Cut off: a link without carrier or the gateway unreachable (fencing).
+    fn cut_off(&self) -> bool {
+        self.carrier_lost() || self.gateway == Some(false)
+    }
+
+    /// Own listeners answer for every (VIP, port); a VIP without ports is ready.
+    fn ready_all(&self) -> bool {
+        self.listeners
+            .iter()
+            .all(|ports| ports.iter().all(|l| l.is_some_and(|l| l.up)))
+    }
+
+    fn version_mismatch(&self) -> bool {
+        let major = self.cfg.protocol.major;
+        self.peers
+            .iter()
+            .any(|p| p.advert.as_ref().is_some_and(|a| a.protocol_major != major))
+    }
+
+    /// This member or a heard peer is flap-suspended (discretionary moves are a pair-level
+    /// decision, so the stricter view wins).
+    fn pair_suspended(&self, now: Millis) -> bool {
+        self.suspended
+            || (0..self.peers.len()).any(|i| self.heard_advert(i, now).is_some_and(|a| a.suspended))
+    }
+
+    fn in_hold_down(&self, now: Millis) -> bool {
+        self.last_vip_change
+            .is_some_and(|t| now.since(t) < self.t().hold_down_ms)
+    }
+
+    fn boot_hold_until(&self) -> Option<Millis> {
+        if self.heard_any_peer || self.cfg.start_alone {
+            return None;
+        }
+        self.started_at.map(|s| s.plus(self.t().boot_hold_ms))
+    }
+
+    fn bump_epoch(&mut self, e: u64) {
+        self.epoch = self.epoch.max(e);
+    }
+
+    /// Epoch a CAS should expect: the Lease as last seen, else `fallback`.
+    fn lease_expected(&self, fallback: u64) -> u64 {
+        self.lease.as_ref().map_or(fallback, |l| l.epoch)
+    }
+
+    fn is_operator_id(id: u64) -> bool {
+        id & super::advert::AUTO_OP_BIT == 0
+    }
+
+    fn current_persisted(&self) -> Persisted {
+        // Init is never recorded: an agent that crashes again during its Init listen must
+        // still know whether it was the active member (to adopt the VIPs).
+        let last_role = match self.role {
+            Role::Init if !self.adoption_decided => self.boot_last_role,
+            Role::Init if self.holding => Role::Active,
+            Role::Init => Role::Standby,
+            r => r,
+        };
+        Persisted {
+            epoch: self.epoch,
+            maintenance: self.maintenance,
+            last_role,
+            failback_paused: self.failback_paused,
+            paused: self.paused,
+            suspended: self.suspended,
+        }
+    }
+
+    /// Emits `Persist` when the durable state changed. Called before every action it
+    /// protects (adding VIPs under a new epoch, ...) and at the end of each step.
+    fn persist_if_changed(&mut self, out: &mut Vec<Action>) {
+        let p = self.current_persisted();
+        if p != self.last_persisted {
+            self.last_persisted = p.clone();
+            out.push(Action::Persist(p));
+        }
+    }
+
+    fn set_role(&mut self, to: Role, reason: Reason, now: Millis, out: &mut Vec<Action>) {
+        let from = self.role;
+        if from == to {
+            return;
+        }
+        self.role = to;
+        if to != Role::Standby {
+            self.candidate_since = None;
+        }
+        let epoch = if matches!(to, Role::Active | Role::Demoting) {
+            self.held_epoch
+        } else {
+            self.epoch
+        };
+        self.last_transition = Some(Transition {
+            from,
+            to,
+            reason,
+            epoch,
+            at: now,
+        });
+        self.advert_now = true;
+        self.persist_if_changed(out);
+        out.push(Action::Report(Event::RoleChanged {
+            from,
+            to,
+            reason,
+            epoch,
+        }));
+    }
+
+    fn raise(&mut self, alarm: Alarm, detail: String, out: &mut Vec<Action>) {
+        if self.alarms.insert(alarm) {
+            out.push(Action::Report(Event::AlarmRaised { alarm, detail }));
+        }
+    }
+
+    fn clear_alarm(&mut self, alarm: Alarm, out: &mut Vec<Action>) {
+        if self.alarms.remove(&alarm) {
+            out.push(Action::Report(Event::AlarmCleared { alarm }));
+        }
+    }
+
+    fn report_op(&mut self, id: u64, ok: bool, message: String, out: &mut Vec<Action>) {
+        if Self::is_operator_id(id) {
+            out.push(Action::Report(Event::OperationResult { id, ok, message }));
+        }
+    }
+
+    /// Remembers an operator id; false if it was seen before (the command is ignored).
+    fn remember_id(&mut self, id: u64) -> bool {
+        if self.seen_ids.contains(&id) {
+            return false;
+        }
+        if self.seen_ids.len() >= REMEMBERED_IDS {
+            self.seen_ids.pop_front();
+        }
+        self.seen_ids.push_back(id);
+        true
+    }
+
+    /// Records an automatic role change for flap suspension.
+    fn note_auto_move(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let window = self.cfg.flap.window_ms;
+        self.auto_moves.push_back(now);
+        while self
+            .auto_moves
+            .front()
+            .is_some_and(|&t| now.since(t) >= window)
+        {
+            self.auto_moves.pop_front();
+        }
+        self.quiet_from = now;
+        let limit = usize::try_from(self.cfg.flap.moves).unwrap_or(usize::MAX);
+        if !self.suspended && self.auto_moves.len() >= limit {
+            self.suspended = true;
+            let detail = format!(
+                "{} automatic role changes within {} ms",
+                self.auto_moves.len(),
+                window
+            );
+            self.raise(Alarm::Suspended, detail, out);
+        }
+    }
+
+    /// Records a failover onto this (non-preferred) member for the failback quarantine.
+    fn note_nonpreferred_acquisition(&mut self, now: Millis) {
+        let super::config::FailbackPolicy::Automatic(p) = &self.cfg.failback else {
+            return;
+        };
+        let (window, n, hold) = (
+            p.quarantine_window_ms,
+            p.quarantine_failovers,
+            p.quarantine_hold_ms,
+        );
+        self.nonpref_acq.push_back(now);
+        while self
+            .nonpref_acq
+            .front()
+            .is_some_and(|&t| now.since(t) >= window)
+        {
+            self.nonpref_acq.pop_front();
+        }
+        if self.nonpref_acq.len() >= usize::try_from(n).unwrap_or(usize::MAX) {
+            self.quarantined_until = Some(now.plus(hold));
+        }
+    }
+
+    fn quarantined(&self, now: Millis) -> bool {
+        self.quarantined_until.is_some_and(|u| now < u)
+    }
+
+    /// The preferred member: highest priority not in maintenance (peers by their last
+    /// advert). `None` when that is this member.
+    fn preferred_peer(&self) -> Option<usize> {
+        let mut best: Option<(u8, Option<usize>)> = if self.maintenance {
+            None
+        } else {
+            Some((self.my_priority, None))
+        };
+        for (i, p) in self.peers.iter().enumerate() {
+            let maint = p.advert.as_ref().is_some_and(|a| a.maintenance);
+            if maint {
+                continue;
+            }
+            if best.is_none_or(|(bp, _)| p.priority > bp) {
+                best = Some((p.priority, Some(i)));
+            }
+        }
+        best.and_then(|(_, i)| i)
+    }
+
+    fn is_preferred(&self) -> bool {
+        !self.maintenance && self.preferred_peer().is_none()
+    }
+
+    /// Runs the decision for the current role until the role settles.
+    fn evaluate(&mut self, now: Millis, out: &mut Vec<Action>) {
+        self.expire(now, out);
+        for _ in 0..4 {
+            let before = (self.role, self.holding, self.op.is_some());
+            match self.role {
+                Role::Init => self.eval_init(now, out),
+                Role::Standby => self.eval_standby(now, out),
+                Role::Active | Role::Demoting => self.eval_active(now, out),
+                Role::Fenced => self.eval_fenced(now, out),
+                Role::Maintenance => self.eval_maintenance(now, out),
+                Role::Unpaired => {}
+            }
+            if (self.role, self.holding, self.op.is_some()) == before {
+                break;
+            }
+        }
+    }
+
+    /// Timers that do not depend on the role.
+    fn expire(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let clear = self.t().reject_alarm_clear_ms;
+        if self.key_mismatch_at.is_some_and(|t| now.since(t) >= clear) {
+            self.key_mismatch_at = None;
+            self.clear_alarm(Alarm::KeyMismatch, out);
+        }
+        if self.clock_skew_at.is_some_and(|t| now.since(t) >= clear) {
+            self.clock_skew_at = None;
+            self.clear_alarm(Alarm::ClockSkew, out);
+        }
+        let conflict_clear = self.t().conflict_clear_ms;
+        if self
+            .conflict_last
+            .is_some_and(|t| now.since(t) >= conflict_clear)
+        {
+            self.conflict_last = None;
+            self.clear_alarm(Alarm::VipConflict, out);
+        }
+        if self.sticky.as_ref().is_some_and(|(_, until)| now >= *until) {
+            self.sticky = None;
+        }
+        let tgt_life = self.t().confirm_timeout_ms.saturating_mul(2);
+        if self
+            .tgt
+            .as_ref()
+            .is_some_and(|t| now.since(t.at) >= tgt_life)
+        {
+            self.tgt = None;
+        }
+        // An acked prepare whose initiator fell silent must not delay a takeover.
+        if let Some(t) = &self.tgt
+            && t.phase == TgtPhase::Acked
+            && self
+                .peer_index(&t.from)
+                .is_none_or(|i| !self.peer_heard(i, now))
+        {
+            self.tgt = None;
+        }
+        if self.suspended && now.since(self.quiet_from) >= self.cfg.flap.quiet_ms {
+            self.suspended = false;
+            self.auto_moves.clear();
+            self.clear_alarm(Alarm::Suspended, out);
+        }
+        if self
+            .cas
+            .as_ref()
+            .is_some_and(|c| now.since(c.sent_at) >= self.t().cas_timeout_ms)
+        {
+            // No answer in time: the store counts as unavailable.
+            let purpose = self.cas.as_ref().map(|c| c.purpose);
+            self.cas = None;
+            self.lease_stale = true;
+            if purpose == Some(CasPurpose::Claim) {
+                self.on_cas_unavailable(now, out);
+            }
+        }
+        if !self.version_mismatch() {
+            self.clear_alarm(Alarm::VersionMismatch, out);
+        }
+        for i in 0..self.peers.len() {
+            let ok = self.candidate_problem(i, now, Need::Planned).is_none();
+            let p = &mut self.peers[i];
+            if ok {
+                p.ready_since.get_or_insert(now);
+            } else {
+                p.ready_since = None;
+            }
+        }
+    }
+
+    fn eval_fenced(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.maintenance {
+            self.set_role(Role::Maintenance, Reason::MaintenanceOn, now, out);
+        } else if !self.cut_off() {
+            self.set_role(Role::Standby, Reason::Unfenced, now, out);
+        }
+    }
+
+    fn eval_maintenance(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if !self.maintenance {
+            self.set_role(Role::Standby, Reason::MaintenanceOff, now, out);
+        }
+    }
+
+    /// Gives up the VIPs (or a claim) and moves to `to`.
+    fn release(&mut self, now: Millis, to: Role, reason: Reason, out: &mut Vec<Action>) {
+        let had = self.holding;
+        self.holding = false;
+        self.claim = None;
+        self.active_since = None;
+        self.vip_missing_since = None;
+        if had {
+            self.last_vip_change = Some(now);
+        }
+        if self.role != to {
+            self.set_role(to, reason, now, out);
+        }
+        self.persist_if_changed(out);
+        if had || !self.local_pair_vips().is_empty() {
+            out.push(Action::RemoveVips(self.vip_ids()));
+        }
+        self.clear_alarm(Alarm::VipUnhealthy, out);
+        self.clear_alarm(Alarm::MaintenancePending, out);
+        if had && reason.automatic() {
+            self.note_auto_move(now, out);
+        }
+        self.advert_now = true;
+    }
+
+    /// Takes the VIPs (after a successful claim, an unavailable store, or a commit).
+    fn acquire(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
+        self.claim = None;
+        self.holding = true;
+        self.active_since = Some(now);
+        self.last_vip_change = Some(now);
+        self.vip_missing_since = None;
+        self.persist_if_changed(out);
+        out.push(Action::AddVips(self.vip_ids()));
+        out.push(Action::Announce {
+            kind: super::types::AnnounceKind::Burst,
+        });
+        out.push(Action::SelfCheck);
+        self.last_burst = Some(now);
+        self.advert_now = true;
+        if reason.automatic() {
+            self.note_auto_move(now, out);
+        }
+        if matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted) && !self.is_preferred()
+        {
+            self.note_nonpreferred_acquisition(now);
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The make-before-break planned handover, both sides.
+//!
+//! Initiator (the active): `Prepare{to}` → on `PrepareAck` re-validate, then
+//! `Commit{to, epoch+1}` and Demoting (still holding) → on `Confirm` (or the target heard
+//! Active under the commit epoch, or the Lease naming it) remove the VIPs, Standby. No ack
+//! or no confirm within the confirm timeout → abort; after a commit the abort takes the
+//! VIPs back under a fresh epoch (newer than the one committed, so the target yields by the
+//! two-actives rule even if it never sees the `Abort`) and re-announces.
+//!
+//! Target (a standby): `Prepare` → `PrepareAck` or `Refuse`; `Commit` → CAS the Lease (in
+//! parallel, not waited for: the active's commit already serialises the move), add the
+//! VIPs, burst, Active, `Confirm`; `Abort` after accepting → give the VIPs back.
+
+use super::{Machine, Need, Op, OpPhase, Origin, TargetOp, TgtPhase};
+use crate::sm::advert::{AUTO_OP_BIT, OpKind, OpMsg, RefuseReason};
+use crate::sm::io::{Action, Reason};
+use crate::sm::types::{AnnounceKind, Millis, NodeId, Role};
+
+impl Machine {
+    fn next_auto_id(&mut self) -> u64 {
+        self.op_seq = self.op_seq.wrapping_add(1);
+        AUTO_OP_BIT | ((self.epoch & 0x7fff_ffff_ffff) << 16) | u64::from(self.op_seq)
+    }
+
+    fn sticky_life(&self) -> u64 {
+        self.t().confirm_timeout_ms.saturating_mul(2)
+    }
+
+    /// Starts a handover of the whole member to peer `target`.
+    pub(super) fn start_op(
+        &mut self,
+        now: Millis,
+        id: Option<u64>,
+        origin: Origin,
+        target: usize,
+        forced: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let id = match id {
+            Some(id) => id,
+            None => self.next_auto_id(),
+        };
+        let to = self.peers[target].node.clone();
+        self.op = Some(Op {
+            id,
+            origin,
+            to,
+            phase: OpPhase::Preparing,
+            started: now,
+        });
+        self.sticky = None;
+        self.advert_now = true;
+        if forced {
+            self.commit(now, out);
+        }
+    }
+
+    fn commit(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
+        let epoch = self
+            .epoch
+            .max(self.held_epoch)
+            .max(lease_epoch)
+            .saturating_add(1);
+        let Some(op) = self.op.as_mut() else {
+            return;
+        };
+        op.phase = OpPhase::Committed { epoch, at: now };
+        let reason = op.origin.reason();
+        self.set_role(Role::Demoting, reason, now, out);
+        self.advert_now = true;
+    }
+
+    pub(super) fn complete_op(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let Some(op) = self.op.take() else {
+            return;
+        };
+        let OpPhase::Committed { epoch, .. } = op.phase else {
+            self.op = Some(op);
+            return;
+        };
+        self.bump_epoch(epoch);
+        if matches!(op.origin, Origin::Operator { .. }) {
+            // A manual or forced move pauses automatic failback until resumed.
+            self.failback_paused = true;
+        }
+        let to = self.out_role(Role::Standby);
+        self.release(now, to, op.origin.reason(), out);
+        self.handover_retry_at = None;
+        self.report_op(op.id, true, format!("handed over to {}", op.to), out);
+    }
+
+    fn abort_op(&mut self, now: Millis, message: &str, out: &mut Vec<Action>) {
+        let Some(op) = self.op.take() else {
+            return;
+        };
+        self.sticky = Some((
+            OpMsg {
+                id: op.id,
+                kind: OpKind::Abort,
+            },
+            now.plus(self.sticky_life()),
+        ));
+        if let OpPhase::Committed { epoch, .. } = op.phase {
+            // Take the VIPs back under an epoch newer than the committed one.
+            let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
+            let expected = self.lease_expected(self.held_epoch);
+            let e = self.epoch.max(epoch).max(lease_epoch).saturating_add(1);
+            self.epoch = e;
+            self.held_epoch = e;
+            self.set_role(Role::Active, Reason::Aborted, now, out);
+            self.last_burst = Some(now);
+            out.push(Action::Announce {
+                kind: AnnounceKind::Burst,
+            });
+            if self.cas.is_none() {
+                self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
+            }
+        }
+        self.advert_now = true;
+        if !matches!(op.origin, Origin::Operator { .. }) {
+            self.handover_retry_at = Some(now.plus(self.t().handover_retry_ms));
+        }
+        self.report_op(op.id, false, message.to_owned(), out);
+    }
+
+    /// Drops the operation because another holder with a newer epoch won (no takeback).
+    pub(super) fn abort_op_superseded(&mut self, out: &mut Vec<Action>) {
+        if let Some(op) = self.op.take() {
+            self.report_op(
+                op.id,
+                false,
+                "superseded: another member holds the VIPs under a newer epoch".to_owned(),
+                out,
+            );
+        }
+    }
+
+    pub(super) fn op_timeouts(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let Some(op) = self.op.as_ref() else {
+            return;
+        };
+        let limit = self.t().confirm_timeout_ms;
+        match op.phase {
+            OpPhase::Preparing if now.since(op.started) >= limit => {
+                self.abort_op(now, "the target did not answer the prepare in time", out);
+            }
+            OpPhase::Committed { at, .. } if now.since(at) >= limit => {
+                self.abort_op(
+                    now,
+                    "the target did not confirm in time; took the VIPs back",
+                    out,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Initiator: the target heard Active holding under the committed epoch completes the
+    /// operation even when the `Confirm` itself was lost.
+    pub(super) fn check_op_completion(&mut self, now: Millis, i: usize, out: &mut Vec<Action>) {
+        let Some(op) = self.op.as_ref() else {
+            return;
+        };
+        let OpPhase::Committed { epoch, .. } = op.phase else {
+            return;
+        };
+        let p = &self.peers[i];
+        if p.node != op.to {
+            return;
+        }
+        if let Some(a) = &p.advert
+            && a.role == Role::Active
+            && a.holds_vips
+            && a.epoch == epoch
+        {
+            self.complete_op(now, out);
+        }
+    }
+
+    pub(super) fn on_op_msg(&mut self, now: Millis, i: usize, msg: &OpMsg, out: &mut Vec<Action>) {
+        let from = self.peers[i].node.clone();
+        if let Some(op) = self.op.as_ref()
+            && op.to == from
+            && op.id == msg.id
+        {
+            match (&msg.kind, op.phase) {
+                (OpKind::PrepareAck, OpPhase::Preparing) => {
+                    if let Some(why) = self.revalidate_op(now) {
+                        self.abort_op(now, why, out);
+                    } else {
+                        self.commit(now, out);
+                    }
+                }
+                (OpKind::Refuse { reason }, _) => {
+                    let m = format!("the target refused: {}", reason.as_str());
+                    self.abort_op(now, &m, out);
+                }
+                (OpKind::Confirm, OpPhase::Committed { .. }) => self.complete_op(now, out),
+                _ => {}
+            }
+            return;
+        }
+        let me = self.cfg.local.clone();
+        match &msg.kind {
+            OpKind::Prepare { to } if *to == me => self.on_prepare(now, i, msg.id),
+            OpKind::Commit { to, epoch } if *to == me => {
+                self.on_commit(now, i, msg.id, *epoch, out);
+            }
+            OpKind::Abort => {
+                let Some(t) = self.tgt.as_ref() else {
+                    return;
+                };
+                if t.id != msg.id || t.from != from {
+                    return;
+                }
+                if let TgtPhase::Accepted { epoch } = t.phase
+                    && self.holding
+                    && self.held_epoch == epoch
+                {
+                    let to = self.out_role(Role::Standby);
+                    self.release(now, to, Reason::AbortedByPeer, out);
+                }
+                self.tgt = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Re-validation on the initiator right before the commit (seed 003: re-check the
+    /// conditions at the moment of acting). `Some(reason)` = abort.
+    fn revalidate_op(&self, now: Millis) -> Option<&'static str> {
+        let op = self.op.as_ref()?;
+        let Some(i) = self.peer_index(&op.to) else {
+            return Some("the target left the pair");
+        };
+        let need = match op.origin {
+            Origin::Operator { forced: true } => Need::Forced,
+            Origin::Operator { forced: false } | Origin::Maintenance => Need::Planned,
+            Origin::Auto(Reason::Failback) => {
+                if self.failback_target(now) != Some(i) {
+                    return Some("failback conditions no longer hold");
+                }
+                Need::Planned
+            }
+            Origin::Auto(Reason::VipUnhealthy | Reason::ListenerDown) => {
+                if self.pair_suspended(now) || self.paused {
+                    return Some("discretionary moves are suspended or paused");
+                }
+                Need::Urgent
+            }
+            Origin::Auto(_) => Need::Urgent,
+        };
+        self.candidate_problem(i, now, need)
+    }
+
+    fn prepare_refusal(&self, i: usize) -> Option<RefuseReason> {
+        let a = self.peers[i].advert.as_ref()?;
+        if self.role != Role::Standby {
+            return Some(RefuseReason::NotStandby);
+        }
+        if self.cfg_error.is_some() {
+            return Some(RefuseReason::Misconfigured);
+        }
+        if self.maintenance {
+            return Some(RefuseReason::Maintenance);
+        }
+        if self.cut_off() || !self.carrier_ok() {
+            return Some(RefuseReason::CutOff);
+        }
+        if a.protocol_major != self.cfg.protocol.major {
+            return Some(RefuseReason::ProtocolMismatch);
+        }
+        if a.config_revision != self.cfg.config_revision {
+            return Some(RefuseReason::ConfigRevision);
+        }
+        if !self.ready_all() {
+            return Some(RefuseReason::NotReady);
+        }
+        None
+    }
+
+    fn on_prepare(&mut self, now: Millis, i: usize, id: u64) {
+        let from = self.peers[i].node.clone();
+        if self
+            .tgt
+            .as_ref()
+            .is_some_and(|t| t.id == id && t.from == from)
+        {
+            return;
+        }
+        if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
+            return;
+        }
+        let busy = self.tgt.is_some() || self.op.is_some();
+        let refusal = if busy {
+            Some(RefuseReason::Busy)
+        } else {
+            self.prepare_refusal(i)
+        };
+        self.refuse_or(now, id, refusal, |m| {
+            m.tgt = Some(TargetOp {
+                id,
+                from,
+                phase: TgtPhase::Acked,
+                at: now,
+            });
+        });
+    }
+
+    fn refuse_or(
+        &mut self,
+        now: Millis,
+        id: u64,
+        refusal: Option<RefuseReason>,
+        accept: impl FnOnce(&mut Machine),
+    ) {
+        self.advert_now = true;
+        match refusal {
+            Some(reason) => {
+                self.sticky = Some((
+                    OpMsg {
+                        id,
+                        kind: OpKind::Refuse { reason },
+                    },
+                    now.plus(self.sticky_life()),
+                ));
+            }
+            None => {
+                self.sticky = None;
+                accept(self);
+            }
+        }
+    }
+
+    fn on_commit(&mut self, now: Millis, i: usize, id: u64, epoch: u64, out: &mut Vec<Action>) {
+        let from = self.peers[i].node.clone();
+        if self.tgt.as_ref().is_some_and(|t| {
+            t.id == id && t.from == from && matches!(t.phase, TgtPhase::Accepted { .. })
+        }) {
+            return;
+        }
+        if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
+            return;
+        }
+        let initiator_major = self.peers[i].advert.as_ref().map(|a| a.protocol_major);
+        let busy_other = self.tgt.as_ref().is_some_and(|t| t.id != id) || self.op.is_some();
+        let refusal = if self.role != Role::Standby {
+            Some(RefuseReason::NotStandby)
+        } else if self.maintenance {
+            Some(RefuseReason::Maintenance)
+        } else if self.cut_off() || !self.carrier_ok() {
+            Some(RefuseReason::CutOff)
+        } else if self.cfg_error.is_some() {
+            Some(RefuseReason::Misconfigured)
+        } else if initiator_major != Some(self.cfg.protocol.major) {
+            Some(RefuseReason::ProtocolMismatch)
+        } else if epoch <= self.epoch {
+            Some(RefuseReason::StaleEpoch)
+        } else if busy_other {
+            Some(RefuseReason::Busy)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            self.refuse_or(now, id, Some(reason), |_| {});
+            return;
+        }
+        let previous = self.epoch;
+        self.epoch = epoch;
+        self.held_epoch = epoch;
+        self.tgt = Some(TargetOp {
+            id,
+            from,
+            phase: TgtPhase::Accepted { epoch },
+            at: now,
+        });
+        self.sticky = None;
+        let operator = Self::is_operator_id(id);
+        if operator {
+            self.failback_paused = true;
+        }
+        let reason = if operator {
+            Reason::HandoverAccepted
+        } else {
+            Reason::AutoHandoverAccepted
+        };
+        self.set_role(Role::Active, reason, now, out);
+        self.acquire(now, reason, out);
+        if self.cas.is_none() {
+            let expected = self.lease_expected(previous);
+            self.send_cas(epoch, expected, super::CasPurpose::Reconcile, now, out);
+        }
+    }
+
+    /// Operator planned or forced failover (sent to the active member).
+    pub(super) fn operator_failover(
+        &mut self,
+        now: Millis,
+        id: u64,
+        target: Option<NodeId>,
+        forced: bool,
+        out: &mut Vec<Action>,
+    ) {
+        if !(self.role == Role::Active && self.holding) {
+            self.report_op(
+                id,
+                false,
+                "this member is not the active member".to_owned(),
+                out,
+            );
+            return;
+        }
+        if self.op.is_some() || self.tgt.is_some() {
+            self.report_op(
+                id,
+                false,
+                "another operation is in progress".to_owned(),
+                out,
+            );
+            return;
+        }
+        let need = if forced { Need::Forced } else { Need::Planned };
+        let idx = match target {
+            Some(t) => match self.peer_index(&t) {
+                Some(i) => i,
+                None => {
+                    let m = format!("{t} is not a peer in this pair");
+                    self.report_op(id, false, m, out);
+                    return;
+                }
+            },
+            None => match self.best_candidate(now, need) {
+                Some(i) => i,
+                None => {
+                    let m = "no peer can take the VIPs now".to_owned();
+                    self.report_op(id, false, m, out);
+                    return;
+                }
+            },
+        };
+        if let Some(why) = self.candidate_problem(idx, now, need) {
+            self.report_op(id, false, why.to_owned(), out);
+            return;
+        }
+        self.start_op(now, Some(id), Origin::Operator { forced }, idx, forced, out);
+    }
+}
