@@ -2,6 +2,7 @@
 //! kube-apiserver processes with generated certificates and RBAC), helpers that
 //! always clean up, and the `lab` binary built on them.
 
+pub mod agent;
 pub mod certs;
 pub mod controlplane;
 pub mod keepalived;

@@ -98,7 +98,8 @@ pub fn status_json(st: &sm::Status, paths: &[String]) -> serde_json::Value {
 
 fn next_op_id() -> u64 {
     // Operator-side ids must leave the top bit clear (the machine uses it for its own).
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
     now & !sm::AUTO_OP_BIT
 }
 
@@ -118,7 +119,9 @@ async fn handle_one(req: AdminRequest, agent: &Handle, paths: &[String]) -> Admi
             };
             (Request::Command(cmd), Duration::from_secs(5))
         }
-        AdminRequest::Maintenance { on, force } => (Request::Command(sm::Command::Maintenance { on, force }), Duration::from_secs(2)),
+        AdminRequest::Maintenance { on, force } => {
+            (Request::Command(sm::Command::Maintenance { on, force }), Duration::from_secs(2))
+        }
         AdminRequest::Clear => (Request::Command(sm::Command::ClearSuspension), Duration::from_secs(2)),
         AdminRequest::ResumeFailback => (Request::Command(sm::Command::ResumeFailback), Duration::from_secs(2)),
         AdminRequest::Pause { on } => (Request::Command(sm::Command::SetPaused(on)), Duration::from_secs(2)),
@@ -126,7 +129,9 @@ async fn handle_one(req: AdminRequest, agent: &Handle, paths: &[String]) -> Admi
     match agent.request(request, wait).await {
         Some(Reply::Done { ok, message }) => AdminReply { ok, message, status: None },
         Some(Reply::Status(_)) => AdminReply { ok: true, message: String::new(), status: None },
-        None => AdminReply { ok: false, message: "no answer in time: check `status` before retrying".into(), status: None },
+        None => {
+            AdminReply { ok: false, message: "no answer in time: check `status` before retrying".into(), status: None }
+        }
     }
 }
 

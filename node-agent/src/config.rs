@@ -400,13 +400,10 @@ pub struct StandaloneVip {
 /// Decodes a hex key.
 pub fn parse_hex_key(s: &str) -> Result<Vec<u8>, ConfigError> {
     let s = s.trim();
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(invalid("heartbeat key must be hex digits"));
     }
-    let bytes: Vec<u8> = (0..s.len())
-        .step_by(2)
-        .filter_map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect();
+    let bytes: Vec<u8> = (0..s.len()).step_by(2).filter_map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect();
     if bytes.len() < 16 {
         return Err(invalid("heartbeat key must be at least 16 bytes (32 hex digits)"));
     }
@@ -416,7 +413,8 @@ pub fn parse_hex_key(s: &str) -> Result<Vec<u8>, ConfigError> {
 impl StandaloneFile {
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         serde_yaml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })
     }
 
@@ -475,7 +473,10 @@ impl StandaloneFile {
         let current = Key { id: self.heartbeat.key_id, secret: parse_hex_key(&key_hex)? };
         let previous = match &self.heartbeat.previous_key {
             Some(k) => Some(Key {
-                id: self.heartbeat.previous_key_id.ok_or_else(|| invalid("heartbeat.previousKeyId is required with previousKey"))?,
+                id: self
+                    .heartbeat
+                    .previous_key_id
+                    .ok_or_else(|| invalid("heartbeat.previousKeyId is required with previousKey"))?,
                 secret: parse_hex_key(k)?,
             }),
             None => None,

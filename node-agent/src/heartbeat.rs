@@ -98,9 +98,11 @@ impl HeartbeatIo {
         let mut sockets = Vec::new();
         for p in &paths {
             let addr = SocketAddr::new(p.local, port);
-            let sock = UdpSocket::bind(addr)
-                .await
-                .map_err(|source| HeartbeatError::Bind { path: p.name.clone(), addr, source })?;
+            let sock = UdpSocket::bind(addr).await.map_err(|source| HeartbeatError::Bind {
+                path: p.name.clone(),
+                addr,
+                source,
+            })?;
             sockets.push(Arc::new(sock));
         }
         // Sequence numbers start at the start-up time in µs, so a restarted agent
@@ -135,7 +137,9 @@ impl HeartbeatIo {
         for (p, sock) in self.paths.iter().zip(&self.sockets) {
             for (_, peer) in &p.peers {
                 match sock.send_to(&bytes, SocketAddr::new(*peer, self.port)).await {
-                    Ok(_) => self.metrics.heartbeats_sent.get_or_create(&PathLabel { path: p.name.clone() }).inc(),
+                    Ok(_) => {
+                        self.metrics.heartbeats_sent.get_or_create(&PathLabel { path: p.name.clone() }).inc();
+                    }
                     Err(e) => {
                         self.metrics.io_error("heartbeat_send");
                         tracing::debug!(path = %p.name, peer = %peer, error = %e, "heartbeat send failed");
@@ -199,8 +203,15 @@ impl HeartbeatIo {
                     DecodeError::BadMac | DecodeError::UnknownKey { .. } => {
                         Some(Received::Rejected { path, reason: sm::RejectReason::KeyMismatch })
                     }
-                    DecodeError::UnsupportedMajor { sender, .. } if members.contains(&sender) => {
-                        Some(Received::Rejected { path, reason: sm::RejectReason::VersionMismatch })
+                    // Authentic, from a member, in another major version: the member is alive
+                    // (it is heard) but nothing else of its heartbeat can be read. The state
+                    // machine raises VersionMismatch and takes no automatic action against it.
+                    DecodeError::UnsupportedMajor { major, sender } if members.contains(&sender) => {
+                        version_mismatch_advert(&sender, major).map(|advert| Received::Advert {
+                            path,
+                            advert,
+                            skew_ms: 0,
+                        })
                     }
                     _ => None,
                 };
@@ -223,7 +234,9 @@ impl HeartbeatIo {
         if let Err(e) = window.check(hb.seq, hb.timestamp_ms, now, MAX_CLOCK_DIFFERENCE.as_millis() as u64) {
             self.metrics.dropped(path_name, e.reason());
             return match e {
-                wire::ReplayError::Stale { .. } => Some(Received::Rejected { path, reason: sm::RejectReason::ClockSkew }),
+                wire::ReplayError::Stale { .. } => {
+                    Some(Received::Rejected { path, reason: sm::RejectReason::ClockSkew })
+                }
                 wire::ReplayError::Replayed { .. } => None,
             };
         }
@@ -300,7 +313,9 @@ pub fn from_wire(hb: &Heartbeat) -> Option<sm::Advert> {
     let op = match &b.op {
         None => None,
         Some(op) => Some(match op {
-            WireOp::Prepare { id, to } => sm::OpMsg { id: *id, kind: sm::OpKind::Prepare { to: sm::NodeId::new(to.clone()).ok()? } },
+            WireOp::Prepare { id, to } => {
+                sm::OpMsg { id: *id, kind: sm::OpKind::Prepare { to: sm::NodeId::new(to.clone()).ok()? } }
+            }
             WireOp::PrepareAck { id } => sm::OpMsg { id: *id, kind: sm::OpKind::PrepareAck },
             WireOp::Refuse { id, reason } => {
                 sm::OpMsg { id: *id, kind: sm::OpKind::Refuse { reason: sm::RefuseReason::from_code(*reason) } }
@@ -335,6 +350,27 @@ pub fn from_wire(hb: &Heartbeat) -> Option<sm::Advert> {
     })
 }
 
+/// What is known of a member that speaks another protocol major version.
+fn version_mismatch_advert(sender: &str, major: u8) -> Option<sm::Advert> {
+    Some(sm::Advert {
+        sender: sm::NodeId::new(sender.to_owned()).ok()?,
+        role: sm::Role::Init,
+        epoch: 0,
+        priority: 0,
+        holds_vips: false,
+        config_revision: 0,
+        protocol_major: u16::from(major),
+        protocol_minor: 0,
+        ready_all: false,
+        maintenance: false,
+        carrier_ok: false,
+        gateway: None,
+        suspended: false,
+        failback_paused: false,
+        op: None,
+    })
+}
+
 /// Shared mutable keyring.
 pub type SharedKeys = Arc<RwLock<Keyring>>;
 
@@ -354,6 +390,12 @@ impl SkewTracker {
     }
     /// The largest absolute smoothed skew.
     pub fn max_abs(&self) -> i64 {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|v| v.abs()).max().unwrap_or(0)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|v| v.abs())
+            .max()
+            .unwrap_or(0)
     }
 }

@@ -171,6 +171,7 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
         _ => None,
     }
 }
+const EBUSY: i32 = 16;
 const EEXIST: i32 = 17;
 const ENODEV: i32 = 19;
 const EADDRNOTAVAIL: i32 = 99;
@@ -191,12 +192,16 @@ impl Netlink {
 
     /// Every link.
     pub async fn links(&self) -> Result<Vec<LinkState>, NetlinkError> {
-        let mut out = Vec::new();
-        let mut s = self.handle.link().get().execute();
-        while let Some(msg) = s.try_next().await.map_err(NetlinkError::ListLinks)? {
-            out.push(link_state(&msg));
-        }
-        Ok(out)
+        retry_busy(|| async {
+            let mut out = Vec::new();
+            let mut s = self.handle.link().get().execute();
+            while let Some(msg) = s.try_next().await? {
+                out.push(link_state(&msg));
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(NetlinkError::ListLinks)
     }
 
     /// One link by name.
@@ -212,14 +217,18 @@ impl Netlink {
 
     /// Every address (of every interface).
     pub async fn addresses(&self) -> Result<Vec<AddrInfo>, NetlinkError> {
-        let mut out = Vec::new();
-        let mut s = self.handle.address().get().execute();
-        while let Some(msg) = s.try_next().await.map_err(NetlinkError::ListAddresses)? {
-            if let Some(info) = addr_info(&msg) {
-                out.push(info);
+        retry_busy(|| async {
+            let mut out = Vec::new();
+            let mut s = self.handle.address().get().execute();
+            while let Some(msg) = s.try_next().await? {
+                if let Some(info) = addr_info(&msg) {
+                    out.push(info);
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .await
+        .map_err(NetlinkError::ListAddresses)
     }
 
     /// Addresses havip added (on any interface).
@@ -356,6 +365,25 @@ impl Netlink {
         own.and_then(|a| links.into_iter().find(|l| l.index == a.ifindex))
             .map(|l| l.name)
             .ok_or(NetlinkError::NoInterfaceForSubnet { addr, prefix })
+    }
+}
+
+/// Runs a dump, retrying while the kernel answers EBUSY: a netlink socket serves one
+/// dump at a time, and the connection is shared by clones of the handle.
+async fn retry_busy<T, F, Fut>(mut f: F) -> Result<T, rtnetlink::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, rtnetlink::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f().await {
+            Err(e) if errno(&e) == Some(EBUSY) && attempt < 20 => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(5 * attempt)).await;
+            }
+            other => return other,
+        }
     }
 }
 

@@ -100,11 +100,7 @@ impl GatewayTracker {
         } else {
             self.misses = self.misses.saturating_add(1);
         }
-        if !self.ever_answered {
-            None
-        } else {
-            Some(self.misses < Self::MISSES)
-        }
+        if !self.ever_answered { None } else { Some(self.misses < Self::MISSES) }
     }
 }
 

@@ -54,7 +54,9 @@ pub fn log_event(event: &sm::Event) {
         sm::Event::RoleChanged { from, to, reason, epoch } => {
             tracing::info!(from = from.as_str(), to = to.as_str(), reason = ?reason, epoch, "role changed")
         }
-        sm::Event::AlarmRaised { alarm, detail } => tracing::warn!(alarm = alarm.as_str(), detail = %detail, "alarm raised"),
+        sm::Event::AlarmRaised { alarm, detail } => {
+            tracing::warn!(alarm = alarm.as_str(), detail = %detail, "alarm raised")
+        }
         sm::Event::AlarmCleared { alarm } => tracing::info!(alarm = alarm.as_str(), "alarm cleared"),
         sm::Event::OperationResult { id, ok, message } => {
             tracing::info!(id, ok, message = %message, "operation finished")
@@ -87,6 +89,7 @@ pub enum Reply {
 
 enum Event {
     Input(sm::Input),
+    ObserveVips,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
     Stop,
@@ -165,7 +168,8 @@ pub struct Options {
 pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::task::JoinHandle<()>), RuntimeError> {
     let persisted = opts.state.load()?;
     let nl = Netlink::new()?;
-    let me = cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
+    let me =
+        cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
 
     // Resolve each VIP's interface.
     let mut vips = Vec::new();
@@ -326,6 +330,7 @@ impl Runtime {
                 ev = rx.recv() => match ev {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
+                    Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::Received(r)) => self.received(r),
                     Some(Event::Request(req, reply)) => self.request(req, reply),
                 },
@@ -405,7 +410,10 @@ impl Runtime {
                 sm::Alarm::Misconfigured,
                 sm::Alarm::MaintenancePending,
             ] {
-                self.metrics.alarms.get_or_create(&NameLabel { name: a.as_str().into() }).set(i64::from(st.alarms.contains(&a)));
+                self.metrics
+                    .alarms
+                    .get_or_create(&NameLabel { name: a.as_str().into() })
+                    .set(i64::from(st.alarms.contains(&a)));
             }
             if **self.status_tx.borrow() != st {
                 self.reporter.status(&st);
@@ -458,9 +466,10 @@ impl Runtime {
                     Some(store) => {
                         let timeout = Duration::from_millis(self.cfg.sm.timings.cas_timeout_ms);
                         tokio::spawn(async move {
-                            let r = tokio::time::timeout(timeout, store.cas(holder.as_str(), new_epoch, expected_epoch))
-                                .await
-                                .unwrap_or(sm::CasResult::Unavailable);
+                            let r =
+                                tokio::time::timeout(timeout, store.cas(holder.as_str(), new_epoch, expected_epoch))
+                                    .await
+                                    .unwrap_or(sm::CasResult::Unavailable);
                             let _ = tx.send(Event::Input(sm::Input::CasResult(r))).await;
                         });
                     }
@@ -502,7 +511,12 @@ impl Runtime {
             }
             Err(e) => {
                 self.metrics.io_error(e.category());
-                tracing::error!(error = %e, "failed to read addresses");
+                tracing::error!(error = %e, "failed to read addresses; retrying");
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = tx.send(Event::ObserveVips).await;
+                });
             }
         }
     }
@@ -529,7 +543,9 @@ impl Runtime {
                             IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
                         };
                         match r {
-                            Ok(k) => metrics.announcements.get_or_create(&NameLabel { name: k.into() }).inc(),
+                            Ok(k) => {
+                                metrics.announcements.get_or_create(&NameLabel { name: k.into() }).inc();
+                            }
                             Err(e) => {
                                 metrics.io_error("announce");
                                 tracing::warn!(error = %e, "announcement failed");
@@ -586,19 +602,20 @@ impl Runtime {
                 }
             }
         });
-        // The read-back runs on this task (it owns the netlink handle).
+        // The read-back, on a connection of its own.
         let tx = self.tx.clone();
-        let nl = self.nl.clone();
+        let nl = Netlink::new().unwrap_or_else(|_| self.nl.clone());
         let vips = self.vips.clone();
         tokio::spawn(async move {
             if let Ok(addrs) = nl.havip_addresses().await {
-                let present: BTreeSet<sm::VipId> = vips
-                    .iter()
-                    .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr))
-                    .map(|v| v.id.clone())
-                    .collect();
+                let present: BTreeSet<sm::VipId> =
+                    vips.iter().filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr)).map(|v| v.id.clone()).collect();
                 if present.len() != vips.len() {
-                    tracing::warn!(held = present.len(), expected = vips.len(), "self-check: VIPs missing from the kernel");
+                    tracing::warn!(
+                        held = present.len(),
+                        expected = vips.len(),
+                        "self-check: VIPs missing from the kernel"
+                    );
                 }
                 let _ = tx.send(Event::Input(sm::Input::LocalVips { present })).await;
             }
@@ -624,9 +641,15 @@ impl Runtime {
             }
         }));
 
-        // Carrier: the current state, then netlink events.
+        // Carrier: the current state, then netlink events (on a connection of its own).
         let tx = self.tx.clone();
-        let nl = self.nl.clone();
+        let nl = match Netlink::new() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "failed to open netlink for the carrier watch");
+                self.nl.clone()
+            }
+        };
         let metrics = self.metrics.clone();
         self.tasks.push(tokio::spawn(async move {
             let mut watch = match LinkWatch::new() {
@@ -705,7 +728,8 @@ impl Runtime {
                     if holding.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let since = (origin.elapsed().as_millis() as u64).saturating_sub(last_heard.load(Ordering::Relaxed));
+                    let since =
+                        (origin.elapsed().as_millis() as u64).saturating_sub(last_heard.load(Ordering::Relaxed));
                     let overdue = since > overdue_ms;
                     if !overdue && Instant::now() < slow_due {
                         continue;
@@ -721,7 +745,10 @@ impl Runtime {
                             let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
                             metrics
                                 .probes
-                                .get_or_create(&ProbeLabels { kind: "peer".into(), result: if up { "up" } else { "down" }.into() })
+                                .get_or_create(&ProbeLabels {
+                                    kind: "peer".into(),
+                                    result: if up { "up" } else { "down" }.into(),
+                                })
                                 .inc();
                             let _ = tx.send(Event::Input(sm::Input::PeerProbe { vip, result })).await;
                         });
@@ -757,9 +784,15 @@ impl Runtime {
                         let up = tcp_probe(target, timeout).await;
                         metrics
                             .probes
-                            .get_or_create(&ProbeLabels { kind: "local".into(), result: if up { "up" } else { "down" }.into() })
+                            .get_or_create(&ProbeLabels {
+                                kind: "local".into(),
+                                result: if up { "up" } else { "down" }.into(),
+                            })
                             .inc();
-                        if tx.send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up })).await.is_err()
+                        if tx
+                            .send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up }))
+                            .await
+                            .is_err()
                         {
                             return;
                         }
@@ -824,7 +857,9 @@ impl Runtime {
                     for mac in port.who_has(*ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
                         metrics.conflicts.inc();
                         tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
-                        let _ = tx.send(Event::Input(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() })).await;
+                        let _ = tx
+                            .send(Event::Input(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() }))
+                            .await;
                     }
                 }
             }
@@ -832,7 +867,8 @@ impl Runtime {
 
         // Traffic for the failback quiet window.
         let tx = self.tx.clone();
-        let ifaces: Vec<String> = self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        let ifaces: Vec<String> =
+            self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         self.tasks.push(tokio::spawn(async move {
             let mut sampler = TrafficSampler::new(ifaces);
             loop {

@@ -67,8 +67,8 @@ impl StateFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(sm::Persisted::default()),
             Err(e) => return Err(StateError::Read { path: self.path.clone(), message: e.to_string() }),
         };
-        let d: OnDisk =
-            serde_json::from_str(&text).map_err(|e| StateError::Read { path: self.path.clone(), message: e.to_string() })?;
+        let d: OnDisk = serde_json::from_str(&text)
+            .map_err(|e| StateError::Read { path: self.path.clone(), message: e.to_string() })?;
         let last_role = sm::Role::ALL.into_iter().find(|r| r.as_str() == d.last_role).unwrap_or(sm::Role::Standby);
         Ok(sm::Persisted {
             epoch: d.epoch,

@@ -15,10 +15,7 @@ fn startup_booting_member_joins_as_standby() {
     h.env_ok();
     let a = h.run(1_500, &[active(A, 200, 4)], Some(true));
     assert_eq!(h.role(), Role::Standby);
-    assert_eq!(
-        role_changes(&a),
-        vec![(Role::Init, Role::Standby, Reason::Startup, 4)]
-    );
+    assert_eq!(role_changes(&a), vec![(Role::Init, Role::Standby, Reason::Startup, 4)]);
     assert!(adds(&a).is_empty() && cas_of(&a).is_empty());
     // It learnt the pair's epoch from the active.
     assert_eq!(h.status().epoch, 4);
@@ -28,22 +25,12 @@ fn startup_booting_member_joins_as_standby() {
 #[test]
 fn startup_after_reboot_joins_as_standby_even_if_it_was_active() {
     // A reboot finds no VIPs on the interface: no adoption.
-    let mut h = H::new(
-        pair(A),
-        Persisted {
-            epoch: 7,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(A), Persisted { epoch: 7, last_role: Role::Active, ..Persisted::default() });
     h.env_ok(); // LocalVips: none
     let a = h.run(1_500, &[active(B, 100, 8)], Some(true));
     assert_eq!(h.role(), Role::Standby);
     assert!(adds(&a).is_empty());
-    assert_eq!(
-        role_changes(&a),
-        vec![(Role::Init, Role::Standby, Reason::Startup, 8)]
-    );
+    assert_eq!(role_changes(&a), vec![(Role::Init, Role::Standby, Reason::Startup, 8)]);
 }
 
 #[test]
@@ -65,16 +52,10 @@ fn startup_higher_priority_wins_after_steady_hearing() {
     let out = a.run(1_000, &[standby(B, 100, 0)], Some(false));
     assert_eq!(
         role_changes(&out),
-        vec![
-            (Role::Init, Role::Standby, Reason::Startup, 0),
-            (Role::Standby, Role::Active, Reason::Election, 1)
-        ]
+        vec![(Role::Init, Role::Standby, Reason::Startup, 0), (Role::Standby, Role::Active, Reason::Election, 1)]
     );
     assert_eq!(cas_of(&out), vec![(1, 0)]);
-    assert_eq!(
-        a.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(1_000)
-    );
+    assert_eq!(a.first_at(|x| matches!(x, Action::CasLease { .. })), Some(1_000));
 
     // The lower-priority member B hears A only from 800 ms: it waits until A has been heard
     // steadily for 1 s, then gives A its turn (stagger), and stays standby once A claims.
@@ -107,10 +88,7 @@ fn startup_member_with_own_link_down_does_not_stand() {
     let mut a_adv = adv(A, 200, Role::Fenced, 0, false);
     a_adv.carrier_ok = false;
     let out = b.run(2_500, &[a_adv], Some(false));
-    assert_eq!(
-        role_changes(&out).last(),
-        Some(&(Role::Standby, Role::Active, Reason::Election, 1))
-    );
+    assert_eq!(role_changes(&out).last(), Some(&(Role::Standby, Role::Active, Reason::Election, 1)));
 }
 
 #[test]
@@ -133,10 +111,7 @@ fn startup_boot_hold_60s_before_serving_alone() {
     assert_eq!(h.status().boot_hold_until, Some(Millis(60_000)));
     let out = h.run(60_020, &[], Some(false));
     assert_eq!(cas_of(&out), vec![(1, 0)]);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(60_000)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(60_000));
     let out = h.cas(CasResult::Ok { epoch: 1 });
     assert_eq!(adds(&out), vec![vec![vip(VIP)]]);
 }
@@ -149,10 +124,7 @@ fn startup_start_alone_skips_boot_hold() {
     h.env_ok();
     let out = h.run(1_100, &[], Some(false));
     assert_eq!(cas_of(&out), vec![(1, 0)]);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(1_000)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(1_000));
 }
 
 // ---------------------------------------------------------------- takeover
@@ -163,35 +135,16 @@ fn takeover_of_lost_peer_when_all_conditions_hold() {
     // A dies at 2000 (last advert heard at 2000); its data plane stops answering.
     let out = h.run(2_400, &[], Some(false));
     // Decided exactly when the heartbeat timed out (300 ms): the probe was already down.
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(2_300)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
     let claim_at = position(&out, |x| matches!(x, Action::CasLease { .. })).unwrap();
     let persist_at = position(&out, |x| matches!(x, Action::Persist(_))).unwrap();
-    assert!(
-        persist_at < claim_at,
-        "the new epoch is persisted before acting"
-    );
-    assert_eq!(
-        persisted(&out),
-        vec![Persisted {
-            epoch: 2,
-            last_role: Role::Active,
-            ..Persisted::default()
-        }]
-    );
+    assert!(persist_at < claim_at, "the new epoch is persisted before acting");
+    assert_eq!(persisted(&out), vec![Persisted { epoch: 2, last_role: Role::Active, ..Persisted::default() }]);
     assert_eq!(cas_of(&out), vec![(2, 1)]);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Standby, Role::Active, Reason::Takeover, 2)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Standby, Role::Active, Reason::Takeover, 2)]);
     assert!(adds(&out).is_empty(), "no VIP before the Lease answers");
     let claim = last_advert(&out);
-    assert_eq!(
-        (claim.role, claim.epoch, claim.holds_vips),
-        (Role::Active, 2, false)
-    );
+    assert_eq!((claim.role, claim.epoch, claim.holds_vips), (Role::Active, 2, false));
 
     let out = h.cas(CasResult::Ok { epoch: 2 });
     assert_eq!(adds(&out), vec![vec![vip(VIP)]]);
@@ -199,13 +152,7 @@ fn takeover_of_lost_peer_when_all_conditions_hold() {
     assert!(out.contains(&Action::SelfCheck));
     let a = last_advert(&out);
     assert!(a.holds_vips && a.epoch == 2 && a.role == Role::Active);
-    assert_eq!(
-        h.status().lease,
-        Some(LeaseView {
-            holder: Some(node(B)),
-            epoch: 2
-        })
-    );
+    assert_eq!(h.status().lease, Some(LeaseView { holder: Some(node(B)), epoch: 2 }));
 }
 
 #[test]
@@ -270,14 +217,7 @@ fn takeover_requires_gateway_not_unreachable() {
 #[test]
 fn takeover_blocked_by_hold_down() {
     // B held the VIPs and gave them up at 2000 (a newer active appeared).
-    let mut h = H::new(
-        pair(B),
-        Persisted {
-            epoch: 3,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(B), Persisted { epoch: 3, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.local_vips(&[VIP]);
     h.run(1_500, &[], None);
@@ -311,11 +251,7 @@ fn takeover_blocked_by_misconfiguration() {
 
 #[test]
 fn takeover_suspension_blocks_only_while_data_plane_unknown() {
-    let suspended = Persisted {
-        epoch: 1,
-        suspended: true,
-        ..Persisted::default()
-    };
+    let suspended = Persisted { epoch: 1, suspended: true, ..Persisted::default() };
     // With a data-plane target proven down, a suspended member still takes over.
     let mut h = H::new(pair(B), suspended.clone());
     let out = h.env_ok();
@@ -344,10 +280,7 @@ fn takeover_key_mismatch_or_clock_skew_do_not_block_dead_data_plane() {
         for t in (2_010..=2_400).step_by(10) {
             out.extend(h.run(t, &[], Some(false)));
             if t % 100 == 0 {
-                out.extend(h.feed(Input::AdvertRejected {
-                    path: PathId(0),
-                    reason,
-                }));
+                out.extend(h.feed(Input::AdvertRejected { path: PathId(0), reason }));
             }
         }
         let alarm = match reason {
@@ -356,10 +289,7 @@ fn takeover_key_mismatch_or_clock_skew_do_not_block_dead_data_plane() {
         };
         assert_eq!(raised(&out), vec![alarm]);
         assert_eq!(cas_of(&out), vec![(2, 1)], "{reason:?}");
-        assert_eq!(
-            h.first_at(|x| matches!(x, Action::CasLease { .. })),
-            Some(2_300)
-        );
+        assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
     }
 }
 
@@ -373,10 +303,7 @@ fn takeover_without_data_plane_target_rests_on_heartbeat_and_gateway() {
     let out = h.run(2_400, &[], None);
     assert_eq!(h.status().probe, ProbeState::NoTarget);
     assert_eq!(cas_of(&out).len(), 1);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(2_300)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
     // The gateway still decides.
     let mut h = H::new(cfg, Persisted::default());
     h.env_ok();
@@ -389,25 +316,16 @@ fn takeover_without_data_plane_target_rests_on_heartbeat_and_gateway() {
 #[test]
 fn takeover_lease_conflict_means_someone_else_took_it() {
     // Three members; C cannot hear B (an asymmetric partition) and also claimed.
-    let mut h = H::new(
-        config(B, &[(A, 200), (B, 150), (C, 100)]),
-        Persisted::default(),
-    );
+    let mut h = H::new(config(B, &[(A, 200), (B, 150), (C, 100)]), Persisted::default());
     h.env_ok();
     h.lease(Some(A), 1);
     h.run(2_000, &[active(A, 200, 1)], Some(true));
     h.run(2_300, &[], Some(false));
     assert_eq!(cas_of(&h.since(2_300)), vec![(2, 1)]);
-    let out = h.cas(CasResult::Conflict {
-        holder: Some(node(C)),
-        epoch: 2,
-    });
+    let out = h.cas(CasResult::Conflict { holder: Some(node(C)), epoch: 2 });
     assert!(adds(&out).is_empty());
     assert_eq!(h.role(), Role::Standby);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Active, Role::Standby, Reason::LeaseConflict, 2)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Active, Role::Standby, Reason::LeaseConflict, 2)]);
     // It does not claim again at once (that would steal from the winner before its adverts
     // arrive); it waits a heartbeat timeout, and hears the winner meanwhile.
     assert_eq!(h.status().blocker, Some(Blocker::LeaseConflictBackoff));
@@ -421,10 +339,7 @@ fn takeover_lease_behind_is_retried_against_what_it_reads() {
     let mut h = standby_b_hearing_a();
     h.run(2_300, &[], Some(false));
     // The Lease was still at 0 (an earlier reconcile never happened).
-    let out = h.cas(CasResult::Conflict {
-        holder: Some(node(A)),
-        epoch: 0,
-    });
+    let out = h.cas(CasResult::Conflict { holder: Some(node(A)), epoch: 0 });
     assert_eq!(cas_of(&out), vec![(2, 0)]);
     let out = h.cas(CasResult::Ok { epoch: 2 });
     assert_eq!(adds(&out).len(), 1);
@@ -447,10 +362,7 @@ fn takeover_store_unavailable_proceeds_and_reconciles_later() {
     h.now = 4_000;
     let out = h.lease(Some(C), 3);
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Active, Role::Standby, Reason::NewerEpochLease, 3)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Active, Role::Standby, Reason::NewerEpochLease, 3)]);
 }
 
 #[test]
@@ -477,15 +389,9 @@ fn takeover_after_stall_ignores_probe_evidence_from_before() {
     let mut h = standby_b_hearing_a();
     // The data plane reads down (the active is momentarily unreachable), and A is silent.
     h.run(2_150, &[], Some(false));
-    h.cmd(Command::Maintenance {
-        on: true,
-        force: false,
-    }); // blocks the takeover for now
+    h.cmd(Command::Maintenance { on: true, force: false }); // blocks the takeover for now
     h.run(2_200, &[], Some(false));
-    h.cmd(Command::Maintenance {
-        on: false,
-        force: false,
-    });
+    h.cmd(Command::Maintenance { on: false, force: false });
     // Now the process is stopped for 2 s; at SIGCONT the old "down" must not count.
     h.now = 4_300;
     let out = h.feed(Input::Tick);
@@ -500,30 +406,17 @@ fn fencing_isolated_standby_takes_no_vips() {
     let mut h = standby_b_hearing_a();
     // Cut off: gateway unreachable and nobody heard, the VIP unreachable.
     let out = h.gateway(Some(false));
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Standby, Role::Fenced, Reason::Fenced, 1)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Standby, Role::Fenced, Reason::Fenced, 1)]);
     let out = h.run(10_000, &[], Some(false));
     assert!(cas_of(&out).is_empty() && adds(&out).is_empty());
     // Back to standby when no longer cut off.
     let out = h.gateway(Some(true));
-    assert_eq!(
-        role_changes(&out)[0],
-        (Role::Fenced, Role::Standby, Reason::Unfenced, 1)
-    );
+    assert_eq!(role_changes(&out)[0], (Role::Fenced, Role::Standby, Reason::Unfenced, 1));
 }
 
 #[test]
 fn fencing_cut_off_active_gives_up_its_vips() {
-    let mut h = H::new(
-        pair(A),
-        Persisted {
-            epoch: 2,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(A), Persisted { epoch: 2, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.local_vips(&[VIP]);
     h.run(1_500, &[], None);
@@ -531,10 +424,7 @@ fn fencing_cut_off_active_gives_up_its_vips() {
     // Gateway unreachable and no peer heard: this member is the one cut off.
     let out = h.gateway(Some(false));
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Active, Role::Fenced, Reason::GatewayLost, 2)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Active, Role::Fenced, Reason::GatewayLost, 2)]);
 }
 
 #[test]
@@ -577,65 +467,33 @@ fn versions_different_minor_is_compatible() {
 
 #[test]
 fn agent_restart_on_active_adopts_vips_and_resumes_with_persisted_epoch() {
-    let mut h = H::new(
-        pair(A),
-        Persisted {
-            epoch: 7,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(A), Persisted { epoch: 7, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.lease(Some(A), 7);
     let out = h.local_vips(&[VIP]);
-    assert!(
-        removes(&out).is_empty(),
-        "the VIPs stay during the init listen"
-    );
+    assert!(removes(&out).is_empty(), "the VIPs stay during the init listen");
     let a = last_advert(&h.run(500, &[standby(B, 100, 7)], None));
     assert_eq!((a.role, a.holds_vips, a.epoch), (Role::Init, true, 7));
     let out = h.run(1_100, &[standby(B, 100, 7)], None);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Init, Role::Active, Reason::Adopted, 7)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Init, Role::Active, Reason::Adopted, 7)]);
     assert_eq!(announces(&out), vec![AnnounceKind::Refresh]);
     assert!(adds(&out).is_empty() && removes(&out).is_empty());
     assert!(cas_of(&out).is_empty(), "the Lease already names A under 7");
     assert_eq!(h.status().epoch, 7);
     // Persisted state never recorded Init: a second crash during the listen still adopts.
-    assert!(h.log.iter().all(|(_, x)| !matches!(
-        x,
-        Action::Persist(Persisted {
-            last_role: Role::Init,
-            ..
-        })
-    )));
+    assert!(h.log.iter().all(|(_, x)| !matches!(x, Action::Persist(Persisted { last_role: Role::Init, .. }))));
 }
 
 #[test]
 fn agent_restart_on_active_yields_to_newer_epoch_heard_during_init() {
-    let mut h = H::new(
-        pair(A),
-        Persisted {
-            epoch: 7,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(A), Persisted { epoch: 7, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.local_vips(&[VIP]);
     let out = h.run(600, &[active(B, 100, 8)], None);
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::RemoveVips(_))),
-        Some(100)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::RemoveVips(_))), Some(100));
     let out = h.run(1_200, &[active(B, 100, 8)], None);
-    assert_eq!(
-        role_changes(&out),
-        vec![(Role::Init, Role::Standby, Reason::Startup, 8)]
-    );
+    assert_eq!(role_changes(&out), vec![(Role::Init, Role::Standby, Reason::Startup, 8)]);
 }
 
 #[test]
@@ -664,10 +522,7 @@ fn n_members_highest_priority_ready_standby_takes_over() {
     h.run(2_000, &[active(A, 200, 1), standby(C, 100, 1)], Some(true));
     let out = h.run(2_400, &[standby(C, 100, 1)], Some(false));
     assert_eq!(cas_of(&out), vec![(2, 1)]);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(2_300)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
 }
 
 #[test]
@@ -694,10 +549,7 @@ fn n_members_lower_priority_takes_over_when_the_better_one_does_not() {
     // heartbeat interval of stagger (rank 1).
     let out = h.run(2_500, &[standby(B, 150, 1)], Some(false));
     assert_eq!(cas_of(&out), vec![(2, 1)]);
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(2_400)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_400));
 }
 
 #[test]
@@ -709,9 +561,6 @@ fn n_members_maintenance_or_cut_off_peers_do_not_outrank() {
     b.maintenance = true;
     h.run(2_000, &[active(A, 200, 1), b.clone()], Some(true));
     let out = h.run(2_400, &[b], Some(false));
-    assert_eq!(
-        h.first_at(|x| matches!(x, Action::CasLease { .. })),
-        Some(2_300)
-    );
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
     assert_eq!(cas_of(&out).len(), 1);
 }

@@ -36,10 +36,8 @@ fn parse_seed(s: &str) -> Result<u64, String> {
 }
 
 fn json_line(fields: &[(&str, serde_json::Value)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = fields
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect();
+    let map: serde_json::Map<String, serde_json::Value> =
+        fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
     serde_json::Value::Object(map).to_string()
 }
 
@@ -63,11 +61,7 @@ fn main() -> ExitCode {
                 ("digest", format!("{:#018x}", o.digest).into()),
             ])
         );
-        return if o.violations.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        };
+        return if o.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
     let start = Instant::now();
     let opts = SimOptions::default();
@@ -118,10 +112,8 @@ fn main() -> ExitCode {
     });
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let rate = (args.schedules as f64 / secs * 10.0).round() / 10.0;
-    let by: serde_json::Map<String, serde_json::Value> = by_invariant
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.into()))
-        .collect();
+    let by: serde_json::Map<String, serde_json::Value> =
+        by_invariant.into_iter().map(|(k, v)| (k.to_owned(), v.into())).collect();
     println!(
         "{}",
         json_line(&[
@@ -143,17 +135,9 @@ fn main() -> ExitCode {
             ("dead_active_replacement_ms", latency),
             (
                 "failing_seeds",
-                first_failing
-                    .iter()
-                    .map(|s| serde_json::Value::from(format!("{s:#018x}")))
-                    .collect::<Vec<_>>()
-                    .into()
+                first_failing.iter().map(|s| serde_json::Value::from(format!("{s:#018x}"))).collect::<Vec<_>>().into()
             ),
         ])
     );
-    if violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -82,11 +82,7 @@ impl Checker {
         if self.violations.iter().any(|v| v.invariant == invariant) {
             return;
         }
-        self.violations.push(Violation {
-            invariant,
-            at_ms: t,
-            detail,
-        });
+        self.violations.push(Violation { invariant, at_ms: t, detail });
     }
 
     fn violate_w(w: &mut World, invariant: Invariant, detail: String) {
@@ -173,10 +169,7 @@ impl Checker {
                     continue;
                 }
                 for j in (i + 1)..w.chk.n {
-                    if !(w.nodes[j].powered
-                        && w.nodes[j].kernel & (1 << v) != 0
-                        && w.client_reach(j))
-                    {
+                    if !(w.nodes[j].powered && w.nodes[j].kernel & (1 << v) != 0 && w.client_reach(j)) {
                         continue;
                     }
                     let both = w.chk.hold_since[i][v].max(w.chk.hold_since[j][v]);
@@ -184,8 +177,7 @@ impl Checker {
                         continue;
                     };
                     if let Some(c) = w.chk.conn_since[i][j] {
-                        w.stats.dual_max_ms =
-                            w.stats.dual_max_ms.max(t.saturating_sub(both.max(c)));
+                        w.stats.dual_max_ms = w.stats.dual_max_ms.max(t.saturating_sub(both.max(c)));
                     }
                     let mut bad = None;
                     if let Some(c) = w.chk.conn_lossless_since[i][j]
@@ -232,19 +224,8 @@ impl Checker {
             return;
         };
         let store_down = (0..w.chk.n).any(|i| !w.nodes[i].store);
-        let bound = bounds::takeover(
-            &w.p.timings,
-            w.p.max_delay(),
-            w.chk.n,
-            w.p.store_lat.1,
-            store_down,
-        );
-        w.chk.pending_d = Some(PendingD {
-            t0: t,
-            deadline: t + bound,
-            dead: h,
-            standby: s,
-        });
+        let bound = bounds::takeover(&w.p.timings, w.p.max_delay(), w.chk.n, w.p.store_lat.1, store_down);
+        w.chk.pending_d = Some(PendingD { t0: t, deadline: t + bound, dead: h, standby: s });
     }
 
     /// A standby that must be able to take over at once: its agent runs (for a while),
@@ -267,8 +248,7 @@ impl Checker {
         let st = m.status();
         let now = w.t + node.mono_base;
         let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now);
-        let unknown_ok = w.p.has_target
-            || (!st.suspended && !st.paused && !st.peers.iter().any(|p| p.suspended));
+        let unknown_ok = w.p.has_target || (!st.suspended && !st.paused && !st.peers.iter().any(|p| p.suspended));
         hold_ok
             && st.boot_hold_until.is_none()
             && st.config_valid
@@ -283,11 +263,7 @@ impl Checker {
     pub(super) fn on_agent_start(w: &mut World, n: usize) {
         let e = w.nodes[n].persisted.epoch;
         if e < w.chk.max_epoch[n] {
-            let d = format!(
-                "{} restarted with epoch {e} after having known {}",
-                node_name(n),
-                w.chk.max_epoch[n]
-            );
+            let d = format!("{} restarted with epoch {e} after having known {}", node_name(n), w.chk.max_epoch[n]);
             Self::violate_w(w, Invariant::EpochBackwards, d);
         }
         let c = &mut w.chk;
@@ -349,18 +325,12 @@ impl Checker {
         }
         let t = w.t;
         if w.chk.suspended_at(n, t, 10_000) {
-            let d = format!(
-                "{} started a discretionary handover ({reason:?}) while flap-suspended",
-                node_name(n)
-            );
+            let d = format!("{} started a discretionary handover ({reason:?}) while flap-suspended", node_name(n));
             Self::violate_w(w, Invariant::PolicyViolated, d);
         }
         if reason == Reason::Failback && !w.chk.any_maintenance && t < w.chk.quarantined_until[n] {
-            let d = format!(
-                "{} failed back while in quarantine (until {} ms)",
-                node_name(n),
-                w.chk.quarantined_until[n]
-            );
+            let d =
+                format!("{} failed back while in quarantine (until {} ms)", node_name(n), w.chk.quarantined_until[n]);
             Self::violate_w(w, Invariant::PolicyViolated, d);
         }
     }
@@ -368,19 +338,12 @@ impl Checker {
     /// After every machine step: epochs (f), acquisitions (b, c, e) and the mirrors.
     pub(super) fn after_step(w: &mut World, n: usize, before: Snap, after: Snap) {
         if after.epoch < before.epoch || after.epoch < w.chk.max_epoch[n] {
-            let d = format!(
-                "{} epoch went from {} to {}",
-                node_name(n),
-                before.epoch.max(w.chk.max_epoch[n]),
-                after.epoch
-            );
+            let d =
+                format!("{} epoch went from {} to {}", node_name(n), before.epoch.max(w.chk.max_epoch[n]), after.epoch);
             Self::violate_w(w, Invariant::EpochBackwards, d);
         }
         w.chk.max_epoch[n] = w.chk.max_epoch[n].max(after.epoch);
-        let reason = w.nodes[n]
-            .machine
-            .as_ref()
-            .and_then(|m| m.last_transition().map(|t| t.reason));
+        let reason = w.nodes[n].machine.as_ref().and_then(|m| m.last_transition().map(|t| t.reason));
         if !before.holds && after.holds {
             if before.role == Role::Init || after.role == Role::Init {
                 return; // adoption after an agent restart: the kernel held them already
@@ -404,17 +367,11 @@ impl Checker {
             w.stats.takeovers += 1;
         }
         if w.chk.maintenance[n] {
-            let d = format!(
-                "{} took the VIPs ({reason:?}) while in maintenance",
-                node_name(n)
-            );
+            let d = format!("{} took the VIPs ({reason:?}) while in maintenance", node_name(n));
             Self::violate_w(w, Invariant::PolicyViolated, d);
         }
         if !w.nodes[n].carrier {
-            let d = format!(
-                "{} took the VIPs ({reason:?}) without carrier",
-                node_name(n)
-            );
+            let d = format!("{} took the VIPs ({reason:?}) without carrier", node_name(n));
             Self::violate_w(w, Invariant::IsolatedTakeover, d);
         }
         if held_for(w.chk.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
@@ -452,10 +409,7 @@ impl Checker {
             }
         }
         if unplanned && !w.p.has_target && w.chk.suspended_at(n, t, 10_000) {
-            let d = format!(
-                "{} took over with an unknown data plane while flap-suspended",
-                node_name(n)
-            );
+            let d = format!("{} took over with an unknown data plane while flap-suspended", node_name(n));
             Self::violate_w(w, Invariant::PolicyViolated, d);
         }
         if reason.automatic() {
@@ -465,11 +419,7 @@ impl Checker {
             && matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted)
             && !Self::top_priority(w, n)
         {
-            let (window, count, hold) = (
-                p.quarantine_window_ms,
-                p.quarantine_failovers,
-                p.quarantine_hold_ms,
-            );
+            let (window, count, hold) = (p.quarantine_window_ms, p.quarantine_failovers, p.quarantine_hold_ms);
             let q = &mut w.chk.nonpref[n];
             q.push_back(t);
             while q.front().is_some_and(|&m| t.saturating_sub(m) >= window) {

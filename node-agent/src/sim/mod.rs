@@ -109,13 +109,7 @@ pub mod bounds {
     }
 
     /// (d) the replacement bound for `n` members.
-    pub fn takeover(
-        t: &Timings,
-        max_delay: u64,
-        n: usize,
-        store_latency_max: u64,
-        store_cut: bool,
-    ) -> u64 {
+    pub fn takeover(t: &Timings, max_delay: u64, n: usize, store_latency_max: u64, store_cut: bool) -> u64 {
         let stagger = (n.saturating_sub(2) as u64) * t.heartbeat_interval_ms;
         t.heartbeat_timeout_ms
             + t.probe_span_ms
@@ -236,13 +230,7 @@ impl TraceEntry {
     fn hash_key(&self) -> u64 {
         let k = match &self.kind {
             TraceKind::Fault(s) => s.len() as u64,
-            TraceKind::Role {
-                n,
-                from,
-                to,
-                reason,
-                epoch,
-            } => {
+            TraceKind::Role { n, from, to, reason, epoch } => {
                 (*n as u64)
                     ^ (u64::from(from.code()) << 8)
                     ^ (u64::from(to.code()) << 16)
@@ -261,13 +249,9 @@ impl TraceEntry {
     pub fn render(&self) -> String {
         let body = match &self.kind {
             TraceKind::Fault(s) => format!("world: {s}"),
-            TraceKind::Role {
-                n,
-                from,
-                to,
-                reason,
-                epoch,
-            } => format!("n{n}: {from} -> {to} ({reason:?}, epoch {epoch})"),
+            TraceKind::Role { n, from, to, reason, epoch } => {
+                format!("n{n}: {from} -> {to} ({reason:?}, epoch {epoch})")
+            }
             TraceKind::Kernel { n, vips } => format!("n{n}: kernel VIPs = {vips:#04b}"),
             TraceKind::Lease { holder, epoch } => format!("lease: holder n{holder}, epoch {epoch}"),
             TraceKind::OpResult { n, id, ok } => format!("n{n}: operation {id} ok={ok}"),
@@ -397,18 +381,12 @@ mod tests {
 
     #[test]
     fn deliberately_broken_probe_rule_is_caught_with_a_replayable_seed() {
-        let opts = SimOptions {
-            break_probe: true,
-            ..SimOptions::default()
-        };
+        let opts = SimOptions { break_probe: true, ..SimOptions::default() };
         let mut found = None;
         for i in 0..2_000 {
             let seed = schedule_seed(42, i);
             let o = run_schedule(seed, &opts);
-            if o.violations
-                .iter()
-                .any(|v| v.invariant == Invariant::HeartbeatOnlyMove)
-            {
+            if o.violations.iter().any(|v| v.invariant == Invariant::HeartbeatOnlyMove) {
                 found = Some(o);
                 break;
             }
@@ -420,19 +398,9 @@ mod tests {
         assert_eq!(again.digest, o.digest);
         let text = report(&o);
         assert!(text.contains("(b) HeartbeatOnlyMove"), "{text}");
-        assert!(
-            text.contains(&format!("--replay {:#018x}", o.seed)),
-            "{text}"
-        );
+        assert!(text.contains(&format!("--replay {:#018x}", o.seed)), "{text}");
         // The same seed with the rule intact does not break (b).
         let fixed = run_schedule(o.seed, &SimOptions::default());
-        assert!(
-            !fixed
-                .violations
-                .iter()
-                .any(|v| v.invariant == Invariant::HeartbeatOnlyMove),
-            "{}",
-            report(&fixed)
-        );
+        assert!(!fixed.violations.iter().any(|v| v.invariant == Invariant::HeartbeatOnlyMove), "{}", report(&fixed));
     }
 }

@@ -27,11 +27,7 @@ impl SplitMix64 {
 
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            lo
-        } else {
-            lo + self.below(hi - lo + 1)
-        }
+        if hi <= lo { lo } else { lo + self.below(hi - lo + 1) }
     }
 
     /// Uniform index below `n` as `usize`.

@@ -72,26 +72,14 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         delay,
         store_lat: (1, r.range(2, 40)),
         timings: sim_timings(),
-        failback: if r.chance(0.4) {
-            FailbackPolicy::Automatic(sim_failback())
-        } else {
-            FailbackPolicy::Manual
-        },
+        failback: if r.chance(0.4) { FailbackPolicy::Automatic(sim_failback()) } else { FailbackPolicy::Manual },
         start_alone: r.chance(0.1),
-        warm: if r.chance(0.5) {
-            Some(r.index(n))
-        } else {
-            None
-        },
+        warm: if r.chance(0.5) { Some(r.index(n)) } else { None },
         fault_end,
         settle: 8_000,
     };
     let mut faults = Vec::new();
-    let k = if r.chance(0.3) {
-        r.range(1, 2)
-    } else {
-        r.range(0, 8)
-    };
+    let k = if r.chance(0.3) { r.range(1, 2) } else { r.range(0, 8) };
     for _ in 0..k {
         let s = r.range(2_000, fault_end.saturating_sub(300));
         scenario(&mut r, n, s, fault_end, &mut faults);
@@ -159,18 +147,8 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                         continue;
                     }
                     for &path in &paths {
-                        on.push(Fault::HbBlock {
-                            path,
-                            from: i,
-                            to: j,
-                            on: true,
-                        });
-                        off.push(Fault::HbBlock {
-                            path,
-                            from: i,
-                            to: j,
-                            on: false,
-                        });
+                        on.push(Fault::HbBlock { path, from: i, to: j, on: true });
+                        off.push(Fault::HbBlock { path, from: i, to: j, on: false });
                     }
                 }
             }
@@ -201,18 +179,8 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                         continue;
                     }
                     for &net in &nets {
-                        on.push(Fault::Cut {
-                            net,
-                            from: i,
-                            to: j,
-                            on: true,
-                        });
-                        off.push(Fault::Cut {
-                            net,
-                            from: i,
-                            to: j,
-                            on: false,
-                        });
+                        on.push(Fault::Cut { net, from: i, to: j, on: true });
+                        off.push(Fault::Cut { net, from: i, to: j, on: false });
                     }
                 }
                 if cut_client && a[i] {
@@ -220,12 +188,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                     off.push(Fault::Client(i, true));
                 }
             }
-            pair(
-                Fault::Many("network partition", on),
-                l,
-                Fault::Many("network partition healed", off),
-                out,
-            );
+            pair(Fault::Many("network partition", on), l, Fault::Many("network partition healed", off), out);
         }
         44..=49 => {
             // A node isolated from everything (the switch port's VLAN is gone).
@@ -243,27 +206,12 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                 }
                 for net in 0..PATHS {
                     for (from, to) in [(x, j), (j, x)] {
-                        on.push(Fault::Cut {
-                            net,
-                            from,
-                            to,
-                            on: true,
-                        });
-                        off.push(Fault::Cut {
-                            net,
-                            from,
-                            to,
-                            on: false,
-                        });
+                        on.push(Fault::Cut { net, from, to, on: true });
+                        off.push(Fault::Cut { net, from, to, on: false });
                     }
                 }
             }
-            pair(
-                Fault::Many("node isolated", on),
-                l,
-                Fault::Many("node isolation healed", off),
-                out,
-            );
+            pair(Fault::Many("node isolated", on), l, Fault::Many("node isolation healed", off), out);
         }
         50..=55 => {
             let l = r.range(100, 4_000);
@@ -278,12 +226,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             if r.chance(0.3) {
                 let on = (0..n).map(|i| Fault::Gateway(i, false)).collect();
                 let off = (0..n).map(|i| Fault::Gateway(i, true)).collect();
-                pair(
-                    Fault::Many("gateway down", on),
-                    l,
-                    Fault::Many("gateway back", off),
-                    out,
-                );
+                pair(Fault::Many("gateway down", on), l, Fault::Many("gateway back", off), out);
             } else {
                 pair(Fault::Gateway(x, false), l, Fault::Gateway(x, true), out);
             }
@@ -297,12 +240,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             if r.chance(0.4) {
                 let on = (0..n).map(|i| Fault::Store(i, false)).collect();
                 let off = (0..n).map(|i| Fault::Store(i, true)).collect();
-                pair(
-                    Fault::Many("API server down", on),
-                    l,
-                    Fault::Many("API server back", off),
-                    out,
-                );
+                pair(Fault::Many("API server down", on), l, Fault::Many("API server back", off), out);
             } else {
                 pair(Fault::Store(x, false), l, Fault::Store(x, true), out);
             }
@@ -327,49 +265,22 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             pair(Fault::Loss(path, loss), l, Fault::Loss(path, 0), out);
         }
         89..=96 => {
-            let target = if r.chance(0.5) {
-                None
-            } else {
-                Some(super::world::node_name(r.index(n)))
-            };
-            out.push((
-                s,
-                Fault::Cmd(
-                    CmdTarget::Holder,
-                    Command::PlannedFailover { id: 0, target },
-                ),
-            ));
+            let target = if r.chance(0.5) { None } else { Some(super::world::node_name(r.index(n))) };
+            out.push((s, Fault::Cmd(CmdTarget::Holder, Command::PlannedFailover { id: 0, target })));
         }
         97..=99 => {
-            let target = if r.chance(0.5) {
-                None
-            } else {
-                Some(super::world::node_name(r.index(n)))
-            };
-            out.push((
-                s,
-                Fault::Cmd(CmdTarget::Holder, Command::ForcedFailover { id: 0, target }),
-            ));
+            let target = if r.chance(0.5) { None } else { Some(super::world::node_name(r.index(n))) };
+            out.push((s, Fault::Cmd(CmdTarget::Holder, Command::ForcedFailover { id: 0, target })));
         }
         100..=104 => {
             let l = r.range(500, 6_000);
             let force = r.chance(0.3);
-            let who = if r.chance(0.5) {
-                CmdTarget::Holder
-            } else {
-                CmdTarget::Node(x)
-            };
+            let who = if r.chance(0.5) { CmdTarget::Holder } else { CmdTarget::Node(x) };
             // The repair goes to every node: the holder may have changed meanwhile.
             pair(
                 Fault::Cmd(who, Command::Maintenance { on: true, force }),
                 l,
-                Fault::Cmd(
-                    CmdTarget::All,
-                    Command::Maintenance {
-                        on: false,
-                        force: false,
-                    },
-                ),
+                Fault::Cmd(CmdTarget::All, Command::Maintenance { on: false, force: false }),
                 out,
             );
         }
@@ -398,19 +309,9 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             if r.chance(0.5) {
                 let on = (0..n).map(|i| Fault::Traffic(i, level)).collect();
                 let off = (0..n).map(|i| Fault::Traffic(i, Some(1_000))).collect();
-                pair(
-                    Fault::Many("traffic change", on),
-                    l,
-                    Fault::Many("traffic back to quiet", off),
-                    out,
-                );
+                pair(Fault::Many("traffic change", on), l, Fault::Many("traffic back to quiet", off), out);
             } else {
-                pair(
-                    Fault::Traffic(x, level),
-                    l,
-                    Fault::Traffic(x, Some(1_000)),
-                    out,
-                );
+                pair(Fault::Traffic(x, level), l, Fault::Traffic(x, Some(1_000)), out);
             }
         }
     }

@@ -10,8 +10,8 @@ use super::check::Checker;
 use super::rng::SplitMix64;
 use super::{MAX_NODES, TraceEntry, TraceKind};
 use crate::sm::{
-    Action, Advert, CasResult, Command, Config, Event, FailbackPolicy, Input, Link, Machine,
-    Millis, NodeId, Persisted, ProbeResult, RejectReason, Role, Timings, VipId, VipSpec,
+    Action, Advert, CasResult, Command, Config, Event, FailbackPolicy, Input, Link, Machine, Millis, NodeId, Persisted,
+    ProbeResult, RejectReason, Role, Timings, VipId, VipSpec,
 };
 
 /// Heartbeat paths: 0 = data network (shares the cable with the VIPs), 1 = management.
@@ -161,23 +161,9 @@ enum NodeEv {
 
 #[derive(Clone, Debug)]
 enum Ev {
-    Node {
-        n: usize,
-        inc: u32,
-        ev: NodeEv,
-    },
-    Deliver {
-        to: usize,
-        from: usize,
-        path: usize,
-        msg: Rc<Advert>,
-    },
-    CasAtStore {
-        n: usize,
-        inc: u32,
-        new_epoch: u64,
-        expected: u64,
-    },
+    Node { n: usize, inc: u32, ev: NodeEv },
+    Deliver { to: usize, from: usize, path: usize, msg: Rc<Advert> },
+    CasAtStore { n: usize, inc: u32, new_epoch: u64, expected: u64 },
     World(Fault),
     Check,
 }
@@ -261,12 +247,8 @@ pub(super) struct World {
 impl World {
     pub(super) fn new(p: Params, rng: SplitMix64, full_trace: bool) -> World {
         let mut rng = rng;
-        let members: Vec<crate::sm::Member> = (0..p.n)
-            .map(|i| crate::sm::Member {
-                node: node_name(i),
-                priority: 0,
-            })
-            .collect();
+        let members: Vec<crate::sm::Member> =
+            (0..p.n).map(|i| crate::sm::Member { node: node_name(i), priority: 0 }).collect();
         // Distinct priorities in random order.
         let mut prios: Vec<u8> = Vec::new();
         while prios.len() < p.n {
@@ -292,26 +274,14 @@ impl World {
                 cfg.failback = p.failback.clone();
                 cfg.start_alone = p.start_alone;
                 cfg.config_revision = 1;
-                cfg.flap = crate::sm::FlapPolicy {
-                    moves: 3,
-                    window_ms: 20_000,
-                    quiet_ms: 10_000,
-                };
+                cfg.flap = crate::sm::FlapPolicy { moves: 3, window_ms: 20_000, quiet_ms: 10_000 };
                 let warm = p.warm.is_some();
                 let persisted = Persisted {
                     epoch: if warm { 5 } else { 0 },
-                    last_role: if p.warm == Some(i) {
-                        Role::Active
-                    } else {
-                        Role::Standby
-                    },
+                    last_role: if p.warm == Some(i) { Role::Active } else { Role::Standby },
                     ..Persisted::default()
                 };
-                let all = if p.warm == Some(i) {
-                    (1u8 << p.vips.len()) - 1
-                } else {
-                    0
-                };
+                let all = if p.warm == Some(i) { (1u8 << p.vips.len()) - 1 } else { 0 };
                 Node {
                     priority: prios[i],
                     cfg,
@@ -370,11 +340,7 @@ impl World {
 
     fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Sched {
-            t: at,
-            seq: self.seq,
-            ev,
-        });
+        self.queue.push(Sched { t: at, seq: self.seq, ev });
     }
 
     fn push_node(&mut self, n: usize, after: u64, ev: NodeEv) {
@@ -390,11 +356,7 @@ impl World {
     /// Starts the schedule: agents boot (cold: at random offsets; warm: all at once).
     pub(super) fn boot(&mut self) {
         for n in 0..self.p.n {
-            let at = if self.p.warm.is_some() {
-                0
-            } else {
-                self.rng.range(0, 800)
-            };
+            let at = if self.p.warm.is_some() { 0 } else { self.rng.range(0, 800) };
             self.at(at, Fault::AgentStart(n));
         }
         self.push(CHECK_INTERVAL, Ev::Check);
@@ -424,18 +386,8 @@ impl World {
                     self.node_event(n, ev);
                 }
             }
-            Ev::Deliver {
-                to,
-                from,
-                path,
-                msg,
-            } => self.deliver(to, from, path, &msg),
-            Ev::CasAtStore {
-                n,
-                inc,
-                new_epoch,
-                expected,
-            } => self.cas_at_store(n, inc, new_epoch, expected),
+            Ev::Deliver { to, from, path, msg } => self.deliver(to, from, path, &msg),
+            Ev::CasAtStore { n, inc, new_epoch, expected } => self.cas_at_store(n, inc, new_epoch, expected),
             Ev::World(f) => {
                 self.trace_push(TraceKind::Fault(fault_label(&f)));
                 self.world(f);
@@ -461,11 +413,7 @@ impl World {
             }
             NodeEv::ProbeDone { vip, up } => {
                 let vip = self.p.vips[vip].id.clone();
-                let result = if up {
-                    ProbeResult::Up
-                } else {
-                    ProbeResult::Down
-                };
+                let result = if up { ProbeResult::Up } else { ProbeResult::Down };
                 self.feed(n, Input::PeerProbe { vip, result });
             }
             NodeEv::LocalProbe => {
@@ -503,20 +451,8 @@ impl World {
     /// and after a pause: the I/O layer re-reads everything).
     fn resync(&mut self, n: usize) {
         let up = self.nodes[n].carrier;
-        self.feed(
-            n,
-            Input::Carrier {
-                link: Link::Data,
-                up,
-            },
-        );
-        self.feed(
-            n,
-            Input::Carrier {
-                link: Link::Vip,
-                up,
-            },
-        );
+        self.feed(n, Input::Carrier { link: Link::Data, up });
+        self.feed(n, Input::Carrier { link: Link::Vip, up });
         self.feed_gateway(n);
         self.feed_vips(n);
         self.local_probes(n);
@@ -525,24 +461,14 @@ impl World {
     }
 
     fn feed_gateway(&mut self, n: usize) {
-        let reachable = if self.p.gateway_configured {
-            Some(self.nodes[n].gw && self.nodes[n].carrier)
-        } else {
-            None
-        };
+        let reachable = if self.p.gateway_configured { Some(self.nodes[n].gw && self.nodes[n].carrier) } else { None };
         self.feed(n, Input::Gateway { reachable });
     }
 
     fn feed_vips(&mut self, n: usize) {
         let k = self.nodes[n].kernel;
-        let present: BTreeSet<VipId> = self
-            .p
-            .vips
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| k & (1 << i) != 0)
-            .map(|(_, v)| v.id.clone())
-            .collect();
+        let present: BTreeSet<VipId> =
+            self.p.vips.iter().enumerate().filter(|(i, _)| k & (1 << i) != 0).map(|(_, v)| v.id.clone()).collect();
         self.feed(n, Input::LocalVips { present });
     }
 
@@ -564,11 +490,7 @@ impl World {
         if !self.p.has_target || !self.nodes[n].live() {
             return;
         }
-        if self.nodes[n]
-            .machine
-            .as_ref()
-            .is_some_and(|m| m.holds_vips())
-        {
+        if self.nodes[n].machine.as_ref().is_some_and(|m| m.holds_vips()) {
             return;
         }
         for vi in 0..self.p.vips.len() {
@@ -597,11 +519,7 @@ impl World {
             && b.powered
             && !self.hb_block[p][i][j]
             && !self.cut[p][i][j]
-            && if p == 0 {
-                a.carrier && b.carrier
-            } else {
-                a.mgmt && b.mgmt
-            }
+            && if p == 0 { a.carrier && b.carrier } else { a.mgmt && b.mgmt }
     }
 
     /// Bidirectional IP reachability on the data network (or the node itself).
@@ -625,9 +543,7 @@ impl World {
         if !a.live() || !b.live() || a.key != b.key || a.skewed != b.skewed {
             return false;
         }
-        (0..PATHS).any(|p| {
-            self.path_ok(p, i, j) && self.path_ok(p, j, i) && (!lossless || self.loss[p] == 0)
-        })
+        (0..PATHS).any(|p| self.path_ok(p, i, j) && self.path_ok(p, j, i) && (!lossless || self.loss[p] == 0))
     }
 
     fn broadcast(&mut self, from: usize, adv: Advert) {
@@ -645,15 +561,7 @@ impl World {
                 }
                 let (lo, hi) = self.p.delay[path];
                 let d = self.rng.range(lo, hi);
-                self.push(
-                    self.t + d,
-                    Ev::Deliver {
-                        to,
-                        from,
-                        path,
-                        msg: Rc::clone(&msg),
-                    },
-                );
+                self.push(self.t + d, Ev::Deliver { to, from, path, msg: Rc::clone(&msg) });
             }
         }
     }
@@ -664,20 +572,11 @@ impl World {
         }
         let p = crate::sm::PathId(u8::try_from(path).unwrap_or(0));
         let input = if self.nodes[from].key != self.nodes[to].key {
-            Input::AdvertRejected {
-                path: p,
-                reason: RejectReason::KeyMismatch,
-            }
+            Input::AdvertRejected { path: p, reason: RejectReason::KeyMismatch }
         } else if self.nodes[from].skewed != self.nodes[to].skewed {
-            Input::AdvertRejected {
-                path: p,
-                reason: RejectReason::ClockSkew,
-            }
+            Input::AdvertRejected { path: p, reason: RejectReason::ClockSkew }
         } else {
-            Input::Advert {
-                path: p,
-                msg: (**msg).clone(),
-            }
+            Input::Advert { path: p, msg: (**msg).clone() }
         };
         self.feed(to, input);
     }
@@ -690,33 +589,19 @@ impl World {
     fn cas_at_store(&mut self, n: usize, inc: u32, new_epoch: u64, expected: u64) {
         if !self.nodes[n].store {
             if self.p.store_fast_fail {
-                self.push(
-                    self.t + 1,
-                    Ev::Node {
-                        n,
-                        inc,
-                        ev: NodeEv::CasReply(CasResult::Unavailable),
-                    },
-                );
+                self.push(self.t + 1, Ev::Node { n, inc, ev: NodeEv::CasReply(CasResult::Unavailable) });
             }
             return;
         }
         let r = if self.store_epoch == expected {
             if new_epoch < self.store_epoch {
-                let d = format!(
-                    "Lease epoch would go backwards: {} -> {new_epoch} by {}",
-                    self.store_epoch,
-                    node_name(n)
-                );
-                self.chk
-                    .violate(self.t, super::Invariant::EpochBackwards, d);
+                let d =
+                    format!("Lease epoch would go backwards: {} -> {new_epoch} by {}", self.store_epoch, node_name(n));
+                self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
             }
             self.store_holder = Some(n);
             self.store_epoch = new_epoch;
-            self.trace_push(TraceKind::Lease {
-                holder: n,
-                epoch: new_epoch,
-            });
+            self.trace_push(TraceKind::Lease { holder: n, epoch: new_epoch });
             // Watch notifications to every member that reaches the store.
             for m in 0..self.p.n {
                 if self.nodes[m].store && self.nodes[m].machine.is_some() {
@@ -726,20 +611,10 @@ impl World {
             }
             CasResult::Ok { epoch: new_epoch }
         } else {
-            CasResult::Conflict {
-                holder: self.store_holder.map(node_name),
-                epoch: self.store_epoch,
-            }
+            CasResult::Conflict { holder: self.store_holder.map(node_name), epoch: self.store_epoch }
         };
         let d = self.store_delay();
-        self.push(
-            self.t + d,
-            Ev::Node {
-                n,
-                inc,
-                ev: NodeEv::CasReply(r),
-            },
-        );
+        self.push(self.t + d, Ev::Node { n, inc, ev: NodeEv::CasReply(r) });
     }
 
     /// Steps node `n`'s machine with `input` (if its agent runs and is not stopped) and
@@ -753,19 +628,11 @@ impl World {
         let Some(m) = node.machine.as_mut() else {
             return;
         };
-        let before = Snap {
-            holds: m.holds_vips(),
-            epoch: m.epoch(),
-            role: m.role(),
-        };
+        let before = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         m.step_into(now, input, &mut buf);
-        let after = Snap {
-            holds: m.holds_vips(),
-            epoch: m.epoch(),
-            role: m.role(),
-        };
+        let after = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
         self.stats.steps += 1;
         for a in buf.drain(..) {
             self.apply(n, a);
@@ -813,53 +680,25 @@ impl World {
             }
             Action::Announce { .. } => {}
             Action::SendAdvert(adv) => self.broadcast(n, adv),
-            Action::CasLease {
-                new_epoch,
-                expected_epoch,
-                ..
-            } => {
+            Action::CasLease { new_epoch, expected_epoch, .. } => {
                 let inc = self.nodes[n].inc;
                 if self.nodes[n].store {
                     let d = self.store_delay();
-                    self.push(
-                        self.t + d,
-                        Ev::CasAtStore {
-                            n,
-                            inc,
-                            new_epoch,
-                            expected: expected_epoch,
-                        },
-                    );
+                    self.push(self.t + d, Ev::CasAtStore { n, inc, new_epoch, expected: expected_epoch });
                 } else if self.p.store_fast_fail {
                     self.push_node(n, 1, NodeEv::CasReply(CasResult::Unavailable));
                 }
             }
             Action::Persist(p) => {
                 if p.epoch < self.nodes[n].persisted.epoch {
-                    let d = format!(
-                        "{} persisted epoch {} after {}",
-                        node_name(n),
-                        p.epoch,
-                        self.nodes[n].persisted.epoch
-                    );
-                    self.chk
-                        .violate(self.t, super::Invariant::EpochBackwards, d);
+                    let d =
+                        format!("{} persisted epoch {} after {}", node_name(n), p.epoch, self.nodes[n].persisted.epoch);
+                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
                 }
                 self.nodes[n].persisted = p;
             }
-            Action::Report(Event::RoleChanged {
-                from,
-                to,
-                reason,
-                epoch,
-            }) => {
-                self.trace_push(TraceKind::Role {
-                    n,
-                    from,
-                    to,
-                    reason,
-                    epoch,
-                });
+            Action::Report(Event::RoleChanged { from, to, reason, epoch }) => {
+                self.trace_push(TraceKind::Role { n, from, to, reason, epoch });
                 if to == Role::Demoting {
                     Checker::on_handover_start(self, n, reason);
                 }
@@ -967,20 +806,8 @@ impl World {
             Fault::Carrier(n, up) => {
                 if self.nodes[n].carrier != up {
                     self.nodes[n].carrier = up;
-                    self.feed(
-                        n,
-                        Input::Carrier {
-                            link: Link::Data,
-                            up,
-                        },
-                    );
-                    self.feed(
-                        n,
-                        Input::Carrier {
-                            link: Link::Vip,
-                            up,
-                        },
-                    );
+                    self.feed(n, Input::Carrier { link: Link::Data, up });
+                    self.feed(n, Input::Carrier { link: Link::Vip, up });
                 }
             }
             Fault::Mgmt(n, up) => self.nodes[n].mgmt = up,
@@ -1018,17 +845,11 @@ impl World {
         let cmd = match cmd {
             Command::PlannedFailover { target, .. } => {
                 self.next_op_id += 1;
-                Command::PlannedFailover {
-                    id: self.next_op_id,
-                    target,
-                }
+                Command::PlannedFailover { id: self.next_op_id, target }
             }
             Command::ForcedFailover { target, .. } => {
                 self.next_op_id += 1;
-                Command::ForcedFailover {
-                    id: self.next_op_id,
-                    target,
-                }
+                Command::ForcedFailover { id: self.next_op_id, target }
             }
             c => c,
         };
@@ -1036,12 +857,7 @@ impl World {
             CmdTarget::All => (0..self.p.n).collect(),
             CmdTarget::Node(i) => vec![i],
             CmdTarget::Holder => {
-                let h = (0..self.p.n).find(|&i| {
-                    self.nodes[i]
-                        .machine
-                        .as_ref()
-                        .is_some_and(|m| m.holds_vips())
-                });
+                let h = (0..self.p.n).find(|&i| self.nodes[i].machine.as_ref().is_some_and(|m| m.holds_vips()));
                 vec![h.unwrap_or(0)]
             }
         };
@@ -1061,20 +877,8 @@ impl World {
         for n in 0..self.p.n {
             if !self.nodes[n].carrier {
                 self.nodes[n].carrier = true;
-                self.feed(
-                    n,
-                    Input::Carrier {
-                        link: Link::Data,
-                        up: true,
-                    },
-                );
-                self.feed(
-                    n,
-                    Input::Carrier {
-                        link: Link::Vip,
-                        up: true,
-                    },
-                );
+                self.feed(n, Input::Carrier { link: Link::Data, up: true });
+                self.feed(n, Input::Carrier { link: Link::Vip, up: true });
             }
             let node = &mut self.nodes[n];
             node.mgmt = true;
@@ -1112,13 +916,7 @@ impl World {
             Fault::Many(
                 "operator clears maintenance, suspension, pause",
                 vec![
-                    Fault::Cmd(
-                        CmdTarget::All,
-                        Command::Maintenance {
-                            on: false,
-                            force: false,
-                        },
-                    ),
+                    Fault::Cmd(CmdTarget::All, Command::Maintenance { on: false, force: false }),
                     Fault::Cmd(CmdTarget::All, Command::ClearSuspension),
                     Fault::Cmd(CmdTarget::All, Command::SetPaused(false)),
                 ],
@@ -1129,12 +927,9 @@ impl World {
     /// Number of nodes holding every VIP and number holding any.
     pub(super) fn holders(&self) -> (Vec<usize>, usize) {
         let all = (1u8 << self.p.vips.len()) - 1;
-        let full: Vec<usize> = (0..self.p.n)
-            .filter(|&i| self.nodes[i].powered && self.nodes[i].kernel == all)
-            .collect();
-        let any = (0..self.p.n)
-            .filter(|&i| self.nodes[i].powered && self.nodes[i].kernel != 0)
-            .count();
+        let full: Vec<usize> =
+            (0..self.p.n).filter(|&i| self.nodes[i].powered && self.nodes[i].kernel == all).collect();
+        let any = (0..self.p.n).filter(|&i| self.nodes[i].powered && self.nodes[i].kernel != 0).count();
         (full, any)
     }
 

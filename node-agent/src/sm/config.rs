@@ -157,11 +157,7 @@ pub struct FlapPolicy {
 
 impl Default for FlapPolicy {
     fn default() -> FlapPolicy {
-        FlapPolicy {
-            moves: 3,
-            window_ms: 10 * 60_000,
-            quiet_ms: 10 * 60_000,
-        }
+        FlapPolicy { moves: 3, window_ms: 10 * 60_000, quiet_ms: 10 * 60_000 }
     }
 }
 
@@ -211,10 +207,7 @@ impl Config {
 
     /// Priority of `node`, if it is a member.
     pub fn priority_of(&self, node: &NodeId) -> Option<u8> {
-        self.members
-            .iter()
-            .find(|m| &m.node == node)
-            .map(|m| m.priority)
+        self.members.iter().find(|m| &m.node == node).map(|m| m.priority)
     }
 
     /// Checks the configuration. An invalid configuration does not stop a member from
@@ -222,28 +215,19 @@ impl Config {
     /// `Misconfigured`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.members.is_empty() || self.members.len() > MAX_MEMBERS {
-            return Err(ConfigError::MemberCount {
-                count: self.members.len(),
-            });
+            return Err(ConfigError::MemberCount { count: self.members.len() });
         }
         let mut nodes = BTreeSet::new();
         let mut prios = BTreeSet::new();
         for m in &self.members {
             if !nodes.insert(m.node.clone()) {
-                return Err(ConfigError::DuplicateNode {
-                    node: m.node.to_string(),
-                });
+                return Err(ConfigError::DuplicateNode { node: m.node.to_string() });
             }
             if m.priority == 0 || m.priority == 255 {
-                return Err(ConfigError::PriorityRange {
-                    node: m.node.to_string(),
-                    priority: m.priority,
-                });
+                return Err(ConfigError::PriorityRange { node: m.node.to_string(), priority: m.priority });
             }
             if !prios.insert(m.priority) {
-                return Err(ConfigError::DuplicatePriority {
-                    priority: m.priority,
-                });
+                return Err(ConfigError::DuplicatePriority { priority: m.priority });
             }
         }
         if self.paths.is_empty() {
@@ -252,9 +236,7 @@ impl Config {
         let mut vips = BTreeSet::new();
         for v in &self.vips {
             if !vips.insert(v.id.clone()) {
-                return Err(ConfigError::DuplicateVip {
-                    vip: v.id.to_string(),
-                });
+                return Err(ConfigError::DuplicateVip { vip: v.id.to_string() });
             }
         }
         let t = &self.timings;

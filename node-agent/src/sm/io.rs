@@ -380,9 +380,6 @@ impl Reason {
     /// Moves that suspension and [`Command::SetPaused`] block (carrier and gateway moves and
     /// the takeover of a provably dead peer are not discretionary).
     pub fn discretionary(self) -> bool {
-        matches!(
-            self,
-            Reason::VipUnhealthy | Reason::ListenerDown | Reason::Failback
-        )
+        matches!(self, Reason::VipUnhealthy | Reason::ListenerDown | Reason::Failback)
     }
 }

@@ -29,15 +29,12 @@ mod types;
 
 pub use advert::{AUTO_OP_BIT, Advert, OpKind, OpMsg, RefuseReason};
 pub use config::{
-    AutoFailback, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member, Timings,
-    VipSpec,
+    AutoFailback, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member, Timings, VipSpec,
 };
 pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason, RejectReason};
 pub use machine::Machine;
-pub use status::{
-    Blocker, LeaseView, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition,
-};
+pub use status::{Blocker, LeaseView, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition};
 pub use types::{
-    AnnounceKind, Link, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId,
-    ProbeResult, ProtocolVersion, Role, VipId,
+    AnnounceKind, Link, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
+    ProtocolVersion, Role, VipId,
 };

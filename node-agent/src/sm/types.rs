@@ -60,10 +60,7 @@ fn check_name(s: &str, max: usize) -> Result<(), NameError> {
         return Err(NameError::Empty);
     }
     if s.len() > max {
-        return Err(NameError::TooLong {
-            name: s.to_owned(),
-            max,
-        });
+        return Err(NameError::TooLong { name: s.to_owned(), max });
     }
     Ok(())
 }
@@ -158,15 +155,8 @@ pub enum Role {
 
 impl Role {
     /// All roles, in wire-code order.
-    pub const ALL: [Role; 7] = [
-        Role::Init,
-        Role::Active,
-        Role::Standby,
-        Role::Demoting,
-        Role::Maintenance,
-        Role::Fenced,
-        Role::Unpaired,
-    ];
+    pub const ALL: [Role; 7] =
+        [Role::Init, Role::Active, Role::Standby, Role::Demoting, Role::Maintenance, Role::Fenced, Role::Unpaired];
 
     /// Stable one-byte code for the heartbeat codec.
     pub fn code(self) -> u8 {

@@ -22,21 +22,9 @@ pub fn vip(s: &str) -> VipId {
 
 /// A pair config with two heartbeat paths and one VIP probed on port 80.
 pub fn config(local: &str, members: &[(&str, u8)]) -> Config {
-    let mut c = Config::new(
-        node(local),
-        members
-            .iter()
-            .map(|(n, p)| Member {
-                node: node(n),
-                priority: *p,
-            })
-            .collect(),
-    );
+    let mut c = Config::new(node(local), members.iter().map(|(n, p)| Member { node: node(n), priority: *p }).collect());
     c.paths = vec![PathId(0), PathId(1)];
-    c.vips = vec![VipSpec {
-        id: vip(VIP),
-        probe_ports: vec![80],
-    }];
+    c.vips = vec![VipSpec { id: vip(VIP), probe_ports: vec![80] }];
     c
 }
 
@@ -88,11 +76,7 @@ pub struct H {
 
 impl H {
     pub fn new(cfg: Config, p: Persisted) -> H {
-        H {
-            m: Machine::new(cfg, p),
-            now: 0,
-            log: Vec::new(),
-        }
+        H { m: Machine::new(cfg, p), now: 0, log: Vec::new() }
     }
 
     pub fn feed(&mut self, input: Input) -> Vec<Action> {
@@ -114,22 +98,11 @@ impl H {
     /// a restarted agent adopts the VIPs).
     pub fn env_links(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
-        out.extend(self.feed(Input::Carrier {
-            link: Link::Data,
-            up: true,
-        }));
-        out.extend(self.feed(Input::Carrier {
-            link: Link::Vip,
-            up: true,
-        }));
-        out.extend(self.feed(Input::Gateway {
-            reachable: Some(true),
-        }));
+        out.extend(self.feed(Input::Carrier { link: Link::Data, up: true }));
+        out.extend(self.feed(Input::Carrier { link: Link::Vip, up: true }));
+        out.extend(self.feed(Input::Gateway { reachable: Some(true) }));
         out.extend(self.listeners(true));
-        out.extend(self.feed(Input::LeaseObserved {
-            holder: None,
-            epoch: 0,
-        }));
+        out.extend(self.feed(Input::LeaseObserved { holder: None, epoch: 0 }));
         out
     }
 
@@ -142,28 +115,18 @@ impl H {
         let mut out = Vec::new();
         for v in self.m.config().vips.clone() {
             for p in v.probe_ports {
-                out.extend(self.feed(Input::LocalProbe {
-                    vip: v.id.clone(),
-                    port: p,
-                    up,
-                }));
+                out.extend(self.feed(Input::LocalProbe { vip: v.id.clone(), port: p, up }));
             }
         }
         out
     }
 
     pub fn lease(&mut self, holder: Option<&str>, epoch: u64) -> Vec<Action> {
-        self.feed(Input::LeaseObserved {
-            holder: holder.map(node),
-            epoch,
-        })
+        self.feed(Input::LeaseObserved { holder: holder.map(node), epoch })
     }
 
     pub fn carrier(&mut self, up: bool) -> Vec<Action> {
-        self.feed(Input::Carrier {
-            link: Link::Data,
-            up,
-        })
+        self.feed(Input::Carrier { link: Link::Data, up })
     }
 
     pub fn gateway(&mut self, g: Option<bool>) -> Vec<Action> {
@@ -180,23 +143,14 @@ impl H {
 
     /// The advert on both paths.
     pub fn hear(&mut self, a: &Advert) -> Vec<Action> {
-        let mut out = self.feed(Input::Advert {
-            path: PathId(0),
-            msg: a.clone(),
-        });
-        out.extend(self.feed(Input::Advert {
-            path: PathId(1),
-            msg: a.clone(),
-        }));
+        let mut out = self.feed(Input::Advert { path: PathId(0), msg: a.clone() });
+        out.extend(self.feed(Input::Advert { path: PathId(1), msg: a.clone() }));
         out
     }
 
     /// The advert on one path only.
     pub fn hear_on(&mut self, path: u8, a: &Advert) -> Vec<Action> {
-        self.feed(Input::Advert {
-            path: PathId(path),
-            msg: a.clone(),
-        })
+        self.feed(Input::Advert { path: PathId(path), msg: a.clone() })
     }
 
     pub fn probe(&mut self, up: bool) -> Vec<Action> {
@@ -205,14 +159,9 @@ impl H {
             if v.probe_ports.is_empty() {
                 continue;
             }
-            out.extend(self.feed(Input::PeerProbe {
-                vip: v.id,
-                result: if up {
-                    ProbeResult::Up
-                } else {
-                    ProbeResult::Down
-                },
-            }));
+            out.extend(
+                self.feed(Input::PeerProbe { vip: v.id, result: if up { ProbeResult::Up } else { ProbeResult::Down } }),
+            );
         }
         out
     }
@@ -250,11 +199,7 @@ impl H {
 
     /// Actions logged since time `t`.
     pub fn since(&self, t: u64) -> Vec<Action> {
-        self.log
-            .iter()
-            .filter(|(at, _)| *at >= t)
-            .map(|(_, a)| a.clone())
-            .collect()
+        self.log.iter().filter(|(at, _)| *at >= t).map(|(_, a)| a.clone()).collect()
     }
 
     /// Time of the first logged action matching `f`.
@@ -277,14 +222,7 @@ pub fn standby_b_hearing_a() -> H {
 /// Active A of the usual pair (epoch `e`, holding the VIP), hearing standby B ready on both
 /// paths for 2 s. Time is 3000.
 pub fn active_a_with_b(e: u64) -> H {
-    let mut h = H::new(
-        pair(A),
-        Persisted {
-            epoch: e,
-            last_role: Role::Active,
-            ..Persisted::default()
-        },
-    );
+    let mut h = H::new(pair(A), Persisted { epoch: e, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.local_vips(&[VIP]);
     h.lease(Some(A), e);
@@ -315,11 +253,7 @@ pub fn removes(a: &[Action]) -> Vec<Vec<VipId>> {
 pub fn cas_of(a: &[Action]) -> Vec<(u64, u64)> {
     a.iter()
         .filter_map(|x| match x {
-            Action::CasLease {
-                new_epoch,
-                expected_epoch,
-                ..
-            } => Some((*new_epoch, *expected_epoch)),
+            Action::CasLease { new_epoch, expected_epoch, .. } => Some((*new_epoch, *expected_epoch)),
             _ => None,
         })
         .collect()
@@ -345,12 +279,7 @@ pub fn ops(a: &[Action]) -> Vec<OpMsg> {
 pub fn role_changes(a: &[Action]) -> Vec<(Role, Role, Reason, u64)> {
     a.iter()
         .filter_map(|x| match x {
-            Action::Report(Event::RoleChanged {
-                from,
-                to,
-                reason,
-                epoch,
-            }) => Some((*from, *to, *reason, *epoch)),
+            Action::Report(Event::RoleChanged { from, to, reason, epoch }) => Some((*from, *to, *reason, *epoch)),
             _ => None,
         })
         .collect()
@@ -359,9 +288,7 @@ pub fn role_changes(a: &[Action]) -> Vec<(Role, Role, Reason, u64)> {
 pub fn results(a: &[Action]) -> Vec<(u64, bool, String)> {
     a.iter()
         .filter_map(|x| match x {
-            Action::Report(Event::OperationResult { id, ok, message }) => {
-                Some((*id, *ok, message.clone()))
-            }
+            Action::Report(Event::OperationResult { id, ok, message }) => Some((*id, *ok, message.clone())),
             _ => None,
         })
         .collect()

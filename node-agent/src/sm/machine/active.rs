@@ -48,8 +48,7 @@ impl Machine {
             }
             self.raise(
                 Alarm::MaintenancePending,
-                "maintenance requested but no ready standby can take the VIPs; use force"
-                    .to_owned(),
+                "maintenance requested but no ready standby can take the VIPs; use force".to_owned(),
                 out,
             );
         } else {
@@ -84,20 +83,14 @@ impl Machine {
 
         // Discretionary: a VIP missing from the kernel or a listener down for too long.
         let t = self.t();
-        let unhealthy = self
-            .vip_missing_since
-            .is_some_and(|s| now.since(s) >= t.vip_unhealthy_ms);
+        let unhealthy = self.vip_missing_since.is_some_and(|s| now.since(s) >= t.vip_unhealthy_ms);
         let listener_down = self
             .listeners
             .iter()
             .flatten()
             .any(|l| l.is_some_and(|l| !l.up && now.since(l.since) >= t.listener_down_ms));
         if unhealthy || listener_down {
-            let reason = if unhealthy {
-                Reason::VipUnhealthy
-            } else {
-                Reason::ListenerDown
-            };
+            let reason = if unhealthy { Reason::VipUnhealthy } else { Reason::ListenerDown };
             let allowed = !self.pair_suspended(now) && !self.paused && retry_ok;
             if allowed && let Some(t) = self.best_candidate(now, Need::Urgent) {
                 self.start_op(now, None, Origin::Auto(reason), t, false, out);
@@ -120,11 +113,7 @@ impl Machine {
 
     /// Role to leave to when giving up: maintenance wins over `otherwise`.
     pub(super) fn out_role(&self, otherwise: Role) -> Role {
-        if self.maintenance {
-            Role::Maintenance
-        } else {
-            otherwise
-        }
+        if self.maintenance { Role::Maintenance } else { otherwise }
     }
 
     /// Two actives: compares (epoch, priority) with every heard peer that holds the VIPs
@@ -144,8 +133,7 @@ impl Machine {
             let Some(a) = self.heard_advert(i, now) else {
                 continue;
             };
-            let rival =
-                a.holds_vips || (claiming && matches!(a.role, Role::Active | Role::Demoting));
+            let rival = a.holds_vips || (claiming && matches!(a.role, Role::Active | Role::Demoting));
             if !rival {
                 continue;
             }
@@ -187,9 +175,7 @@ impl Machine {
             if self.last_burst.is_none_or(|t| now.since(t) >= min) {
                 self.last_burst = Some(now);
                 self.advert_now = true;
-                out.push(Action::Announce {
-                    kind: AnnounceKind::Burst,
-                });
+                out.push(Action::Announce { kind: AnnounceKind::Burst });
             }
         }
         false
@@ -254,12 +240,7 @@ impl Machine {
     }
 
     /// Why peer `i` cannot take the VIPs under `need` (`None` = it can).
-    pub(super) fn candidate_problem(
-        &self,
-        i: usize,
-        now: Millis,
-        need: Need,
-    ) -> Option<&'static str> {
+    pub(super) fn candidate_problem(&self, i: usize, now: Millis, need: Need) -> Option<&'static str> {
         let heard = match need {
             Need::Planned => self.peer_heard_all(i, now),
             Need::Urgent | Need::Forced => self.peer_heard(i, now),
@@ -307,12 +288,7 @@ impl Machine {
     fn best_gateway_candidate(&self, now: Millis) -> Option<usize> {
         (0..self.peers.len())
             .filter(|&i| self.candidate_problem(i, now, Need::Urgent).is_none())
-            .filter(|&i| {
-                self.peers[i]
-                    .advert
-                    .as_ref()
-                    .is_some_and(|a| a.gateway == Some(true))
-            })
+            .filter(|&i| self.peers[i].advert.as_ref().is_some_and(|a| a.gateway == Some(true)))
             .max_by_key(|&i| self.peers[i].priority)
     }
 
@@ -333,20 +309,12 @@ impl Machine {
         if self.quarantined(now) {
             return None;
         }
-        let fresh = self
-            .traffic_at
-            .is_some_and(|t| now.since(t) <= self.t().traffic_stale_ms);
-        let quiet = fresh
-            && self
-                .quiet_since
-                .is_some_and(|q| now.since(q) >= p.quiet_window_ms);
+        let fresh = self.traffic_at.is_some_and(|t| now.since(t) <= self.t().traffic_stale_ms);
+        let quiet = fresh && self.quiet_since.is_some_and(|q| now.since(q) >= p.quiet_window_ms);
         if !quiet {
             return None;
         }
-        if self
-            .active_since
-            .is_none_or(|s| now.since(s) < p.min_on_nonpreferred_ms)
-        {
+        if self.active_since.is_none_or(|s| now.since(s) < p.min_on_nonpreferred_ms) {
             return None;
         }
         let pref = self.preferred_peer()?;

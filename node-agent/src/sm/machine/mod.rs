@@ -312,11 +312,7 @@ impl Machine {
                 self.raise(Alarm::Misconfigured, e.to_string(), out);
             }
             if self.suspended {
-                self.raise(
-                    Alarm::Suspended,
-                    "flap suspension persisted across a restart".to_owned(),
-                    out,
-                );
+                self.raise(Alarm::Suspended, "flap suspension persisted across a restart".to_owned(), out);
             }
         }
         self.handle(now, input, out);
@@ -364,36 +360,24 @@ impl Machine {
             if m.node == self.cfg.local {
                 continue;
             }
-            let mut p = old_peers
-                .iter()
-                .find(|p| p.node == m.node)
-                .cloned()
-                .unwrap_or(Peer {
-                    node: m.node.clone(),
-                    priority: m.priority,
-                    last_heard: Vec::new(),
-                    heard_since: None,
-                    advert: None,
-                    ready_since: None,
-                });
+            let mut p = old_peers.iter().find(|p| p.node == m.node).cloned().unwrap_or(Peer {
+                node: m.node.clone(),
+                priority: m.priority,
+                last_heard: Vec::new(),
+                heard_since: None,
+                advert: None,
+                ready_since: None,
+            });
             p.priority = m.priority;
             p.last_heard.resize(npaths, None);
             self.peers.push(p);
         }
         self.probes = vec![ProbeTrack::default(); self.cfg.vips.len()];
         let old_listeners = std::mem::take(&mut self.listeners);
-        self.listeners = self
-            .cfg
-            .vips
-            .iter()
-            .map(|v| vec![None; v.probe_ports.len()])
-            .collect();
+        self.listeners = self.cfg.vips.iter().map(|v| vec![None; v.probe_ports.len()]).collect();
         // Listener states are keyed by position; keep them only if the shape is unchanged.
         if old_listeners.len() == self.listeners.len()
-            && old_listeners
-                .iter()
-                .zip(&self.listeners)
-                .all(|(a, b)| a.len() == b.len())
+            && old_listeners.iter().zip(&self.listeners).all(|(a, b)| a.len() == b.len())
         {
             self.listeners = old_listeners;
         }
@@ -410,26 +394,14 @@ impl Machine {
     /// Pair VIPs the kernel was last seen holding.
     fn local_pair_vips(&self) -> Vec<VipId> {
         match &self.local_vips {
-            Some(present) => self
-                .cfg
-                .vips
-                .iter()
-                .filter(|v| present.contains(&v.id))
-                .map(|v| v.id.clone())
-                .collect(),
+            Some(present) => self.cfg.vips.iter().filter(|v| present.contains(&v.id)).map(|v| v.id.clone()).collect(),
             None => Vec::new(),
         }
     }
 
     fn missing_vips(&self) -> Vec<VipId> {
         match &self.local_vips {
-            Some(present) => self
-                .cfg
-                .vips
-                .iter()
-                .filter(|v| !present.contains(&v.id))
-                .map(|v| v.id.clone())
-                .collect(),
+            Some(present) => self.cfg.vips.iter().filter(|v| !present.contains(&v.id)).map(|v| v.id.clone()).collect(),
             None => Vec::new(),
         }
     }
@@ -440,28 +412,18 @@ impl Machine {
 
     fn peer_heard(&self, i: usize, now: Millis) -> bool {
         let timeout = self.t().heartbeat_timeout_ms;
-        self.peers[i]
-            .last_heard
-            .iter()
-            .any(|t| t.is_some_and(|t| now.since(t) < timeout))
+        self.peers[i].last_heard.iter().any(|t| t.is_some_and(|t| now.since(t) < timeout))
     }
 
     fn peer_heard_all(&self, i: usize, now: Millis) -> bool {
         let timeout = self.t().heartbeat_timeout_ms;
         let p = &self.peers[i];
-        !p.last_heard.is_empty()
-            && p.last_heard
-                .iter()
-                .all(|t| t.is_some_and(|t| now.since(t) < timeout))
+        !p.last_heard.is_empty() && p.last_heard.iter().all(|t| t.is_some_and(|t| now.since(t) < timeout))
     }
 
     /// The peer's advert if the peer is heard now.
     fn heard_advert(&self, i: usize, now: Millis) -> Option<&Advert> {
-        if self.peer_heard(i, now) {
-            self.peers[i].advert.as_ref()
-        } else {
-            None
-        }
+        if self.peer_heard(i, now) { self.peers[i].advert.as_ref() } else { None }
     }
 
     fn any_peer_heard(&self, now: Millis) -> bool {
@@ -485,28 +447,22 @@ impl Machine {
 
     /// Own listeners answer for every (VIP, port); a VIP without ports is ready.
     fn ready_all(&self) -> bool {
-        self.listeners
-            .iter()
-            .all(|ports| ports.iter().all(|l| l.is_some_and(|l| l.up)))
+        self.listeners.iter().all(|ports| ports.iter().all(|l| l.is_some_and(|l| l.up)))
     }
 
     fn version_mismatch(&self) -> bool {
         let major = self.cfg.protocol.major;
-        self.peers
-            .iter()
-            .any(|p| p.advert.as_ref().is_some_and(|a| a.protocol_major != major))
+        self.peers.iter().any(|p| p.advert.as_ref().is_some_and(|a| a.protocol_major != major))
     }
 
     /// This member or a heard peer is flap-suspended (discretionary moves are a pair-level
     /// decision, so the stricter view wins).
     fn pair_suspended(&self, now: Millis) -> bool {
-        self.suspended
-            || (0..self.peers.len()).any(|i| self.heard_advert(i, now).is_some_and(|a| a.suspended))
+        self.suspended || (0..self.peers.len()).any(|i| self.heard_advert(i, now).is_some_and(|a| a.suspended))
     }
 
     fn in_hold_down(&self, now: Millis) -> bool {
-        self.last_vip_change
-            .is_some_and(|t| now.since(t) < self.t().hold_down_ms)
+        self.last_vip_change.is_some_and(|t| now.since(t) < self.t().hold_down_ms)
     }
 
     fn boot_hold_until(&self) -> Option<Millis> {
@@ -567,26 +523,11 @@ impl Machine {
         if to != Role::Standby {
             self.candidate_since = None;
         }
-        let epoch = if matches!(to, Role::Active | Role::Demoting) {
-            self.held_epoch
-        } else {
-            self.epoch
-        };
-        self.last_transition = Some(Transition {
-            from,
-            to,
-            reason,
-            epoch,
-            at: now,
-        });
+        let epoch = if matches!(to, Role::Active | Role::Demoting) { self.held_epoch } else { self.epoch };
+        self.last_transition = Some(Transition { from, to, reason, epoch, at: now });
         self.advert_now = true;
         self.persist_if_changed(out);
-        out.push(Action::Report(Event::RoleChanged {
-            from,
-            to,
-            reason,
-            epoch,
-        }));
+        out.push(Action::Report(Event::RoleChanged { from, to, reason, epoch }));
     }
 
     fn raise(&mut self, alarm: Alarm, detail: String, out: &mut Vec<Action>) {
@@ -623,22 +564,14 @@ impl Machine {
     fn note_auto_move(&mut self, now: Millis, out: &mut Vec<Action>) {
         let window = self.cfg.flap.window_ms;
         self.auto_moves.push_back(now);
-        while self
-            .auto_moves
-            .front()
-            .is_some_and(|&t| now.since(t) >= window)
-        {
+        while self.auto_moves.front().is_some_and(|&t| now.since(t) >= window) {
             self.auto_moves.pop_front();
         }
         self.quiet_from = now;
         let limit = usize::try_from(self.cfg.flap.moves).unwrap_or(usize::MAX);
         if !self.suspended && self.auto_moves.len() >= limit {
             self.suspended = true;
-            let detail = format!(
-                "{} automatic role changes within {} ms",
-                self.auto_moves.len(),
-                window
-            );
+            let detail = format!("{} automatic role changes within {} ms", self.auto_moves.len(), window);
             self.raise(Alarm::Suspended, detail, out);
         }
     }
@@ -648,17 +581,9 @@ impl Machine {
         let super::config::FailbackPolicy::Automatic(p) = &self.cfg.failback else {
             return;
         };
-        let (window, n, hold) = (
-            p.quarantine_window_ms,
-            p.quarantine_failovers,
-            p.quarantine_hold_ms,
-        );
+        let (window, n, hold) = (p.quarantine_window_ms, p.quarantine_failovers, p.quarantine_hold_ms);
         self.nonpref_acq.push_back(now);
-        while self
-            .nonpref_acq
-            .front()
-            .is_some_and(|&t| now.since(t) >= window)
-        {
+        while self.nonpref_acq.front().is_some_and(|&t| now.since(t) >= window) {
             self.nonpref_acq.pop_front();
         }
         if self.nonpref_acq.len() >= usize::try_from(n).unwrap_or(usize::MAX) {
@@ -673,11 +598,8 @@ impl Machine {
     /// The preferred member: highest priority not in maintenance (peers by their last
     /// advert). `None` when that is this member.
     fn preferred_peer(&self) -> Option<usize> {
-        let mut best: Option<(u8, Option<usize>)> = if self.maintenance {
-            None
-        } else {
-            Some((self.my_priority, None))
-        };
+        let mut best: Option<(u8, Option<usize>)> =
+            if self.maintenance { None } else { Some((self.my_priority, None)) };
         for (i, p) in self.peers.iter().enumerate() {
             let maint = p.advert.as_ref().is_some_and(|a| a.maintenance);
             if maint {
@@ -725,10 +647,7 @@ impl Machine {
             self.clear_alarm(Alarm::ClockSkew, out);
         }
         let conflict_clear = self.t().conflict_clear_ms;
-        if self
-            .conflict_last
-            .is_some_and(|t| now.since(t) >= conflict_clear)
-        {
+        if self.conflict_last.is_some_and(|t| now.since(t) >= conflict_clear) {
             self.conflict_last = None;
             self.clear_alarm(Alarm::VipConflict, out);
         }
@@ -736,19 +655,13 @@ impl Machine {
             self.sticky = None;
         }
         let tgt_life = self.t().confirm_timeout_ms.saturating_mul(2);
-        if self
-            .tgt
-            .as_ref()
-            .is_some_and(|t| now.since(t.at) >= tgt_life)
-        {
+        if self.tgt.as_ref().is_some_and(|t| now.since(t.at) >= tgt_life) {
             self.tgt = None;
         }
         // An acked prepare whose initiator fell silent must not delay a takeover.
         if let Some(t) = &self.tgt
             && t.phase == TgtPhase::Acked
-            && self
-                .peer_index(&t.from)
-                .is_none_or(|i| !self.peer_heard(i, now))
+            && self.peer_index(&t.from).is_none_or(|i| !self.peer_heard(i, now))
         {
             self.tgt = None;
         }
@@ -757,11 +670,7 @@ impl Machine {
             self.auto_moves.clear();
             self.clear_alarm(Alarm::Suspended, out);
         }
-        if self
-            .cas
-            .as_ref()
-            .is_some_and(|c| now.since(c.sent_at) >= self.t().cas_timeout_ms)
-        {
+        if self.cas.as_ref().is_some_and(|c| now.since(c.sent_at) >= self.t().cas_timeout_ms) {
             // No answer in time: the store counts as unavailable.
             let purpose = self.cas.as_ref().map(|c| c.purpose);
             self.cas = None;
@@ -832,17 +741,14 @@ impl Machine {
         self.vip_missing_since = None;
         self.persist_if_changed(out);
         out.push(Action::AddVips(self.vip_ids()));
-        out.push(Action::Announce {
-            kind: super::types::AnnounceKind::Burst,
-        });
+        out.push(Action::Announce { kind: super::types::AnnounceKind::Burst });
         out.push(Action::SelfCheck);
         self.last_burst = Some(now);
         self.advert_now = true;
         if reason.automatic() {
             self.note_auto_move(now, out);
         }
-        if matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted) && !self.is_preferred()
-        {
+        if matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted) && !self.is_preferred() {
             self.note_nonpreferred_acquisition(now);
         }
     }

@@ -59,11 +59,7 @@ impl Machine {
         if msg.protocol_major != self.cfg.protocol.major {
             let detail = format!(
                 "{} speaks protocol {}.{}, this member {}.{}",
-                msg.sender,
-                msg.protocol_major,
-                msg.protocol_minor,
-                self.cfg.protocol.major,
-                self.cfg.protocol.minor
+                msg.sender, msg.protocol_major, msg.protocol_minor, self.cfg.protocol.major, self.cfg.protocol.minor
             );
             self.raise(Alarm::VersionMismatch, detail, out);
         }
@@ -82,19 +78,11 @@ impl Machine {
         match reason {
             RejectReason::KeyMismatch => {
                 self.key_mismatch_at = Some(now);
-                self.raise(
-                    Alarm::KeyMismatch,
-                    "heartbeats failing HMAC verification arrive".to_owned(),
-                    out,
-                );
+                self.raise(Alarm::KeyMismatch, "heartbeats failing HMAC verification arrive".to_owned(), out);
             }
             RejectReason::ClockSkew => {
                 self.clock_skew_at = Some(now);
-                self.raise(
-                    Alarm::ClockSkew,
-                    "heartbeats rejected for clock skew arrive".to_owned(),
-                    out,
-                );
+                self.raise(Alarm::ClockSkew, "heartbeats rejected for clock skew arrive".to_owned(), out);
             }
             RejectReason::Replay | RejectReason::Malformed | RejectReason::UnknownSender => {}
         }
@@ -130,11 +118,7 @@ impl Machine {
         let Some(vi) = self.vip_index(vip) else {
             return;
         };
-        let Some(pi) = self.cfg.vips[vi]
-            .probe_ports
-            .iter()
-            .position(|p| *p == port)
-        else {
+        let Some(pi) = self.cfg.vips[vi].probe_ports.iter().position(|p| *p == port) else {
             return;
         };
         let slot = &mut self.listeners[vi][pi];
@@ -172,10 +156,7 @@ impl Machine {
     }
 
     fn on_lease(&mut self, now: Millis, holder: Option<NodeId>, epoch: u64, out: &mut Vec<Action>) {
-        self.lease = Some(LeaseView {
-            holder: holder.clone(),
-            epoch,
-        });
+        self.lease = Some(LeaseView { holder: holder.clone(), epoch });
         self.lease_stale = false;
         self.bump_epoch(epoch);
         let other = holder.as_ref().is_some_and(|h| h != &self.cfg.local);
@@ -194,10 +175,7 @@ impl Machine {
         let me = self.cfg.local.clone();
         match r {
             CasResult::Ok { epoch } => {
-                self.lease = Some(LeaseView {
-                    holder: Some(me),
-                    epoch,
-                });
+                self.lease = Some(LeaseView { holder: Some(me), epoch });
                 self.lease_stale = false;
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
@@ -209,10 +187,7 @@ impl Machine {
                 }
             }
             CasResult::Conflict { holder, epoch } => {
-                self.lease = Some(LeaseView {
-                    holder: holder.clone(),
-                    epoch,
-                });
+                self.lease = Some(LeaseView { holder: holder.clone(), epoch });
                 self.lease_stale = false;
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
@@ -250,9 +225,7 @@ impl Machine {
         self.traffic_at = Some(now);
         let threshold = match &self.cfg.failback {
             crate::sm::config::FailbackPolicy::Automatic(p) => p.quiet_threshold_bps,
-            crate::sm::config::FailbackPolicy::Manual => {
-                crate::sm::config::AutoFailback::default().quiet_threshold_bps
-            }
+            crate::sm::config::FailbackPolicy::Manual => crate::sm::config::AutoFailback::default().quiet_threshold_bps,
         };
         match bps {
             Some(b) if b < threshold => {
@@ -274,9 +247,7 @@ impl Machine {
             let min = self.t().reannounce_min_ms;
             if self.last_burst.is_none_or(|t| now.since(t) >= min) {
                 self.last_burst = Some(now);
-                out.push(Action::Announce {
-                    kind: crate::sm::types::AnnounceKind::Burst,
-                });
+                out.push(Action::Announce { kind: crate::sm::types::AnnounceKind::Burst });
             }
         }
     }
@@ -343,9 +314,7 @@ impl Machine {
             }
             if !added.is_empty() {
                 out.push(Action::AddVips(added));
-                out.push(Action::Announce {
-                    kind: crate::sm::types::AnnounceKind::Burst,
-                });
+                out.push(Action::Announce { kind: crate::sm::types::AnnounceKind::Burst });
             }
         }
         self.advert_now = true;

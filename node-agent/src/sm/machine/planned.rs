@@ -41,13 +41,7 @@ impl Machine {
             None => self.next_auto_id(),
         };
         let to = self.peers[target].node.clone();
-        self.op = Some(Op {
-            id,
-            origin,
-            to,
-            phase: OpPhase::Preparing,
-            started: now,
-        });
+        self.op = Some(Op { id, origin, to, phase: OpPhase::Preparing, started: now });
         self.sticky = None;
         self.advert_now = true;
         if forced {
@@ -57,11 +51,7 @@ impl Machine {
 
     fn commit(&mut self, now: Millis, out: &mut Vec<Action>) {
         let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
-        let epoch = self
-            .epoch
-            .max(self.held_epoch)
-            .max(lease_epoch)
-            .saturating_add(1);
+        let epoch = self.epoch.max(self.held_epoch).max(lease_epoch).saturating_add(1);
         let Some(op) = self.op.as_mut() else {
             return;
         };
@@ -94,13 +84,7 @@ impl Machine {
         let Some(op) = self.op.take() else {
             return;
         };
-        self.sticky = Some((
-            OpMsg {
-                id: op.id,
-                kind: OpKind::Abort,
-            },
-            now.plus(self.sticky_life()),
-        ));
+        self.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
         if let OpPhase::Committed { epoch, .. } = op.phase {
             // Take the VIPs back under an epoch newer than the committed one.
             let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
@@ -110,9 +94,7 @@ impl Machine {
             self.held_epoch = e;
             self.set_role(Role::Active, Reason::Aborted, now, out);
             self.last_burst = Some(now);
-            out.push(Action::Announce {
-                kind: AnnounceKind::Burst,
-            });
+            out.push(Action::Announce { kind: AnnounceKind::Burst });
             if self.cas.is_none() {
                 self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
             }
@@ -146,11 +128,7 @@ impl Machine {
                 self.abort_op(now, "the target did not answer the prepare in time", out);
             }
             OpPhase::Committed { at, .. } if now.since(at) >= limit => {
-                self.abort_op(
-                    now,
-                    "the target did not confirm in time; took the VIPs back",
-                    out,
-                );
+                self.abort_op(now, "the target did not confirm in time; took the VIPs back", out);
             }
             _ => {}
         }
@@ -282,49 +260,24 @@ impl Machine {
 
     fn on_prepare(&mut self, now: Millis, i: usize, id: u64) {
         let from = self.peers[i].node.clone();
-        if self
-            .tgt
-            .as_ref()
-            .is_some_and(|t| t.id == id && t.from == from)
-        {
+        if self.tgt.as_ref().is_some_and(|t| t.id == id && t.from == from) {
             return;
         }
         if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
             return;
         }
         let busy = self.tgt.is_some() || self.op.is_some();
-        let refusal = if busy {
-            Some(RefuseReason::Busy)
-        } else {
-            self.prepare_refusal(i)
-        };
+        let refusal = if busy { Some(RefuseReason::Busy) } else { self.prepare_refusal(i) };
         self.refuse_or(now, id, refusal, |m| {
-            m.tgt = Some(TargetOp {
-                id,
-                from,
-                phase: TgtPhase::Acked,
-                at: now,
-            });
+            m.tgt = Some(TargetOp { id, from, phase: TgtPhase::Acked, at: now });
         });
     }
 
-    fn refuse_or(
-        &mut self,
-        now: Millis,
-        id: u64,
-        refusal: Option<RefuseReason>,
-        accept: impl FnOnce(&mut Machine),
-    ) {
+    fn refuse_or(&mut self, now: Millis, id: u64, refusal: Option<RefuseReason>, accept: impl FnOnce(&mut Machine)) {
         self.advert_now = true;
         match refusal {
             Some(reason) => {
-                self.sticky = Some((
-                    OpMsg {
-                        id,
-                        kind: OpKind::Refuse { reason },
-                    },
-                    now.plus(self.sticky_life()),
-                ));
+                self.sticky = Some((OpMsg { id, kind: OpKind::Refuse { reason } }, now.plus(self.sticky_life())));
             }
             None => {
                 self.sticky = None;
@@ -335,9 +288,11 @@ impl Machine {
 
     fn on_commit(&mut self, now: Millis, i: usize, id: u64, epoch: u64, out: &mut Vec<Action>) {
         let from = self.peers[i].node.clone();
-        if self.tgt.as_ref().is_some_and(|t| {
-            t.id == id && t.from == from && matches!(t.phase, TgtPhase::Accepted { .. })
-        }) {
+        if self
+            .tgt
+            .as_ref()
+            .is_some_and(|t| t.id == id && t.from == from && matches!(t.phase, TgtPhase::Accepted { .. }))
+        {
             return;
         }
         if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
@@ -369,22 +324,13 @@ impl Machine {
         let previous = self.epoch;
         self.epoch = epoch;
         self.held_epoch = epoch;
-        self.tgt = Some(TargetOp {
-            id,
-            from,
-            phase: TgtPhase::Accepted { epoch },
-            at: now,
-        });
+        self.tgt = Some(TargetOp { id, from, phase: TgtPhase::Accepted { epoch }, at: now });
         self.sticky = None;
         let operator = Self::is_operator_id(id);
         if operator {
             self.failback_paused = true;
         }
-        let reason = if operator {
-            Reason::HandoverAccepted
-        } else {
-            Reason::AutoHandoverAccepted
-        };
+        let reason = if operator { Reason::HandoverAccepted } else { Reason::AutoHandoverAccepted };
         self.set_role(Role::Active, reason, now, out);
         self.acquire(now, reason, out);
         if self.cas.is_none() {
@@ -403,21 +349,11 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         if !(self.role == Role::Active && self.holding) {
-            self.report_op(
-                id,
-                false,
-                "this member is not the active member".to_owned(),
-                out,
-            );
+            self.report_op(id, false, "this member is not the active member".to_owned(), out);
             return;
         }
         if self.op.is_some() || self.tgt.is_some() {
-            self.report_op(
-                id,
-                false,
-                "another operation is in progress".to_owned(),
-                out,
-            );
+            self.report_op(id, false, "another operation is in progress".to_owned(), out);
             return;
         }
         let need = if forced { Need::Forced } else { Need::Planned };

@@ -8,17 +8,12 @@ use crate::sm::types::Role;
 impl Machine {
     /// The heartbeat this member sends now.
     pub(super) fn make_advert(&self) -> Advert {
-        let holds_or_claims = self.holding
-            || self.claim.is_some()
-            || matches!(self.role, Role::Active | Role::Demoting);
+        let holds_or_claims =
+            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         Advert {
             sender: self.cfg.local.clone(),
             role: self.role,
-            epoch: if holds_or_claims {
-                self.held_epoch
-            } else {
-                self.epoch
-            },
+            epoch: if holds_or_claims { self.held_epoch } else { self.epoch },
             priority: self.my_priority,
             holds_vips: self.holding,
             config_revision: self.cfg.config_revision,
@@ -38,10 +33,7 @@ impl Machine {
         if let Some(op) = &self.op {
             let kind = match op.phase {
                 OpPhase::Preparing => OpKind::Prepare { to: op.to.clone() },
-                OpPhase::Committed { epoch, .. } => OpKind::Commit {
-                    to: op.to.clone(),
-                    epoch,
-                },
+                OpPhase::Committed { epoch, .. } => OpKind::Commit { to: op.to.clone(), epoch },
             };
             return Some(OpMsg { id: op.id, kind });
         }
@@ -107,9 +99,8 @@ impl Machine {
                 },
             })
         };
-        let holds_or_claims = self.holding
-            || self.claim.is_some()
-            || matches!(self.role, Role::Active | Role::Demoting);
+        let holds_or_claims =
+            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         Status {
             node: self.cfg.local.clone(),
             role: self.role,
@@ -122,10 +113,7 @@ impl Machine {
             failback_paused: self.failback_paused,
             suspended: self.suspended,
             quarantined_until: self.quarantined_until.filter(|u| now < *u),
-            hold_down_until: self
-                .last_vip_change
-                .map(|t| t.plus(self.t().hold_down_ms))
-                .filter(|u| now < *u),
+            hold_down_until: self.last_vip_change.map(|t| t.plus(self.t().hold_down_ms)).filter(|u| now < *u),
             boot_hold_until: self.boot_hold_until().filter(|u| now < *u),
             ready_all: self.ready_all(),
             carrier_ok: self.carrier_ok(),
@@ -139,12 +127,10 @@ impl Machine {
             operation,
             last_transition: self.last_transition.clone(),
             config_valid: self.cfg_error.is_none(),
-            local_vips: self.local_vips.as_ref().map(|s| {
-                s.iter()
-                    .filter(|v| self.cfg.vips.iter().any(|c| &c.id == *v))
-                    .cloned()
-                    .collect()
-            }),
+            local_vips: self
+                .local_vips
+                .as_ref()
+                .map(|s| s.iter().filter(|v| self.cfg.vips.iter().any(|c| &c.id == *v)).cloned().collect()),
         }
     }
 }

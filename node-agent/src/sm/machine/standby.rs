@@ -30,9 +30,7 @@ impl Machine {
             if !missing.is_empty() {
                 out.push(Action::AddVips(missing));
             }
-            out.push(Action::Announce {
-                kind: AnnounceKind::Refresh,
-            });
+            out.push(Action::Announce { kind: AnnounceKind::Refresh });
             self.reconcile_lease(now, out);
         } else if self.maintenance {
             self.set_role(Role::Maintenance, Reason::MaintenanceOn, now, out);
@@ -109,16 +107,8 @@ impl Machine {
     /// Every condition for acquiring the VIPs except the priority stagger; on success the
     /// reason to report and this member's rank among the heard candidates.
     /// `as_claimer` re-validates an ongoing claim (role Active, not holding yet).
-    pub(super) fn takeover_conditions(
-        &self,
-        now: Millis,
-        as_claimer: bool,
-    ) -> Result<(Reason, u64), Blocker> {
-        let role_ok = if as_claimer {
-            self.role == Role::Active && !self.holding
-        } else {
-            self.role == Role::Standby
-        };
+    pub(super) fn takeover_conditions(&self, now: Millis, as_claimer: bool) -> Result<(Reason, u64), Blocker> {
+        let role_ok = if as_claimer { self.role == Role::Active && !self.holding } else { self.role == Role::Standby };
         if !role_ok {
             return Err(Blocker::NotStandby);
         }
@@ -163,20 +153,14 @@ impl Machine {
         for i in 0..self.peers.len() {
             if self.peer_heard(i, now)
                 && self.peers[i].priority > self.my_priority
-                && self.peers[i]
-                    .heard_since
-                    .is_none_or(|s| now.since(s) < listen)
+                && self.peers[i].heard_since.is_none_or(|s| now.since(s) < listen)
             {
                 return Err(Blocker::PeerNotSteady);
             }
         }
         let probe = self.probe_state(now);
         #[cfg(test)]
-        let probe = if self.test_skip_probe {
-            ProbeState::Down
-        } else {
-            probe
-        };
+        let probe = if self.test_skip_probe { ProbeState::Down } else { probe };
         let unknown = match probe {
             ProbeState::Up => return Err(Blocker::DataPlaneUp),
             ProbeState::Pending => return Err(Blocker::DataPlanePending),
@@ -204,11 +188,7 @@ impl Machine {
                 rank += 1;
             }
         }
-        let reason = if self.seen_holder {
-            Reason::Takeover
-        } else {
-            Reason::Election
-        };
+        let reason = if self.seen_holder { Reason::Takeover } else { Reason::Election };
         Ok((reason, rank))
     }
 
@@ -223,11 +203,7 @@ impl Machine {
             Ok((reason, rank)) => {
                 let since = *self.candidate_since.get_or_insert(now);
                 let wait = rank.saturating_mul(self.t().heartbeat_interval_ms);
-                if now.since(since) < wait {
-                    Err(Blocker::Staggered)
-                } else {
-                    Ok(reason)
-                }
+                if now.since(since) < wait { Err(Blocker::Staggered) } else { Ok(reason) }
             }
         }
     }
@@ -260,10 +236,7 @@ impl Machine {
         let new_epoch = self.epoch.max(lease_epoch).saturating_add(1);
         self.epoch = new_epoch;
         self.held_epoch = new_epoch;
-        self.claim = Some(Claim {
-            epoch: new_epoch,
-            reason,
-        });
+        self.claim = Some(Claim { epoch: new_epoch, reason });
         self.candidate_since = None;
         self.set_role(Role::Active, reason, now, out);
         self.send_cas(new_epoch, expected, CasPurpose::Claim, now, out);
@@ -278,16 +251,8 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         self.persist_if_changed(out);
-        self.cas = Some(CasPending {
-            purpose,
-            sent_at: now,
-            retries: 0,
-        });
-        out.push(Action::CasLease {
-            holder: self.cfg.local.clone(),
-            new_epoch,
-            expected_epoch: expected,
-        });
+        self.cas = Some(CasPending { purpose, sent_at: now, retries: 0 });
+        out.push(Action::CasLease { holder: self.cfg.local.clone(), new_epoch, expected_epoch: expected });
     }
 
     /// The store did not answer (or is unreachable): take over anyway if the same strict
@@ -322,18 +287,10 @@ impl Machine {
         if reason == Reason::LeaseConflict {
             self.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
         }
-        if self
-            .cas
-            .as_ref()
-            .is_some_and(|c| c.purpose == CasPurpose::Claim)
-        {
+        if self.cas.as_ref().is_some_and(|c| c.purpose == CasPurpose::Claim) {
             self.cas = None;
         }
-        let to = if self.maintenance {
-            Role::Maintenance
-        } else {
-            Role::Standby
-        };
+        let to = if self.maintenance { Role::Maintenance } else { Role::Standby };
         self.set_role(to, reason, now, out);
     }
 }

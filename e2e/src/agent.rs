@@ -1,0 +1,340 @@
+//! havip agents in standalone mode on a network-namespace topology: one agent and
+//! one TCP listener (that names its node) per member namespace, a client that
+//! connects to the VIP, and helpers to observe and disturb them.
+//!
+//! Shared by the agent scenario tests and the failover benchmark.
+
+use crate::netns::{self, Link, Topology};
+use crate::process::ManagedProcess;
+use crate::traffic::Listener;
+use nix::sys::signal::Signal;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The TCP port every member's listener serves (and the VIP's probe port).
+pub const SERVICE_PORT: u16 = 8080;
+/// The heartbeat port.
+pub const HEARTBEAT_PORT: u16 = 7946;
+/// The heartbeat key of every lab pair (hex).
+pub const KEY_HEX: &str = "6861766970206c6162206b65792030316861766970206c6162206b6579203031";
+
+/// Errors of the agent lab.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Topology or namespace operation failed.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// A listener or prober failed.
+    #[error(transparent)]
+    Traffic(#[from] crate::traffic::TrafficError),
+    /// A file could not be written.
+    #[error("failed to write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent binary is missing.
+    #[error("havip-agent not found at {0}: run `cargo build -p havip-node-agent --bin havip-agent` (make test does)")]
+    NoBinary(PathBuf),
+    /// A condition was not reached in time.
+    #[error("timed out after {timeout:?} waiting for {what}")]
+    Timeout {
+        /// What.
+        what: String,
+        /// How long.
+        timeout: Duration,
+    },
+}
+
+type Result<T, E = LabError> = std::result::Result<T, E>;
+
+/// The havip-agent binary next to the test binary (`target/<profile>/havip-agent`),
+/// or `$HAVIP_AGENT_BIN`.
+pub fn agent_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("HAVIP_AGENT_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> or target/<profile>/<bin>
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let p = dir.join("havip-agent");
+    if p.is_file() { Ok(p) } else { Err(LabError::NoBinary(p)) }
+}
+
+/// How the pair is configured.
+#[derive(Clone, Debug)]
+pub struct PairOptions {
+    /// Number of members (2..=5).
+    pub members: usize,
+    /// Extra YAML appended under `takeover:` etc. is not needed for most tests; this
+    /// replaces the whole `takeover:` section when set.
+    pub takeover_yaml: Option<String>,
+    /// `startAlone:`.
+    pub start_alone: bool,
+    /// Number of VIPs (IPv4 `vip(0..n)`).
+    pub vips: u8,
+    /// Also an IPv6 VIP.
+    pub ipv6_vip: bool,
+    /// `failback:` section.
+    pub failback_yaml: Option<String>,
+}
+
+impl Default for PairOptions {
+    fn default() -> Self {
+        Self { members: 2, takeover_yaml: None, start_alone: false, vips: 1, ipv6_vip: false, failback_yaml: None }
+    }
+}
+
+/// A pair of standalone agents on a topology.
+pub struct AgentLab {
+    /// Agents, one per member (None while stopped).
+    pub agents: Vec<Option<ManagedProcess>>,
+    /// Listeners, one per member.
+    pub listeners: Vec<Listener>,
+    /// The topology (dropped last: namespaces go after the processes).
+    pub topo: Topology,
+    binary: PathBuf,
+    configs: Vec<PathBuf>,
+    opts: PairOptions,
+}
+
+fn node_name(i: usize) -> String {
+    format!("n{i}")
+}
+
+impl AgentLab {
+    /// Builds the topology, writes the pair configuration, starts a listener on every
+    /// member and an agent on every member.
+    pub fn start(opts: PairOptions) -> Result<Self> {
+        let binary = agent_binary()?;
+        let topo = Topology::builder().nodes(opts.members).build()?;
+        let mut listeners = Vec::new();
+        for i in 0..opts.members {
+            listeners.push(Listener::on_node(&topo, i, SERVICE_PORT)?);
+        }
+        let mut lab = Self { agents: Vec::new(), listeners, topo, binary, configs: Vec::new(), opts };
+        for i in 0..lab.opts.members {
+            let path = lab.topo.dir().join(format!("pair-{i}.yaml"));
+            let yaml = lab.config_yaml(i);
+            std::fs::write(&path, yaml).map_err(|source| LabError::Write { path: path.clone(), source })?;
+            lab.configs.push(path);
+            lab.agents.push(None);
+        }
+        for i in 0..lab.opts.members {
+            lab.start_agent(i)?;
+        }
+        Ok(lab)
+    }
+
+    /// The pair configuration as member `i` sees it.
+    pub fn config_yaml(&self, i: usize) -> String {
+        let mut y = String::new();
+        y.push_str(&format!("pair: lab\nnode: {}\nmembers:\n", node_name(i)));
+        for (j, n) in self.topo.nodes().iter().enumerate() {
+            y.push_str(&format!(
+                "  - node: {}\n    priority: {}\n    addresses: {{data: {}, mgmt: {}}}\n",
+                node_name(j),
+                200 - 10 * j,
+                n.ip(Link::Data),
+                n.ip(Link::Mgmt)
+            ));
+        }
+        y.push_str(&format!(
+            "heartbeat:\n  port: {HEARTBEAT_PORT}\n  paths: [data, mgmt]\n  key: {KEY_HEX}\n  keyId: 1\n"
+        ));
+        match &self.opts.takeover_yaml {
+            Some(t) => y.push_str(t),
+            None => y.push_str("takeover:\n  bootHold: 60s\n"),
+        }
+        if let Some(f) = &self.opts.failback_yaml {
+            y.push_str(f);
+        }
+        y.push_str("vips:\n");
+        for j in 0..self.opts.vips {
+            y.push_str(&format!(
+                "  - address: {}/24\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
+                self.topo.vip(j)
+            ));
+        }
+        if self.opts.ipv6_vip {
+            y.push_str(&format!(
+                "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
+                self.topo.vip6(0)
+            ));
+        }
+        y.push_str(&format!(
+            "startAlone: {}\nstateDir: {}\nmetricsAddress: 127.0.0.1:9797\nadminSocket: {}\n",
+            self.opts.start_alone,
+            self.state_dir(i).display(),
+            self.admin_socket(i).display()
+        ));
+        y
+    }
+
+    /// Member `i`'s state directory.
+    pub fn state_dir(&self, i: usize) -> PathBuf {
+        self.topo.dir().join(format!("state-{i}"))
+    }
+
+    /// Member `i`'s admin socket.
+    pub fn admin_socket(&self, i: usize) -> PathBuf {
+        self.topo.dir().join(format!("admin-{i}.sock"))
+    }
+
+    /// Starts (or restarts) the agent of member `i`.
+    pub fn start_agent(&mut self, i: usize) -> Result<()> {
+        let ns = self.topo.node(i).ns.clone();
+        let args = vec!["standalone".to_owned(), "--config".to_owned(), self.configs[i].display().to_string()];
+        let envs = vec![
+            ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
+            ("NO_COLOR".to_owned(), "1".to_owned()),
+        ];
+        let p = self.topo.spawn(&ns, &format!("agent-{i}"), &self.binary, &args, &envs)?;
+        self.agents[i] = Some(p);
+        Ok(())
+    }
+
+    /// SIGKILLs member `i`'s agent (the VIPs stay on the interface).
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.agents[i].take() {
+            p.kill_now();
+        }
+    }
+
+    /// Stops member `i`'s agent with SIGTERM (a rolling upgrade).
+    pub fn stop_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.agents[i].take() {
+            p.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// Sends a signal to member `i`'s agent (SIGSTOP / SIGCONT).
+    pub fn signal_agent(&self, i: usize, sig: Signal) {
+        if let Some(p) = &self.agents[i] {
+            let _ = p.signal(sig);
+        }
+    }
+
+    /// The members whose kernel holds VIP `j` on eth0.
+    pub fn holders(&self, j: u8) -> Result<Vec<usize>> {
+        let vip = IpAddr::V4(self.topo.vip(j));
+        let mut out = Vec::new();
+        for (i, n) in self.topo.nodes().iter().enumerate() {
+            if netns::has_address(&n.ns, &n.data_if, vip)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until exactly member `i` holds VIP 0.
+    pub fn wait_sole_holder(&self, i: usize, timeout: Duration) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            if self.holders(0)? == vec![i] {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                return Err(LabError::Timeout {
+                    what: format!(
+                        "n{i} to be the sole holder (holders: {:?})\n{}",
+                        self.holders(0)?,
+                        self.diagnostics()
+                    ),
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `havip-agent admin <args>` against member `i`; (success, stdout).
+    pub fn admin(&self, i: usize, args: &[&str]) -> (bool, String) {
+        let mut all = vec!["admin".to_owned(), "--socket".to_owned(), self.admin_socket(i).display().to_string()];
+        all.extend(args.iter().map(|s| (*s).to_owned()));
+        match std::process::Command::new(&self.binary).args(&all).output() {
+            Ok(o) => (
+                o.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            ),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// Member `i`'s status (`admin status`) as JSON.
+    pub fn status(&self, i: usize) -> Option<serde_json::Value> {
+        let (ok, out) = self.admin(i, &["status"]);
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// Member `i`'s role per its status.
+    pub fn role(&self, i: usize) -> Option<String> {
+        self.status(i).and_then(|s| s["role"].as_str().map(str::to_owned))
+    }
+
+    /// Member `i`'s epoch per its status.
+    pub fn epoch(&self, i: usize) -> Option<u64> {
+        self.status(i).and_then(|s| s["epoch"].as_u64())
+    }
+
+    /// Member `i`'s Prometheus metrics.
+    pub fn metrics(&self, i: usize) -> String {
+        let ns = self.topo.node(i).ns.clone();
+        netns::in_netns(&ns, || {
+            use std::io::{Read, Write};
+            let mut out = String::new();
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", 9797)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+                let _ = s.read_to_string(&mut out);
+            }
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// The sum of a metric's samples whose line contains every `filters` substring.
+    pub fn metric_sum(&self, i: usize, name: &str, filters: &[&str]) -> f64 {
+        self.metrics(i)
+            .lines()
+            .filter(|l| l.starts_with(name) && filters.iter().all(|f| l.contains(f)))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    }
+
+    /// The VIP:port the client connects to.
+    pub fn target(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.topo.vip(0)), SERVICE_PORT)
+    }
+
+    /// Every member's status and log tail, for failure reports.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for i in 0..self.opts.members {
+            let st = self.status(i).map(|s| s.to_string()).unwrap_or_else(|| "(no status)".into());
+            out.push_str(&format!("--- status n{i}: {st}\n"));
+        }
+        out.push_str(&self.logs_tail(30));
+        out
+    }
+
+    /// The last lines of every agent's log.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for i in 0..self.opts.members {
+            let log = self.topo.dir().join(format!("agent-{i}.log"));
+            out.push_str(&format!("--- agent n{i} ---\n{}\n", crate::process::tail(&log, lines)));
+        }
+        out
+    }
+}
