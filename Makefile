@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: help build testbin crds lint test test-unit test-apiserver simulate lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate lab-up lab-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -26,10 +26,12 @@ lint: ## rustfmt and clippy, warnings are errors
 test-unit: ## Unit, property and drift tests (no cluster, no root)
 	$(CARGO) test --workspace --exclude havip-e2e
 
-test-apiserver: testbin ## Tests against a real kube-apiserver + etcd
+test-e2e: testbin ## Tests against a real kube-apiserver + etcd, and the netns agent scenarios (root)
+	$(CARGO) build --workspace --bins
 	$(CARGO) test -p havip-e2e
 
 test: lint testbin ## Everything CI runs
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
 

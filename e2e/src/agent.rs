@@ -40,6 +40,11 @@ pub enum LabError {
     /// The agent binary is missing.
     #[error("havip-agent not found at {0}: run `cargo build -p havip-node-agent --bin havip-agent` (make test does)")]
     NoBinary(PathBuf),
+    /// The agent binary is older than its sources.
+    #[error(
+        "{0} is older than node-agent/src: run `cargo build -p havip-node-agent --bin havip-agent` (make test does)"
+    )]
+    StaleBinary(PathBuf),
     /// A condition was not reached in time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -65,7 +70,30 @@ pub fn agent_binary() -> Result<PathBuf> {
         dir.pop();
     }
     let p = dir.join("havip-agent");
-    if p.is_file() { Ok(p) } else { Err(LabError::NoBinary(p)) }
+    if !p.is_file() {
+        return Err(LabError::NoBinary(p));
+    }
+    // A binary older than the agent's sources would test yesterday's code.
+    let built = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-agent/src");
+    if let (Some(built), Some(newest)) = (built, newest_mtime(&src))
+        && newest > built
+    {
+        return Err(LabError::StaleBinary(p));
+    }
+    Ok(p)
+}
+
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() { newest_mtime(&path) } else { entry.metadata().and_then(|m| m.modified()).ok() };
+        if t > newest {
+            newest = t;
+        }
+    }
+    newest
 }
 
 /// How the pair is configured.

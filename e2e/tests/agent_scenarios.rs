@@ -46,3 +46,224 @@ fn bring_up_higher_priority_holds_the_vip() {
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "{}", report.summary());
 }
+
+#[test]
+fn cable_cut_of_the_active_moves_the_vip_and_traffic_resumes() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    let epoch_before = lab.epoch(1).expect("status");
+    lab.topo.cut_node(0).expect("cut n0");
+    lab.wait_sole_holder(1, UP).map(|_| ()).unwrap_or_else(|e| {
+        // n0 keeps the VIP in its own kernel (it cannot reach anybody), so n1 holds it
+        // alone on the reachable side: check n1 holds it.
+        assert!(lab.holders(0).expect("holders").contains(&1), "{e}");
+    });
+    prober.wait_for_responder("n1", Duration::from_secs(5)).expect("traffic resumes on n1");
+    assert!(lab.epoch(1).expect("status") > epoch_before, "a takeover increments the epoch");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.last_responder(), Some("n1"), "{}", report.summary());
+    assert!(report.longest_gap_ms < 2000.0, "gap {} ms: {}", report.longest_gap_ms, report.summary());
+    // n0 was cut: it sees no carrier and gives up (fences), so after restoring the cable
+    // there is exactly one holder.
+    lab.topo.restore_node(0).expect("restore");
+    lab.wait_sole_holder(1, UP).expect("one holder after the heal");
+}
+
+#[test]
+fn agent_sigkill_on_the_active_keeps_the_vip_then_node_cut_moves_it() {
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    lab.kill_agent(0);
+    // The VIP lingers on n0's interface and its listener still answers: the standby sees
+    // heartbeat silence but a live data plane, so it must not take over.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.holders(0).expect("holders"), vec![0], "no takeover, no split brain:\n{}", lab.diagnostics());
+    assert_eq!(lab.role(1).as_deref(), Some("Standby"));
+    let mid = prober.failed_count();
+    assert_eq!(mid, 0, "the client never failed while the agent was dead");
+    // Now the node dies: takeover.
+    lab.topo.cut_node(0).expect("cut n0");
+    prober.wait_for_responder("n1", UP).expect("takeover after the node cut");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.last_responder(), Some("n1"), "{}", report.summary());
+}
+
+#[test]
+fn sigstop_of_the_active_agent_for_2s_leaves_no_split_brain() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    lab.signal_agent(0, nix::sys::signal::Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    lab.signal_agent(0, nix::sys::signal::Signal::SIGCONT);
+    // Give both members a few heartbeat rounds after the resume.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(lab.holders(0).expect("holders"), vec![0], "{}", lab.diagnostics());
+    assert_eq!(lab.role(0).as_deref(), Some("Active"));
+    assert_eq!(lab.role(1).as_deref(), Some("Standby"));
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec!["n0"]);
+}
+
+#[test]
+fn heartbeat_only_partition_on_both_paths_moves_nothing() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    let fault =
+        lab.topo.partition_udp_port(1, havip_e2e::agent::HEARTBEAT_PORT, &[Link::Data, Link::Mgmt]).expect("partition");
+    // Wait well past the heartbeat timeout and probe span.
+    std::thread::sleep(Duration::from_secs(3));
+    let st = lab.status(1).expect("status");
+    assert!(st["peers"][0]["heardOn"].as_array().is_some_and(|a| a.is_empty()), "n1 hears nothing: {st}");
+    assert_eq!(lab.holders(0).expect("holders"), vec![0], "{}", lab.diagnostics());
+    lab.topo.heal(&fault).expect("heal");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec!["n0"]);
+}
+
+#[test]
+fn management_path_down_only_moves_nothing() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    lab.topo.cut_cable(0, Link::Mgmt).expect("cut mgmt");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(lab.holders(0).expect("holders"), vec![0], "{}", lab.diagnostics());
+    let st = lab.status(1).expect("status");
+    assert_eq!(st["peers"][0]["heardOn"], serde_json::json!(["data"]), "heard on data only: {st}");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+}
+
+#[test]
+fn listener_stopped_on_the_active_hands_over() {
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    lab.listeners[0].stop();
+    // A listener down for 10 s makes the active hand the whole member over.
+    prober.wait_for_responder("n1", Duration::from_secs(20)).expect("handover to n1");
+    lab.wait_sole_holder(1, Duration::from_secs(5)).expect("n1 sole holder");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.last_responder(), Some("n1"), "{}", report.summary());
+}
+
+#[test]
+fn planned_failover_through_the_admin_command_loses_no_connect() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    // The standby must be ready and heard on every path.
+    std::thread::sleep(Duration::from_secs(1));
+    let (ok, out) = lab.admin(0, &["failover"]);
+    assert!(ok, "failover refused: {out}\n{}", lab.diagnostics());
+    prober.wait_for_responder("n1", Duration::from_secs(3)).expect("n1 answers");
+    lab.wait_sole_holder(1, Duration::from_secs(3)).expect("n1 sole holder");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "planned failover lost connects: {}", report.summary());
+    assert_eq!(report.last_responder(), Some("n1"));
+    // The client's neighbour entry now names n1.
+    let client = lab.topo.client();
+    let n = netns::neighbour(&client.ns, &client.ifname, IpAddr::V4(lab.topo.vip(0))).expect("neigh").expect("entry");
+    assert_eq!(n.mac.as_deref().map(str::to_lowercase), Some(lab.topo.node(1).data_mac.to_lowercase()));
+}
+
+#[test]
+fn restart_of_both_agents_leaves_one_holder_and_no_lower_epoch() {
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let _prober = bring_up(&lab);
+    let e0 = lab.epoch(0).expect("epoch");
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+    lab.start_agent(0).expect("restart n0");
+    lab.start_agent(1).expect("restart n1");
+    std::thread::sleep(Duration::from_secs(3));
+    let holders = lab.holders(0).expect("holders");
+    assert_eq!(holders.len(), 1, "exactly one holder: {holders:?}\n{}", lab.diagnostics());
+    for i in 0..2 {
+        assert!(lab.epoch(i).expect("epoch") >= e0, "epoch went backwards on n{i}");
+    }
+}
+
+#[test]
+fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
+    use havip_crds::wire;
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    let n0 = lab.topo.node(0).ip(Link::Data);
+    let n1 = lab.topo.node(1).ip(Link::Data);
+    // A forged "I am n0, active with a huge epoch" signed with the wrong key, plus a
+    // valid heartbeat sent twice (the second is a replay), from the client namespace.
+    let forged_key = wire::Key { id: 1, secret: b"definitely-not-the-pair-key".to_vec() };
+    let real_key =
+        wire::Key { id: 1, secret: havip_node_agent::config::parse_hex_key(havip_e2e::agent::KEY_HEX).expect("key") };
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
+    let hb = wire::Heartbeat {
+        major: wire::PROTOCOL_MAJOR,
+        minor: wire::PROTOCOL_MINOR,
+        key_id: 1,
+        seq: 1,
+        timestamp_ms: now_ms,
+        pair: "lab".into(),
+        sender: "n0".into(),
+        body: wire::Body {
+            role: wire::WireRole::Active,
+            epoch: 1_000_000,
+            priority: 254,
+            holds_vips: true,
+            ready_all: true,
+            maintenance: false,
+            carrier_ok: true,
+            suspended: false,
+            failback_paused: false,
+            gateway: wire::WireGateway::Reachable,
+            config_revision: 0,
+            op: None,
+        },
+    };
+    let forged = wire::encode(&hb, &forged_key);
+    // An old sequence number under the real key: below n1's replay window for n0.
+    let replayed = wire::encode(&hb, &real_key);
+    let garbage = vec![0x48, 0x56, 1, 0, 0, 0, 0, 1, 9, 9, 9];
+    let ns = lab.topo.client().ns.clone();
+    netns::in_netns(&ns, move || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+        for _ in 0..5 {
+            for d in [&forged, &replayed, &garbage] {
+                let _ = s.send_to(d, (n1, havip_e2e::agent::HEARTBEAT_PORT));
+            }
+        }
+    })
+    .expect("inject");
+    let _ = n0;
+    std::thread::sleep(Duration::from_millis(500));
+    let bad_mac = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["bad_mac"]);
+    let replay = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["replayed"]);
+    let truncated = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["truncated"]);
+    assert!(bad_mac >= 5.0, "forged heartbeats counted: {bad_mac}\n{}", lab.metrics(1));
+    assert!(replay >= 5.0, "replayed heartbeats counted: {replay}\n{}", lab.metrics(1));
+    assert!(truncated >= 5.0, "garbage counted: {truncated}");
+    assert_eq!(lab.role(1).as_deref(), Some("Standby"), "no role change");
+    assert!(lab.epoch(1).expect("epoch") < 1000, "the forged epoch was not believed");
+    assert_eq!(lab.holders(0).expect("holders"), vec![0]);
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+}
+
+#[test]
+fn a_foreign_host_claiming_the_vip_is_reported_as_a_conflict() {
+    let Some(lab) = lab(PairOptions::default()) else { return };
+    let _prober = bring_up(&lab);
+    // The gateway host adds the VIP too (a misconfigured neighbour).
+    let gw = lab.topo.gateway();
+    netns::exec(&gw.ns, "ip", &["addr", "add", &format!("{}/24", lab.topo.vip(0)), "dev", &gw.ifname]).expect("add");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = lab.status(0).expect("status");
+        if st["alarms"].as_array().is_some_and(|a| a.iter().any(|x| x == "VipConflict")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no VipConflict alarm: {st}\n{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(lab.metric_sum(0, "havip_agent_vip_conflicts", &[]) >= 1.0);
+}

@@ -507,6 +507,7 @@ impl Runtime {
                     .map(|v| v.id.clone())
                     .collect();
                 self.metrics.vips_held.set(present.len() as i64);
+                tracing::debug!(present = present.len(), "observed the pair's VIPs in the kernel");
                 self.queue.push_back(sm::Input::LocalVips { present });
             }
             Err(e) => {
