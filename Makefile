@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover lab-up lab-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -34,6 +34,10 @@ test: lint testbin ## Everything CI runs
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
+
+bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS=10
+	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover
+	HAVIP_AGENT_BIN=$(CURDIR)/target/release/havip-agent ./target/release/bench-failover --runs $(or $(RUNS),10)
 
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
 	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)

@@ -106,7 +106,7 @@ pub struct PairOptions {
     pub takeover_yaml: Option<String>,
     /// `startAlone:`.
     pub start_alone: bool,
-    /// Number of VIPs (IPv4 `vip(0..n)`).
+    /// Number of VIPs (IPv4, see [`AgentLab::vip_addr`]; at most 109).
     pub vips: u8,
     /// Also an IPv6 VIP.
     pub ipv6_vip: bool,
@@ -188,7 +188,7 @@ impl AgentLab {
         for j in 0..self.opts.vips {
             y.push_str(&format!(
                 "  - address: {}/24\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
-                self.topo.vip(j)
+                self.vip_addr(j)
             ));
         }
         if self.opts.ipv6_vip {
@@ -204,6 +204,16 @@ impl AgentLab {
             self.admin_socket(i).display()
         ));
         y
+    }
+
+    /// Address of VIP `j`: the topology's VIPs for 0..10, then `10.k.0.150…249`.
+    pub fn vip_addr(&self, j: u8) -> std::net::Ipv4Addr {
+        if j < 10 {
+            self.topo.vip(j)
+        } else {
+            let [a, b, c, _] = self.topo.vip(0).octets();
+            std::net::Ipv4Addr::new(a, b, c, 140u8.saturating_add(j))
+        }
     }
 
     /// Member `i`'s state directory.

@@ -311,6 +311,9 @@ struct Runtime {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// Probe interval through the VIPs while every peer is heard (a standby's steady state).
+pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
 const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
 
 impl Runtime {
@@ -720,7 +723,10 @@ impl Runtime {
             let origin = self.origin;
             let fast = self.cfg.probe.interval;
             let timeout = self.cfg.probe.timeout;
-            let overdue_ms = self.cfg.sm.timings.heartbeat_interval_ms * 3 / 2;
+            // A heartbeat is overdue once 1.2 intervals passed without one: from then on
+            // probe at the full rate, so that the data-plane verdict is ready when the
+            // heartbeat timeout expires.
+            let overdue_ms = self.cfg.sm.timings.heartbeat_interval_ms * 6 / 5;
             let metrics = self.metrics.clone();
             self.tasks.push(tokio::spawn(async move {
                 let mut slow_due = Instant::now();
@@ -735,7 +741,7 @@ impl Runtime {
                     if !overdue && Instant::now() < slow_due {
                         continue;
                     }
-                    slow_due = Instant::now() + Duration::from_secs(1);
+                    slow_due = Instant::now() + SLOW_PROBE_INTERVAL;
                     for (vip, addr) in &probe_targets {
                         let tx = tx.clone();
                         let vip = vip.clone();

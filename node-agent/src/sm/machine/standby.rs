@@ -176,8 +176,11 @@ impl Machine {
         let major = self.cfg.protocol.major;
         let mut rank = 0u64;
         for i in 0..self.peers.len() {
+            // A peer still in its Init listen is a candidate too: it becomes a standby
+            // within the listen, and counting it keeps two members that finish their
+            // listens a few milliseconds apart from both electing themselves.
             if let Some(a) = self.heard_advert(i, now)
-                && a.role == Role::Standby
+                && matches!(a.role, Role::Standby | Role::Init)
                 && a.priority > self.my_priority
                 && !a.maintenance
                 && a.carrier_ok

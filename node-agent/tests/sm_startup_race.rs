@@ -1,0 +1,24 @@
+//! Start-up race found on real kernels: two members started together finish their Init
+//! listens a few milliseconds apart. The lower-priority member must treat the
+//! higher-priority peer that is still in Init as a candidate (and give it its turn),
+//! instead of electing itself because the peer is "not a standby yet".
+
+mod sm_support;
+use havip_node_agent::sm::*;
+use sm_support::*;
+
+#[test]
+fn startup_lower_priority_waits_for_a_higher_priority_peer_still_in_init() {
+    let mut b = H::new(pair(B), Persisted::default());
+    b.env_ok();
+    // A is heard from the start but still advertises Init when B's listen ends and when
+    // A has been heard steadily for 1 s: A still gets its turn (the priority stagger).
+    let out = b.run(1_150, &[adv(A, 200, Role::Init, 0, false)], Some(false));
+    assert!(cas_of(&out).is_empty(), "B must not claim while A (higher priority) is in Init: {out:?}");
+    assert_eq!(b.role(), Role::Standby);
+    assert_eq!(b.status().blocker, Some(Blocker::Staggered));
+    // A finishes its listen and claims: B stays standby.
+    let out = b.run(3_000, &[adv(A, 200, Role::Active, 1, false)], Some(false));
+    assert!(cas_of(&out).is_empty() && adds(&out).is_empty(), "{out:?}");
+    assert_eq!(b.status().blocker, Some(Blocker::PeerActive));
+}
