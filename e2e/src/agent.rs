@@ -145,7 +145,9 @@ impl AgentLab {
         let topo = Topology::builder().nodes(opts.members).build()?;
         let mut listeners = Vec::new();
         for i in 0..opts.members {
-            listeners.push(Listener::on_node(&topo, i, SERVICE_PORT)?);
+            // [::] is dual-stack on Linux: one listener answers the IPv4 and IPv6 VIPs.
+            let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT);
+            listeners.push(Listener::start(&topo.node(i).ns, &node_name(i), bind)?);
         }
         let mut lab = Self { agents: Vec::new(), listeners, topo, binary, configs: Vec::new(), opts };
         for i in 0..lab.opts.members {

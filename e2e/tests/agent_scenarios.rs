@@ -267,3 +267,31 @@ fn a_foreign_host_claiming_the_vip_is_reported_as_a_conflict() {
     }
     assert!(lab.metric_sum(0, "havip_agent_vip_conflicts", &[]) >= 1.0);
 }
+
+#[test]
+fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
+    let Some(lab) = lab(PairOptions { ipv6_vip: true, ..Default::default() }) else { return };
+    lab.topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 link-local ready");
+    let _prober = bring_up(&lab);
+    let vip6 = IpAddr::V6(lab.topo.vip6(0));
+    let n0 = lab.topo.node(0);
+    let a = netns::addresses(&n0.ns, "eth0").expect("addresses");
+    let v = a.iter().find(|x| x.ip == vip6).expect("IPv6 VIP on n0");
+    assert!(!v.tentative && !v.dadfailed, "added with nodad: usable at once: {v:?}");
+    // The client resolves the IPv6 VIP to n0, then a planned failover moves it and the
+    // unsolicited NA (override flag) rewrites the client's existing entry to n1's MAC.
+    let client = lab.topo.client();
+    let mac = netns::resolve_neighbour(&client.ns, &client.ifname, vip6, Duration::from_secs(3)).expect("resolved");
+    assert_eq!(mac.to_lowercase(), n0.data_mac.to_lowercase());
+    std::thread::sleep(Duration::from_secs(1));
+    let (ok, out) = lab.admin(0, &["failover"]);
+    assert!(ok, "failover: {out}\n{}", lab.diagnostics());
+    let n1_mac = lab.topo.node(1).data_mac.to_lowercase();
+    netns::wait_until("client's IPv6 neighbour entry to name n1", Duration::from_secs(3), Duration::from_millis(20), || {
+        Ok(netns::neighbour(&client.ns, &client.ifname, vip6)?
+            .and_then(|n| n.mac)
+            .is_some_and(|m| m.to_lowercase() == n1_mac))
+    })
+    .expect("NA updated the client");
+    assert!(!netns::has_address(&n0.ns, "eth0", vip6).expect("addresses"), "n0 removed the IPv6 VIP");
+}
