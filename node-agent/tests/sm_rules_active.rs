@@ -852,3 +852,52 @@ fn maintenance_is_persisted_across_restarts() {
         vec![(Role::Init, Role::Maintenance, Reason::MaintenanceOn, 1)]
     );
 }
+
+// ---------------------------------------------------------------- alarms on the active
+
+#[test]
+fn two_actives_foreign_holder_conflict_raises_alarm_and_reannounces() {
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let conflict = Input::Conflict {
+        vip: vip(VIP),
+        foreign_mac: [2, 0, 0, 0, 0, 9],
+    };
+    let out = h.feed(conflict.clone());
+    assert_eq!(raised(&out), vec![Alarm::VipConflict]);
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
+    assert!(
+        removes(&out).is_empty(),
+        "a foreign MAC is not a reason to give up"
+    );
+    // Reported again 2 s later (the next duplicate probe): re-announced, alarm still up.
+    h.now = 5_010;
+    let out = h.feed(conflict);
+    assert!(raised(&out).is_empty());
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
+    // Clears 10 s after the last report.
+    let out = h.run(15_020, &[standby(B, 100, 3)], None);
+    assert_eq!(cleared(&out), vec![Alarm::VipConflict]);
+}
+
+#[test]
+fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.feed(Input::AdvertRejected {
+        path: PathId(1),
+        reason: RejectReason::KeyMismatch,
+    });
+    assert_eq!(raised(&out), vec![Alarm::KeyMismatch]);
+    assert_eq!(h.status().alarms, vec![Alarm::KeyMismatch]);
+    let out = h.run(8_000, &[standby(B, 100, 3)], None);
+    assert!(cleared(&out).is_empty());
+    let out = h.run(8_100, &[standby(B, 100, 3)], None);
+    assert_eq!(cleared(&out), vec![Alarm::KeyMismatch]);
+    // Replays and malformed packets are counted elsewhere, never alarms here.
+    let out = h.feed(Input::AdvertRejected {
+        path: PathId(0),
+        reason: RejectReason::Replay,
+    });
+    assert!(raised(&out).is_empty());
+}

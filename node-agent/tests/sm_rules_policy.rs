@@ -58,6 +58,25 @@ fn flap_suspension_after_three_automatic_moves_in_10_minutes() {
 }
 
 #[test]
+fn flap_suspension_moves_spread_over_more_than_10_minutes_do_not_suspend() {
+    let mut h = standby_b_hearing_a();
+    h.run(2_300, &[], Some(false));
+    h.cas(CasResult::Ok { epoch: 2 }); // move 1 at 2_300
+    h.run(400_000, &[], None);
+    h.carrier(false); // move 2 at 400_000
+    h.run(602_300, &[], Some(false));
+    let out = h.carrier(true);
+    assert_eq!(
+        cas_of(&out),
+        vec![(3, 2)],
+        "takeover as soon as the link is back"
+    );
+    let out = h.cas(CasResult::Ok { epoch: 3 }); // move 3 at 602_300: move 1 left the window
+    assert!(!raised(&out).contains(&Alarm::Suspended));
+    assert!(!h.status().suspended);
+}
+
+#[test]
 fn flap_suspension_operator_moves_do_not_count() {
     // Three planned failovers away from A, each handed back by B: no suspension on A.
     let mut h = active_a_with_b(3);

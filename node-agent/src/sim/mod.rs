@@ -86,6 +86,35 @@ pub use schedule::{sim_failback, sim_timings};
 use crate::sm::{Reason, Role};
 use world::{Fault, World};
 
+/// Every reason, for the per-reason counters.
+const ALL_REASONS: [Reason; 25] = [
+    Reason::Startup,
+    Reason::Adopted,
+    Reason::Election,
+    Reason::Takeover,
+    Reason::LeaseConflict,
+    Reason::ClaimAbandoned,
+    Reason::PlannedFailover,
+    Reason::ForcedFailover,
+    Reason::HandoverAccepted,
+    Reason::AutoHandoverAccepted,
+    Reason::CarrierLost,
+    Reason::GatewayLost,
+    Reason::VipUnhealthy,
+    Reason::ListenerDown,
+    Reason::Failback,
+    Reason::MaintenanceOn,
+    Reason::MaintenanceOff,
+    Reason::Fenced,
+    Reason::Unfenced,
+    Reason::NewerEpochPeer,
+    Reason::NewerEpochLease,
+    Reason::Aborted,
+    Reason::AbortedByPeer,
+    Reason::Unpaired,
+    Reason::Paired,
+];
+
 /// Most members simulated.
 pub const MAX_NODES: usize = 5;
 /// Most VIPs simulated.
@@ -322,6 +351,8 @@ pub struct Outcome {
     pub dual_max_ms: u64,
     /// Crash-to-replacement times measured by the (d) checks (ms, to 10 ms).
     pub replacement_ms: Vec<u64>,
+    /// Role changes per reason.
+    pub role_changes: Vec<(Reason, u64)>,
     /// Broken invariants (first of each kind).
     pub violations: Vec<Violation>,
     /// The trace tail (or the whole trace with [`SimOptions::full_trace`]), rendered.
@@ -370,6 +401,11 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         b_checked: w.stats.b_checked,
         dual_max_ms: w.stats.dual_max_ms,
         replacement_ms: w.stats.replacement_ms.clone(),
+        role_changes: ALL_REASONS
+            .iter()
+            .map(|r| (*r, w.stats.reasons[*r as usize]))
+            .filter(|(_, c)| *c > 0)
+            .collect(),
         violations: w.chk.violations.clone(),
         trace,
         digest: w.digest,
