@@ -455,6 +455,7 @@ mod tests {
         assert_eq!(again.violations, o.violations);
         assert_eq!(again.digest, o.digest);
         let text = report(&o);
+        println!("{text}"); // visible with --nocapture: what a failing schedule prints
         assert!(text.contains("(b) HeartbeatOnlyMove"), "{text}");
         assert!(
             text.contains(&format!("--replay {:#018x}", o.seed)),
