@@ -57,8 +57,9 @@
 //! * **(d) a dead active is replaced** — when the sole holder powers off in a quiet moment
 //!   (no other world change in the 2 s before nor until the deadline, no loss) while some
 //!   member is a ready standby (agent up ≥ 3 s, Standby, outside hold-down and boot hold,
-//!   links and gateway fine, no maintenance, no operation; without a data-plane target also
-//!   not suspended or paused), some member holds every VIP within
+//!   links and gateway fine, a kernel accepting addresses, no maintenance, no operation;
+//!   without a data-plane target also not suspended or paused), some member holds every
+//!   VIP within
 //!   `heartbeat timeout + probe span + tick` (= 420 ms) plus the maximum one-way heartbeat
 //!   delay (the silence is measured from the last advert's arrival), `(n − 2) × heartbeat
 //!   interval` for the priority stagger of lower-ranked standbys, four store latencies (CAS
