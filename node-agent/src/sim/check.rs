@@ -218,7 +218,10 @@ impl Checker {
         if t < 3_000 || t.saturating_sub(w.chk.last_world) < 2_000 {
             return;
         }
-        if w.loss.iter().any(|l| *l > 0) {
+        // No loss, and no kernel refusing addresses (the best-ranked standby could win the
+        // race and fail to add them: the machine then moves on via its VIP-unhealthy
+        // handover, which is not this bound).
+        if w.loss.iter().any(|l| *l > 0) || w.nodes.iter().any(|n| n.add_fails) {
             return;
         }
         let all = (1u8 << w.chk.nv) - 1;

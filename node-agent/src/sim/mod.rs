@@ -55,7 +55,8 @@
 //!   with the gateway (when configured) unreachable for longer than one gateway-check period
 //!   plus 50 ms (the I/O layer learns it at that cadence).
 //! * **(d) a dead active is replaced** — when the sole holder powers off in a quiet moment
-//!   (no other world change in the 2 s before nor until the deadline, no loss) while some
+//!   (no other world change in the 2 s before nor until the deadline, no loss, no kernel
+//!   refusing addresses) while some
 //!   member is a ready standby (agent up ≥ 3 s, Standby, outside hold-down and boot hold,
 //!   links and gateway fine, a kernel accepting addresses, no maintenance, no operation;
 //!   without a data-plane target also not suspended or paused), some member holds every
