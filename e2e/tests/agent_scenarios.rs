@@ -287,11 +287,16 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
     let (ok, out) = lab.admin(0, &["failover"]);
     assert!(ok, "failover: {out}\n{}", lab.diagnostics());
     let n1_mac = lab.topo.node(1).data_mac.to_lowercase();
-    netns::wait_until("client's IPv6 neighbour entry to name n1", Duration::from_secs(3), Duration::from_millis(20), || {
-        Ok(netns::neighbour(&client.ns, &client.ifname, vip6)?
-            .and_then(|n| n.mac)
-            .is_some_and(|m| m.to_lowercase() == n1_mac))
-    })
+    netns::wait_until(
+        "client's IPv6 neighbour entry to name n1",
+        Duration::from_secs(3),
+        Duration::from_millis(20),
+        || {
+            Ok(netns::neighbour(&client.ns, &client.ifname, vip6)?
+                .and_then(|n| n.mac)
+                .is_some_and(|m| m.to_lowercase() == n1_mac))
+        },
+    )
     .expect("NA updated the client");
     assert!(!netns::has_address(&n0.ns, "eth0", vip6).expect("addresses"), "n0 removed the IPv6 VIP");
 }

@@ -1,6 +1,6 @@
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 //! Rules of issue 3 seen from a member that does not hold the VIPs: start-up, takeover of
 //! a lost peer, fencing, versions, agent restart on the active, N members.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod sm_support;
 
@@ -563,4 +563,19 @@ fn n_members_maintenance_or_cut_off_peers_do_not_outrank() {
     let out = h.run(2_400, &[b], Some(false));
     assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { .. })), Some(2_300));
     assert_eq!(cas_of(&out).len(), 1);
+}
+
+#[test]
+fn agent_restart_on_active_adds_a_missing_vip_only_after_the_init_listen() {
+    let mut cfg = pair(A);
+    cfg.vips.push(VipSpec { id: vip(VIP2), probe_ports: vec![443] });
+    let mut h = H::new(cfg, Persisted { epoch: 7, last_role: Role::Active, ..Persisted::default() });
+    h.env_links();
+    let out = h.local_vips(&[VIP]); // one of the two is gone
+    assert!(adds(&out).is_empty() && removes(&out).is_empty());
+    let out = h.run(990, &[standby(B, 100, 7)], None);
+    assert!(adds(&out).is_empty());
+    let out = h.run(1_000, &[standby(B, 100, 7)], None);
+    assert_eq!(adds(&out), vec![vec![vip(VIP2)]]);
+    assert_eq!(h.role(), Role::Active);
 }

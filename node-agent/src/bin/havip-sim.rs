@@ -70,6 +70,7 @@ fn main() -> ExitCode {
     let mut virtual_ms = 0u64;
     let (mut d_checked, mut b_checked, mut dual_max) = (0u64, 0u64, 0u64);
     let mut replacement: Vec<u64> = Vec::new();
+    let mut reasons = std::collections::BTreeMap::<String, u64>::new();
     let mut by_invariant = std::collections::BTreeMap::<&'static str, u64>::new();
     let mut first_failing: Vec<u64> = Vec::new();
     for i in 0..args.schedules {
@@ -83,6 +84,9 @@ fn main() -> ExitCode {
         b_checked += o.b_checked;
         dual_max = dual_max.max(o.dual_max_ms);
         replacement.extend_from_slice(&o.replacement_ms);
+        for (r, c) in &o.role_changes {
+            *reasons.entry(format!("{r:?}")).or_default() += c;
+        }
         if !o.violations.is_empty() {
             failing += 1;
             violations += o.violations.len() as u64;
@@ -133,6 +137,10 @@ fn main() -> ExitCode {
             ("unplanned_acquisitions_checked", b_checked.into()),
             ("longest_connected_dual_ms", dual_max.into()),
             ("dead_active_replacement_ms", latency),
+            (
+                "role_changes_by_reason",
+                serde_json::Value::Object(reasons.into_iter().map(|(k, v)| (k, v.into())).collect(),),
+            ),
             (
                 "failing_seeds",
                 first_failing.iter().map(|s| serde_json::Value::from(format!("{s:#018x}"))).collect::<Vec<_>>().into()

@@ -210,7 +210,10 @@ impl Checker {
         if t < 3_000 || t.saturating_sub(w.chk.last_world) < 2_000 {
             return;
         }
-        if w.loss.iter().any(|l| *l > 0) {
+        // No loss, and no kernel refusing addresses (the best-ranked standby could win the
+        // race and fail to add them: the machine then moves on via its VIP-unhealthy
+        // handover, which is not this bound).
+        if w.loss.iter().any(|l| *l > 0) || w.nodes.iter().any(|n| n.add_fails) {
             return;
         }
         let all = (1u8 << w.chk.nv) - 1;
@@ -229,14 +232,15 @@ impl Checker {
     }
 
     /// A standby that must be able to take over at once: its agent runs (for a while),
-    /// it is Standby and outside hold-down and boot hold, healthy links, no maintenance,
-    /// and (without a data-plane target) not suspended or paused.
+    /// it is Standby and outside hold-down and boot hold, healthy links, a kernel that
+    /// accepts addresses, no maintenance, and (without a data-plane target) not suspended
+    /// or paused.
     fn ready_standby(w: &World, s: usize) -> bool {
         let node = &w.nodes[s];
         if !node.live() || w.t.saturating_sub(node.agent_started) < 3_000 {
             return false;
         }
-        if !node.carrier || (w.p.gateway_configured && !node.gw) {
+        if !node.carrier || (w.p.gateway_configured && !node.gw) || node.add_fails {
             return false;
         }
         let Some(m) = node.machine.as_ref() else {

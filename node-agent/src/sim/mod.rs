@@ -55,10 +55,12 @@
 //!   with the gateway (when configured) unreachable for longer than one gateway-check period
 //!   plus 50 ms (the I/O layer learns it at that cadence).
 //! * **(d) a dead active is replaced** — when the sole holder powers off in a quiet moment
-//!   (no other world change in the 2 s before nor until the deadline, no loss) while some
+//!   (no other world change in the 2 s before nor until the deadline, no loss, no kernel
+//!   refusing addresses) while some
 //!   member is a ready standby (agent up ≥ 3 s, Standby, outside hold-down and boot hold,
-//!   links and gateway fine, no maintenance, no operation; without a data-plane target also
-//!   not suspended or paused), some member holds every VIP within
+//!   links and gateway fine, a kernel accepting addresses, no maintenance, no operation;
+//!   without a data-plane target also not suspended or paused), some member holds every
+//!   VIP within
 //!   `heartbeat timeout + probe span + tick` (= 420 ms) plus the maximum one-way heartbeat
 //!   delay (the silence is measured from the last advert's arrival), `(n − 2) × heartbeat
 //!   interval` for the priority stagger of lower-ranked standbys, four store latencies (CAS
@@ -85,6 +87,35 @@ pub use schedule::{sim_failback, sim_timings};
 
 use crate::sm::{Reason, Role};
 use world::{Fault, World};
+
+/// Every reason, for the per-reason counters.
+const ALL_REASONS: [Reason; 25] = [
+    Reason::Startup,
+    Reason::Adopted,
+    Reason::Election,
+    Reason::Takeover,
+    Reason::LeaseConflict,
+    Reason::ClaimAbandoned,
+    Reason::PlannedFailover,
+    Reason::ForcedFailover,
+    Reason::HandoverAccepted,
+    Reason::AutoHandoverAccepted,
+    Reason::CarrierLost,
+    Reason::GatewayLost,
+    Reason::VipUnhealthy,
+    Reason::ListenerDown,
+    Reason::Failback,
+    Reason::MaintenanceOn,
+    Reason::MaintenanceOff,
+    Reason::Fenced,
+    Reason::Unfenced,
+    Reason::NewerEpochPeer,
+    Reason::NewerEpochLease,
+    Reason::Aborted,
+    Reason::AbortedByPeer,
+    Reason::Unpaired,
+    Reason::Paired,
+];
 
 /// Most members simulated.
 pub const MAX_NODES: usize = 5;
@@ -306,6 +337,8 @@ pub struct Outcome {
     pub dual_max_ms: u64,
     /// Crash-to-replacement times measured by the (d) checks (ms, to 10 ms).
     pub replacement_ms: Vec<u64>,
+    /// Role changes per reason.
+    pub role_changes: Vec<(Reason, u64)>,
     /// Broken invariants (first of each kind).
     pub violations: Vec<Violation>,
     /// The trace tail (or the whole trace with [`SimOptions::full_trace`]), rendered.
@@ -354,6 +387,7 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         b_checked: w.stats.b_checked,
         dual_max_ms: w.stats.dual_max_ms,
         replacement_ms: w.stats.replacement_ms.clone(),
+        role_changes: ALL_REASONS.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
         violations: w.chk.violations.clone(),
         trace,
         digest: w.digest,
@@ -397,6 +431,7 @@ mod tests {
         assert_eq!(again.violations, o.violations);
         assert_eq!(again.digest, o.digest);
         let text = report(&o);
+        println!("{text}"); // visible with --nocapture: what a failing schedule prints
         assert!(text.contains("(b) HeartbeatOnlyMove"), "{text}");
         assert!(text.contains(&format!("--replay {:#018x}", o.seed)), "{text}");
         // The same seed with the rule intact does not break (b).

@@ -107,7 +107,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             out.push((s + len, off));
         }
     };
-    match r.below(136) {
+    match r.below(144) {
         0..=9 => {
             let l = r.range(300, 5_000);
             pair(Fault::PowerOff(x), l, Fault::PowerOn(x), out);
@@ -298,6 +298,20 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
         124..=135 => {
             let after = r.range(300, 5_000);
             out.push((s, Fault::PowerOffHolder { after }));
+        }
+        136..=143 => {
+            // Our addresses vanish from a node; maybe the kernel also refuses them back.
+            let l = r.range(200, 4_000);
+            if r.chance(0.5) {
+                out.push((s, Fault::VipFlush(x)));
+            } else {
+                pair(
+                    Fault::Many("VIPs flushed and refused", vec![Fault::AddFails(x, true), Fault::VipFlush(x)]),
+                    l,
+                    Fault::AddFails(x, false),
+                    out,
+                );
+            }
         }
         _ => {
             let l = r.range(500, 6_000);

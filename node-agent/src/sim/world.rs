@@ -79,6 +79,8 @@ pub(super) struct Node {
     pub skewed: bool,
     pub key: u32,
     pub traffic: Option<u64>,
+    /// The kernel refuses to add addresses (for example DAD failure).
+    pub add_fails: bool,
     /// Offset of this boot's monotonic clock.
     pub mono_base: u64,
     pub agent_started: u64,
@@ -139,6 +141,10 @@ pub(super) enum Fault {
     /// Loss on a path, per mille.
     Loss(usize, u32),
     Traffic(usize, Option<u64>),
+    /// Someone else deleted the node's VIPs from its interface.
+    VipFlush(usize),
+    /// The kernel refuses (or stops refusing) to add the VIPs on the node.
+    AddFails(usize, bool),
     Cmd(CmdTarget, Command),
     /// Several changes at once, under one label.
     Many(&'static str, Vec<Fault>),
@@ -215,6 +221,8 @@ pub(super) struct Stats {
     pub b_checked: u64,
     /// Crash-to-replacement times of the (d) checks (to the check granularity).
     pub replacement_ms: Vec<u64>,
+    /// Role changes per reason (`Reason as usize`).
+    pub reasons: [u64; 32],
 }
 
 /// The simulated world of one schedule.
@@ -300,6 +308,7 @@ impl World {
                     skewed: false,
                     key: 0,
                     traffic: Some(1_000),
+                    add_fails: false,
                     mono_base: rng.range(0, 1_000_000),
                     agent_started: 0,
                 }
@@ -669,8 +678,10 @@ impl World {
     fn apply(&mut self, n: usize, a: Action) {
         match a {
             Action::AddVips(v) => {
-                let k = self.nodes[n].kernel | self.vip_mask(&v);
-                self.set_kernel(n, k);
+                if !self.nodes[n].add_fails {
+                    let k = self.nodes[n].kernel | self.vip_mask(&v);
+                    self.set_kernel(n, k);
+                }
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
             }
             Action::RemoveVips(v) => {
@@ -698,6 +709,9 @@ impl World {
                 self.nodes[n].persisted = p;
             }
             Action::Report(Event::RoleChanged { from, to, reason, epoch }) => {
+                if let Some(c) = self.stats.reasons.get_mut(reason as usize) {
+                    *c += 1;
+                }
                 self.trace_push(TraceKind::Role { n, from, to, reason, epoch });
                 if to == Role::Demoting {
                     Checker::on_handover_start(self, n, reason);
@@ -831,6 +845,13 @@ impl World {
             Fault::Key(n, k) => self.nodes[n].key = k,
             Fault::Loss(p, l) => self.loss[p] = l.min(300),
             Fault::Traffic(n, t) => self.nodes[n].traffic = t,
+            Fault::VipFlush(n) => {
+                if self.nodes[n].kernel != 0 {
+                    self.set_kernel(n, 0);
+                    self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
+                }
+            }
+            Fault::AddFails(n, on) => self.nodes[n].add_fails = on,
             Fault::Cmd(target, cmd) => self.command(target, cmd),
             Fault::Many(_, fs) => {
                 for f in fs {
@@ -886,6 +907,7 @@ impl World {
             node.client = true;
             node.skewed = false;
             node.key = 0;
+            node.add_fails = false;
             if !node.listener {
                 node.listener = true;
                 self.push_node(n, 5, NodeEv::LocalProbe);

@@ -93,7 +93,7 @@ pub enum Input {
     },
     /// An operator command.
     Command(Command),
-    /// The configuration changed.
+    /// The configuration changed (boxed: a `Config` is much larger than the other inputs).
     ConfigChanged(Box<Config>),
 }
 

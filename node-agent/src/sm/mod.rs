@@ -6,6 +6,44 @@
 //! in order. The same code runs in the node agent and in the deterministic simulator
 //! ([`crate::sim`]).
 //!
+//! # Contract for the I/O layer
+//!
+//! * Call [`Machine::step`] for every observation with the current **monotonic** time;
+//!   feed [`Input::Tick`] every [`Timings::tick_ms`]. Execute the returned actions **in
+//!   order**: a [`Action::Persist`] always precedes the actions it protects (a new epoch is
+//!   on disk before the VIPs are added under it).
+//! * At start (and after any gap in observation) feed `Carrier` for both links, `Gateway`,
+//!   `LocalVips` and, if the API is reachable, `LeaseObserved`. The machine stays in
+//!   [`Role::Init`] until the first `LocalVips` arrives: that observation decides whether
+//!   a restarted agent adopts the VIPs (persisted last role Active/Demoting and the VIPs
+//!   still on the interface).
+//! * Unknown carrier counts as "no carrier" for taking the VIPs (but never fences);
+//!   `Gateway { reachable: None }` (also before the first observation) turns the gateway
+//!   check off.
+//! * While not holding the VIPs, probe them through the network every ≤ 100 ms with a
+//!   connect timeout ≤ 100 ms and feed [`Input::PeerProbe`]; on every member, probe the
+//!   local listeners of every (VIP, port) and feed [`Input::LocalProbe`] (a standby's
+//!   readiness for a planned handover is built from these).
+//! * [`Action::SendAdvert`]: send on every path; it is emitted every heartbeat interval and
+//!   at once on every role or operation change. [`Action::CasLease`]: answer with
+//!   [`Input::CasResult`] (standalone mode: `Unavailable` at once); there is at most one
+//!   CAS in flight; no answer within [`Timings::cas_timeout_ms`] counts as unavailable.
+//! * Operator operation ids must be below [`AUTO_OP_BIT`]. Commands for the pair
+//!   (planned/forced failover) go to the active member; `ResumeFailback`, `SetPaused`,
+//!   `ClearSuspension` to every member (standbys follow the active's failback pause).
+//!
+//! # Decisions the machine makes (beyond the seeds)
+//!
+//! * Election and takeover are one rule set ([`Blocker`] lists every condition in order),
+//!   including the data-plane probe: a VIP that answers means somebody holds it.
+//! * A claiming standby advertises role Active with `holds_vips == false` while its CAS is
+//!   in flight; holders yield only to holders (make-before-break), claimers yield to better
+//!   claimers; after losing the Lease CAS a standby waits one heartbeat timeout before it
+//!   claims again.
+//! * Two holders with the same epoch: the higher priority wins and moves to a fresh epoch.
+//! * A planned handover aborted after its commit takes the VIPs back under an epoch newer
+//!   than the committed one, so a target that took them yields even if the `Abort` is lost.
+//!
 //! ```
 //! use havip_node_agent::sm::*;
 //! let a = NodeId::new("node-a").unwrap();

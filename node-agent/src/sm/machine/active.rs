@@ -111,9 +111,16 @@ impl Machine {
         }
     }
 
-    /// Role to leave to when giving up: maintenance wins over `otherwise`.
+    /// Role to leave to when giving up: maintenance wins over `otherwise`, and a member
+    /// that is cut off rests in Fenced rather than Standby.
     pub(super) fn out_role(&self, otherwise: Role) -> Role {
-        if self.maintenance { Role::Maintenance } else { otherwise }
+        if self.maintenance {
+            Role::Maintenance
+        } else if otherwise == Role::Standby && self.cut_off() {
+            Role::Fenced
+        } else {
+            otherwise
+        }
     }
 
     /// Two actives: compares (epoch, priority) with every heard peer that holds the VIPs
@@ -297,10 +304,19 @@ impl Machine {
     /// minimum time, no quarantine, quiet traffic for the quiet window (unknown waits), not
     /// paused or suspended. Re-validated again just before the commit.
     pub(super) fn failback_target(&self, now: Millis) -> Option<usize> {
+        if self.op.is_some() || self.role != Role::Active {
+            return None;
+        }
+        self.failback_conditions(now)
+    }
+
+    /// The failback conditions alone (also used to re-validate an ongoing failback right
+    /// before its commit).
+    pub(super) fn failback_conditions(&self, now: Millis) -> Option<usize> {
         let FailbackPolicy::Automatic(p) = &self.cfg.failback else {
             return None;
         };
-        if !self.holding || self.role != Role::Active || self.op.is_some() {
+        if !self.holding {
             return None;
         }
         if self.paused || self.failback_paused || self.pair_suspended(now) || self.maintenance {

@@ -658,6 +658,14 @@ impl Machine {
         if self.tgt.as_ref().is_some_and(|t| now.since(t.at) >= tgt_life) {
             self.tgt = None;
         }
+        // An accepted handover is over once the initiator is heard no longer holding.
+        if let Some(t) = &self.tgt
+            && matches!(t.phase, TgtPhase::Accepted { .. })
+            && let Some(i) = self.peer_index(&t.from)
+            && self.heard_advert(i, now).is_some_and(|a| !a.holds_vips)
+        {
+            self.tgt = None;
+        }
         // An acked prepare whose initiator fell silent must not delay a takeover.
         if let Some(t) = &self.tgt
             && t.phase == TgtPhase::Acked

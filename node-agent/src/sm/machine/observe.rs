@@ -145,7 +145,9 @@ impl Machine {
             let missing = self.missing_vips();
             if missing.is_empty() {
                 self.vip_missing_since = None;
-            } else {
+            } else if self.role != Role::Init {
+                // (An adopting member adds what is missing only once its init listen has
+                // ruled out a newer active.)
                 self.vip_missing_since.get_or_insert(now);
                 out.push(Action::AddVips(missing));
             }

@@ -216,7 +216,7 @@ impl Machine {
             Origin::Operator { forced: true } => Need::Forced,
             Origin::Operator { forced: false } | Origin::Maintenance => Need::Planned,
             Origin::Auto(Reason::Failback) => {
-                if self.failback_target(now) != Some(i) {
+                if self.failback_conditions(now) != Some(i) {
                     return Some("failback conditions no longer hold");
                 }
                 Need::Planned
