@@ -30,10 +30,11 @@ test-e2e: testbin ## Tests against a real kube-apiserver + etcd, and the netns a
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p havip-e2e
 
-test: lint testbin ## Everything CI runs
+test: lint testbin ## Everything CI runs (root runs the network-namespace suites too)
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
+	$(MAKE) --no-print-directory simulate SCHEDULES=20000 SEED=1
 
 bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS=10
 	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover

@@ -265,7 +265,8 @@ fn a_foreign_host_claiming_the_vip_is_reported_as_a_conflict() {
         assert!(std::time::Instant::now() < deadline, "no VipConflict alarm: {st}\n{}", lab.diagnostics());
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(lab.metric_sum(0, "havip_agent_vip_conflicts", &[]) >= 1.0);
+    let m = lab.metrics(0);
+    assert!(lab.metric_sum(0, "havip_agent_vip_conflicts", &[]) >= 1.0, "{m:?}");
 }
 
 #[test]

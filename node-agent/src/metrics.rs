@@ -138,3 +138,31 @@ impl AgentMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_family() {
+        let m = AgentMetrics::new();
+        m.dropped("data", "bad_mac");
+        m.io_error("persist");
+        m.set_role("Active", &["Init", "Active"]);
+        m.epoch.set(3);
+        m.transitions.get_or_create(&NameLabel { name: "Takeover".into() }).inc();
+        m.conflicts.inc();
+        m.alarms.get_or_create(&NameLabel { name: "VipConflict".into() }).set(1);
+        m.probes.get_or_create(&ProbeLabels { kind: "peer".into(), result: "up".into() }).inc();
+        let text = m.encode();
+        for want in [
+            "havip_agent_heartbeats_dropped_total{path=\"data\",reason=\"bad_mac\"} 1",
+            "havip_agent_role{name=\"Active\"} 1",
+            "havip_agent_epoch 3",
+            "havip_agent_vip_conflicts_total 1",
+            "havip_agent_alarms{name=\"VipConflict\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+    }
+}

@@ -387,6 +387,9 @@ impl Runtime {
     async fn drain(&mut self) {
         let mut changed = false;
         while let Some(input) = self.queue.pop_front() {
+            if matches!(input, sm::Input::Conflict { .. }) {
+                self.metrics.conflicts.inc();
+            }
             let now = self.now();
             let actions = self.machine.step(now, input);
             changed = true;
@@ -853,7 +856,6 @@ impl Runtime {
                 _ => None,
             })
             .collect();
-        let metrics = self.metrics.clone();
         self.tasks.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -862,7 +864,6 @@ impl Runtime {
                 }
                 for (vip, ip, port) in &conflict_targets {
                     for mac in port.who_has(*ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
-                        metrics.conflicts.inc();
                         tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
                         let _ = tx
                             .send(Event::Input(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() }))
