@@ -102,8 +102,8 @@ control_plane() {
     rm -rf "$work2"
   fi
   "$dir/kube-apiserver" --version >&2
-  "$dir/kubectl" version --client 2>/dev/null | head -1 >&2
-  "$dir/etcd" --version | head -1 >&2
+  "$dir/kubectl" version --client 2>/dev/null | sed -n 1p >&2
+  "$dir/etcd" --version | sed -n 1p >&2
   echo "$dir"
 }
 
