@@ -340,10 +340,47 @@ pub struct HAPairStatus {
     /// The generation of the spec the operator last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// A command for the agents, set by the operator from an annotation and cleared once
+    /// answered: the active member executes failovers, every member the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<PairCommand>,
+    /// The heartbeat key rotation in progress, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rotation: Option<KeyRotation>,
     /// One entry per member, each written by that member's agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["node".into()]))]
     pub members: Vec<MemberStatus>,
+}
+
+/// A command the operator passes to the agents.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PairCommand {
+    /// The request id (from the annotation).
+    pub id: String,
+    /// PlannedFailover, ForcedFailover, ClearSuspension or ResumeFailback.
+    pub kind: String,
+    /// For failovers: the member that should take the VIPs (empty: the best standby).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// When the operator issued it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued: Option<Time>,
+}
+
+/// A heartbeat key rotation: the new key is in use, the previous one still accepted
+/// until every member applied the new one.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRotation {
+    /// The request id.
+    pub id: String,
+    /// The id of the new key.
+    pub key_id: i64,
+    /// When the rotation started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
 }
 
 /// Phase of a pair.
@@ -448,6 +485,12 @@ pub struct MemberStatus {
     /// Last role change of this member and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition: Option<Transition>,
+    /// The id of the heartbeat key this member signs with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<i64>,
+    /// This member's answer to the last command it executed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_operation: Option<Operation>,
     /// When the agent last wrote this entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<Time>,

@@ -6,12 +6,14 @@ pub mod duration;
 pub mod floatingip;
 pub mod hapair;
 pub mod httpd;
+pub mod revision;
 pub mod wire;
 
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
 pub use hapair::{
     FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
-    Member, MemberStatus, NodeAddressType, Operation, Phase, QuarantineSpec, SecretRef, TakeoverSpec, Transition,
+    KeyRotation, Member, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec, SecretRef,
+    TakeoverSpec, Transition,
 };
 
 use kube::CustomResourceExt;

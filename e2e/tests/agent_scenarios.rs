@@ -301,3 +301,25 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
     .expect("NA updated the client");
     assert!(!netns::has_address(&n0.ns, "eth0", vip6).expect("addresses"), "n0 removed the IPv6 VIP");
 }
+
+#[test]
+fn a_vip_removed_from_the_configuration_is_removed_at_start() {
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let _prober = bring_up(&lab);
+    // A havip-labelled address in the VIP subnet that is no VIP of the pair (as left by an
+    // older configuration), and a foreign address next to it.
+    let n0 = lab.topo.node(0).ns.clone();
+    let stale = lab.topo.vip(7);
+    let foreign = lab.topo.vip(8);
+    lab.stop_agent(0);
+    netns::exec(&n0, "ip", &["addr", "add", &format!("{stale}/24"), "dev", "eth0", "label", "eth0:hv"])
+        .expect("add stale");
+    netns::exec(&n0, "ip", &["addr", "add", &format!("{foreign}/24"), "dev", "eth0"]).expect("add foreign");
+    lab.start_agent(0).expect("restart");
+    netns::wait_until("the stale VIP to be removed", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(!netns::has_address(&n0, "eth0", IpAddr::V4(stale))?)
+    })
+    .expect("stale VIP removed");
+    assert!(netns::has_address(&n0, "eth0", IpAddr::V4(foreign)).expect("addresses"), "foreign address kept");
+    lab.wait_sole_holder(0, UP).expect("n0 still holds the pair's VIP");
+}

@@ -253,12 +253,7 @@ pub fn parse_cidr(s: &str) -> Result<(IpAddr, u8), ConfigError> {
 /// A stable 64-bit revision of the pair-wide configuration (FNV-1a over a canonical
 /// rendering). Members compare it before a planned handover.
 pub fn revision_of(canonical: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canonical.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    havip_crds::revision::fnv1a(canonical.as_bytes())
 }
 
 // ---------------------------------------------------------------------------------

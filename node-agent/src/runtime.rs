@@ -202,6 +202,29 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
     let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
 
+    // Stale VIPs: havip's own addresses on this pair's VIP interfaces, in a subnet of one of
+    // this pair's VIPs, that are no VIP of the pair any more (a VIP removed from the
+    // configuration while the agent was down). Addresses of other pairs (other subnets)
+    // and addresses havip did not add are never touched. The pair's current VIPs are left
+    // to the state machine (adopted after an agent restart, removed on a standby).
+    let keep: Vec<Vip> = vips.iter().map(|v| v.vip.clone()).collect();
+    if let Ok(ours) = nl.havip_addresses().await {
+        let links_now = nl.links().await.unwrap_or_default();
+        for a in ours {
+            let ifname = links_now.iter().find(|l| l.index == a.ifindex).map(|l| l.name.clone()).unwrap_or_default();
+            let stale = vip_links.contains(&ifname)
+                && !keep.iter().any(|k| k.addr == a.addr)
+                && keep.iter().any(|k| crate::netlink::same_subnet(k.addr, a.addr, k.prefix));
+            if stale {
+                let v = Vip { addr: a.addr, prefix: a.prefix, ifname };
+                match nl.remove_vip(&v).await {
+                    Ok(()) => tracing::info!(vip = %v, "removed a stale VIP of this pair"),
+                    Err(e) => tracing::warn!(vip = %v, error = %e, "failed to remove a stale VIP"),
+                }
+            }
+        }
+    }
+
     // Layer-2 ports: one per VIP interface and one for the gateway probe's interface.
     let gateways = nl.default_gateways().await.unwrap_or_default();
     let fence: Vec<(IpAddr, String)> = if cfg.probe.fence_targets.is_empty() {
@@ -310,6 +333,9 @@ struct Runtime {
     queue: VecDeque<sm::Input>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// Interval between two rounds of probes of the member's own listeners.
+pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Probe interval through the VIPs while every peer is heard (a standby's steady state).
 pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
@@ -733,6 +759,7 @@ impl Runtime {
             let metrics = self.metrics.clone();
             self.tasks.push(tokio::spawn(async move {
                 let mut slow_due = Instant::now();
+                let mut next = 0usize;
                 loop {
                     tokio::time::sleep(fast).await;
                     if holding.load(Ordering::Relaxed) {
@@ -745,7 +772,15 @@ impl Runtime {
                         continue;
                     }
                     slow_due = Instant::now() + SLOW_PROBE_INTERVAL;
-                    for (vip, addr) in &probe_targets {
+                    // Steady state: one target per round, in turn (any VIP answering means the
+                    // active serves). Overdue: every target, since "down" needs them all.
+                    let round: Vec<&(sm::VipId, SocketAddr)> = if overdue {
+                        probe_targets.iter().collect()
+                    } else {
+                        next = (next + 1) % probe_targets.len();
+                        vec![&probe_targets[next]]
+                    };
+                    for (vip, addr) in round {
                         let tx = tx.clone();
                         let vip = vip.clone();
                         let addr = *addr;
@@ -807,7 +842,7 @@ impl Runtime {
                             return;
                         }
                     }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(LOCAL_PROBE_INTERVAL).await;
                 }
             }));
         } else {

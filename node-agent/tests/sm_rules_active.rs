@@ -613,3 +613,26 @@ fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
     let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
     assert!(raised(&out).is_empty());
 }
+
+#[test]
+fn planned_failover_overlap_is_not_a_conflict() {
+    // Make-before-break: while A is Demoting, B already answers for the VIP. An ARP answer
+    // from that overlap must neither raise VipConflict nor make A re-announce (which would
+    // pull the clients back to A just before it removes the address).
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    planned(&mut h, 7);
+    h.now = 3_015;
+    h.hear(&with_op(standby(B, 100, 3), 7, OpKind::PrepareAck));
+    assert_eq!(h.role(), Role::Demoting);
+    h.now = 3_018;
+    let out = h.feed(Input::Conflict { vip: vip(VIP), foreign_mac: [2, 0, 0, 0, 0, 0xb] });
+    assert!(announces(&out).is_empty(), "no re-announce during the handover: {out:?}");
+    assert!(!h.status().alarms.contains(&Alarm::VipConflict));
+    // Once the member is settled as Active, a foreign MAC is a real conflict again.
+    let mut h = active_a_with_b(3);
+    h.now = 10_000;
+    let out = h.feed(Input::Conflict { vip: vip(VIP), foreign_mac: [2, 0, 0, 0, 0, 0xc] });
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
+    assert!(h.status().alarms.contains(&Alarm::VipConflict));
+}

@@ -239,6 +239,15 @@ impl Machine {
     }
 
     fn on_conflict(&mut self, now: Millis, vip: &VipId, mac: [u8; 6], out: &mut Vec<Action>) {
+        // During a planned handover both members hold the VIPs for a moment
+        // (make-before-break), and an ARP answer from that overlap can arrive after it.
+        // Such a "conflict" is the pair itself: it must neither raise the alarm nor make
+        // the old active re-announce (which would pull clients back to it just before it
+        // removes the address).
+        let settled = self.last_vip_change.is_none_or(|t| now.since(t) >= self.t().reannounce_min_ms);
+        if self.role != Role::Active || self.op.is_some() || self.tgt.is_some() || !settled {
+            return;
+        }
         self.conflict_last = Some(now);
         let detail = format!(
             "{vip} answered by {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
