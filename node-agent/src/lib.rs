@@ -9,6 +9,7 @@ pub mod admin;
 pub mod announce;
 pub mod config;
 pub mod heartbeat;
+pub mod kube_agent;
 pub mod metrics;
 pub mod netlink;
 pub mod probes;

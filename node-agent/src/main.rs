@@ -2,6 +2,7 @@
 //!
 //! - `havip-agent standalone --config pair.yaml`: runs one pair member from a local
 //!   file, without Kubernetes (the epoch is kept in the state directory).
+//! - `havip-agent kubernetes`: the DaemonSet mode (docs/kubernetes.md).
 //! - `havip-agent admin …`: talks to a standalone agent through its admin socket.
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,24 @@ enum Cmd {
         /// Admin socket (overrides `adminSocket:`).
         #[arg(long, env = "HAVIP_ADMIN_SOCKET")]
         admin_socket: Option<PathBuf>,
+    },
+    /// Run as the node agent of a Kubernetes cluster (the DaemonSet mode).
+    Kubernetes {
+        /// This node's name (from the downward API).
+        #[arg(long, env = "NODE_NAME")]
+        node_name: String,
+        /// The operator namespace (pair Leases and key Secrets).
+        #[arg(long, env = "HAVIP_NAMESPACE", default_value = "havip-system")]
+        namespace: String,
+        /// Directory for the persisted state (a hostPath).
+        #[arg(long, env = "HAVIP_STATE_DIR", default_value = "/var/lib/havip")]
+        state_dir: PathBuf,
+        /// Metrics and health address; `off` disables it.
+        #[arg(long, env = "HAVIP_METRICS_ADDRESS", default_value = "0.0.0.0:9797")]
+        metrics_address: String,
+        /// Do not hand the VIPs over before exiting on a cordoned node.
+        #[arg(long, env = "HAVIP_NO_HANDOVER_WHEN_CORDONED")]
+        no_handover_when_cordoned: bool,
     },
     /// Send a command to a standalone agent.
     Admin {
@@ -112,6 +131,18 @@ async fn main() -> ExitCode {
         Cmd::Standalone { config, node, state_dir, metrics_address, admin_socket } => {
             init_logging(&args.log_format);
             match standalone(config, node, state_dir, metrics_address, admin_socket).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "havip-agent failed");
+                    eprintln!("havip-agent: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Kubernetes { node_name, namespace, state_dir, metrics_address, no_handover_when_cordoned } => {
+            init_logging(&args.log_format);
+            let r = kubernetes(node_name, namespace, state_dir, metrics_address, !no_handover_when_cordoned).await;
+            match r {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "havip-agent failed");
@@ -218,6 +249,45 @@ async fn standalone(
         let _ = std::fs::remove_file(p);
     }
     Ok(())
+}
+
+async fn kubernetes(
+    node: String,
+    namespace: String,
+    state_dir: PathBuf,
+    metrics_address: String,
+    handover_when_cordoned: bool,
+) -> Result<(), String> {
+    let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
+    let metrics = Arc::new(AgentMetrics::new());
+    let _http = if metrics_address == "off" {
+        None
+    } else {
+        let addr: std::net::SocketAddr =
+            metrics_address.parse().map_err(|e| format!("--metrics-address {metrics_address:?}: {e}"))?;
+        let ep = Arc::new(MetricsOnly(metrics.clone()));
+        let (bound, t) =
+            havip_crds::httpd::serve(addr, ep).await.map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
+        tracing::info!(address = %bound, "metrics and health endpoints");
+        Some(t)
+    };
+    havip_node_agent::kube_agent::run(
+        client,
+        havip_node_agent::kube_agent::KubeAgentOptions { node, namespace, state_dir, handover_when_cordoned },
+        metrics,
+    )
+    .await
+}
+
+struct MetricsOnly(Arc<AgentMetrics>);
+
+impl havip_crds::httpd::Endpoints for MetricsOnly {
+    fn metrics(&self) -> String {
+        self.0.encode()
+    }
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 struct Endpoints {

@@ -90,6 +90,8 @@ pub enum Reply {
 enum Event {
     Input(sm::Input),
     ObserveVips,
+    SetKeys(havip_crds::wire::Keyring),
+    Release,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
     Stop,
@@ -121,6 +123,14 @@ impl Handle {
     /// Stops the runtime; the VIPs stay where they are (a rolling upgrade keeps them).
     pub async fn stop(&self) {
         let _ = self.tx.send(Event::Stop).await;
+    }
+    /// Replaces the heartbeat keys (a key rotation); no restart, no missed heartbeat.
+    pub async fn set_keys(&self, keys: havip_crds::wire::Keyring) {
+        let _ = self.tx.send(Event::SetKeys(keys)).await;
+    }
+    /// Removes the pair's VIPs from this node and stops (the node left the pair).
+    pub async fn release(&self) {
+        let _ = self.tx.send(Event::Release).await;
     }
 }
 
@@ -360,6 +370,16 @@ impl Runtime {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
+                    Some(Event::SetKeys(k)) => self.hb.set_keys(k),
+                    Some(Event::Release) => {
+                        self.stop_announcer();
+                        for v in &self.vips {
+                            if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                                tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
+                            }
+                        }
+                        break;
+                    }
                     Some(Event::Received(r)) => self.received(r),
                     Some(Event::Request(req, reply)) => self.request(req, reply),
                 },
