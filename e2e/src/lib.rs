@@ -6,6 +6,7 @@ pub mod agent;
 pub mod certs;
 pub mod controlplane;
 pub mod keepalived;
+pub mod kubelab;
 pub mod netns;
 pub mod process;
 pub mod testbin;

@@ -918,12 +918,22 @@ fn netdev_drop_table(ns: &str, table: &str, devices: &[&str], matches: &[String]
 #[derive(Debug, Clone)]
 pub struct TopologyBuilder {
     nodes: usize,
+    host_port: bool,
 }
 
 impl TopologyBuilder {
     /// Number of nodes, 2..=5 (default 2).
     pub fn nodes(mut self, n: usize) -> Self {
         self.nodes = n;
+        self
+    }
+
+    /// Also plug the **root** namespace into the management bridge, as `10.k.1.1/24`
+    /// ([`Topology::host_ip`]): the nodes reach a control plane that runs on the host
+    /// there. The bridge stays inside the switch namespace; only a veth end is in the
+    /// root namespace, and it disappears with the switch namespace.
+    pub fn host_port(mut self, on: bool) -> Self {
+        self.host_port = on;
         self
     }
 
@@ -983,6 +993,7 @@ impl TopologyBuilder {
             })
             .collect();
         let mut topo = Topology {
+            host_port: self.host_port.then(|| format!("hve2e{k}")),
             prefix,
             k,
             switch_ns,
@@ -1005,6 +1016,7 @@ impl TopologyBuilder {
 /// A running topology; everything is removed on drop. See the module docs.
 #[derive(Debug)]
 pub struct Topology {
+    host_port: Option<String>,
     prefix: String,
     k: u8,
     switch_ns: String,
@@ -1021,7 +1033,7 @@ pub struct Topology {
 impl Topology {
     /// A builder (2 nodes unless told otherwise).
     pub fn builder() -> TopologyBuilder {
-        TopologyBuilder { nodes: 2 }
+        TopologyBuilder { nodes: 2, host_port: false }
     }
 
     fn add_ns(&mut self, ns: &str) -> Result<()> {
@@ -1076,6 +1088,15 @@ impl Topology {
             ip(&n.ns, &["route", "add", "default", "via", &self.gateway.ip.to_string(), "dev", DATA_IF])?;
             ip(&n.ns, &["-6", "route", "add", "default", "via", &self.gateway.ip6.to_string(), "dev", DATA_IF])?;
         }
+        if let Some(hp) = self.host_port.clone() {
+            // A stale end of a crashed run with the same k would be gone with its switch
+            // namespace; delete defensively anyway.
+            let _ = run(IP, &["link", "del", &hp]);
+            run(IP, &["link", "add", &hp, "type", "veth", "peer", "name", "host-mgmt", "netns", &sw])?;
+            ip(&sw, &["link", "set", "host-mgmt", "master", "mgmt", "up"])?;
+            run(IP, &["addr", "add", &format!("{}/24", self.host_ip()), "dev", &hp])?;
+            run(IP, &["link", "set", &hp, "up"])?;
+        }
         // Carrier is immediate on veths once both ends are up; check anyway.
         let timeout = Duration::from_secs(5);
         for h in &hosts {
@@ -1097,6 +1118,18 @@ impl Topology {
             n.mgmt_mac = link_state(&n.ns, MGMT_IF)?.mac;
         }
         Ok(())
+    }
+
+    /// The root namespace's address on the management bridge (`10.k.1.1`), when built
+    /// with [`TopologyBuilder::host_port`].
+    pub fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.k, 1, 1)
+    }
+
+    /// Blocks (or, with `false`, unblocks) node `node`'s TCP traffic to `host_ip:port`
+    /// (an API-server outage seen by that node only).
+    pub fn block_host_tcp(&self, node: usize, port: u16) -> Result<Fault> {
+        self.block_tcp_port(node, port, &[Link::Mgmt])
     }
 
     /// The unique prefix of every namespace (`hve2e-<pid>-<ctr>`).

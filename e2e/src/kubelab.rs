@@ -1,0 +1,436 @@
+//! The Kubernetes lab: a real control plane on the host, N node namespaces (each with
+//! a registered Node object, a listener and `havip-agent kubernetes`), a client
+//! namespace, and optionally `havip-operator`. The API server listens on the host's
+//! address on the management bridge (`10.k.1.1`), so each node reaches it over its
+//! management link and each node's access can be cut on its own.
+//!
+//! Used by `lab up --nodes N` and by the end-to-end suite.
+
+use crate::agent::{SERVICE_PORT, agent_binary};
+use crate::controlplane::{ControlPlane, ControlPlaneOptions};
+use crate::netns::{self, Topology};
+use crate::process::{ManagedProcess, tail};
+use crate::traffic::Listener;
+use havip_crds::{FloatingIP, HAPair};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The operator namespace in the lab.
+pub const NAMESPACE: &str = "havip-system";
+
+/// Errors of the Kubernetes lab.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeLabError {
+    /// Topology.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// Control plane.
+    #[error(transparent)]
+    ControlPlane(#[from] crate::controlplane::ControlPlaneError),
+    /// Agent binary or listeners.
+    #[error(transparent)]
+    Lab(#[from] crate::agent::LabError),
+    /// Listener.
+    #[error(transparent)]
+    Traffic(#[from] crate::traffic::TrafficError),
+    /// A process.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
+    /// An API call.
+    #[error("failed to {op}: {source}")]
+    Kube {
+        /// What.
+        op: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// Something else.
+    #[error("{0}")]
+    Other(String),
+}
+
+type Result<T, E = KubeLabError> = std::result::Result<T, E>;
+
+fn kerr(op: impl Into<String>) -> impl FnOnce(kube::Error) -> KubeLabError {
+    let op = op.into();
+    move |source| KubeLabError::Kube { op, source }
+}
+
+/// How to start the lab.
+#[derive(Clone, Debug)]
+pub struct KubeLabOptions {
+    /// Node namespaces (2..=5).
+    pub nodes: usize,
+    /// Run `havip-operator` (it must be built).
+    pub operator: bool,
+    /// Keep the lab's files under this directory (the `lab` binary) instead of a temp dir.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for KubeLabOptions {
+    fn default() -> Self {
+        Self { nodes: 2, operator: true, dir: None }
+    }
+}
+
+/// A running Kubernetes lab. Drop order: processes, control plane, topology.
+pub struct KubeLab {
+    /// Agents per node.
+    pub agents: Vec<Option<ManagedProcess>>,
+    /// The operator.
+    pub operator: Option<ManagedProcess>,
+    /// Listeners per node (answer with the node's name on `[::]:8080`).
+    pub listeners: Vec<Listener>,
+    /// The control plane.
+    pub cp: ControlPlane,
+    /// The topology.
+    pub topo: Topology,
+    dir: PathBuf,
+    agent_kubeconfig: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// The operator binary next to the test binary, or `$HAVIP_OPERATOR_BIN`.
+pub fn operator_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("HAVIP_OPERATOR_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let agent = agent_binary()?;
+    let p = agent.with_file_name("havip-operator");
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(KubeLabError::Other(format!("{} not found: run `cargo build --workspace --bins`", p.display())))
+    }
+}
+
+impl KubeLab {
+    /// Starts everything and waits until the agents run.
+    pub fn start(opts: KubeLabOptions) -> Result<Self> {
+        let topo = Topology::builder().nodes(opts.nodes).host_port(true).build()?;
+        let (dir, tmp) = match &opts.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| KubeLabError::Other(format!("create {}: {e}", d.display())))?;
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("havip-kubelab-")
+                    .tempdir()
+                    .map_err(|e| KubeLabError::Other(e.to_string()))?;
+                (t.path().to_owned(), Some(t))
+            }
+        };
+        let host = IpAddr::V4(topo.host_ip());
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            bind_address: host,
+            dir: opts.dir.as_ref().map(|d| d.join("controlplane")),
+            ..Default::default()
+        })?;
+        let agent_kubeconfig = cp.kubeconfig();
+        let mut listeners = Vec::new();
+        for i in 0..opts.nodes {
+            let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT);
+            listeners.push(Listener::start(&topo.node(i).ns, &format!("n{i}"), bind)?);
+        }
+        let mut lab = Self {
+            agents: (0..opts.nodes).map(|_| None).collect(),
+            operator: None,
+            listeners,
+            cp,
+            topo,
+            dir,
+            agent_kubeconfig,
+            _tmp: tmp,
+        };
+        lab.block_on(lab.prepare_cluster())?;
+        if opts.operator {
+            lab.start_operator()?;
+        }
+        for i in 0..opts.nodes {
+            lab.start_agent(i)?;
+        }
+        Ok(lab)
+    }
+
+    /// Runs a future on a fresh current-thread runtime (the lab's API is synchronous).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(f),
+            Err(e) => panic!("failed to build a runtime: {e}"),
+        }
+    }
+
+    /// An admin client (a new connection each call).
+    pub async fn client(&self) -> Result<Client> {
+        Ok(self.cp.client().await?)
+    }
+
+    async fn prepare_cluster(&self) -> Result<()> {
+        let client = self.client().await?;
+        install_crds(&client).await?;
+        let ns: Api<Namespace> = Api::all(client.clone());
+        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))
+            .map_err(|e| KubeLabError::Other(e.to_string()))?;
+        match ns.create(&PostParams::default(), &obj).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(kerr("create the namespace")(e)),
+        }
+        let nodes: Api<Node> = Api::all(client);
+        for n in self.topo.nodes() {
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}},
+            }))
+            .map_err(|e| KubeLabError::Other(e.to_string()))?;
+            nodes.create(&PostParams::default(), &node).await.map_err(kerr(format!("register node {}", n.name)))?;
+            let status = serde_json::json!({
+                "status": {"addresses": [
+                    {"type": "InternalIP", "address": n.data_ip.to_string()},
+                    {"type": "ExternalIP", "address": n.mgmt_ip.to_string()},
+                    {"type": "Hostname", "address": n.name},
+                ]}
+            });
+            nodes
+                .patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .map_err(kerr(format!("set addresses of node {}", n.name)))?;
+        }
+        Ok(())
+    }
+
+    /// Starts (or restarts) the operator.
+    pub fn start_operator(&mut self) -> Result<()> {
+        let bin = operator_binary()?;
+        let args = vec![
+            "--namespace".to_owned(),
+            NAMESPACE.to_owned(),
+            "--metrics-address".to_owned(),
+            "127.0.0.1:0".to_owned(),
+        ];
+        let envs = vec![
+            ("KUBECONFIG".to_owned(), self.cp.kubeconfig().display().to_string()),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+            ("NO_COLOR".to_owned(), "1".to_owned()),
+        ];
+        let p = ManagedProcess::spawn("operator", &bin, &args, &envs, &self.dir.join("operator.log"))?;
+        self.operator = Some(p);
+        Ok(())
+    }
+
+    /// Stops the operator.
+    pub fn stop_operator(&mut self) {
+        if let Some(mut p) = self.operator.take() {
+            p.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts (or restarts) the agent of node `i`.
+    pub fn start_agent(&mut self, i: usize) -> Result<()> {
+        let bin = agent_binary()?;
+        let node = self.topo.node(i).clone();
+        let args = vec![
+            "kubernetes".to_owned(),
+            "--node-name".to_owned(),
+            node.name.clone(),
+            "--namespace".to_owned(),
+            NAMESPACE.to_owned(),
+            "--state-dir".to_owned(),
+            self.dir.join(format!("state-{i}")).display().to_string(),
+            "--metrics-address".to_owned(),
+            "127.0.0.1:9797".to_owned(),
+        ];
+        let envs = vec![
+            ("KUBECONFIG".to_owned(), self.agent_kubeconfig.display().to_string()),
+            ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
+            ("NO_COLOR".to_owned(), "1".to_owned()),
+        ];
+        let log = self.dir.join(format!("agent-{i}.log"));
+        let p = netns::spawn_in(&node.ns, &format!("agent-{i}"), &bin, &args, &envs, &log)?;
+        self.agents[i] = Some(p);
+        Ok(())
+    }
+
+    /// SIGKILLs the agent of node `i`.
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.agents[i].take() {
+            p.kill_now();
+        }
+    }
+
+    /// Stops the agent of node `i` with SIGTERM (a rolling upgrade).
+    pub fn stop_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.agents[i].take() {
+            p.stop(Duration::from_secs(15));
+        }
+    }
+
+    /// Cuts node `i`'s access to the API server (its management link's TCP to the API port).
+    pub fn block_api(&self, i: usize) -> Result<netns::Fault> {
+        Ok(self.topo.block_host_tcp(i, self.cp.api_port())?)
+    }
+
+    /// Applies YAML documents (server-side apply, field manager `havip-e2e`).
+    pub async fn apply(&self, yaml: &str) -> Result<()> {
+        use serde::Deserialize;
+        let client = self.client().await?;
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v = serde_json::Value::deserialize(doc).map_err(|e| KubeLabError::Other(e.to_string()))?;
+            if v.is_null() {
+                continue;
+            }
+            let kind = v["kind"].as_str().unwrap_or_default().to_owned();
+            let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let pp = PatchParams::apply("havip-e2e").force();
+            match kind.as_str() {
+                "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
+                "FloatingIP" => {
+                    Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
+                }
+                other => return Err(KubeLabError::Other(format!("unsupported kind {other}"))),
+            }
+            .map_err(kerr(format!("apply {kind}/{name}")))?;
+        }
+        Ok(())
+    }
+
+    /// The lab's standard pair over all nodes: paths data (InternalIP) and mgmt
+    /// (ExternalIP), one VIP `vip(0)/24` on eth0 probed on 8080.
+    pub fn pair_yaml(&self, name: &str) -> String {
+        let mut y =
+            format!("apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: {name}\nspec:\n  members:\n");
+        for (i, n) in self.topo.nodes().iter().enumerate() {
+            y.push_str(&format!("    - node: {}\n      priority: {}\n", n.name, 200 - 10 * i));
+        }
+        y.push_str(
+            "  heartbeat:\n    paths:\n      - name: data\n        addressType: InternalIP\n      - name: mgmt\n        addressType: ExternalIP\n",
+        );
+        y.push_str(&format!(
+            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {}/24\n  interface: eth0\n  probe:\n    ports: [{SERVICE_PORT}]\n",
+            self.topo.vip(0)
+        ));
+        y
+    }
+
+    /// The pair.
+    pub async fn pair(&self, name: &str) -> Result<HAPair> {
+        Api::<HAPair>::all(self.client().await?).get(name).await.map_err(kerr(format!("get HAPair {name}")))
+    }
+
+    /// The pair's Lease: (holder, epoch).
+    pub async fn lease(&self, pair: &str) -> Result<(Option<String>, i64)> {
+        let l = Api::<Lease>::namespaced(self.client().await?, NAMESPACE)
+            .get(&format!("havip-{pair}"))
+            .await
+            .map_err(kerr("get the pair Lease"))?;
+        let s = l.spec.unwrap_or_default();
+        Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
+    }
+
+    /// Polls `cond` on the pair until it holds or `timeout` passes.
+    pub async fn wait_pair(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        cond: impl Fn(&HAPair) -> bool,
+    ) -> Result<HAPair> {
+        let start = Instant::now();
+        loop {
+            if let Ok(p) = self.pair(name).await
+                && cond(&p)
+            {
+                return Ok(p);
+            }
+            if start.elapsed() > timeout {
+                let p = self.pair(name).await.ok();
+                return Err(KubeLabError::Other(format!(
+                    "timed out after {timeout:?} waiting for {what}; pair status: {}\n{}",
+                    p.and_then(|p| p.status).map(|s| serde_json::to_string(&s).unwrap_or_default()).unwrap_or_default(),
+                    self.logs_tail(25)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The members whose kernel holds VIP 0.
+    pub fn holders(&self) -> Result<Vec<usize>> {
+        let vip = IpAddr::V4(self.topo.vip(0));
+        let mut out = Vec::new();
+        for (i, n) in self.topo.nodes().iter().enumerate() {
+            if netns::has_address(&n.ns, &n.data_if, vip)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// VIP 0:8080.
+    pub fn target(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.topo.vip(0)), SERVICE_PORT)
+    }
+
+    /// The lab directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Logs of the operator and the agents, for failure reports.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = format!("--- operator ---\n{}\n", tail(&self.dir.join("operator.log"), lines));
+        for i in 0..self.agents.len() {
+            out.push_str(&format!("--- agent n{i} ---\n{}\n", tail(&self.dir.join(format!("agent-{i}.log")), lines)));
+        }
+        out
+    }
+}
+
+/// Installs the chart's CRDs and waits until they are Established.
+pub async fn install_crds(client: &Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use serde::Deserialize;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(havip_crds::CRDS_PATH);
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| KubeLabError::Other(format!("read {}: {e}", path.display())))?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = serde_json::Value::deserialize(doc).map_err(|e| KubeLabError::Other(e.to_string()))?;
+        if v.is_null() {
+            continue;
+        }
+        let crd: CustomResourceDefinition =
+            serde_json::from_value(v).map_err(|e| KubeLabError::Other(e.to_string()))?;
+        let name = crd.name_any();
+        crds.patch(&name, &PatchParams::apply("havip-e2e").force(), &Patch::Apply(&crd))
+            .await
+            .map_err(kerr(format!("install CRD {name}")))?;
+        names.push(name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for name in names {
+        loop {
+            let crd = crds.get(&name).await.map_err(kerr("read a CRD"))?;
+            let ok = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(KubeLabError::Other(format!("CRD {name} not Established")));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
