@@ -31,6 +31,10 @@ enum Cmd {
         /// How long to wait for the control plane to become ready, in seconds.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+        /// Also create N node namespaces (plus a client namespace) with registered Node
+        /// objects, an agent each, and the operator (root only; 0 = control plane only).
+        #[arg(long, default_value_t = 0)]
+        nodes: usize,
     },
     /// Stop the lab and remove everything it created.
     Down,
@@ -38,7 +42,11 @@ enum Cmd {
     Status,
     /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
     #[command(hide = true)]
-    Serve,
+    Serve {
+        /// Node namespaces.
+        #[arg(long, default_value_t = 0)]
+        nodes: usize,
+    },
 }
 
 /// What `serve` writes once the lab is ready.
@@ -52,6 +60,15 @@ struct State {
     server: String,
     /// Child process ids (killed by `down` if `serve` died without cleaning up).
     children: Vec<u32>,
+    /// Node namespaces, in order (n0, n1, …), when started with `--nodes`.
+    #[serde(default)]
+    nodes: Vec<String>,
+    /// The client namespace.
+    #[serde(default)]
+    client: Option<String>,
+    /// The switch namespace (cut a node's cable: `ip -n <switch> link set n0-data down`).
+    #[serde(default)]
+    switch: Option<String>,
 }
 
 fn state_path(dir: &Path) -> PathBuf {
@@ -71,10 +88,10 @@ fn main() -> ExitCode {
     havip_e2e::init_tracing();
     let args = Args::parse();
     let result = match args.command {
-        Cmd::Up { timeout } => up(&args.dir, Duration::from_secs(timeout)),
+        Cmd::Up { timeout, nodes } => up(&args.dir, Duration::from_secs(timeout), nodes),
         Cmd::Down => down(&args.dir),
         Cmd::Status => status(&args.dir),
-        Cmd::Serve => serve(&args.dir),
+        Cmd::Serve { nodes } => serve(&args.dir, nodes),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -85,7 +102,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn up(dir: &Path, timeout: Duration) -> Result<(), String> {
+fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
     if let Some(state) = read_state(dir).filter(|s| alive(s.pid)) {
         println!("# a lab is already running (pid {})", state.pid);
         println!("export KUBECONFIG={}", state.kubeconfig.display());
@@ -104,6 +121,8 @@ fn up(dir: &Path, timeout: Duration) -> Result<(), String> {
         .arg("--dir")
         .arg(dir)
         .arg("serve")
+        .arg("--nodes")
+        .arg(nodes.to_string())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -115,6 +134,15 @@ fn up(dir: &Path, timeout: Duration) -> Result<(), String> {
         if let Some(state) = read_state(dir) {
             println!("export KUBECONFIG={}", state.kubeconfig.display());
             eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
+            for (i, ns) in state.nodes.iter().enumerate() {
+                eprintln!(
+                    "  node n{i}: ip netns exec {ns} …   (cut its cables: ip -n {} link set n{i}-data down)",
+                    state.switch.as_deref().unwrap_or("?")
+                );
+            }
+            if let Some(c) = &state.client {
+                eprintln!("  client: ip netns exec {c} …");
+            }
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -169,11 +197,51 @@ fn status(dir: &Path) -> Result<(), String> {
     }
 }
 
-fn serve(dir: &Path) -> Result<(), String> {
-    let cp = ControlPlane::start(ControlPlaneOptions { dir: Some(dir.join("controlplane")), ..Default::default() })
+fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
+    // Either a bare control plane, or the whole Kubernetes lab with node namespaces.
+    let (cp_holder, kube_lab);
+    let state = if nodes == 0 {
+        let cp = ControlPlane::start(ControlPlaneOptions { dir: Some(dir.join("controlplane")), ..Default::default() })
+            .map_err(|e| e.to_string())?;
+        let state = State {
+            pid: std::process::id(),
+            kubeconfig: cp.kubeconfig(),
+            server: cp.server_url(),
+            children: cp.pids(),
+            nodes: Vec::new(),
+            client: None,
+            switch: None,
+        };
+        cp_holder = Some(cp);
+        kube_lab = None;
+        state
+    } else {
+        let operator = havip_e2e::kubelab::operator_binary().is_ok();
+        if !operator {
+            eprintln!("note: havip-operator is not built; the lab runs without it");
+        }
+        let lab = havip_e2e::kubelab::KubeLab::start(havip_e2e::kubelab::KubeLabOptions {
+            nodes,
+            operator,
+            dir: Some(dir.join("kubelab")),
+        })
         .map_err(|e| e.to_string())?;
-    let state =
-        State { pid: std::process::id(), kubeconfig: cp.kubeconfig(), server: cp.server_url(), children: cp.pids() };
+        let mut children = lab.cp.pids();
+        children.extend(lab.agents.iter().flatten().filter_map(|p| p.pid()));
+        children.extend(lab.operator.iter().filter_map(|p| p.pid()));
+        let state = State {
+            pid: std::process::id(),
+            kubeconfig: lab.cp.kubeconfig(),
+            server: lab.cp.server_url(),
+            children,
+            nodes: lab.topo.nodes().iter().map(|n| n.ns.clone()).collect(),
+            client: Some(lab.topo.client().ns.clone()),
+            switch: Some(lab.topo.switch_ns().to_owned()),
+        };
+        cp_holder = None;
+        kube_lab = Some(lab);
+        state
+    };
     let json = serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?;
     // Write-then-rename, so `up` never reads a half-written file.
     let tmp = dir.join("state.json.tmp");
@@ -196,7 +264,8 @@ fn serve(dir: &Path) -> Result<(), String> {
         Ok::<(), String>(())
     })?;
     tracing::info!("stopping the lab");
-    drop(cp);
+    drop(kube_lab);
+    drop(cp_holder);
     let _ = std::fs::remove_file(state_path(dir));
     Ok(())
 }
