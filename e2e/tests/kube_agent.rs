@@ -44,33 +44,170 @@ fn agents_elect_record_the_lease_and_report_status() {
             })
             .await
             .expect("members reported");
-        let (holder, epoch) = lab.lease("web").await.expect("lease");
-        assert_eq!(holder.as_deref(), Some("n0"), "the Lease names the active");
-        assert_eq!(epoch, 1, "leaseTransitions is the epoch");
         let st = p.status.expect("status");
         let n1 = st.members.iter().find(|m| m.node == "n1").expect("n1");
         assert!(n1.heard.iter().all(|h| h.heard), "n1 hears n0 on every path: {:?}", n1.heard);
         assert!(n1.applied_revision.is_some());
         assert_eq!(lab.holders().expect("holders"), vec![0]);
     });
+    // The Lease names the active, leaseTransitions is the epoch.
+    wait_lease(&lab, "n0", 1, Duration::from_secs(5));
     // A client reaches the VIP; cutting n0 moves it to n1 and bumps the Lease.
     let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
     prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
     lab.topo.cut_cable(0, netns::Link::Mgmt).expect("cut mgmt");
     lab.topo.cut_cable(0, netns::Link::Data).expect("cut data");
     prober.wait_for_responder("n1", Duration::from_secs(5)).expect("n1 answers after the cut");
+    wait_lease(&lab, "n1", 2, Duration::from_secs(5));
+    let report = prober.stop().expect("report");
+    assert!(report.longest_gap_ms < 1500.0, "{}", report.summary());
+    lab.stop_agent(1);
+}
+
+/// Starts a 2-node lab with the operator's objects created by the test and n0 active.
+fn lab_with_pair() -> Option<KubeLab> {
+    if !netns::skip_unless_root(module_path!()) {
+        return None;
+    }
+    havip_e2e::init_tracing();
+    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None }).expect("lab");
     lab.block_on(async {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        operator_objects(&lab, "web").await;
+        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
+        lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {
+            let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
+            m.iter().any(|e| e.node == "n0" && e.role.as_deref() == Some("Active"))
+                && m.iter().any(|e| e.node == "n1" && e.role.as_deref() == Some("Standby"))
+        })
+        .await
+        .expect("pair up");
+    });
+    Some(lab)
+}
+
+fn wait_lease(lab: &KubeLab, holder: &str, epoch: i64, timeout: Duration) {
+    lab.block_on(async {
+        let deadline = std::time::Instant::now() + timeout;
         loop {
-            let (holder, epoch) = lab.lease("web").await.expect("lease");
-            if holder.as_deref() == Some("n1") && epoch == 2 {
-                break;
+            if let Ok((h, e)) = lab.lease("web").await
+                && h.as_deref() == Some(holder)
+                && e == epoch
+            {
+                return;
             }
-            assert!(std::time::Instant::now() < deadline, "Lease not moved: {holder:?} {epoch}\n{}", lab.logs_tail(30));
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Lease never became {holder}/{epoch}: {:?}\n{}",
+                lab.lease("web").await.ok(),
+                lab.logs_tail(30)
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
+}
+
+#[test]
+fn api_server_down_then_active_cut_still_takes_over_and_the_lease_catches_up() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    wait_lease(&lab, "n0", 1, Duration::from_secs(5));
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    lab.cp.stop_apiserver();
+    lab.topo.cut_cable(0, netns::Link::Mgmt).expect("cut");
+    lab.topo.cut_cable(0, netns::Link::Data).expect("cut");
+    // Takeover under the standalone rules: the CAS times out, n1 acts with a local epoch.
+    prober.wait_for_responder("n1", Duration::from_secs(5)).expect("takeover without the API server");
     let report = prober.stop().expect("report");
     assert!(report.longest_gap_ms < 1500.0, "{}", report.summary());
+    lab.cp.start_apiserver().expect("API server back");
+    // The Lease catches up: n1 under epoch 2.
+    wait_lease(&lab, "n1", 2, Duration::from_secs(20));
+    lab.block_on(async {
+        lab.wait_pair("web", Duration::from_secs(20), "n1's status caught up", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members.iter().any(|m| m.node == "n1" && m.role.as_deref() == Some("Active") && m.epoch == Some(2))
+            })
+        })
+        .await
+        .expect("status caught up");
+    });
+    lab.stop_agent(1);
+}
+
+#[test]
+fn agent_restart_on_the_active_loses_no_connect_and_moves_nothing() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    // A rolling upgrade of the active's agent: SIGTERM, start again.
+    lab.stop_agent(0);
+    std::thread::sleep(Duration::from_millis(500));
+    lab.start_agent(0).expect("restart");
+    lab.block_on(async {
+        lab.wait_pair("web", Duration::from_secs(15), "n0 Active again", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Active") && m.epoch == Some(1))
+            })
+        })
+        .await
+        .expect("n0 adopted the VIPs");
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec!["n0"], "no takeover");
+    wait_lease(&lab, "n0", 1, Duration::from_secs(2));
+    lab.stop_agent(1);
+}
+
+#[test]
+fn key_rotation_in_the_secret_misses_no_heartbeat() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    let new_key = "6e6577206b6579206e6577206b6579206e6577206b6579206e6577206b657921";
+    lab.block_on(async {
+        let secrets: Api<Secret> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
+        // Step 1 (what the operator does): the new key signs, the old is still accepted.
+        let patch = serde_json::json!({"stringData": {
+            "key": new_key, "keyId": "2", "previousKey": havip_e2e::agent::KEY_HEX, "previousKeyId": "1"}});
+        secrets
+            .patch("havip-web-key", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .expect("rotate");
+        lab.wait_pair("web", Duration::from_secs(10), "both members on key 2", |p| {
+            p.status.as_ref().is_some_and(|s| s.members.len() == 2 && s.members.iter().all(|m| m.key_id == Some(2)))
+        })
+        .await
+        .expect("both applied key 2");
+        // Step 2: the old key is removed.
+        let patch = serde_json::json!({"data": {"previousKey": null, "previousKeyId": null}});
+        secrets
+            .patch("havip-web-key", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .expect("finish");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    // No heartbeat was refused for its key, nobody moved.
+    for i in 0..2 {
+        let m = netns::in_netns(&lab.topo.node(i).ns, || {
+            use std::io::{Read, Write};
+            let mut out = String::new();
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", 9797)) {
+                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+                let _ = s.read_to_string(&mut out);
+            }
+            out
+        })
+        .expect("metrics");
+        assert!(m.contains("heartbeats_received"), "{m}");
+        assert!(
+            !m.contains("reason=\"bad_mac\"") && !m.contains("reason=\"unknown_key\""),
+            "n{i} refused heartbeats:\n{m}"
+        );
+    }
+    let report = prober.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec!["n0"]);
     lab.stop_agent(1);
 }

@@ -81,6 +81,18 @@ pub struct HeartbeatIo {
     metrics: Arc<AgentMetrics>,
 }
 
+/// Binds a UDP socket with SO_REUSEADDR and SO_REUSEPORT, so that a reconfiguration can
+/// bind the new sockets before the old ones are gone.
+fn bind_reuse(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    UdpSocket::from_std(sock.into())
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -98,11 +110,8 @@ impl HeartbeatIo {
         let mut sockets = Vec::new();
         for p in &paths {
             let addr = SocketAddr::new(p.local, port);
-            let sock = UdpSocket::bind(addr).await.map_err(|source| HeartbeatError::Bind {
-                path: p.name.clone(),
-                addr,
-                source,
-            })?;
+            let sock =
+                bind_reuse(addr).map_err(|source| HeartbeatError::Bind { path: p.name.clone(), addr, source })?;
             sockets.push(Arc::new(sock));
         }
         // Sequence numbers start at the start-up time in µs, so a restarted agent

@@ -114,11 +114,7 @@ pub fn key_secret_name(pair: &str) -> String {
 /// Writes this member's status entry, the FloatingIP status and Events.
 struct KubeReporter {
     node: String,
-    paths: Vec<String>,
-    vips: Vec<VipConfig>,
-    revision: String,
-    key_id: Mutex<i64>,
-    path_addresses: Vec<(String, String)>,
+    view: Mutex<ReporterView>,
     tx: watch::Sender<Option<MemberStatus>>,
     events: tokio::sync::mpsc::UnboundedSender<sm::Event>,
     operations: Mutex<HashMap<u64, (String, String)>>,
@@ -129,9 +125,39 @@ fn now_time() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// What the reporter knows of the configuration (updated on a reconfiguration).
+struct ReporterView {
+    paths: Vec<String>,
+    vips: Vec<VipConfig>,
+    revision: String,
+    key_id: i64,
+    path_addresses: Vec<(String, String)>,
+}
+
+impl ReporterView {
+    fn of(cfg: &AgentConfig) -> Self {
+        Self {
+            paths: cfg.paths.clone(),
+            vips: cfg.vips.clone(),
+            revision: havip_crds::revision::format_revision(cfg.sm.config_revision),
+            key_id: i64::from(cfg.keys.current.id),
+            path_addresses: cfg
+                .paths
+                .iter()
+                .filter_map(|p| cfg.local_member().and_then(|m| m.addresses.get(p)).map(|a| (p.clone(), a.to_string())))
+                .collect(),
+        }
+    }
+}
+
 impl KubeReporter {
+    fn set_config(&self, cfg: &AgentConfig) {
+        *self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = ReporterView::of(cfg);
+    }
+
     fn member_status(&self, st: &sm::Status) -> MemberStatus {
-        let heard = self
+        let view = self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let heard = view
             .paths
             .iter()
             .enumerate()
@@ -141,7 +167,7 @@ impl KubeReporter {
                     && st.peers.iter().all(|peer| peer.heard_paths.contains(&sm::PathId(i as u8))),
             })
             .collect();
-        let ready = self
+        let ready = view
             .vips
             .iter()
             .map(|v| VipReadiness {
@@ -156,7 +182,7 @@ impl KubeReporter {
             epoch: Some(st.epoch as i64),
             ready,
             heard,
-            path_addresses: self
+            path_addresses: view
                 .path_addresses
                 .iter()
                 .map(|(p, a)| havip_crds::hapair::PathAddress { path: p.clone(), address: a.clone() })
@@ -170,7 +196,7 @@ impl KubeReporter {
                 }
                 .to_owned(),
             ),
-            applied_revision: Some(self.revision.clone()),
+            applied_revision: Some(view.revision.clone()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             protocol_version: Some(format!("{}.{}", sm::PROTOCOL.major, sm::PROTOCOL.minor)),
             clock_skew_ms: None,
@@ -183,7 +209,7 @@ impl KubeReporter {
                 epoch: t.epoch as i64,
                 time: None,
             }),
-            key_id: Some(*self.key_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner)),
+            key_id: Some(view.key_id),
             last_operation: self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone(),
             last_seen: None,
         }
@@ -356,6 +382,24 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let leases = spawn_store::<Lease>(Api::namespaced(client.clone(), &opts.namespace), notify.clone());
 
     let mut running: BTreeMap<String, PairRun> = BTreeMap::new();
+    // Configure nothing before every watch has listed once: a pair started from a
+    // partial view (a peer's Node not seen yet) would restart moments later with another
+    // configuration revision.
+    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
+    for (what, ready) in [
+        (
+            "HAPairs",
+            Box::pin(pairs.wait_until_ready()) as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>,
+        ),
+        ("FloatingIPs", Box::pin(fips.wait_until_ready())),
+        ("Nodes", Box::pin(nodes.wait_until_ready())),
+        ("Secrets", Box::pin(secrets.wait_until_ready())),
+        ("Leases", Box::pin(leases.wait_until_ready())),
+    ] {
+        if ready.await.is_err() {
+            return Err(format!("the {what} watch ended before its first list"));
+        }
+    }
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -363,7 +407,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     loop {
         tokio::select! {
             _ = notify.notified() => {},
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {},
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -476,17 +520,8 @@ async fn reconcile(
             }
         };
         let lease = leases.state().iter().find(|l| l.name_any() == lease_name(&name)).map(|l| lease_view(l));
-        let needs_restart = running.get(&name).is_none_or(|r| r.revision != cfg.sm.config_revision);
-        if needs_restart {
-            if let Some(old) = running.remove(&name) {
-                tracing::info!(pair = %name, "configuration changed: restarting the pair (the VIPs stay)");
-                old.handle.stop().await;
-                let _ = old.task.await;
-                for t in old.aux {
-                    t.abort();
-                }
-            }
-            match start_pair(client, opts, metrics, &pair, cfg).await {
+        match running.get_mut(&name) {
+            None => match start_pair(client, opts, metrics, &pair, cfg).await {
                 Ok(run) => {
                     running.insert(name.clone(), run);
                 }
@@ -495,21 +530,30 @@ async fn reconcile(
                     tracing::error!(pair = %name, error = %e, "failed to start the pair");
                     continue;
                 }
+            },
+            Some(run) => {
+                if run.revision != cfg.sm.config_revision {
+                    // Applied in place: role, epoch and peers are kept (no Init period).
+                    tracing::info!(pair = %name, revision = cfg.sm.config_revision, "configuration changed");
+                    run.revision = cfg.sm.config_revision;
+                    run.keys = cfg.keys.clone();
+                    run.reporter.set_config(&cfg);
+                    run.handle.reconfigure(cfg).await;
+                } else if run.keys != cfg.keys {
+                    tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
+                    run.handle.set_keys(cfg.keys.clone()).await;
+                    run.reporter.set_config(&cfg);
+                    run.keys = cfg.keys.clone();
+                }
             }
-        } else if let Some(run) = running.get_mut(&name)
-            && run.keys != cfg.keys
-        {
-            tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
-            run.handle.set_keys(cfg.keys.clone()).await;
-            *run.reporter.key_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                i64::from(cfg.keys.current.id);
-            run.keys = cfg.keys.clone();
         }
         let Some(run) = running.get_mut(&name) else { continue };
         // The Lease as the machine should see it.
         if let Some((holder, epoch)) = lease {
             let seen = (holder.as_ref().map(|h| h.as_str().to_owned()), epoch);
-            if run.lease_seen.as_ref() != Some(&seen) {
+            // Fed on every change, and again while the machine knows the Lease is behind
+            // (a CAS that timed out during an API outage): that is when it reconciles.
+            if run.lease_seen.as_ref() != Some(&seen) || run.handle.status().lease_stale {
                 run.lease_seen = Some(seen);
                 run.handle.input(sm::Input::LeaseObserved { holder, epoch }).await;
             }
@@ -588,18 +632,9 @@ async fn start_pair(
     let name = pair.name_any();
     let (tx, rx) = watch::channel(None);
     let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
-    let path_addresses = cfg
-        .paths
-        .iter()
-        .filter_map(|p| cfg.local_member().and_then(|m| m.addresses.get(p)).map(|a| (p.clone(), a.to_string())))
-        .collect();
     let reporter = Arc::new(KubeReporter {
         node: opts.node.clone(),
-        paths: cfg.paths.clone(),
-        vips: cfg.vips.clone(),
-        revision: havip_crds::revision::format_revision(cfg.sm.config_revision),
-        key_id: Mutex::new(i64::from(cfg.keys.current.id)),
-        path_addresses,
+        view: Mutex::new(ReporterView::of(&cfg)),
         tx,
         events: etx,
         operations: Mutex::new(HashMap::new()),

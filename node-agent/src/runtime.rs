@@ -91,6 +91,7 @@ enum Event {
     Input(sm::Input),
     ObserveVips,
     SetKeys(havip_crds::wire::Keyring),
+    Reconfigure(Box<AgentConfig>),
     Release,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
@@ -127,6 +128,12 @@ impl Handle {
     /// Replaces the heartbeat keys (a key rotation); no restart, no missed heartbeat.
     pub async fn set_keys(&self, keys: havip_crds::wire::Keyring) {
         let _ = self.tx.send(Event::SetKeys(keys)).await;
+    }
+    /// Applies a new configuration without a restart: the machine keeps its role, epoch
+    /// and peers (no Init period); VIPs added or removed are added or removed, the
+    /// heartbeat sockets and probes are rebuilt.
+    pub async fn reconfigure(&self, cfg: AgentConfig) {
+        let _ = self.tx.send(Event::Reconfigure(Box::new(cfg))).await;
     }
     /// Removes the pair's VIPs from this node and stops (the node left the pair).
     pub async fn release(&self) {
@@ -175,12 +182,70 @@ pub struct Options {
 }
 
 /// Starts the agent for one pair and returns its handle and the task that runs it.
+/// The I/O resources built from a configuration (rebuilt on a reconfiguration).
+struct Io {
+    vips: Vec<ResolvedVip>,
+    arp: HashMap<String, Arc<ArpPort>>,
+    hb: Arc<HeartbeatIo>,
+    data_link: String,
+    vip_links: BTreeSet<String>,
+    fence: Vec<(IpAddr, String)>,
+    own: Vec<(IpAddr, u8)>,
+}
+
+/// Starts the agent for one pair and returns its handle and the task that runs it.
 pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::task::JoinHandle<()>), RuntimeError> {
+    let lock = opts.state.lock()?;
     let persisted = opts.state.load()?;
     let nl = Netlink::new()?;
+    let io = build_io(&cfg, &nl, &opts.metrics, &HashMap::new()).await?;
+    let machine = sm::Machine::new(cfg.sm.clone(), persisted);
+    let (tx, rx) = mpsc::channel::<Event>(1024);
+    let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
+    let holding = Arc::new(AtomicBool::new(false));
+    let last_heard_ms = Arc::new(AtomicU64::new(0));
+    let origin = Instant::now();
+
+    let Io { vips, arp, hb, data_link, vip_links, fence, own } = io;
+    let metrics = opts.metrics.clone();
+    let mut rt = Runtime {
+        tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
+        cfg,
+        machine,
+        origin,
+        nl,
+        vips,
+        arp,
+        hb,
+        state: opts.state,
+        lease: opts.lease,
+        reporter: opts.reporter,
+        metrics,
+        tx: tx.clone(),
+        status_tx,
+        holding: holding.clone(),
+        last_heard_ms: last_heard_ms.clone(),
+        waiters: HashMap::new(),
+        announcer: None,
+        skew: Arc::new(SkewTracker::default()),
+        queue: VecDeque::new(),
+        tasks: Vec::new(),
+        _lock: lock,
+    };
+    rt.spawn_tasks(data_link, vip_links, fence, own);
+    let handle = Handle { tx, status: status_rx };
+    let task = tokio::spawn(async move { rt.run(rx).await });
+    Ok((handle, task))
+}
+
+async fn build_io(
+    cfg: &AgentConfig,
+    nl: &Netlink,
+    metrics: &Arc<AgentMetrics>,
+    reuse_arp: &HashMap<String, Arc<ArpPort>>,
+) -> Result<Io, RuntimeError> {
     let me =
         cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
-
     // Resolve each VIP's interface.
     let mut vips = Vec::new();
     for v in &cfg.vips {
@@ -260,13 +325,16 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let mut arp: HashMap<String, Arc<ArpPort>> = HashMap::new();
     for ifname in vip_links.iter().cloned().chain(fence.iter().map(|(_, i)| i.clone())) {
         if !arp.contains_key(&ifname) {
-            arp.insert(ifname.clone(), Arc::new(ArpPort::open(&ifname)?));
+            let port = match reuse_arp.get(&ifname) {
+                Some(p) => p.clone(),
+                None => Arc::new(ArpPort::open(&ifname)?),
+            };
+            arp.insert(ifname.clone(), port);
         }
     }
     let own_v4: Vec<(IpAddr, u8)> = own.iter().filter(|a| !a.is_havip()).map(|a| (a.addr, a.prefix)).collect();
 
     // Heartbeat.
-    let metrics = opts.metrics.clone();
     let paths: Vec<PathSpec> = cfg
         .paths
         .iter()
@@ -283,41 +351,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         .collect();
     let keys = Arc::new(RwLock::new(cfg.keys.clone()));
     let hb = Arc::new(HeartbeatIo::bind(&cfg.pair, &cfg.node, cfg.heartbeat_port, keys, paths, metrics.clone()).await?);
-
-    let machine = sm::Machine::new(cfg.sm.clone(), persisted);
-    let (tx, rx) = mpsc::channel::<Event>(1024);
-    let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
-    let holding = Arc::new(AtomicBool::new(false));
-    let last_heard_ms = Arc::new(AtomicU64::new(0));
-    let origin = Instant::now();
-
-    let mut rt = Runtime {
-        tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
-        cfg,
-        machine,
-        origin,
-        nl,
-        vips,
-        arp,
-        hb,
-        state: opts.state,
-        lease: opts.lease,
-        reporter: opts.reporter,
-        metrics,
-        tx: tx.clone(),
-        status_tx,
-        holding: holding.clone(),
-        last_heard_ms: last_heard_ms.clone(),
-        waiters: HashMap::new(),
-        announcer: None,
-        skew: Arc::new(SkewTracker::default()),
-        queue: VecDeque::new(),
-        tasks: Vec::new(),
-    };
-    rt.spawn_tasks(data_link, vip_links, fence, own_v4);
-    let handle = Handle { tx, status: status_rx };
-    let task = tokio::spawn(async move { rt.run(rx).await });
-    Ok((handle, task))
+    Ok(Io { vips, arp, hb, data_link, vip_links, fence, own: own_v4 })
 }
 
 struct Runtime {
@@ -342,6 +376,7 @@ struct Runtime {
     skew: Arc<SkewTracker>,
     queue: VecDeque<sm::Input>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// Interval between two rounds of probes of the member's own listeners.
@@ -371,6 +406,7 @@ impl Runtime {
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
+                    Some(Event::Reconfigure(cfg)) => self.reconfigure(*cfg).await,
                     Some(Event::Release) => {
                         self.stop_announcer();
                         for v in &self.vips {
@@ -393,6 +429,39 @@ impl Runtime {
         if let Some(a) = self.announcer.take() {
             a.abort();
         }
+    }
+
+    async fn reconfigure(&mut self, cfg: AgentConfig) {
+        let io = match build_io(&cfg, &self.nl, &self.metrics, &self.arp).await {
+            Ok(io) => io,
+            Err(e) => {
+                self.metrics.io_error("reconfigure");
+                tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
+                return;
+            }
+        };
+        tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        // The machine may remove VIPs of the old configuration: keep their entries until
+        // this step's actions ran.
+        let mut all = io.vips.clone();
+        for old in &self.vips {
+            if !all.iter().any(|v| v.id == old.id) {
+                all.push(old.clone());
+            }
+        }
+        self.vips = all;
+        self.arp = io.arp;
+        self.hb = io.hb;
+        self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
+        self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
+        self.cfg = cfg;
+        self.spawn_tasks(io.data_link, io.vip_links, io.fence, io.own);
+        self.drain().await;
+        self.vips = io.vips;
+        self.observe_local_vips().await;
     }
 
     fn received(&mut self, r: Received) {

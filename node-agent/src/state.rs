@@ -21,6 +21,15 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// Another agent runs this pair on this node.
+    #[error("another havip agent runs this pair on this node (lock {path} is held): {source}")]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The file exists but could not be read or parsed.
     #[error("failed to read state file {path}: {message}")]
     Read {
@@ -58,6 +67,21 @@ impl StateFile {
     /// Its path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Takes an exclusive lock on the pair's lock file next to the state file, so that
+    /// two agents never run the same pair on one node (their heartbeat sockets share the
+    /// port with SO_REUSEPORT for hot reconfiguration, so a bind would not catch it).
+    /// The lock lives as long as the returned value.
+    pub fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StateError> {
+        let path = self.path.with_extension("lock");
+        let err = |source| StateError::Write { path: path.clone(), source };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+        }
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(err)?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| StateError::Locked { path: path.clone(), source: std::io::Error::from(e) })
     }
 
     /// Loads the persisted state; a missing file is a fresh member (defaults).
@@ -132,6 +156,18 @@ mod tests {
         assert_eq!(f.load().expect("load"), p);
         f.store(&sm::Persisted { epoch: 3, ..p.clone() }).expect("store");
         assert_eq!(f.load().expect("load").epoch, 7, "a lower epoch never overwrites a higher one");
+    }
+
+    #[test]
+    fn only_one_agent_per_pair_and_node() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        let first = f.lock().expect("first lock");
+        let e = f.lock().expect_err("second agent refused");
+        assert!(e.to_string().contains("another havip agent runs this pair"), "{e}");
+        drop(first);
+        f.lock().expect("free again after the first agent is gone");
+        StateFile::new(dir.path(), "db").lock().expect("another pair is independent");
     }
 
     #[test]
