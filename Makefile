@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover e2e lab-up lab-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -39,6 +39,10 @@ test: lint testbin ## Everything CI runs (root runs the network-namespace suites
 bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS=10
 	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover
 	HAVIP_AGENT_BIN=$(CURDIR)/target/release/havip-agent ./target/release/bench-failover --runs $(or $(RUNS),10)
+
+e2e: testbin ## End-to-end suite on the local control plane (root): operator, agents, plugin
+	$(CARGO) build --workspace --bins
+	$(CARGO) test -p havip-e2e --test e2e_pairs --test kube_agent -- --test-threads 2
 
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
 	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)

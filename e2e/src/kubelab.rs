@@ -16,6 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -374,6 +375,44 @@ impl KubeLab {
     /// VIP 0:8080.
     pub fn target(&self) -> SocketAddr {
         SocketAddr::new(IpAddr::V4(self.topo.vip(0)), SERVICE_PORT)
+    }
+
+    /// Runs `kubectl-havip <args>` against the lab; (success, output).
+    pub fn plugin(&self, args: &[&str]) -> (bool, String) {
+        let bin = match agent_binary() {
+            Ok(a) => a.with_file_name("kubectl-havip"),
+            Err(e) => return (false, e.to_string()),
+        };
+        match std::process::Command::new(&bin).env("KUBECONFIG", self.cp.kubeconfig()).args(args).output() {
+            Ok(o) => (
+                o.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            ),
+            Err(e) => (false, format!("{}: {e}", bin.display())),
+        }
+    }
+
+    /// `kubectl <args>` against the lab; (success, stdout).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        match self.cp.kubectl().args(args).output() {
+            Ok(o) => (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned()),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// The API server's request counters (`apiserver_request_total`) summed by
+    /// (verb, resource), for request-rate measurements.
+    pub fn apiserver_requests(&self) -> BTreeMap<(String, String), f64> {
+        let (_, text) = self.kubectl(&["get", "--raw", "/metrics"]);
+        let mut out = BTreeMap::new();
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let label = |k: &str| {
+                line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_owned()
+            };
+            let v: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            *out.entry((label("verb"), label("resource"))).or_insert(0.0) += v;
+        }
+        out
     }
 
     /// The lab directory.
