@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover e2e lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s e2e lab-up lab-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS
 e2e: testbin ## End-to-end suite on the local control plane (root): operator, agents, plugin
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p havip-e2e --test e2e_pairs --test kube_agent -- --test-threads 2
+
+bench-k8s: testbin ## API-server cost per pair and apply-to-serving time (root): JSON lines
+	$(CARGO) build --workspace --bins
+	./target/debug/bench-k8s
 
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
 	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
