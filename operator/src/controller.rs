@@ -1,0 +1,442 @@
+//! The controllers' shared context and their wiring: the HAPair controller (primary:
+//! HAPairs; triggered also by FloatingIPs, Nodes, the pair Leases and key Secrets) and
+//! the FloatingIP controller (primary: FloatingIPs; triggered also by HAPairs). Every
+//! watch is guarded by `DeserializeGuard` where the objects are ours, so that one
+//! malformed object cannot stop it; reconciles read from reflector stores, never list.
+
+use crate::metrics::Metrics;
+use crate::model::{self, pair_of_lease};
+use crate::{Error, Settings};
+use futures::{FutureExt, Stream, StreamExt};
+use havip_crds::{FloatingIP, HAPair};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Label on every object the operator creates.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "havip-operator");
+/// Label naming the pair a Lease or Secret belongs to.
+pub const PAIR_LABEL: &str = "havip.io/pair";
+
+/// What the operator remembers about a pair between reconciles (lost on restart:
+/// nothing here is needed for correctness).
+#[derive(Default, Debug)]
+pub struct PairMemory {
+    /// Member roles last seen (for role-change Events).
+    pub roles: BTreeMap<String, String>,
+    /// Consecutive reconcile failures (for the backoff).
+    pub failures: u32,
+    /// The generation of an unreadable object already warned about.
+    pub warned_generation: Option<i64>,
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Flags.
+    pub settings: Settings,
+    /// The Event recorder (the audit log).
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// True while this replica is the leader; every write checks it.
+    pub leader: Arc<AtomicBool>,
+    /// HAPairs (for the FloatingIP controller).
+    pub pairs: Store<DeserializeGuard<HAPair>>,
+    /// FloatingIPs (for the HAPair controller).
+    pub fips: Store<DeserializeGuard<FloatingIP>>,
+    /// Nodes, reduced to their names and addresses.
+    pub nodes: Store<Node>,
+    /// Leases of the operator namespace.
+    pub leases: Store<Lease>,
+    /// The operator's Secrets in its namespace.
+    pub secrets: Store<Secret>,
+    /// Per-pair memory.
+    pub memory: Mutex<HashMap<String, PairMemory>>,
+}
+
+impl Context {
+    /// Refuses a write when this replica is no longer the leader.
+    pub fn guard(&self, what: &'static str) -> Result<(), Error> {
+        if self.leader.load(Ordering::SeqCst) { Ok(()) } else { Err(Error::NotLeader { what }) }
+    }
+
+    /// Waits until every store has its initial list.
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        let timeout = Duration::from_secs(30);
+        let all = async {
+            let _ = self.pairs.wait_until_ready().await;
+            let _ = self.fips.wait_until_ready().await;
+            let _ = self.nodes.wait_until_ready().await;
+            let _ = self.leases.wait_until_ready().await;
+            let _ = self.secrets.wait_until_ready().await;
+        };
+        tokio::time::timeout(timeout, all).await.map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
+    }
+
+    /// Runs `f` on the pair's memory.
+    pub fn with_memory<T>(&self, pair: &str, f: impl FnOnce(&mut PairMemory) -> T) -> T {
+        let mut guard = match self.memory.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(guard.entry(pair.to_owned()).or_default())
+    }
+
+    /// Publishes an Event about `obj`; failures are logged and counted, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, ev: Ev) {
+        if !self.leader.load(Ordering::SeqCst) {
+            return;
+        }
+        let reference = obj.object_ref(&());
+        let name = reference.name.clone().unwrap_or_default();
+        let kube_event = KubeEvent {
+            type_: if ev.warning { EventType::Warning } else { EventType::Normal },
+            reason: ev.reason.clone(),
+            note: Some(truncate(&ev.note, 1000)),
+            action: ev.action.to_owned(),
+            secondary: None,
+        };
+        tracing::info!(object = %name, reason = %ev.reason, warning = ev.warning, note = %ev.note, "event");
+        if let Err(e) = self.recorder.publish(&kube_event, &reference).await {
+            tracing::warn!(object = %name, reason = %ev.reason, error = %e, "failed to publish an Event");
+            self.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { category: "event" }).inc();
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// An Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ev {
+    /// Warning (else Normal).
+    pub warning: bool,
+    /// CamelCase reason.
+    pub reason: String,
+    /// What the operator did (CamelCase).
+    pub action: &'static str,
+    /// A sentence.
+    pub note: String,
+}
+
+impl Ev {
+    /// A Normal Event.
+    pub fn normal(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
+        Self { warning: false, reason: reason.into(), action, note: note.into() }
+    }
+    /// A Warning Event.
+    pub fn warning(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
+        Self { warning: true, reason: reason.into(), action, note: note.into() }
+    }
+}
+
+/// Keeps only what the operator reads of a Node (name, uid, addresses), so that
+/// the cache stays small on big clusters.
+fn slim_node(n: &mut Node) {
+    let addresses = n.status.as_ref().and_then(|s| s.addresses.clone());
+    *n = Node {
+        metadata: ObjectMeta {
+            name: n.metadata.name.take(),
+            uid: n.metadata.uid.take(),
+            resource_version: n.metadata.resource_version.take(),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(NodeStatus { addresses, ..NodeStatus::default() }),
+    };
+}
+
+/// A Node's addresses as (type, address).
+type NodeAddresses = Vec<(String, String)>;
+
+fn node_addresses(n: &Node) -> NodeAddresses {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| a.iter().map(|x| (x.type_.clone(), x.address.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// Node watch events reduced to the ones that matter to pairs: a Node appearing,
+/// disappearing, or changing its addresses (kubelets update Node status every few
+/// seconds; those updates trigger nothing).
+fn node_triggers(
+    stream: impl Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    let seen: Arc<Mutex<HashMap<String, NodeAddresses>>> = Arc::default();
+    stream.filter_map(move |ev| {
+        let seen = seen.clone();
+        async move {
+            let mut seen = match seen.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            match ev {
+                Ok(Event::Apply(n) | Event::InitApply(n)) => {
+                    let addrs = node_addresses(&n);
+                    let name = n.name_any();
+                    if seen.get(&name) == Some(&addrs) {
+                        None
+                    } else {
+                        seen.insert(name, addrs);
+                        Some(Ok(n))
+                    }
+                }
+                Ok(Event::Delete(n)) => {
+                    seen.remove(&n.name_any());
+                    Some(Ok(n))
+                }
+                Ok(Event::Init | Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            }
+        }
+    })
+}
+
+/// Runs both controllers until `stop` resolves (graceful: running reconciles finish).
+pub async fn run_controllers(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    leader: Arc<AtomicBool>,
+    stop: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
+    let ns = settings.namespace.clone();
+    let pairs_api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
+    let fips_api: Api<DeserializeGuard<FloatingIP>> = Api::all(client.clone());
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let leases_api: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let wc = watcher::Config::default().any_semantic();
+
+    let (fips, fips_w) = reflector::store();
+    let (pairs, pairs_w) = reflector::store();
+    let (nodes, nodes_w) = reflector::store();
+    let (leases, leases_w) = reflector::store();
+    let (secrets, secrets_w) = reflector::store();
+
+    let hapair_ctrl = Controller::new(pairs_api.clone(), wc.clone());
+    let pair_store = hapair_ctrl.store();
+    let fip_ctrl = Controller::new(fips_api.clone(), wc.clone());
+    let fip_store = fip_ctrl.store();
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: "havip-operator".to_owned(), instance: Some(settings.identity.clone()) },
+        ),
+        settings: settings.clone(),
+        metrics: metrics.clone(),
+        leader,
+        pairs: pairs.clone(),
+        fips: fips.clone(),
+        nodes: nodes.clone(),
+        leases,
+        secrets,
+        memory: Mutex::default(),
+    });
+
+    // FloatingIP → its pair (and the pair it named before, when it moved).
+    let fip_pairs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff()).touched_objects();
+    let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
+        let name = f.name_any();
+        let mut out = Vec::new();
+        let mut map = match fip_pairs.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Ok(fip) = &f.0 {
+            if let Some(old) = map.insert(name, fip.spec.pair.clone())
+                && old != fip.spec.pair
+            {
+                out.push(ObjectRef::new(&old));
+            }
+            out.push(ObjectRef::new(&fip.spec.pair));
+        } else if let Some(old) = map.remove(&name) {
+            out.push(ObjectRef::new(&old));
+        }
+        out
+    };
+    // Node → the pairs naming it.
+    let node_stream =
+        node_triggers(watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w));
+    let pairs_for_nodes = pair_store.clone();
+    let node_mapper = move |n: Node| {
+        let name = n.name_any();
+        pairs_for_nodes
+            .state()
+            .iter()
+            .filter(|p| p.0.as_ref().is_ok_and(|p| p.spec.members.iter().any(|m| m.node == name)))
+            .map(|p| ObjectRef::new(&p.name_any()))
+            .collect::<Vec<_>>()
+    };
+    // Lease havip-<pair> → pair (not the leader-election Lease).
+    let leader_lease = settings.leader_lease.clone();
+    let lease_stream = reflector(
+        leases_w,
+        watcher(leases_api, wc.clone()).default_backoff().modify(|l: &mut Lease| {
+            l.metadata.managed_fields = None;
+        }),
+    )
+    .touched_objects();
+    let lease_mapper = move |l: Lease| {
+        let name = l.name_any();
+        if name == leader_lease {
+            return None;
+        }
+        pair_of_lease(&name).map(ObjectRef::new)
+    };
+    // Key Secret → pair, by label.
+    let secret_stream = reflector(
+        secrets_w,
+        watcher(secrets_api, wc.clone().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)))
+            .default_backoff()
+            .modify(|s: &mut Secret| {
+                s.metadata.managed_fields = None;
+            }),
+    )
+    .touched_objects();
+    let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
+    // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
+    let pair_stream = reflector(pairs_w, watcher(pairs_api, wc.clone()).default_backoff()).touched_objects();
+    let fips_for_pairs = fip_store.clone();
+    let pair_mapper = move |p: DeserializeGuard<HAPair>| {
+        let name = p.name_any();
+        fips_for_pairs
+            .state()
+            .iter()
+            .filter(|f| f.0.as_ref().is_ok_and(|f| f.spec.pair == name))
+            .map(|f| ObjectRef::new(&f.name_any()))
+            .collect::<Vec<_>>()
+    };
+
+    let config = ControllerConfig::default().concurrency(settings.concurrency);
+    let hapair = hapair_ctrl
+        .with_config(config.clone())
+        .watches_stream(fip_stream, fip_mapper)
+        .watches_stream(node_stream, node_mapper)
+        .watches_stream(lease_stream, lease_mapper)
+        .watches_stream(secret_stream, secret_mapper)
+        .graceful_shutdown_on(stop.clone())
+        .run(crate::hapair::reconcile, crate::hapair::error_policy, ctx.clone())
+        .for_each(|res| async move { log_result("hapair", res) });
+    let fip = fip_ctrl
+        .with_config(config)
+        .watches_stream(pair_stream, pair_mapper)
+        .graceful_shutdown_on(stop)
+        .run(crate::floatingip::reconcile, crate::floatingip::error_policy, ctx)
+        .for_each(|res| async move { log_result("floatingip", res) });
+    tracing::info!(namespace = %ns, "controllers started");
+    futures::join!(hapair, fip);
+    tracing::info!("controllers stopped");
+}
+
+fn log_result<K: Resource, E: std::fmt::Display>(
+    controller: &'static str,
+    res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<E, watcher::Error>>,
+) {
+    use kube::runtime::controller::Error as CE;
+    match res {
+        Ok((obj, _)) => tracing::trace!(controller, object = %obj.name, "reconciled"),
+        // Already counted and logged by the error policy.
+        Err(CE::ReconcilerFailed(..)) => {}
+        Err(CE::ObjectNotFound(obj)) => tracing::debug!(controller, object = %obj.name, "object gone"),
+        Err(e) => tracing::warn!(controller, error = %e, "controller stream error"),
+    }
+}
+
+/// A shareable future that resolves when `rx` turns true.
+pub fn stop_future(
+    mut rx: tokio::sync::watch::Receiver<bool>,
+) -> futures::future::Shared<futures::future::BoxFuture<'static, ()>> {
+    async move {
+        let _ = rx.wait_for(|v| *v).await;
+    }
+    .boxed()
+    .shared()
+}
+
+/// Backoff after `failures` consecutive failures: 1 s doubling to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 1u64.checked_shl(failures.saturating_sub(1).min(16)).unwrap_or(u64::MAX).min(300);
+    Duration::from_secs(secs)
+}
+
+/// Times a reconcile and counts its result.
+pub struct Timer {
+    start: Instant,
+    controller: &'static str,
+}
+
+impl Timer {
+    /// Starts timing.
+    pub fn start(controller: &'static str) -> Self {
+        Self { start: Instant::now(), controller }
+    }
+    /// Records the result.
+    pub fn done(self, metrics: &Metrics, result: &'static str) {
+        metrics.reconciled(self.controller, result, self.start.elapsed());
+    }
+}
+
+/// The node a Lease belongs to is irrelevant here; the pair's Lease as [`model::LeaseInfo`].
+pub fn lease_info(l: &Lease) -> model::LeaseInfo {
+    let spec = l.spec.clone().unwrap_or_default();
+    model::LeaseInfo {
+        holder: spec.holder_identity.filter(|h| !h.is_empty()),
+        transitions: i64::from(spec.lease_transitions.unwrap_or(0)),
+        renew_time: spec.renew_time.map(|t| t.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(5), Duration::from_secs(16));
+        assert_eq!(backoff(30), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn slim_node_keeps_only_addresses() {
+        let mut n: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "labels": {"x": "y"}, "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}], "capacity": {"cpu": "4"}}
+        }))
+        .expect("node");
+        slim_node(&mut n);
+        assert_eq!(n.name_any(), "a");
+        assert!(n.metadata.labels.is_none() && n.metadata.managed_fields.is_none() && n.spec.is_none());
+        assert_eq!(node_addresses(&n), vec![("InternalIP".to_owned(), "10.0.0.1".to_owned())]);
+    }
+}

@@ -1,0 +1,223 @@
+//! The operator's errors: each variant names the operation that failed; `category()`
+//! gives a bounded label for metrics.
+
+/// Everything that can go wrong in the operator and the plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Building a Kubernetes client (kubeconfig or in-cluster config) failed.
+    #[error("failed to build a Kubernetes client: {0}")]
+    Client(String),
+    /// Creating the pair's Lease failed.
+    #[error("failed to create Lease {namespace}/{name}: {source}")]
+    CreateLease {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Creating the pair's key Secret failed.
+    #[error("failed to create Secret {namespace}/{name}: {source}")]
+    CreateSecret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Replacing the key Secret (rotation start, finish or member record) failed.
+    #[error("failed to update Secret {namespace}/{name} ({what}): {source}")]
+    UpdateSecret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// What the update was for.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The key Secret exists but cannot be read (missing or malformed `key`/`keyId`).
+    #[error("failed to read Secret {namespace}/{name}: {message}")]
+    MalformedSecret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Applying an object's status failed.
+    #[error("failed to apply the status of {kind} {name}: {source}")]
+    ApplyStatus {
+        /// HAPair or FloatingIP.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Writing an annotation failed.
+    #[error("failed to annotate {kind} {name}: {source}")]
+    Annotate {
+        /// HAPair.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Patching a spec (the plugin's maintenance verb) failed.
+    #[error("failed to patch {kind} {name}: {source}")]
+    PatchSpec {
+        /// HAPair.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Reading an object failed.
+    #[error("failed to get {kind} {name}: {source}")]
+    Get {
+        /// The kind.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Listing objects failed.
+    #[error("failed to list {kind}: {source}")]
+    List {
+        /// The kind.
+        kind: &'static str,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Watching objects failed.
+    #[error("failed to watch {kind}: {message}")]
+    Watch {
+        /// The kind.
+        kind: &'static str,
+        /// The watcher's error.
+        message: String,
+    },
+    /// The leader-election Lease could not be read or written.
+    #[error("failed to {op} the leader-election Lease {namespace}/{name}: {source}")]
+    LeaderLease {
+        /// acquire, renew or release.
+        op: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The caches did not fill in time (the API server is not answering lists).
+    #[error("failed to sync the caches within {seconds} s")]
+    CacheSync {
+        /// How long we waited.
+        seconds: u64,
+    },
+    /// A write was suppressed because this replica is not the leader (any more).
+    #[error("failed to write {what}: this replica is not the leader")]
+    NotLeader {
+        /// What would have been written.
+        what: &'static str,
+    },
+    /// Serving the metrics endpoint failed.
+    #[error("failed to serve metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Installing the signal handlers failed.
+    #[error("failed to install signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+    /// The random number generator failed.
+    #[error("failed to generate random bytes: {0}")]
+    Random(String),
+    /// A plugin request was not answered in time, or answered negatively.
+    #[error("{0}")]
+    Request(String),
+    /// Bad command-line input.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    /// A bounded label for metrics (never derived from messages).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Client(_) => "client",
+            Error::CreateLease { .. } => "create_lease",
+            Error::CreateSecret { .. } => "create_secret",
+            Error::UpdateSecret { .. } => "update_secret",
+            Error::MalformedSecret { .. } => "malformed_secret",
+            Error::ApplyStatus { .. } => "apply_status",
+            Error::Annotate { .. } => "annotate",
+            Error::PatchSpec { .. } => "patch_spec",
+            Error::Get { .. } => "get",
+            Error::List { .. } => "list",
+            Error::Watch { .. } => "watch",
+            Error::LeaderLease { .. } => "leader_lease",
+            Error::CacheSync { .. } => "cache_sync",
+            Error::NotLeader { .. } => "not_leader",
+            Error::Metrics { .. } => "metrics",
+            Error::Signals(_) => "signals",
+            Error::Random(_) => "random",
+            Error::Request(_) => "request",
+            Error::Usage(_) => "usage",
+        }
+    }
+
+    /// Whether the API answered 409 Conflict (a compare-and-swap lost) or 409 AlreadyExists.
+    pub fn is_conflict(&self) -> bool {
+        let source = match self {
+            Error::CreateLease { source, .. }
+            | Error::CreateSecret { source, .. }
+            | Error::UpdateSecret { source, .. }
+            | Error::ApplyStatus { source, .. }
+            | Error::Annotate { source, .. }
+            | Error::LeaderLease { source, .. } => source,
+            _ => return false,
+        };
+        is_status(source, 409)
+    }
+}
+
+/// Whether a kube error is an API status with this HTTP code.
+pub fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_are_bounded_and_messages_name_the_operation() {
+        let e = Error::CacheSync { seconds: 30 };
+        assert_eq!(e.category(), "cache_sync");
+        assert!(e.to_string().starts_with("failed to"));
+        let e = Error::NotLeader { what: "status" };
+        assert_eq!(e.category(), "not_leader");
+        assert!(!e.is_conflict());
+    }
+}

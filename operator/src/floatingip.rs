@@ -1,0 +1,114 @@
+//! The FloatingIP reconcile: the operator owns one condition of each FloatingIP,
+//! `PairFound` (its own entry of the list-map, field manager `havip-operator`); the
+//! holder's agent owns the rest of the status.
+
+use crate::Error;
+use crate::controller::{Context, Ev, Timer, backoff};
+use crate::hapair::{INVALID_REQUEUE, apply_invalid_condition};
+use crate::model::{self, CONDITION_PAIR_FOUND, local_reason};
+use havip_crds::{FloatingIP, manager, reason};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+
+/// Reconciles one FloatingIP.
+pub async fn reconcile(obj: Arc<DeserializeGuard<FloatingIP>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = Timer::start("floatingip");
+    ctx.wait_ready().await?;
+    let name = obj.name_any();
+    let key = format!("fip/{name}");
+    match &obj.0 {
+        Err(invalid) => {
+            let generation = obj.meta().generation;
+            let first = ctx.with_memory(&key, |m| {
+                let first = m.warned_generation != generation;
+                m.warned_generation = generation;
+                first
+            });
+            if first {
+                tracing::warn!(floatingip = %name, error = %invalid.error, "FloatingIP cannot be read");
+                let message = format!("the object cannot be read: {}", invalid.error);
+                apply_invalid_condition::<FloatingIP>(&ctx, &name, generation, &message).await?;
+                ctx.event(obj.as_ref(), Ev::warning(reason::INVALID_SPEC, "Validate", message)).await;
+            }
+            timer.done(&ctx.metrics, "invalid");
+            Ok(Action::requeue(INVALID_REQUEUE))
+        }
+        Ok(fip) => {
+            let res = reconcile_fip(fip, &ctx).await;
+            timer.done(&ctx.metrics, if res.is_ok() { "ok" } else { "error" });
+            if res.is_ok() {
+                ctx.with_memory(&key, |m| m.failures = 0);
+            }
+            res
+        }
+    }
+}
+
+/// Per-object backoff, as for HAPairs.
+pub fn error_policy(obj: Arc<DeserializeGuard<FloatingIP>>, err: &Error, ctx: Arc<Context>) -> Action {
+    let name = obj.name_any();
+    ctx.metrics.error(err);
+    if matches!(err, Error::NotLeader { .. }) {
+        return Action::await_change();
+    }
+    let failures = ctx.with_memory(&format!("fip/{name}"), |m| {
+        m.failures = m.failures.saturating_add(1);
+        m.failures
+    });
+    tracing::warn!(floatingip = %name, error = %err, category = err.category(), failures, "reconcile failed");
+    Action::requeue(backoff(failures))
+}
+
+async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error> {
+    let name = fip.name_any();
+    let pair = &fip.spec.pair;
+    let found = ctx.pairs.get(&ObjectRef::new(pair)).is_some();
+    let (reason, message) = if found {
+        (local_reason::PAIR_FOUND, format!("HAPair {pair} exists"))
+    } else {
+        (local_reason::PAIR_NOT_FOUND, format!("HAPair {pair} does not exist: no member will hold this VIP"))
+    };
+    let previous = fip.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let current = previous.iter().find(|c| c.type_ == CONDITION_PAIR_FOUND);
+    let generation = fip.meta().generation;
+    let unchanged = current.is_some_and(|c| {
+        c.status == if found { "True" } else { "False" }
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == generation
+    });
+    if !unchanged {
+        ctx.guard("status")?;
+        let cond = model::condition(
+            previous,
+            CONDITION_PAIR_FOUND,
+            found,
+            reason,
+            message.clone(),
+            generation,
+            Timestamp::now(),
+        );
+        let patch = serde_json::json!({
+            "apiVersion": FloatingIP::api_version(&()),
+            "kind": FloatingIP::kind(&()),
+            "status": {"conditions": [cond]},
+        });
+        let api: Api<FloatingIP> = Api::all(ctx.client.clone());
+        api.patch_status(&name, &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch)).await.map_err(
+            |source| Error::ApplyStatus { kind: "FloatingIP", name: name.clone(), source: Box::new(source) },
+        )?;
+        ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind: "FloatingIP" }).inc();
+        let was_missing = current.is_some_and(|c| c.status == "False");
+        if !found {
+            ctx.event(fip, Ev::warning(reason, "Resolve", message)).await;
+        } else if was_missing {
+            ctx.event(fip, Ev::normal(reason, "Resolve", message)).await;
+        }
+    }
+    Ok(Action::requeue(ctx.settings.resync * 5))
+}

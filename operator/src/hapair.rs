@@ -1,0 +1,675 @@
+//! The HAPair reconcile: gather the observation from the caches, let [`crate::model`]
+//! decide, then apply — Lease and key Secret first, status by server-side apply (only
+//! when more than timestamps changed), the handled-request record, and the Events.
+
+use crate::Error;
+use crate::controller::{Context, Ev, MANAGED_BY, PAIR_LABEL, Timer, backoff, lease_info};
+use crate::error::is_status;
+use crate::model::{self, Decision, KeyAction, KeyInfo, Observed, RequestKind};
+use havip_crds::{HAPair, HAPairStatus, KeyRotation, Operation, Phase, manager, reason};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+const ROTATION_ID: &str = "havip.io/rotation-id";
+const ROTATION_STARTED: &str = "havip.io/rotation-started";
+const KEY_MEMBERS: &str = "havip.io/members";
+/// Requeue of an object that cannot be acted on: slow, it will not fix itself.
+pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
+
+/// Reconciles one HAPair.
+pub async fn reconcile(obj: Arc<DeserializeGuard<HAPair>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = Timer::start("hapair");
+    ctx.wait_ready().await?;
+    let name = obj.name_any();
+    match &obj.0 {
+        Err(invalid) => {
+            let generation = obj.meta().generation;
+            let first = ctx.with_memory(&name, |m| {
+                let first = m.warned_generation != generation;
+                m.warned_generation = generation;
+                first
+            });
+            if first {
+                tracing::warn!(pair = %name, error = %invalid.error, "HAPair cannot be read");
+                let message = format!("the object cannot be read: {}", invalid.error);
+                apply_invalid_condition::<HAPair>(&ctx, &name, generation, &message).await?;
+                ctx.event(obj.as_ref(), Ev::warning(reason::INVALID_SPEC, "Validate", message)).await;
+            }
+            timer.done(&ctx.metrics, "invalid");
+            Ok(Action::requeue(INVALID_REQUEUE))
+        }
+        Ok(pair) => {
+            let res = reconcile_pair(pair, &ctx).await;
+            timer.done(&ctx.metrics, if res.is_ok() { "ok" } else { "error" });
+            if res.is_ok() {
+                ctx.with_memory(&name, |m| m.failures = 0);
+            }
+            res
+        }
+    }
+}
+
+/// What to do after a failed reconcile: back off per object (1 s doubling to 5 min),
+/// publish the error as a Warning Event on the first failure and every tenth.
+pub fn error_policy(obj: Arc<DeserializeGuard<HAPair>>, err: &Error, ctx: Arc<Context>) -> Action {
+    let name = obj.name_any();
+    ctx.metrics.error(err);
+    let failures = ctx.with_memory(&name, |m| {
+        m.failures = m.failures.saturating_add(1);
+        m.failures
+    });
+    let delay = backoff(failures);
+    if matches!(err, Error::NotLeader { .. }) {
+        tracing::debug!(pair = %name, "not the leader; dropping the reconcile");
+        return Action::await_change();
+    }
+    tracing::warn!(pair = %name, error = %err, category = err.category(), failures, retry_in = ?delay, "reconcile failed");
+    if failures == 1 || failures.is_multiple_of(10) {
+        let note = format!("{err} (attempt {failures}, retrying in {}s)", delay.as_secs());
+        tokio::spawn(async move {
+            ctx.event(obj.as_ref(), Ev::warning("ReconcileError", "Reconcile", note)).await;
+        });
+    }
+    Action::requeue(delay)
+}
+
+/// Applies `{status: {conditions: [InvalidSpec=True]}}` to an object that cannot be read.
+pub async fn apply_invalid_condition<K>(
+    ctx: &Context,
+    name: &str,
+    generation: Option<i64>,
+    message: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+{
+    ctx.guard("status")?;
+    let api: Api<kube::api::DynamicObject> =
+        Api::all_with(ctx.client.clone(), &kube::api::ApiResource::erase::<K>(&()));
+    let cond = model::condition(
+        &[],
+        havip_crds::condition::INVALID_SPEC,
+        true,
+        reason::INVALID_SPEC,
+        message.to_owned(),
+        generation,
+        Timestamp::now(),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": {"conditions": [cond]},
+    });
+    let kind: &'static str = if K::kind(&()) == "HAPair" { "HAPair" } else { "FloatingIP" };
+    api.patch_status(name, &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::ApplyStatus { kind, name: name.to_owned(), source: Box::new(source) })?;
+    ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind }).inc();
+    Ok(())
+}
+
+fn secret_data(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .map(|v| v.trim().to_owned())
+}
+
+/// Reads the key Secret into [`KeyInfo`].
+pub fn key_info(s: &Secret) -> Result<KeyInfo, String> {
+    let key = secret_data(s, "key").ok_or("data.key is missing")?;
+    if key.len() != 64 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err("data.key is not 64 hex digits".to_owned());
+    }
+    let key_id = secret_data(s, "keyId")
+        .ok_or("data.keyId is missing")?
+        .parse::<i64>()
+        .map_err(|_| "data.keyId is not a decimal number".to_owned())?;
+    let previous_key_id = match secret_data(s, "previousKeyId") {
+        Some(v) => Some(v.parse::<i64>().map_err(|_| "data.previousKeyId is not a decimal number".to_owned())?),
+        None => None,
+    };
+    let ann = s.annotations();
+    Ok(KeyInfo {
+        key_id,
+        previous_key_id,
+        rotation_id: ann.get(ROTATION_ID).cloned(),
+        rotation_started: ann.get(ROTATION_STARTED).and_then(|t| t.parse::<Timestamp>().ok()),
+        members: ann
+            .get(KEY_MEMBERS)
+            .map(|m| m.split(',').filter(|x| !x.is_empty()).map(str::to_owned).collect::<BTreeSet<_>>()),
+    })
+}
+
+fn members_of(pair: &HAPair) -> String {
+    let set: BTreeSet<&str> = pair.spec.members.iter().map(|m| m.node.as_str()).collect();
+    set.into_iter().collect::<Vec<_>>().join(",")
+}
+
+fn owned_meta(pair: &HAPair, name: String, ns: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(ns.to_owned()),
+        labels: Some(BTreeMap::from([
+            (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+            (PAIR_LABEL.to_owned(), pair.name_any()),
+        ])),
+        owner_references: pair.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+async fn create_lease(ctx: &Context, pair: &HAPair, name: &str) -> Result<Option<Lease>, Error> {
+    ctx.guard("Lease")?;
+    let ns = &ctx.settings.namespace;
+    let lease = Lease {
+        metadata: owned_meta(pair, name.to_owned(), ns),
+        spec: Some(LeaseSpec { holder_identity: None, lease_transitions: Some(0), ..LeaseSpec::default() }),
+    };
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+    match api
+        .create(&PostParams { field_manager: Some(manager::OPERATOR.to_owned()), ..PostParams::default() }, &lease)
+        .await
+    {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if is_status(&e, 409) => Ok(None),
+        Err(source) => {
+            Err(Error::CreateLease { namespace: ns.clone(), name: name.to_owned(), source: Box::new(source) })
+        }
+    }
+}
+
+async fn create_secret(ctx: &Context, pair: &HAPair, name: &str) -> Result<Option<Secret>, Error> {
+    ctx.guard("Secret")?;
+    let ns = &ctx.settings.namespace;
+    let mut metadata = owned_meta(pair, name.to_owned(), ns);
+    metadata.annotations = Some(BTreeMap::from([(KEY_MEMBERS.to_owned(), members_of(pair))]));
+    let secret = Secret {
+        metadata,
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([
+            ("key".to_owned(), ByteString(model::random_key_hex()?.into_bytes())),
+            ("keyId".to_owned(), ByteString(b"1".to_vec())),
+        ])),
+        ..Secret::default()
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api
+        .create(&PostParams { field_manager: Some(manager::OPERATOR.to_owned()), ..PostParams::default() }, &secret)
+        .await
+    {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if is_status(&e, 409) => Ok(None),
+        Err(source) => {
+            Err(Error::CreateSecret { namespace: ns.clone(), name: name.to_owned(), source: Box::new(source) })
+        }
+    }
+}
+
+/// Replaces the key Secret (compare-and-swap on its resourceVersion).
+async fn replace_secret(ctx: &Context, secret: &Secret, what: &'static str) -> Result<Secret, Error> {
+    ctx.guard("Secret")?;
+    let ns = &ctx.settings.namespace;
+    let name = secret.name_any();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    api.replace(
+        &name,
+        &PostParams { field_manager: Some(manager::OPERATOR.to_owned()), ..PostParams::default() },
+        secret,
+    )
+    .await
+    .map_err(|source| Error::UpdateSecret { namespace: ns.clone(), name, what, source: Box::new(source) })
+}
+
+/// Starts a rotation: a new random key with id + 1; the old one stays accepted as
+/// `previousKey` until every member signs with the new one.
+async fn start_rotation(
+    ctx: &Context,
+    pair: &HAPair,
+    secret: &Secret,
+    id: &str,
+    now: Timestamp,
+) -> Result<Secret, Error> {
+    let mut s = secret.clone();
+    let old_key = secret_data(secret, "key").unwrap_or_default();
+    let old_id = secret_data(secret, "keyId").and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let data = s.data.get_or_insert_with(BTreeMap::new);
+    data.insert("key".to_owned(), ByteString(model::random_key_hex()?.into_bytes()));
+    data.insert("keyId".to_owned(), ByteString((old_id + 1).to_string().into_bytes()));
+    data.insert("previousKey".to_owned(), ByteString(old_key.into_bytes()));
+    data.insert("previousKeyId".to_owned(), ByteString(old_id.to_string().into_bytes()));
+    let ann = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.insert(ROTATION_ID.to_owned(), id.to_owned());
+    ann.insert(ROTATION_STARTED.to_owned(), now.to_string());
+    ann.insert(KEY_MEMBERS.to_owned(), members_of(pair));
+    s.metadata.managed_fields = None;
+    replace_secret(ctx, &s, "start a key rotation").await
+}
+
+async fn finish_rotation(ctx: &Context, secret: &Secret) -> Result<Secret, Error> {
+    let mut s = secret.clone();
+    if let Some(d) = s.data.as_mut() {
+        d.remove("previousKey");
+        d.remove("previousKeyId");
+    }
+    if let Some(a) = s.metadata.annotations.as_mut() {
+        a.remove(ROTATION_ID);
+        a.remove(ROTATION_STARTED);
+    }
+    s.metadata.managed_fields = None;
+    replace_secret(ctx, &s, "finish a key rotation").await
+}
+
+async fn record_members(ctx: &Context, pair: &HAPair, secret: &Secret) -> Result<Secret, Error> {
+    let mut s = secret.clone();
+    s.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(KEY_MEMBERS.to_owned(), members_of(pair));
+    s.metadata.managed_fields = None;
+    replace_secret(ctx, &s, "record the members").await
+}
+
+fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyInfo>, now: Timestamp) -> Observed {
+    let name = pair.name_any();
+    let nodes = pair
+        .spec
+        .members
+        .iter()
+        .map(|m| {
+            let info = ctx.nodes.get(&ObjectRef::new(&m.node)).map(|n| model::NodeInfo {
+                addresses: n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.addresses.as_ref())
+                    .map(|a| a.iter().map(|x| (x.type_.clone(), x.address.clone())).collect())
+                    .unwrap_or_default(),
+            });
+            (m.node.clone(), info)
+        })
+        .collect();
+    let mut vips: Vec<model::VipInfo> = ctx
+        .fips
+        .state()
+        .iter()
+        .filter_map(|f| match &f.0 {
+            Ok(fip) if fip.spec.pair == name => Some(model::VipInfo {
+                name: fip.name_any(),
+                spec: Some(fip.spec.clone()),
+                state: fip.status.as_ref().and_then(|s| s.state),
+            }),
+            _ => None,
+        })
+        .collect();
+    vips.sort_by(|a, b| a.name.cmp(&b.name));
+    Observed {
+        spec_problems: model::validate_spec(&name, &pair.spec, &ctx.settings.leader_lease),
+        name,
+        spec: pair.spec.clone(),
+        status: pair.status.clone().unwrap_or_default(),
+        generation: pair.meta().generation,
+        annotations: pair.annotations().clone(),
+        nodes,
+        lease: lease.map(lease_info),
+        key,
+        vips,
+        now,
+    }
+}
+
+fn is_warning_transition(reason: &str) -> bool {
+    [
+        reason::PEER_LOST,
+        reason::CARRIER_LOST,
+        reason::GATEWAY_LOST,
+        reason::VIP_UNHEALTHY,
+        reason::FENCED,
+        reason::DUAL_ACTIVE_RESOLVED,
+    ]
+    .contains(&reason)
+}
+
+fn operation_event(op: &Operation) -> Ev {
+    let note = format!("{} {}: {}", op.kind, op.id, op.message);
+    match op.result.as_str() {
+        "Succeeded" => Ev::normal(format!("{}Succeeded", op.kind), "Answer", note),
+        "InProgress" => Ev::normal(format!("{}Started", op.kind), "Act", note),
+        "Refused" => Ev::warning(format!("{}Refused", op.kind), "Refuse", note),
+        _ => Ev::warning(format!("{}Failed", op.kind), "Answer", note),
+    }
+}
+
+async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
+    let name = pair.name_any();
+    let ns = ctx.settings.namespace.clone();
+    let now = Timestamp::now();
+    let mut events: Vec<Ev> = Vec::new();
+    let mut requeue = ctx.settings.resync;
+
+    // The pair's Lease: created once, with no holder; afterwards only agents write it.
+    let lease_name = model::lease_name(&name);
+    let mut lease = ctx.leases.get(&ObjectRef::new(&lease_name).within(&ns)).map(|l| (*l).clone());
+    if lease.is_none() && lease_name != ctx.settings.leader_lease && name.len() <= 63 {
+        match create_lease(ctx, pair, &lease_name).await? {
+            Some(l) => {
+                events.push(Ev::normal(
+                    "LeaseCreated",
+                    "Create",
+                    format!("created Lease {ns}/{lease_name} (no holder, epoch 0)"),
+                ));
+                lease = Some(l);
+            }
+            // Created by a previous reconcile; the cache will catch up.
+            None => requeue = requeue.min(Duration::from_secs(1)),
+        }
+    }
+
+    // The key Secret, unless the spec names one.
+    let secret_name = model::secret_name(&name);
+    let mut secret = None;
+    if pair.spec.heartbeat.key_secret_ref.is_none() && name.len() <= 63 {
+        secret = ctx.secrets.get(&ObjectRef::new(&secret_name).within(&ns)).map(|s| (*s).clone());
+        if secret.is_none() {
+            match create_secret(ctx, pair, &secret_name).await? {
+                Some(s) => {
+                    events.push(Ev::normal(
+                        "KeySecretCreated",
+                        "Create",
+                        format!("created heartbeat key Secret {ns}/{secret_name} (key 1)"),
+                    ));
+                    secret = Some(s);
+                }
+                None => requeue = requeue.min(Duration::from_secs(1)),
+            }
+        }
+    }
+    let key = match &secret {
+        Some(s) => Some(key_info(s).map_err(|message| Error::MalformedSecret {
+            namespace: ns.clone(),
+            name: secret_name.clone(),
+            message,
+        })?),
+        None => None,
+    };
+
+    let mut o = gather(pair, ctx, lease.as_ref(), key, now);
+    let revision = model::revision(&o);
+    let assessment = model::assess(&o, &revision);
+    let (transition, new_transition) = model::last_transition(&o);
+    let mut command = o.status.command.clone();
+    let mut last_op = o.status.last_operation.clone();
+    let mut handled: Option<(RequestKind, String)> = None;
+
+    // 1. The answer to the pending command.
+    if let Some(cmd) = &command {
+        if let Some(op) = model::command_answer(&o, cmd) {
+            tracing::info!(pair = %name, id = %op.id, kind = %op.kind, result = %op.result, "command answered");
+            events.push(operation_event(&op));
+            last_op = Some(op);
+            command = None;
+        } else {
+            requeue = requeue.min(model::command_deadline(&o, cmd) + Duration::from_millis(100));
+        }
+    }
+    o.status.command = command.clone();
+
+    // 2. The key Secret's own progress (finish a rotation, member replacement).
+    if let Some(s) = secret.clone() {
+        match model::key_action(&o) {
+            KeyAction::FinishRotation => {
+                let done = finish_rotation(ctx, &s).await?;
+                let k = o.key.clone().unwrap_or_default();
+                let id = k.rotation_id.clone().unwrap_or_default();
+                let note = format!(
+                    "every member signs with key {}; key {} is no longer accepted",
+                    k.key_id,
+                    k.previous_key_id.unwrap_or(0)
+                );
+                tracing::info!(pair = %name, id = %id, key_id = k.key_id, "key rotation complete");
+                events.push(Ev::normal("KeyRotated", "Rotate", format!("rotation {id}: {note}")));
+                if last_op.as_ref().is_some_and(|op| op.id == id) {
+                    last_op = Some(Operation {
+                        id,
+                        kind: RequestKind::RotateKey.operation().to_owned(),
+                        result: "Succeeded".to_owned(),
+                        message: note,
+                        time: Some(Time(now)),
+                    });
+                }
+                o.key = key_info(&done).ok();
+                secret = Some(done);
+            }
+            KeyAction::RotateForRemoval { removed } => {
+                let id = format!("member-removal-{}", pair.meta().generation.unwrap_or(0));
+                let started = start_rotation(ctx, pair, &s, &id, now).await?;
+                let note = format!(
+                    "{} left the pair: rotating the heartbeat key so that {} can no longer join",
+                    removed.join(", "),
+                    if removed.len() == 1 { "it" } else { "they" }
+                );
+                tracing::info!(pair = %name, id = %id, removed = ?removed, "key rotation for member removal");
+                events.push(Ev::normal("KeyRotationStarted", "Rotate", note));
+                o.key = key_info(&started).ok();
+                secret = Some(started);
+            }
+            KeyAction::RecordMembers => {
+                let recorded = record_members(ctx, pair, &s).await?;
+                o.key = key_info(&recorded).ok();
+                secret = Some(recorded);
+            }
+            KeyAction::None => {}
+        }
+    }
+
+    // 3. At most one new request per reconcile (each answer must be seen on its own).
+    if let Some(req) = model::next_request(&o) {
+        requeue = requeue.min(Duration::from_millis(200));
+        match req {
+            Err((kind, id, why)) => {
+                let op = refused(kind, &id, why, now);
+                events.push(operation_event(&op));
+                last_op = Some(op);
+                handled = Some((kind, id));
+            }
+            Ok(req) => {
+                let decision = model::decide(&o, &assessment, &revision, &req);
+                tracing::info!(pair = %name, id = %req.id, kind = req.kind.operation(), decision = ?decision, "request");
+                match decision {
+                    Decision::Refuse(why) => {
+                        let op = refused(req.kind, &req.id, why, now);
+                        events.push(operation_event(&op));
+                        last_op = Some(op);
+                    }
+                    Decision::Command(c) => {
+                        events.push(Ev::normal(
+                            format!("{}Requested", c.kind),
+                            "Command",
+                            format!(
+                                "{} {}: asked {}{}",
+                                c.kind,
+                                c.id,
+                                if c.kind.ends_with("Failover") { "the active member" } else { "every member" },
+                                c.target.as_deref().map(|t| format!(" (target {t})")).unwrap_or_default()
+                            ),
+                        ));
+                        requeue = requeue.min(model::COMMAND_TIMEOUT + Duration::from_millis(100));
+                        command = Some(c);
+                    }
+                    Decision::RotateKey { key_id } => match secret.clone() {
+                        Some(s) => {
+                            let started = start_rotation(ctx, pair, &s, &req.id, now).await?;
+                            o.key = key_info(&started).ok();
+                            let op = Operation {
+                                id: req.id.clone(),
+                                kind: req.kind.operation().to_owned(),
+                                result: "InProgress".to_owned(),
+                                message: format!(
+                                    "key {key_id} is in use; key {} stays accepted until every member signs with key {key_id}",
+                                    key_id - 1
+                                ),
+                                time: Some(Time(now)),
+                            };
+                            events.push(operation_event(&op));
+                            last_op = Some(op);
+                        }
+                        None => {
+                            let op = refused(req.kind, &req.id, "the key Secret does not exist yet".to_owned(), now);
+                            events.push(operation_event(&op));
+                            last_op = Some(op);
+                        }
+                    },
+                }
+                handled = Some((req.kind, req.id));
+            }
+        }
+    }
+
+    let key_rotation = o.key.as_ref().filter(|k| k.previous_key_id.is_some()).map(|k| KeyRotation {
+        id: k.rotation_id.clone().unwrap_or_default(),
+        key_id: k.key_id,
+        started: k.rotation_started.map(Time),
+    });
+    // Keep the timestamps of an unchanged rotation record.
+    let key_rotation = match (key_rotation, &o.status.key_rotation) {
+        (Some(mut k), Some(prev)) if prev.id == k.id && prev.key_id == k.key_id => {
+            k.started = k.started.or_else(|| prev.started.clone());
+            Some(k)
+        }
+        (k, _) => k,
+    };
+    let previous = pair.status.clone().unwrap_or_default();
+    let desired =
+        model::operator_status(&o, &assessment, &revision, transition.clone(), command, last_op, key_rotation);
+    if model::without_timestamps(&desired) != model::without_timestamps(&previous) {
+        apply_status(ctx, &name, &desired).await?;
+    }
+    if let Some((kind, id)) = handled {
+        record_handled(ctx, pair, kind, &id).await?;
+    }
+
+    // The audit log: phase changes, role changes, member role changes.
+    if previous.phase != desired.phase {
+        let phase = desired.phase.unwrap_or(Phase::Pending);
+        let bad = matches!(phase, Phase::Degraded | Phase::Failed | Phase::Suspended);
+        let from = previous.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "(none)".to_owned());
+        let note = format!("{from} → {phase:?}: {}", assessment.phase_message);
+        events.push(if bad {
+            Ev::warning(format!("{phase:?}"), "Assess", note)
+        } else {
+            Ev::normal(format!("{phase:?}"), "Assess", note)
+        });
+    }
+    if new_transition && let Some(t) = &transition {
+        let note = format!(
+            "{} → {} (epoch {}): {}",
+            if t.from.is_empty() { "(nobody)" } else { &t.from },
+            if t.to.is_empty() { "(nobody)" } else { &t.to },
+            t.epoch,
+            t.reason
+        );
+        tracing::info!(pair = %name, from = %t.from, to = %t.to, epoch = t.epoch, reason = %t.reason, "role change");
+        events.push(if is_warning_transition(&t.reason) || t.to.is_empty() {
+            Ev::warning(t.reason.clone(), "ObserveRoleChange", note)
+        } else {
+            Ev::normal(t.reason.clone(), "ObserveRoleChange", note)
+        });
+    }
+    let member_changes = ctx.with_memory(&name, |m| {
+        let mut out = Vec::new();
+        for s in o.status.members.iter().filter(|s| o.spec.members.iter().any(|x| x.node == s.node)) {
+            let Some(role) = s.role.clone() else { continue };
+            if let Some(old) = m.roles.insert(s.node.clone(), role.clone())
+                && old != role
+            {
+                out.push(format!("{}: {old} → {role} (epoch {})", s.node, s.epoch.unwrap_or(0)));
+            }
+        }
+        out
+    });
+    for change in member_changes {
+        events.push(Ev::normal("MemberRoleChanged", "ObserveRoleChange", change));
+    }
+    let node_missing: Vec<&str> = o.nodes.iter().filter(|(_, n)| n.is_none()).map(|(k, _)| k.as_str()).collect();
+    let newly_lost = !node_missing.is_empty()
+        && !previous.conditions.iter().any(|c| {
+            c.type_ == havip_crds::condition::DEGRADED && c.reason == reason::MEMBER_LOST && c.status == "True"
+        })
+        && assessment.degraded.first().is_some_and(|c| c.reason == reason::MEMBER_LOST);
+    if newly_lost {
+        events.push(Ev::warning(
+            reason::MEMBER_LOST,
+            "Resolve",
+            format!("member Node(s) {} do not exist", node_missing.join(", ")),
+        ));
+    }
+    if !o.spec_problems.is_empty() {
+        let was_invalid = previous.conditions.iter().any(|c| {
+            c.type_ == havip_crds::condition::INVALID_SPEC
+                && c.status == "True"
+                && c.observed_generation == o.generation
+        });
+        if !was_invalid {
+            events.push(Ev::warning(reason::INVALID_SPEC, "Validate", o.spec_problems.join("; ")));
+        }
+        requeue = requeue.max(INVALID_REQUEUE);
+    }
+    for ev in events {
+        ctx.event(pair, ev).await;
+    }
+    if let Some(d) = model::next_staleness(&o) {
+        requeue = requeue.min(d + Duration::from_secs(1));
+    }
+    Ok(Action::requeue(requeue))
+}
+
+fn refused(kind: RequestKind, id: &str, why: String, now: Timestamp) -> Operation {
+    Operation {
+        id: id.to_owned(),
+        kind: kind.operation().to_owned(),
+        result: "Refused".to_owned(),
+        message: why,
+        time: Some(Time(now)),
+    }
+}
+
+async fn apply_status(ctx: &Context, name: &str, status: &HAPairStatus) -> Result<(), Error> {
+    ctx.guard("status")?;
+    let api: Api<HAPair> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": HAPair::api_version(&()),
+        "kind": HAPair::kind(&()),
+        "status": status,
+    });
+    api.patch_status(name, &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::ApplyStatus { kind: "HAPair", name: name.to_owned(), source: Box::new(source) })?;
+    ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind: "HAPair" }).inc();
+    tracing::debug!(pair = %name, phase = ?status.phase, "status applied");
+    Ok(())
+}
+
+async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &str) -> Result<(), Error> {
+    ctx.guard("annotation")?;
+    let mut handled = model::handled_ids(pair.annotations());
+    handled.insert(kind.key().to_owned(), id.to_owned());
+    let value = serde_json::to_string(&handled).unwrap_or_default();
+    let api: Api<HAPair> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": HAPair::api_version(&()),
+        "kind": HAPair::kind(&()),
+        "metadata": {"name": pair.name_any(), "annotations": {model::HANDLED_ANNOTATION: value}},
+    });
+    api.patch(&pair.name_any(), &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Annotate { kind: "HAPair", name: pair.name_any(), source: Box::new(source) })?;
+    Ok(())
+}

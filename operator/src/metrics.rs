@@ -1,0 +1,140 @@
+//! Prometheus metrics of the operator, served with `/healthz` and `/readyz` by
+//! [`havip_crds::httpd`].
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Labels of the reconcile counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// `hapair` or `floatingip`.
+    pub controller: &'static str,
+    /// `ok`, `error` or `invalid` (an object that cannot be read).
+    pub result: &'static str,
+}
+
+/// Labels of the duration histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `hapair` or `floatingip`.
+    pub controller: &'static str,
+}
+
+/// Labels of the error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// [`crate::Error::category`].
+    pub category: &'static str,
+}
+
+/// Labels of the status-write and event counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// HAPair or FloatingIP.
+    pub kind: &'static str,
+}
+
+/// Every metric of the operator.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles by controller and result.
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Reconcile duration by controller.
+    pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    /// Errors by category.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Status writes (server-side applies) by kind.
+    pub status_writes: Family<KindLabels, Counter>,
+    /// 1 while this replica is the leader.
+    pub leader: Gauge,
+    ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `havip_operator` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("havip_operator");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register("reconciles", "Reconciles by controller and result", reconciles.clone());
+        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])
+        });
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of one reconcile by controller",
+            reconcile_duration.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register("errors", "Reconcile and leader-election errors by category", errors.clone());
+        let status_writes = Family::<KindLabels, Counter>::default();
+        registry.register("status_writes", "Status server-side applies by kind", status_writes.clone());
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica holds the leader-election Lease", leader.clone());
+        Self { registry, reconciles, reconcile_duration, errors, status_writes, leader, ready: AtomicBool::new(false) }
+    }
+
+    /// Counts one reconcile.
+    pub fn reconciled(&self, controller: &'static str, result: &'static str, took: Duration) {
+        self.reconciles.get_or_create(&ReconcileLabels { controller, result }).inc();
+        self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(took.as_secs_f64());
+    }
+
+    /// Counts one error.
+    pub fn error(&self, e: &crate::Error) {
+        self.errors.get_or_create(&ErrorLabels { category: e.category() }).inc();
+    }
+
+    /// Marks the process ready (it reached the API server once).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl havip_crds::httpd::Endpoints for Metrics {
+    fn metrics(&self) -> String {
+        self.encode()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if self.ready.load(Ordering::Relaxed) { Ok(()) } else { Err("the API server has not answered yet".to_owned()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_family() {
+        let m = Metrics::new();
+        m.reconciled("hapair", "ok", Duration::from_millis(3));
+        m.error(&crate::Error::CacheSync { seconds: 1 });
+        m.leader.set(1);
+        let text = m.encode();
+        assert!(text.contains("havip_operator_reconciles_total{controller=\"hapair\",result=\"ok\"} 1"), "{text}");
+        assert!(text.contains("havip_operator_reconcile_duration_seconds_count{controller=\"hapair\"} 1"), "{text}");
+        assert!(text.contains("havip_operator_errors_total{category=\"cache_sync\"} 1"), "{text}");
+        assert!(text.contains("havip_operator_leader 1"), "{text}");
+    }
+}

@@ -1,0 +1,594 @@
+//! Pure tests of the operator's decisions: one per phase, one per Degraded reason,
+//! request parsing and preconditions, command answers, key rotation, the revision.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use havip_crds::hapair::{PathHeard, VipReadiness};
+use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};
+
+fn t(secs_ago: i64, now: Timestamp) -> Time {
+    Time(Timestamp::from_second(now.as_second() - secs_ago).unwrap())
+}
+
+fn spec() -> HAPairSpec {
+    serde_json::from_value(serde_json::json!({
+        "members": [{"node": "a", "priority": 200}, {"node": "b", "priority": 100}]
+    }))
+    .unwrap()
+}
+
+fn fip(addr: &str) -> FloatingIPSpec {
+    serde_json::from_value(serde_json::json!({"pair": "p", "address": addr})).unwrap()
+}
+
+fn member(node: &str, role_: &str, now: Timestamp) -> MemberStatus {
+    MemberStatus {
+        node: node.to_owned(),
+        role: Some(role_.to_owned()),
+        epoch: Some(1),
+        ready: vec![VipReadiness { address: "10.0.0.10/24".to_owned(), ready: true, reason: None }],
+        heard: vec![PathHeard { path: "internal".to_owned(), heard: true }],
+        agent_version: Some("0.1.0".to_owned()),
+        protocol_version: Some("1.0".to_owned()),
+        key_id: Some(1),
+        last_seen: Some(t(5, now)),
+        ..MemberStatus::default()
+    }
+}
+
+fn node(ip: &str) -> Option<NodeInfo> {
+    Some(NodeInfo { addresses: vec![("InternalIP".to_owned(), ip.to_owned())] })
+}
+
+/// A healthy pair: a (preferred) active, b a ready standby, both on the revision.
+fn healthy() -> Observed {
+    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    let mut o = Observed {
+        name: "p".to_owned(),
+        spec: spec(),
+        status: HAPairStatus::default(),
+        generation: Some(1),
+        annotations: BTreeMap::new(),
+        nodes: BTreeMap::from([("a".to_owned(), node("10.0.0.1")), ("b".to_owned(), node("10.0.0.2"))]),
+        lease: Some(LeaseInfo { holder: Some("a".to_owned()), transitions: 1, renew_time: Some(t(60, now).0) }),
+        key: Some(KeyInfo { key_id: 1, members: Some(["a".to_owned(), "b".to_owned()].into()), ..KeyInfo::default() }),
+        vips: vec![VipInfo {
+            name: "vip".to_owned(),
+            spec: Some(fip("10.0.0.10/24")),
+            state: Some(VipState::Announced),
+        }],
+        spec_problems: Vec::new(),
+        now,
+    };
+    o.status.members = vec![member("a", role::ACTIVE, now), member("b", role::STANDBY, now)];
+    apply_revision(&mut o);
+    o
+}
+
+fn apply_revision(o: &mut Observed) {
+    let rev = revision(o);
+    for m in &mut o.status.members {
+        m.applied_revision = Some(rev.clone());
+    }
+}
+
+fn m<'a>(o: &'a mut Observed, node: &str) -> &'a mut MemberStatus {
+    o.status.members.iter_mut().find(|m| m.node == node).unwrap()
+}
+
+fn run(o: &Observed) -> Assessment {
+    assess(o, &revision(o))
+}
+
+fn reasons(a: &Assessment) -> Vec<&'static str> {
+    a.degraded.iter().map(|c| c.reason).collect()
+}
+
+#[test]
+fn phase_live() {
+    let a = run(&healthy());
+    assert_eq!(a.phase, Phase::Live, "{a:?}");
+    assert_eq!(a.active.as_deref(), Some("a"));
+    assert_eq!(a.standbys, vec!["b"]);
+    assert_eq!(a.epoch, 1);
+    assert!(a.degraded.is_empty());
+}
+
+#[test]
+fn phase_pending_before_any_report_and_before_election() {
+    let mut o = healthy();
+    o.status.members.clear();
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Pending);
+    assert!(a.phase_message.contains("no member has reported"), "{}", a.phase_message);
+
+    let mut o = healthy();
+    o.lease = Some(LeaseInfo::default());
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Pending);
+    assert!(a.phase_message.contains("nobody has been elected"), "{}", a.phase_message);
+}
+
+#[test]
+fn phase_failed_over() {
+    let mut o = healthy();
+    o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
+    m(&mut o, "a").role = Some(role::STANDBY.to_owned());
+    m(&mut o, "b").role = Some(role::ACTIVE.to_owned());
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::FailedOver, "{a:?}");
+    assert_eq!(a.standbys, vec!["a"]);
+    assert!(a.phase_message.contains("instead of the preferred a"), "{}", a.phase_message);
+}
+
+#[test]
+fn phase_failed_when_nobody_holds_the_vips() {
+    let mut o = healthy();
+    o.lease = Some(LeaseInfo { holder: None, transitions: 3, renew_time: None });
+    assert_eq!(run(&o).phase, Phase::Failed);
+
+    let mut o = healthy();
+    o.lease = Some(LeaseInfo { holder: Some("zz".to_owned()), transitions: 3, renew_time: None });
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Failed);
+    assert!(a.phase_message.contains("zz, which is not a member"), "{}", a.phase_message);
+
+    let mut o = healthy();
+    m(&mut o, "a").role = Some("Fenced".to_owned());
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Failed);
+    assert!(a.phase_message.contains("reports role Fenced"), "{}", a.phase_message);
+}
+
+#[test]
+fn phase_suspended() {
+    let mut o = healthy();
+    m(&mut o, "b").alarms = vec!["Suspended".to_owned()];
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Suspended);
+    assert_eq!(a.suspended, vec!["b"]);
+}
+
+fn degraded_by(o: &Observed, reason: &str, phrase: &str) {
+    let a = run(o);
+    assert_eq!(a.phase, Phase::Degraded, "{a:?}");
+    let c = a.degraded.iter().find(|c| c.reason == reason).unwrap_or_else(|| panic!("no {reason} in {a:?}"));
+    assert!(c.message.contains(phrase), "{reason}: {:?} lacks {phrase:?}", c.message);
+    let conds = conditions(o, &a, &revision(o));
+    let d = conds.iter().find(|c| c.type_ == condition::DEGRADED).unwrap();
+    assert_eq!(d.status, "True");
+    assert!(d.message.contains(phrase), "{d:?}");
+}
+
+#[test]
+fn degraded_member_lost() {
+    let mut o = healthy();
+    o.nodes.insert("b".to_owned(), None);
+    degraded_by(&o, reason::MEMBER_LOST, "Node b does not exist");
+}
+
+#[test]
+fn degraded_member_never_reported() {
+    let mut o = healthy();
+    o.status.members.retain(|m| m.node != "b");
+    degraded_by(&o, reason::MEMBER_NOT_REPORTING, "member b has never reported");
+}
+
+#[test]
+fn degraded_member_not_reporting_after_three_minutes() {
+    let mut o = healthy();
+    let now = o.now;
+    m(&mut o, "b").last_seen = Some(t(179, now));
+    assert!(!reasons(&run(&o)).contains(&reason::MEMBER_NOT_REPORTING));
+    m(&mut o, "b").last_seen = Some(t(300, now));
+    degraded_by(&o, reason::MEMBER_NOT_REPORTING, "member b has not reported for 5m0s");
+    assert_eq!(next_staleness(&o), Some(Duration::from_secs(175)), "a's lastSeen ages out next");
+}
+
+#[test]
+fn degraded_version_skew() {
+    let mut o = healthy();
+    m(&mut o, "b").agent_version = Some("0.2.0".to_owned());
+    degraded_by(&o, reason::VERSION_SKEW, "0.1.0 on a; 0.2.0 on b");
+}
+
+#[test]
+fn degraded_version_mismatch() {
+    let mut o = healthy();
+    m(&mut o, "b").protocol_version = Some("2.0".to_owned());
+    degraded_by(&o, reason::VERSION_MISMATCH, "incompatible heartbeat protocols");
+}
+
+#[test]
+fn degraded_config_pending() {
+    let mut o = healthy();
+    m(&mut o, "b").applied_revision = Some("0000000000000001".to_owned());
+    degraded_by(&o, reason::CONFIG_PENDING, "b applied 0000000000000001");
+    let a = run(&o);
+    let conds = conditions(&o, &a, &revision(&o));
+    let c = conds.iter().find(|c| c.type_ == condition::CONFIG_APPLIED).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason::CONFIG_PENDING));
+}
+
+#[test]
+fn degraded_key_mismatch_by_alarm_and_by_key_id() {
+    let mut o = healthy();
+    m(&mut o, "b").alarms = vec!["KeyMismatch".to_owned()];
+    degraded_by(&o, reason::KEY_MISMATCH, "unknown key");
+    let mut o = healthy();
+    m(&mut o, "b").key_id = Some(7);
+    degraded_by(&o, reason::KEY_MISMATCH, "b signs with key 7");
+    // During a rotation a member still on the previous key is expected.
+    let mut o = healthy();
+    o.key = Some(KeyInfo { key_id: 2, previous_key_id: Some(1), ..KeyInfo::default() });
+    assert!(!reasons(&run(&o)).contains(&reason::KEY_MISMATCH));
+}
+
+#[test]
+fn degraded_no_ready_standby() {
+    let mut o = healthy();
+    m(&mut o, "b").ready[0].ready = false;
+    m(&mut o, "b").ready[0].reason = Some("carrier down".to_owned());
+    degraded_by(&o, local_reason::NO_READY_STANDBY, "b is not ready for VIP 10.0.0.10/24 (carrier down)");
+    let mut o = healthy();
+    o.spec.members[1].maintenance = true;
+    apply_revision(&mut o);
+    degraded_by(&o, local_reason::NO_READY_STANDBY, "b is in maintenance");
+    let a = run(&o);
+    let ready = conditions(&o, &a, &revision(&o)).into_iter().find(|c| c.type_ == condition::READY).unwrap();
+    assert_eq!(ready.status, "False");
+}
+
+#[test]
+fn degraded_vip_unhealthy_and_conflict() {
+    let mut o = healthy();
+    o.vips[0].state = Some(VipState::Unhealthy);
+    degraded_by(&o, reason::VIP_UNHEALTHY, "vip (10.0.0.10/24)");
+    let mut o = healthy();
+    o.vips[0].state = Some(VipState::Conflict);
+    degraded_by(&o, reason::VIP_CONFLICT, "foreign host answers for VIP vip");
+}
+
+#[test]
+fn conditions_keep_their_timestamps_and_show_paused() {
+    let mut o = healthy();
+    let a = run(&o);
+    let first = conditions(&o, &a, &revision(&o));
+    o.status.conditions = first.clone();
+    let later = o.now.as_second() + 100;
+    o.now = Timestamp::from_second(later).unwrap();
+    for c in &mut o.status.members {
+        c.last_seen = Some(Time(o.now));
+    }
+    let second = conditions(&o, &run(&o), &revision(&o));
+    assert_eq!(first, second, "nothing changed: the same conditions, the same times");
+    o.spec.paused = true;
+    apply_revision(&mut o);
+    let third = conditions(&o, &run(&o), &revision(&o));
+    let ready = third.iter().find(|c| c.type_ == condition::READY).unwrap();
+    assert!(ready.message.contains("paused (spec.paused)"), "{ready:?}");
+    assert_eq!(ready.last_transition_time, first[0].last_transition_time, "still Ready: time kept");
+    // A flip gets a new time.
+    m(&mut o, "b").role = Some("Init".to_owned());
+    let fourth = conditions(&o, &run(&o), &revision(&o));
+    let ready = fourth.iter().find(|c| c.type_ == condition::READY).unwrap();
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.last_transition_time, Time(o.now));
+}
+
+#[test]
+fn invalid_spec_condition() {
+    let mut s = spec();
+    s.members[1].priority = 200;
+    s.takeover.hold_down = "999999999999999999999h".to_owned();
+    let problems = validate_spec("p", &s, "havip-operator");
+    assert!(problems.iter().any(|p| p.contains("priority 200 is used twice")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("takeover.holdDown")), "{problems:?}");
+    assert!(validate_spec("operator", &spec(), "havip-operator").iter().any(|p| p.contains("leader-election Lease")));
+    assert!(validate_spec("p", &spec(), "havip-operator").is_empty());
+    let mut o = healthy();
+    o.spec_problems = problems;
+    let conds = conditions(&o, &run(&o), &revision(&o));
+    let c = conds.iter().find(|c| c.type_ == condition::INVALID_SPEC).unwrap();
+    assert_eq!(c.status, "True");
+    assert!(c.message.contains("used twice"));
+}
+
+#[test]
+fn config_revision_follows_spec_fips_and_addresses() {
+    let o = healthy();
+    let r = revision(&o);
+    assert_eq!(r.len(), 16);
+    assert_eq!(r, revision(&o), "stable");
+    let mut o2 = healthy();
+    o2.vips[0].spec = Some(fip("10.0.0.11/24"));
+    assert_ne!(r, revision(&o2), "a FloatingIP change");
+    let mut o3 = healthy();
+    o3.nodes.insert("b".to_owned(), node("10.0.0.99"));
+    assert_ne!(r, revision(&o3), "an address change");
+    // Equal to what agents compute from the same inputs.
+    let (addrs, missing) = member_addresses(&o);
+    assert!(missing.is_empty());
+    assert_eq!(addrs["a"]["internal"], "10.0.0.1");
+    let fips = BTreeMap::from([("vip".to_owned(), fip("10.0.0.10/24"))]);
+    assert_eq!(r, format_revision(config_revision(&o.spec, &fips, &addrs)));
+    let status = operator_status(&o, &run(&o), &r, None, None, None, None);
+    assert_eq!(status.config_revision.as_deref(), Some(r.as_str()));
+    assert_eq!(status.vips, Some(1));
+    assert_eq!(status.standby.as_deref(), Some("b"));
+}
+
+#[test]
+fn interface_paths_take_the_published_address_and_ipv4_first() {
+    let mut o = healthy();
+    o.spec.heartbeat.paths = serde_json::from_value(serde_json::json!([
+        {"name": "data", "interface": "eth1"}, {"name": "internal", "addressType": "InternalIP"}
+    ]))
+    .unwrap();
+    o.nodes.insert(
+        "a".to_owned(),
+        Some(NodeInfo {
+            addresses: vec![
+                ("InternalIP".to_owned(), "fd00::1".to_owned()),
+                ("InternalIP".to_owned(), "10.0.0.1".to_owned()),
+            ],
+        }),
+    );
+    m(&mut o, "a").path_addresses =
+        vec![havip_crds::hapair::PathAddress { path: "data".to_owned(), address: "192.168.1.1".to_owned() }];
+    let (addrs, missing) = member_addresses(&o);
+    assert_eq!(addrs["a"]["data"], "192.168.1.1");
+    assert_eq!(addrs["a"]["internal"], "10.0.0.1");
+    assert_eq!(missing, vec!["member b has no address on path data"]);
+}
+
+#[test]
+fn parses_request_annotations() {
+    let r = parse_request(RequestKind::Failover, "abc-1").unwrap();
+    assert_eq!((r.id.as_str(), r.target), ("abc-1", None));
+    let r = parse_request(RequestKind::ForceFailover, "x:node-b").unwrap();
+    assert_eq!(r.target.as_deref(), Some("node-b"));
+    assert!(parse_request(RequestKind::Clear, "x:node-b").unwrap_err().1.contains("takes no target"));
+    assert!(parse_request(RequestKind::Failover, "").unwrap_err().1.contains("malformed request id"));
+    assert!(parse_request(RequestKind::Failover, "a b").is_err());
+    assert!(parse_request(RequestKind::Failover, "x:").unwrap_err().1.contains("malformed target"));
+    assert!(parse_request(RequestKind::Failover, &"x".repeat(64)).is_err());
+    assert_eq!(RequestKind::RotateKey.key(), "rotate-key");
+}
+
+#[test]
+fn each_request_id_is_taken_once() {
+    let mut o = healthy();
+    o.annotations.insert(annotation::FAILOVER.to_owned(), "r1".to_owned());
+    assert_eq!(next_request(&o), Some(Ok(Request { kind: RequestKind::Failover, id: "r1".to_owned(), target: None })));
+    // Handled (recorded), or visible in the status: not again.
+    o.annotations.insert(HANDLED_ANNOTATION.to_owned(), r#"{"failover":"r1"}"#.to_owned());
+    assert_eq!(next_request(&o), None);
+    o.annotations.remove(HANDLED_ANNOTATION);
+    o.status.last_operation = Some(Operation {
+        id: "r1".to_owned(),
+        kind: "PlannedFailover".to_owned(),
+        result: "Succeeded".to_owned(),
+        message: String::new(),
+        time: None,
+    });
+    assert_eq!(next_request(&o), None);
+    // A new id is.
+    o.annotations.insert(annotation::CLEAR.to_owned(), "r2".to_owned());
+    assert_eq!(next_request(&o).unwrap().unwrap().kind, RequestKind::Clear);
+}
+
+fn decide_on(o: &Observed, kind: RequestKind, target: Option<&str>) -> Decision {
+    let req = Request { kind, id: "r".to_owned(), target: target.map(str::to_owned) };
+    decide(o, &run(o), &revision(o), &req)
+}
+
+fn refused_with(d: Decision, phrase: &str) {
+    match d {
+        Decision::Refuse(why) => assert!(why.contains(phrase), "{why:?} lacks {phrase:?}"),
+        other => panic!("expected a refusal containing {phrase:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn planned_failover_preconditions() {
+    let o = healthy();
+    match decide_on(&o, RequestKind::Failover, None) {
+        Decision::Command(c) => {
+            assert_eq!((c.kind.as_str(), c.target.as_deref()), ("PlannedFailover", Some("b")));
+        }
+        d => panic!("{d:?}"),
+    }
+    refused_with(decide_on(&o, RequestKind::Failover, Some("a")), "a is already active");
+    refused_with(decide_on(&o, RequestKind::Failover, Some("zz")), "zz is not a member");
+    let mut p = healthy();
+    p.spec.paused = true;
+    apply_revision(&mut p);
+    refused_with(decide_on(&p, RequestKind::Failover, None), "paused");
+    assert!(matches!(decide_on(&p, RequestKind::ForceFailover, None), Decision::Command(_)), "forced ignores paused");
+    let mut s = healthy();
+    m(&mut s, "b").applied_revision = Some("0000000000000001".to_owned());
+    refused_with(decide_on(&s, RequestKind::Failover, None), "have not both applied revision");
+    let mut h = healthy();
+    m(&mut h, "b").heard[0].heard = false;
+    refused_with(decide_on(&h, RequestKind::Failover, None), "does not hear its peer on path internal");
+    let mut n = healthy();
+    m(&mut n, "b").role = Some("Init".to_owned());
+    refused_with(decide_on(&n, RequestKind::Failover, None), "b reports role Init");
+    // Forced skips readiness.
+    assert!(matches!(decide_on(&n, RequestKind::ForceFailover, None), Decision::Command(_)));
+    let mut x = healthy();
+    x.lease = Some(LeaseInfo { holder: None, transitions: 2, renew_time: None });
+    refused_with(decide_on(&x, RequestKind::ForceFailover, None), "nobody is active");
+    let mut busy = healthy();
+    busy.status.command =
+        Some(PairCommand { id: "old".to_owned(), kind: "PlannedFailover".to_owned(), target: None, issued: None });
+    refused_with(decide_on(&busy, RequestKind::Failover, None), "PlannedFailover old is still in progress");
+    let mut bad = healthy();
+    bad.spec_problems = vec!["boom".to_owned()];
+    refused_with(decide_on(&bad, RequestKind::Failover, None), "the spec is invalid: boom");
+}
+
+#[test]
+fn clear_and_resume_preconditions() {
+    let o = healthy();
+    refused_with(decide_on(&o, RequestKind::Clear, None), "nothing to clear");
+    refused_with(decide_on(&o, RequestKind::ResumeFailback, None), "Manual");
+    let mut s = healthy();
+    m(&mut s, "a").alarms = vec!["Suspended".to_owned()];
+    s.spec.failback.mode = havip_crds::FailbackMode::Automatic;
+    apply_revision(&mut s);
+    assert!(
+        matches!(decide_on(&s, RequestKind::Clear, None), Decision::Command(ref c) if c.kind == "ClearSuspension" && c.target.is_none())
+    );
+    assert!(matches!(decide_on(&s, RequestKind::ResumeFailback, None), Decision::Command(_)));
+}
+
+#[test]
+fn rotate_key_one_at_a_time() {
+    let o = healthy();
+    assert_eq!(decide_on(&o, RequestKind::RotateKey, None), Decision::RotateKey { key_id: 2 });
+    let mut r = healthy();
+    r.key =
+        Some(KeyInfo { key_id: 2, previous_key_id: Some(1), rotation_id: Some("k1".to_owned()), ..KeyInfo::default() });
+    refused_with(
+        decide_on(&r, RequestKind::RotateKey, None),
+        "key rotation k1 to key 2 is in progress (waiting for a, b)",
+    );
+    let mut s = healthy();
+    s.spec.heartbeat.key_secret_ref = Some(havip_crds::SecretRef { name: "mine".to_owned(), namespace: None });
+    refused_with(decide_on(&s, RequestKind::RotateKey, None), "rotate it there");
+}
+
+#[test]
+fn key_rotation_finishes_only_when_every_member_reports_the_new_key() {
+    let mut o = healthy();
+    o.key = Some(KeyInfo {
+        key_id: 2,
+        previous_key_id: Some(1),
+        members: Some(["a".to_owned(), "b".to_owned()].into()),
+        ..KeyInfo::default()
+    });
+    assert_eq!(key_action(&o), KeyAction::None);
+    m(&mut o, "a").key_id = Some(2);
+    assert_eq!(key_action(&o), KeyAction::None, "b still on key 1");
+    m(&mut o, "b").key_id = Some(2);
+    assert_eq!(key_action(&o), KeyAction::FinishRotation);
+}
+
+#[test]
+fn member_replacement_rotates_the_key() {
+    let mut o = healthy();
+    o.spec.members[1].node = "c".to_owned();
+    assert_eq!(key_action(&o), KeyAction::RotateForRemoval { removed: vec!["b".to_owned()] });
+    // Only an addition: record, no rotation.
+    let mut o = healthy();
+    o.spec.members.push(havip_crds::Member { node: "c".to_owned(), priority: 50, maintenance: false });
+    assert_eq!(key_action(&o), KeyAction::RecordMembers);
+    let mut o = healthy();
+    o.key.as_mut().unwrap().members = None;
+    assert_eq!(key_action(&o), KeyAction::RecordMembers);
+    assert_eq!(key_action(&healthy()), KeyAction::None);
+}
+
+#[test]
+fn command_answers_and_timeout() {
+    let mut o = healthy();
+    let now = o.now;
+    let cmd = PairCommand {
+        id: "r1".to_owned(),
+        kind: "PlannedFailover".to_owned(),
+        target: Some("b".to_owned()),
+        issued: Some(t(2, now)),
+    };
+    assert_eq!(command_answer(&o, &cmd), None, "nobody answered yet, not timed out");
+    assert_eq!(command_deadline(&o, &cmd), Duration::from_secs(8));
+    m(&mut o, "a").last_operation = Some(Operation {
+        id: "r1".to_owned(),
+        kind: "PlannedFailover".to_owned(),
+        result: "Succeeded".to_owned(),
+        message: "handed over to b in 40 ms".to_owned(),
+        time: None,
+    });
+    let op = command_answer(&o, &cmd).unwrap();
+    assert_eq!((op.result.as_str(), op.message.as_str()), ("Succeeded", "a: handed over to b in 40 ms"));
+    // An answer to another id does not count; after 10 s: Failed.
+    m(&mut o, "a").last_operation.as_mut().unwrap().id = "other".to_owned();
+    let late = PairCommand { issued: Some(t(11, now)), ..cmd };
+    let op = command_answer(&o, &late).unwrap();
+    assert_eq!(op.result, "Failed");
+    assert!(op.message.contains("no agent answered"), "{}", op.message);
+}
+
+#[test]
+fn clear_needs_every_reporting_member() {
+    let mut o = healthy();
+    let now = o.now;
+    let cmd =
+        PairCommand { id: "c1".to_owned(), kind: "ClearSuspension".to_owned(), target: None, issued: Some(t(1, now)) };
+    let ok = |id: &str| {
+        Some(Operation {
+            id: id.to_owned(),
+            kind: "ClearSuspension".to_owned(),
+            result: "Succeeded".to_owned(),
+            message: "cleared".to_owned(),
+            time: None,
+        })
+    };
+    m(&mut o, "a").last_operation = ok("c1");
+    assert_eq!(command_answer(&o, &cmd), None, "b has not answered");
+    m(&mut o, "b").last_operation = ok("c1");
+    assert_eq!(command_answer(&o, &cmd).unwrap().result, "Succeeded");
+}
+
+#[test]
+fn transitions_follow_the_lease() {
+    let mut o = healthy();
+    let (tr, new) = last_transition(&o);
+    let tr = tr.unwrap();
+    assert!(new);
+    assert_eq!((tr.from.as_str(), tr.to.as_str(), tr.reason.as_str(), tr.epoch), ("", "a", reason::ELECTED, 1));
+    o.status.last_transition = Some(tr.clone());
+    o.status.active = Some("a".to_owned());
+    assert_eq!(last_transition(&o), (Some(tr), false), "unchanged Lease: the same transition");
+    // The Lease moves to b; b reports why.
+    o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
+    let (tr, new) = last_transition(&o);
+    let tr = tr.unwrap();
+    assert!(new);
+    assert_eq!((tr.from.as_str(), tr.to.as_str(), tr.reason.as_str()), ("a", "b", local_reason::ROLE_CHANGE));
+    o.status.last_transition = Some(tr);
+    m(&mut o, "b").last_transition = Some(Transition {
+        from: "a".to_owned(),
+        to: "b".to_owned(),
+        reason: reason::PEER_LOST.to_owned(),
+        epoch: 2,
+        time: None,
+    });
+    let (tr, new) = last_transition(&o);
+    assert!(!new, "a refinement, not a new transition");
+    assert_eq!(tr.unwrap().reason, reason::PEER_LOST);
+}
+
+#[test]
+fn status_comparison_ignores_timestamps_only() {
+    let o = healthy();
+    let a = run(&o);
+    let r = revision(&o);
+    let s1 = operator_status(&o, &a, &r, None, None, None, None);
+    let mut s2 = s1.clone();
+    s2.conditions[0].last_transition_time = Time(Timestamp::from_second(1).unwrap());
+    s2.members = o.status.members.clone();
+    assert_eq!(without_timestamps(&s1), without_timestamps(&s2));
+    s2.phase = Some(Phase::Degraded);
+    assert_ne!(without_timestamps(&s1), without_timestamps(&s2));
+}
+
+#[test]
+fn random_keys_are_64_hex_digits_and_differ() {
+    let k1 = random_key_hex().unwrap();
+    let k2 = random_key_hex().unwrap();
+    assert_eq!(k1.len(), 64);
+    assert!(k1.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_ne!(k1, k2);
+}
