@@ -134,29 +134,30 @@ fn maintenance_on_the_active_hands_over_and_on_the_standby_takes_it_out() {
     assert!(ok, "{out}");
     wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(10));
     assert_eq!(lab.holders().expect("holders"), vec![1]);
-    let p = lab.block_on(lab.wait_pair("web", Duration::from_secs(10), "n0 in Maintenance", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Maintenance"))
-        })
-    }))
-    .expect("n0 in maintenance");
+    let p = lab
+        .block_on(lab.wait_pair("web", Duration::from_secs(10), "n0 in Maintenance", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Maintenance")))
+        }))
+        .expect("n0 in maintenance");
     let _ = p;
     // Maintenance off: n0 comes back as standby; the VIPs stay on n1 (failback is Manual).
     let (ok, out) = lab.plugin(&["maintenance", "web", "n0", "off"]);
     assert!(ok, "{out}");
     lab.block_on(lab.wait_pair("web", Duration::from_secs(10), "n0 Standby", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Standby"))
-        })
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Standby")))
     }))
     .expect("n0 standby");
     // Maintenance on the standby n0: if the active dies, nobody takes over.
     let (ok, out) = lab.plugin(&["maintenance", "web", "n0", "on"]);
     assert!(ok, "{out}");
     lab.block_on(lab.wait_pair("web", Duration::from_secs(10), "n0 Maintenance", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Maintenance"))
-        })
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Maintenance")))
     }))
     .expect("n0 maintenance");
     lab.topo.cut_cable(1, Link::Mgmt).expect("cut");
@@ -178,7 +179,11 @@ fn automatic_failback_honours_its_recovery_window_and_quarantine() {
     lab.topo.restore_cable(0, Link::Mgmt).expect("restore");
     // n0 must be ready for the whole recovery window before the pair moves back.
     wait_phase(&lab, Phase::Live, "n0", Duration::from_secs(30));
-    assert!(back.elapsed() >= Duration::from_secs(3), "failback after {:?}, before the 3 s recovery window", back.elapsed());
+    assert!(
+        back.elapsed() >= Duration::from_secs(3),
+        "failback after {:?}, before the 3 s recovery window",
+        back.elapsed()
+    );
     // Failover 2 within the window: quarantine, no failback this time.
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut");
     lab.topo.cut_cable(0, Link::Data).expect("cut");
@@ -219,9 +224,9 @@ fn a_bad_spec_edit_is_refused_or_conditioned_and_nothing_moves() {
     lab.block_on(lab.apply(&ghost)).expect("schema-valid");
     let p = lab
         .block_on(lab.wait_pair("web", Duration::from_secs(10), "a condition naming the missing node", |p| {
-            p.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| c.status == "True" && c.message.contains("ghost"))
-            })
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.status == "True" && c.message.contains("ghost")))
         }))
         .expect("conditioned");
     assert_eq!(active(&p).as_deref(), Some("n0"));

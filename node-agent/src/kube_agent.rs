@@ -115,6 +115,8 @@ pub fn key_secret_name(pair: &str) -> String {
 struct KubeReporter {
     node: String,
     view: Mutex<ReporterView>,
+    /// (state, epoch) of the VIPs while this member holds them as the active.
+    fip: watch::Sender<Option<(&'static str, u64)>>,
     tx: watch::Sender<Option<MemberStatus>>,
     events: tokio::sync::mpsc::UnboundedSender<sm::Event>,
     operations: Mutex<HashMap<u64, (String, String)>>,
@@ -240,6 +242,24 @@ impl Reporter for KubeReporter {
     }
 
     fn status(&self, status: &sm::Status) {
+        let fip = (status.holds_vips && status.role == sm::Role::Active).then(|| {
+            let state = if status.alarms.contains(&sm::Alarm::VipConflict) {
+                "Conflict"
+            } else if status.alarms.contains(&sm::Alarm::VipUnhealthy) {
+                "Unhealthy"
+            } else {
+                "Announced"
+            };
+            (state, status.epoch)
+        });
+        self.fip.send_if_modified(|cur| {
+            if *cur == fip {
+                false
+            } else {
+                *cur = fip;
+                true
+            }
+        });
         let next = self.member_status(status);
         // Only meaningful changes are written (never just timestamps).
         self.tx.send_if_modified(|cur| {
@@ -295,15 +315,11 @@ async fn event_writer(
     client: Client,
     pair: HAPair,
     node: String,
-    vips: Vec<VipConfig>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<sm::Event>,
-    handle: watch::Receiver<Option<Handle>>,
 ) {
     let recorder =
         Recorder::new(client.clone(), KReporter { controller: "havip-agent".into(), instance: Some(node.clone()) });
     let reference = pair.object_ref(&());
-    let fips: Api<FloatingIP> = Api::all(client);
-    let pp = PatchParams::apply(&havip_crds::manager::agent(&node)).force();
     while let Some(ev) = rx.recv().await {
         let (type_, reason, note) = match &ev {
             sm::Event::RoleChanged { from, to, reason, epoch } => (
@@ -325,19 +341,23 @@ async fn event_writer(
         if let Err(err) = recorder.publish(&e, &reference).await {
             tracing::debug!(error = %err, "failed to publish an Event");
         }
-        // The FloatingIP status follows the holder.
-        let st = handle.borrow().as_ref().map(|h| h.status());
-        if let Some(st) = st
-            && st.holds_vips
-            && st.role == sm::Role::Active
-        {
-            let state = if st.alarms.contains(&sm::Alarm::VipConflict) {
-                "Conflict"
-            } else if st.alarms.contains(&sm::Alarm::VipUnhealthy) {
-                "Unhealthy"
-            } else {
-                "Announced"
-            };
+    }
+}
+
+/// Writes the FloatingIP status while this member holds the VIPs (holder, state, epoch),
+/// when it changes. The previous holder's entries are taken over (forced apply).
+async fn fip_writer(
+    client: Client,
+    node: String,
+    reporter: Arc<KubeReporter>,
+    mut rx: watch::Receiver<Option<(&'static str, u64)>>,
+) {
+    let fips: Api<FloatingIP> = Api::all(client);
+    let pp = PatchParams::apply(&havip_crds::manager::agent(&node)).force();
+    loop {
+        let cur = *rx.borrow_and_update();
+        if let Some((state, epoch)) = cur {
+            let vips = reporter.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner).vips.clone();
             for v in &vips {
                 let patch = serde_json::json!({
                     "apiVersion": "havip.io/v1alpha1",
@@ -346,14 +366,29 @@ async fn event_writer(
                         "holder": node,
                         "state": state,
                         "interface": v.interface,
-                        "epoch": st.epoch,
+                        "epoch": epoch,
                         "lastAnnounced": now_time(),
                     },
                 });
-                if let Err(err) = fips.patch_status(&v.id, &pp, &Patch::Apply(&patch)).await {
-                    tracing::debug!(fip = %v.id, error = %err, "failed to write FloatingIP status");
+                let mut delay = Duration::from_millis(200);
+                loop {
+                    match fips.patch_status(&v.id, &pp, &Patch::Apply(&patch)).await {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(s)) if s.code == 404 => break,
+                        Err(err) => {
+                            tracing::debug!(fip = %v.id, error = %err, "FloatingIP status write failed; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(5));
+                            if rx.has_changed().unwrap_or(false) {
+                                break;
+                            }
+                        }
+                    }
                 }
             }
+        }
+        if rx.changed().await.is_err() {
+            return;
         }
     }
 }
@@ -632,9 +667,11 @@ async fn start_pair(
     let name = pair.name_any();
     let (tx, rx) = watch::channel(None);
     let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
+    let (fip_tx, fip_rx) = watch::channel(None);
     let reporter = Arc::new(KubeReporter {
         node: opts.node.clone(),
         view: Mutex::new(ReporterView::of(&cfg)),
+        fip: fip_tx,
         tx,
         events: etx,
         operations: Mutex::new(HashMap::new()),
@@ -643,7 +680,6 @@ async fn start_pair(
     let lease = Arc::new(KubeLease { api: Api::namespaced(client.clone(), &opts.namespace), name: lease_name(&name) });
     let keys = cfg.keys.clone();
     let revision = cfg.sm.config_revision;
-    let vips = cfg.vips.clone();
     let (handle, task) = runtime::start(
         cfg,
         Options {
@@ -655,10 +691,10 @@ async fn start_pair(
     )
     .await
     .map_err(|e| e.to_string())?;
-    let (_handle_tx, handle_rx) = watch::channel(Some(handle.clone()));
     let aux = vec![
         tokio::spawn(status_writer(client.clone(), name.clone(), opts.node.clone(), rx)),
-        tokio::spawn(event_writer(client.clone(), pair.clone(), opts.node.clone(), vips, erx, handle_rx)),
+        tokio::spawn(event_writer(client.clone(), pair.clone(), opts.node.clone(), erx)),
+        tokio::spawn(fip_writer(client.clone(), opts.node.clone(), reporter.clone(), fip_rx)),
     ];
     Ok(PairRun {
         revision,
