@@ -12,11 +12,12 @@ use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -40,6 +41,9 @@ pub struct PairMemory {
     pub failures: u32,
     /// The generation of an unreadable object already warned about.
     pub warned_generation: Option<i64>,
+    /// A role change seen but not yet announced by an Event (epoch), waiting for the
+    /// new active to report why.
+    pub unannounced_epoch: Option<i64>,
 }
 
 /// Everything a reconcile needs.
@@ -48,8 +52,6 @@ pub struct Context {
     pub client: Client,
     /// Flags.
     pub settings: Settings,
-    /// The Event recorder (the audit log).
-    pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// True while this replica is the leader; every write checks it.
@@ -96,22 +98,39 @@ impl Context {
         f(guard.entry(pair.to_owned()).or_default())
     }
 
-    /// Publishes an Event about `obj`; failures are logged and counted, never fatal.
+    /// Publishes an Event about `obj` (events.k8s.io/v1, in `default` for cluster-scoped
+    /// objects); failures are logged and counted, never fatal.
+    ///
+    /// Every call creates its own Event: kube-runtime's `Recorder` folds Events with the
+    /// same reason into a series that keeps the first note, which would lose entries of
+    /// the audit log (e.g. two different `Degraded` causes within minutes).
     pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, ev: Ev) {
         if !self.leader.load(Ordering::SeqCst) {
             return;
         }
         let reference = obj.object_ref(&());
         let name = reference.name.clone().unwrap_or_default();
-        let kube_event = KubeEvent {
-            type_: if ev.warning { EventType::Warning } else { EventType::Normal },
-            reason: ev.reason.clone(),
+        let ns = reference.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = KubeEvent {
+            action: Some(ev.action.to_owned()),
+            reason: Some(ev.reason.clone()),
             note: Some(truncate(&ev.note, 1000)),
-            action: ev.action.to_owned(),
-            secondary: None,
+            type_: Some(if ev.warning { "Warning" } else { "Normal" }.to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference),
+            reporting_controller: Some("havip.io/operator".to_owned()),
+            reporting_instance: Some(truncate(&self.settings.identity, 128)),
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            ..KubeEvent::default()
         };
         tracing::info!(object = %name, reason = %ev.reason, warning = ev.warning, note = %ev.note, "event");
-        if let Err(e) = self.recorder.publish(&kube_event, &reference).await {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(object = %name, reason = %ev.reason, error = %e, "failed to publish an Event");
             self.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { category: "event" }).inc();
         }
@@ -245,10 +264,6 @@ pub async fn run_controllers(
 
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter { controller: "havip-operator".to_owned(), instance: Some(settings.identity.clone()) },
-        ),
         settings: settings.clone(),
         metrics: metrics.clone(),
         leader,
