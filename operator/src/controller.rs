@@ -11,9 +11,9 @@ use futures::{FutureExt, Stream, StreamExt};
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::WatchStreamExt;
@@ -199,34 +199,42 @@ fn node_addresses(n: &Node) -> NodeAddresses {
         .unwrap_or_default()
 }
 
-/// Node watch events reduced to the ones that matter to pairs: a Node appearing,
-/// disappearing, or changing its addresses (kubelets update Node status every few
-/// seconds; those updates trigger nothing).
-fn node_triggers(
-    stream: impl Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
-) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
-    let seen: Arc<Mutex<HashMap<String, NodeAddresses>>> = Arc::default();
+/// Watch events reduced to those that change `key(object)`: an object appearing,
+/// disappearing, or changing its key. Used for Nodes (key: addresses — kubelets update
+/// Node status every few seconds, which must trigger nothing) and for HAPairs in the
+/// FloatingIP controller (key: none — only existence matters there).
+fn changed_triggers<K, T>(
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    key: impl Fn(&K) -> T + Send + Sync + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+    T: PartialEq + Send + 'static,
+{
+    let seen: Arc<Mutex<HashMap<String, T>>> = Arc::default();
+    let key = Arc::new(key);
     stream.filter_map(move |ev| {
         let seen = seen.clone();
+        let key = key.clone();
         async move {
             let mut seen = match seen.lock() {
                 Ok(g) => g,
                 Err(p) => p.into_inner(),
             };
             match ev {
-                Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                    let addrs = node_addresses(&n);
-                    let name = n.name_any();
-                    if seen.get(&name) == Some(&addrs) {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    let k = key(&o);
+                    let name = o.meta().name.clone().unwrap_or_default();
+                    if seen.get(&name) == Some(&k) {
                         None
                     } else {
-                        seen.insert(name, addrs);
-                        Some(Ok(n))
+                        seen.insert(name, k);
+                        Some(Ok(o))
                     }
                 }
-                Ok(Event::Delete(n)) => {
-                    seen.remove(&n.name_any());
-                    Some(Ok(n))
+                Ok(Event::Delete(o)) => {
+                    seen.remove(o.meta().name.as_deref().unwrap_or_default());
+                    Some(Ok(o))
                 }
                 Ok(Event::Init | Event::InitDone) => None,
                 Err(e) => Some(Err(e)),
@@ -298,8 +306,10 @@ pub async fn run_controllers(
         out
     };
     // Node → the pairs naming it.
-    let node_stream =
-        node_triggers(watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w));
+    let node_stream = changed_triggers(
+        watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w),
+        node_addresses,
+    );
     let pairs_for_nodes = pair_store.clone();
     let node_mapper = move |n: Node| {
         let name = n.name_any();
@@ -338,7 +348,10 @@ pub async fn run_controllers(
     .touched_objects();
     let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
-    let pair_stream = reflector(pairs_w, watcher(pairs_api, wc.clone()).default_backoff()).touched_objects();
+    let pair_stream = changed_triggers(
+        watcher(pairs_api, wc.clone()).default_backoff().reflect(pairs_w),
+        |_: &DeserializeGuard<HAPair>| (),
+    );
     let fips_for_pairs = fip_store.clone();
     let pair_mapper = move |p: DeserializeGuard<HAPair>| {
         let name = p.name_any();

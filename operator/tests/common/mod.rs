@@ -87,9 +87,10 @@ pub async fn apply_yaml(client: &Client, yaml: &str) {
         let pp = PatchParams::apply("havip-test").force();
         let res = match kind.as_str() {
             "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&doc)).await.map(|_| ()),
-            "FloatingIP" => {
-                Api::<havip_crds::FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&doc)).await.map(|_| ())
-            }
+            "FloatingIP" => Api::<havip_crds::FloatingIP>::all(client.clone())
+                .patch(&name, &pp, &Patch::Apply(&doc))
+                .await
+                .map(|_| ()),
             other => panic!("unexpected kind {other}"),
         };
         res.unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
@@ -104,7 +105,9 @@ pub fn pair_yaml(name: &str, a: &str, b: &str) -> String {
 }
 
 pub fn fip_yaml(name: &str, pair: &str, addr: &str) -> String {
-    format!("apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: {name}}}\nspec: {{pair: {pair}, address: {addr}}}\n")
+    format!(
+        "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: {name}}}\nspec: {{pair: {pair}, address: {addr}}}\n"
+    )
 }
 
 /// Polls `check` every 100 ms until it returns Some, or panics after `timeout`.
@@ -190,7 +193,8 @@ pub async fn set_lease(client: &Client, pair: &str, holder: Option<&str>, epoch:
     let spec = lease.spec.get_or_insert_with(Default::default);
     spec.holder_identity = holder.map(str::to_owned);
     spec.lease_transitions = Some(epoch);
-    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    spec.renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
     lease.metadata.managed_fields = None;
     api.replace(&name, &PostParams::default(), &lease).await.unwrap_or_else(|e| panic!("CAS Lease {name}: {e}"));
 }
@@ -210,7 +214,14 @@ pub async fn events_for(client: &Client, object: &str) -> Vec<Event> {
 pub fn event_summary(events: &[Event]) -> String {
     events
         .iter()
-        .map(|e| format!("{} {} {}", e.type_.as_deref().unwrap_or(""), e.reason.as_deref().unwrap_or(""), e.note.as_deref().unwrap_or("")))
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.type_.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.note.as_deref().unwrap_or("")
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -220,9 +231,8 @@ pub async fn wait_event(client: &Client, object: &str, reason: &str, phrase: &st
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let evs = events_for(client, object).await;
-        if let Some(e) = evs
-            .iter()
-            .find(|e| e.reason.as_deref() == Some(reason) && e.note.as_deref().unwrap_or("").contains(phrase))
+        if let Some(e) =
+            evs.iter().find(|e| e.reason.as_deref() == Some(reason) && e.note.as_deref().unwrap_or("").contains(phrase))
         {
             return e.clone();
         }
@@ -342,6 +352,9 @@ pub fn phase_of(p: &HAPair) -> Option<havip_crds::Phase> {
     p.status.as_ref().and_then(|s| s.phase)
 }
 
-pub fn condition_of<'a>(p: &'a HAPair, t: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+pub fn condition_of<'a>(
+    p: &'a HAPair,
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     p.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
 }
