@@ -341,6 +341,11 @@ async fn bench(cp: &ControlPlane, args: &Args) -> Result<(), BoxError> {
     let after_api = apiserver_requests(&client).await.unwrap_or_default();
     let (after_count, ..) = reconcile_stats(&after_text);
     let secs = window.elapsed().as_secs_f64();
+    let window_mean = {
+        let sum = |t: &str| metric(t, "havip_operator_reconcile_duration_seconds_sum{controller=\"hapair\"}");
+        let n = after_count - before_count;
+        if n > 0.0 { ((sum(&after_text) - sum(&before_text)) / n * 1000.0 * 100.0).round() / 100.0 } else { 0.0 }
+    };
     let mut api_delta = serde_json::Map::new();
     if let (Some(a), Some(b)) = (after_api.as_object(), before_api.as_object()) {
         for (k, v) in a {
@@ -358,11 +363,7 @@ async fn bench(cp: &ControlPlane, args: &Args) -> Result<(), BoxError> {
             "pairs": args.pairs,
             "window_seconds": (secs * 10.0).round() / 10.0,
             "reconciles_per_second": ((after_count - before_count) / secs * 100.0).round() / 100.0,
-            "reconcile_mean_ms_in_window": {
-                let sum = |t: &str| metric(t, "havip_operator_reconcile_duration_seconds_sum{controller=\"hapair\"}");
-                let n = after_count - before_count;
-                if n > 0.0 { ((sum(&after_text) - sum(&before_text)) / n * 1000.0 * 100.0).round() / 100.0 } else { 0.0 }
-            },
+            "reconcile_mean_ms_in_window": window_mean,
             "status_writes_in_window": metric(&after_text, "havip_operator_status_writes_total{kind=\"HAPair\"}") - before_writes,
             "cpu_seconds_in_window": ((op.cpu_seconds() - before_cpu) * 100.0).round() / 100.0,
             "apiserver_requests_in_window": api_delta,
