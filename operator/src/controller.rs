@@ -172,6 +172,10 @@ impl Ev {
     }
 }
 
+fn drop_managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
 /// Keeps only what the operator reads of a Node (name, uid, addresses), so that
 /// the cache stays small on big clusters.
 fn slim_node(n: &mut Node) {
@@ -265,10 +269,26 @@ pub async fn run_controllers(
     let (leases, leases_w) = reflector::store();
     let (secrets, secrets_w) = reflector::store();
 
-    let hapair_ctrl = Controller::new(pairs_api.clone(), wc.clone());
-    let pair_store = hapair_ctrl.store();
-    let fip_ctrl = Controller::new(fips_api.clone(), wc.clone());
-    let fip_store = fip_ctrl.store();
+    // The primary watches drop managedFields (several managers per object: the user,
+    // the operator, one per agent) before caching: nothing here reads them.
+    let (pair_store, pair_w) = reflector::store();
+    let hapair_ctrl = Controller::for_stream(
+        watcher(pairs_api.clone(), wc.clone())
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect(pair_w)
+            .applied_objects(),
+        pair_store.clone(),
+    );
+    let (fip_store, fip_w) = reflector::store();
+    let fip_ctrl = Controller::for_stream(
+        watcher(fips_api.clone(), wc.clone())
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect(fip_w)
+            .applied_objects(),
+        fip_store.clone(),
+    );
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -285,7 +305,8 @@ pub async fn run_controllers(
 
     // FloatingIP → its pair (and the pair it named before, when it moved).
     let fip_pairs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff()).touched_objects();
+    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields))
+        .touched_objects();
     let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
         let name = f.name_any();
         let mut out = Vec::new();
@@ -349,7 +370,7 @@ pub async fn run_controllers(
     let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
     let pair_stream = changed_triggers(
-        watcher(pairs_api, wc.clone()).default_backoff().reflect(pairs_w),
+        watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
         |_: &DeserializeGuard<HAPair>| (),
     );
     let fips_for_pairs = fip_store.clone();
