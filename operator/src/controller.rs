@@ -11,12 +11,13 @@ use futures::{FutureExt, Stream, StreamExt};
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -40,6 +41,9 @@ pub struct PairMemory {
     pub failures: u32,
     /// The generation of an unreadable object already warned about.
     pub warned_generation: Option<i64>,
+    /// A role change seen but not yet announced by an Event (epoch), waiting for the
+    /// new active to report why.
+    pub unannounced_epoch: Option<i64>,
 }
 
 /// Everything a reconcile needs.
@@ -48,8 +52,6 @@ pub struct Context {
     pub client: Client,
     /// Flags.
     pub settings: Settings,
-    /// The Event recorder (the audit log).
-    pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// True while this replica is the leader; every write checks it.
@@ -96,22 +98,39 @@ impl Context {
         f(guard.entry(pair.to_owned()).or_default())
     }
 
-    /// Publishes an Event about `obj`; failures are logged and counted, never fatal.
+    /// Publishes an Event about `obj` (events.k8s.io/v1, in `default` for cluster-scoped
+    /// objects); failures are logged and counted, never fatal.
+    ///
+    /// Every call creates its own Event: kube-runtime's `Recorder` folds Events with the
+    /// same reason into a series that keeps the first note, which would lose entries of
+    /// the audit log (e.g. two different `Degraded` causes within minutes).
     pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, ev: Ev) {
         if !self.leader.load(Ordering::SeqCst) {
             return;
         }
         let reference = obj.object_ref(&());
         let name = reference.name.clone().unwrap_or_default();
-        let kube_event = KubeEvent {
-            type_: if ev.warning { EventType::Warning } else { EventType::Normal },
-            reason: ev.reason.clone(),
+        let ns = reference.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = KubeEvent {
+            action: Some(ev.action.to_owned()),
+            reason: Some(ev.reason.clone()),
             note: Some(truncate(&ev.note, 1000)),
-            action: ev.action.to_owned(),
-            secondary: None,
+            type_: Some(if ev.warning { "Warning" } else { "Normal" }.to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference),
+            reporting_controller: Some("havip.io/operator".to_owned()),
+            reporting_instance: Some(truncate(&self.settings.identity, 128)),
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            ..KubeEvent::default()
         };
         tracing::info!(object = %name, reason = %ev.reason, warning = ev.warning, note = %ev.note, "event");
-        if let Err(e) = self.recorder.publish(&kube_event, &reference).await {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(object = %name, reason = %ev.reason, error = %e, "failed to publish an Event");
             self.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { category: "event" }).inc();
         }
@@ -153,6 +172,10 @@ impl Ev {
     }
 }
 
+fn drop_managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
 /// Keeps only what the operator reads of a Node (name, uid, addresses), so that
 /// the cache stays small on big clusters.
 fn slim_node(n: &mut Node) {
@@ -180,34 +203,42 @@ fn node_addresses(n: &Node) -> NodeAddresses {
         .unwrap_or_default()
 }
 
-/// Node watch events reduced to the ones that matter to pairs: a Node appearing,
-/// disappearing, or changing its addresses (kubelets update Node status every few
-/// seconds; those updates trigger nothing).
-fn node_triggers(
-    stream: impl Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
-) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
-    let seen: Arc<Mutex<HashMap<String, NodeAddresses>>> = Arc::default();
+/// Watch events reduced to those that change `key(object)`: an object appearing,
+/// disappearing, or changing its key. Used for Nodes (key: addresses — kubelets update
+/// Node status every few seconds, which must trigger nothing) and for HAPairs in the
+/// FloatingIP controller (key: none — only existence matters there).
+fn changed_triggers<K, T>(
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    key: impl Fn(&K) -> T + Send + Sync + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+    T: PartialEq + Send + 'static,
+{
+    let seen: Arc<Mutex<HashMap<String, T>>> = Arc::default();
+    let key = Arc::new(key);
     stream.filter_map(move |ev| {
         let seen = seen.clone();
+        let key = key.clone();
         async move {
             let mut seen = match seen.lock() {
                 Ok(g) => g,
                 Err(p) => p.into_inner(),
             };
             match ev {
-                Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                    let addrs = node_addresses(&n);
-                    let name = n.name_any();
-                    if seen.get(&name) == Some(&addrs) {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    let k = key(&o);
+                    let name = o.meta().name.clone().unwrap_or_default();
+                    if seen.get(&name) == Some(&k) {
                         None
                     } else {
-                        seen.insert(name, addrs);
-                        Some(Ok(n))
+                        seen.insert(name, k);
+                        Some(Ok(o))
                     }
                 }
-                Ok(Event::Delete(n)) => {
-                    seen.remove(&n.name_any());
-                    Some(Ok(n))
+                Ok(Event::Delete(o)) => {
+                    seen.remove(o.meta().name.as_deref().unwrap_or_default());
+                    Some(Ok(o))
                 }
                 Ok(Event::Init | Event::InitDone) => None,
                 Err(e) => Some(Err(e)),
@@ -238,17 +269,29 @@ pub async fn run_controllers(
     let (leases, leases_w) = reflector::store();
     let (secrets, secrets_w) = reflector::store();
 
-    let hapair_ctrl = Controller::new(pairs_api.clone(), wc.clone());
-    let pair_store = hapair_ctrl.store();
-    let fip_ctrl = Controller::new(fips_api.clone(), wc.clone());
-    let fip_store = fip_ctrl.store();
+    // The primary watches drop managedFields (several managers per object: the user,
+    // the operator, one per agent) before caching: nothing here reads them.
+    let (pair_store, pair_w) = reflector::store();
+    let hapair_ctrl = Controller::for_stream(
+        watcher(pairs_api.clone(), wc.clone())
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect(pair_w)
+            .applied_objects(),
+        pair_store.clone(),
+    );
+    let (fip_store, fip_w) = reflector::store();
+    let fip_ctrl = Controller::for_stream(
+        watcher(fips_api.clone(), wc.clone())
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect(fip_w)
+            .applied_objects(),
+        fip_store.clone(),
+    );
 
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter { controller: "havip-operator".to_owned(), instance: Some(settings.identity.clone()) },
-        ),
         settings: settings.clone(),
         metrics: metrics.clone(),
         leader,
@@ -262,7 +305,8 @@ pub async fn run_controllers(
 
     // FloatingIP → its pair (and the pair it named before, when it moved).
     let fip_pairs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff()).touched_objects();
+    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields))
+        .touched_objects();
     let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
         let name = f.name_any();
         let mut out = Vec::new();
@@ -283,8 +327,10 @@ pub async fn run_controllers(
         out
     };
     // Node → the pairs naming it.
-    let node_stream =
-        node_triggers(watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w));
+    let node_stream = changed_triggers(
+        watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w),
+        node_addresses,
+    );
     let pairs_for_nodes = pair_store.clone();
     let node_mapper = move |n: Node| {
         let name = n.name_any();
@@ -323,7 +369,10 @@ pub async fn run_controllers(
     .touched_objects();
     let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
-    let pair_stream = reflector(pairs_w, watcher(pairs_api, wc.clone()).default_backoff()).touched_objects();
+    let pair_stream = changed_triggers(
+        watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
+        |_: &DeserializeGuard<HAPair>| (),
+    );
     let fips_for_pairs = fip_store.clone();
     let pair_mapper = move |p: DeserializeGuard<HAPair>| {
         let name = p.name_any();

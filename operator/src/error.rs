@@ -126,6 +126,12 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// Renewing the leader-election Lease took longer than the renew deadline allows.
+    #[error("failed to renew the leader-election Lease within {seconds:.1} s")]
+    RenewTimeout {
+        /// How long the attempt was given.
+        seconds: f64,
+    },
     /// The caches did not fill in time (the API server is not answering lists).
     #[error("failed to sync the caches within {seconds} s")]
     CacheSync {
@@ -177,6 +183,7 @@ impl Error {
             Error::List { .. } => "list",
             Error::Watch { .. } => "watch",
             Error::LeaderLease { .. } => "leader_lease",
+            Error::RenewTimeout { .. } => "renew_timeout",
             Error::CacheSync { .. } => "cache_sync",
             Error::NotLeader { .. } => "not_leader",
             Error::Metrics { .. } => "metrics",

@@ -24,6 +24,11 @@ use std::time::Duration;
 const ROTATION_ID: &str = "havip.io/rotation-id";
 const ROTATION_STARTED: &str = "havip.io/rotation-started";
 const KEY_MEMBERS: &str = "havip.io/members";
+/// Prefix of the rotation ids the operator starts itself when members leave.
+const MEMBER_REMOVAL: &str = "member-removal-";
+/// How long a role change waits for the new active to report its cause before it is
+/// announced with the generic reason.
+pub const ROLE_CHANGE_GRACE: Duration = Duration::from_secs(5);
 /// Requeue of an object that cannot be acted on: slow, it will not fix itself.
 pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
 
@@ -32,6 +37,7 @@ pub async fn reconcile(obj: Arc<DeserializeGuard<HAPair>>, ctx: Arc<Context>) ->
     let timer = Timer::start("hapair");
     ctx.wait_ready().await?;
     let name = obj.name_any();
+    tracing::debug!(pair = %name, "reconciling");
     match &obj.0 {
         Err(invalid) => {
             let generation = obj.meta().generation;
@@ -436,7 +442,9 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
                 );
                 tracing::info!(pair = %name, id = %id, key_id = k.key_id, "key rotation complete");
                 events.push(Ev::normal("KeyRotated", "Rotate", format!("rotation {id}: {note}")));
-                if last_op.as_ref().is_some_and(|op| op.id == id) {
+                // Answer a requested rotation (not one for a member removal), even if
+                // another answer came in between: its requester is still waiting.
+                if !id.is_empty() && !id.starts_with(MEMBER_REMOVAL) {
                     last_op = Some(Operation {
                         id,
                         kind: RequestKind::RotateKey.operation().to_owned(),
@@ -449,7 +457,7 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
                 secret = Some(done);
             }
             KeyAction::RotateForRemoval { removed } => {
-                let id = format!("member-removal-{}", pair.meta().generation.unwrap_or(0));
+                let id = format!("{MEMBER_REMOVAL}{}", pair.meta().generation.unwrap_or(0));
                 let started = start_rotation(ctx, pair, &s, &id, now).await?;
                 let note = format!(
                     "{} left the pair: rotating the heartbeat key so that {} can no longer join",
@@ -568,20 +576,36 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
             Ev::normal(format!("{phase:?}"), "Assess", note)
         });
     }
+    // A role change is announced once its cause is known (the new active reports it),
+    // or after ROLE_CHANGE_GRACE with the generic reason.
     if new_transition && let Some(t) = &transition {
-        let note = format!(
-            "{} → {} (epoch {}): {}",
-            if t.from.is_empty() { "(nobody)" } else { &t.from },
-            if t.to.is_empty() { "(nobody)" } else { &t.to },
-            t.epoch,
-            t.reason
-        );
-        tracing::info!(pair = %name, from = %t.from, to = %t.to, epoch = t.epoch, reason = %t.reason, "role change");
-        events.push(if is_warning_transition(&t.reason) || t.to.is_empty() {
-            Ev::warning(t.reason.clone(), "ObserveRoleChange", note)
+        ctx.with_memory(&name, |m| m.unannounced_epoch = Some(t.epoch));
+    }
+    let pending = ctx.with_memory(&name, |m| m.unannounced_epoch);
+    if let (Some(epoch), Some(t)) = (pending, &transition)
+        && t.epoch == epoch
+    {
+        let since = t.time.as_ref().map(|x| now.as_millisecond() - x.0.as_millisecond()).unwrap_or(0);
+        let grace = i64::try_from(ROLE_CHANGE_GRACE.as_millis()).unwrap_or(i64::MAX);
+        if t.reason != model::local_reason::ROLE_CHANGE || since >= grace {
+            ctx.with_memory(&name, |m| m.unannounced_epoch = None);
+            let note = format!(
+                "{} → {} (epoch {}): {}",
+                if t.from.is_empty() { "(nobody)" } else { &t.from },
+                if t.to.is_empty() { "(nobody)" } else { &t.to },
+                t.epoch,
+                t.reason
+            );
+            tracing::info!(pair = %name, from = %t.from, to = %t.to, epoch = t.epoch, reason = %t.reason, "role change");
+            events.push(if is_warning_transition(&t.reason) || t.to.is_empty() {
+                Ev::warning(t.reason.clone(), "ObserveRoleChange", note)
+            } else {
+                Ev::normal(t.reason.clone(), "ObserveRoleChange", note)
+            });
         } else {
-            Ev::normal(t.reason.clone(), "ObserveRoleChange", note)
-        });
+            let left = u64::try_from(grace - since).unwrap_or(0);
+            requeue = requeue.min(Duration::from_millis(left + 100));
+        }
     }
     let member_changes = ctx.with_memory(&name, |m| {
         let mut out = Vec::new();

@@ -198,7 +198,13 @@ where
                     break Outcome::WorkEnded(res.err().map(|e| e.to_string()));
                 }
                 () = tokio::time::sleep(cfg.renew_interval) => {
-                    match elector.try_acquire_or_renew().await {
+                    // A hanging request must not keep a leader that cannot renew: the
+                    // attempt gets only what is left of the renew deadline.
+                    let left = cfg.renew_deadline.saturating_sub(last_renew.elapsed()).max(Duration::from_millis(100));
+                    let attempt = tokio::time::timeout(left, elector.try_acquire_or_renew())
+                        .await
+                        .unwrap_or_else(|_| Err(Error::RenewTimeout { seconds: left.as_secs_f64() }));
+                    match attempt {
                         Ok(true) => last_renew = Instant::now(),
                         Ok(false) => break Outcome::Lost("another replica holds the Lease".to_owned()),
                         Err(e) => {

@@ -1,0 +1,360 @@
+//! Helpers for the tests against a real kube-apiserver: CRDs, Nodes, the operator as a
+//! process, simulated agents (status entries by SSA with the agents' field managers,
+//! Lease compare-and-swap), polling with deadlines, Events and metrics.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use havip_crds::{HAPair, manager};
+use havip_e2e::controlplane::ControlPlane;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde::Deserialize;
+use std::future::Future;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const NS: &str = "havip-system";
+
+pub fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| serde_json::Value::deserialize(d).expect("valid YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+pub fn crd_docs() -> Vec<CustomResourceDefinition> {
+    let text = std::fs::read_to_string(repo().join(havip_crds::CRDS_PATH)).expect("CRD YAML");
+    yaml_docs(&text).into_iter().map(|d| serde_json::from_value(d).expect("a CRD")).collect()
+}
+
+/// Installs (or restores) the CRDs and waits until they are Established.
+pub async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crd_docs() {
+        let name = crd.name_any();
+        crds.patch(&name, &PatchParams::apply("havip-test").force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("installing CRD {name} failed: {e}"));
+    }
+    for name in ["hapairs.havip.io", "floatingips.havip.io"] {
+        eventually(&format!("CRD {name} Established"), Duration::from_secs(30), || {
+            let crds = crds.clone();
+            async move {
+                let crd = crds.get(name).await.ok()?;
+                crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+pub async fn create_namespace(client: &Client, ns: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create namespace {ns}: {e}"),
+    }
+}
+
+/// Creates a Node with one InternalIP.
+pub async fn create_node(client: &Client, name: &str, ip: &str) {
+    let api: Api<Node> = Api::all(client.clone());
+    let obj: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create node {name}: {e}"),
+    }
+    let patch = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node addresses");
+}
+
+pub async fn apply_yaml(client: &Client, yaml: &str) {
+    for doc in yaml_docs(yaml) {
+        let kind = doc["kind"].as_str().unwrap().to_owned();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
+        let pp = PatchParams::apply("havip-test").force();
+        let res = match kind.as_str() {
+            "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&doc)).await.map(|_| ()),
+            "FloatingIP" => Api::<havip_crds::FloatingIP>::all(client.clone())
+                .patch(&name, &pp, &Patch::Apply(&doc))
+                .await
+                .map(|_| ()),
+            other => panic!("unexpected kind {other}"),
+        };
+        res.unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+    }
+}
+
+/// A pair manifest with two members.
+pub fn pair_yaml(name: &str, a: &str, b: &str) -> String {
+    format!(
+        "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {{name: {name}}}\nspec:\n  members:\n  - {{node: {a}, priority: 200}}\n  - {{node: {b}, priority: 100}}\n"
+    )
+}
+
+pub fn fip_yaml(name: &str, pair: &str, addr: &str) -> String {
+    format!(
+        "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: {name}}}\nspec: {{pair: {pair}, address: {addr}}}\n"
+    )
+}
+
+/// Polls `check` every 100 ms until it returns Some, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn get_pair(client: &Client, name: &str) -> HAPair {
+    Api::<HAPair>::all(client.clone()).get(name).await.unwrap_or_else(|e| panic!("get HAPair {name}: {e}"))
+}
+
+/// Waits until the pair's status satisfies `pred`; returns the pair.
+pub async fn wait_pair(client: &Client, name: &str, what: &str, pred: impl Fn(&HAPair) -> bool) -> HAPair {
+    let mut last = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(p) = Api::<HAPair>::all(client.clone()).get(name).await {
+            if pred(&p) {
+                return p;
+            }
+            last = Some(p);
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out waiting for HAPair {name}: {what}; last status:\n{}",
+                serde_json::to_string_pretty(&last.and_then(|p| p.status)).unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A simulated agent's report: SSA of its own `members[]` entry under its field manager.
+pub async fn report(client: &Client, pair: &str, entry: serde_json::Value) {
+    let node = entry["node"].as_str().expect("entry.node").to_owned();
+    let patch = serde_json::json!({
+        "apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+        "status": {"members": [entry]},
+    });
+    Api::<HAPair>::all(client.clone())
+        .patch_status(pair, &PatchParams::apply(&manager::agent(&node)).force(), &Patch::Apply(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("agent {node} report on {pair}: {e}"));
+}
+
+/// A healthy member entry on `revision` (role, epoch, ready for `vip`, heard, key 1, seen now).
+pub fn entry(node: &str, role: &str, epoch: i64, revision: &str, vip: &str) -> serde_json::Value {
+    serde_json::json!({
+        "node": node, "role": role, "epoch": epoch,
+        "ready": [{"address": vip, "ready": true}],
+        "heard": [{"path": "internal", "heard": true}],
+        "appliedRevision": revision, "agentVersion": "0.1.0", "protocolVersion": "1.0",
+        "keyId": 1, "maintenance": false, "alarms": [],
+        "lastSeen": now_rfc3339(),
+    })
+}
+
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+pub fn ago_rfc3339(secs: i64) -> String {
+    let t = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - secs).unwrap();
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A simulated agent's role change: compare-and-swap of the pair Lease.
+pub async fn set_lease(client: &Client, pair: &str, holder: Option<&str>, epoch: i32) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let name = format!("havip-{pair}");
+    let mut lease = api.get(&name).await.unwrap_or_else(|e| panic!("get Lease {name}: {e}"));
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = holder.map(str::to_owned);
+    spec.lease_transitions = Some(epoch);
+    spec.renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    lease.metadata.managed_fields = None;
+    api.replace(&name, &PostParams::default(), &lease).await.unwrap_or_else(|e| panic!("CAS Lease {name}: {e}"));
+}
+
+/// Events about `object` (in `default`, where Events of cluster-scoped objects go).
+pub async fn events_for(client: &Client, object: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client.clone(), "default");
+    api.list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+        .collect()
+}
+
+pub fn event_summary(events: &[Event]) -> String {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.type_.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.note.as_deref().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits for an Event with `reason` (and a note containing `phrase`) about `object`.
+pub async fn wait_event(client: &Client, object: &str, reason: &str, phrase: &str) -> Event {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let evs = events_for(client, object).await;
+        if let Some(e) =
+            evs.iter().find(|e| e.reason.as_deref() == Some(reason) && e.note.as_deref().unwrap_or("").contains(phrase))
+        {
+            return e.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Event {reason} ({phrase:?}) about {object}; events:\n{}",
+            event_summary(&evs)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The operator binary as a child process, killed on drop.
+pub struct Operator {
+    pub child: Child,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    pub identity: String,
+}
+
+impl Operator {
+    pub fn start(cp: &ControlPlane, identity: &str, extra: &[&str]) -> Self {
+        let log = cp.dir().join(format!("operator-{identity}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let metrics_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_havip-operator"))
+            .args([
+                "--kubeconfig",
+                cp.kubeconfig().to_str().unwrap(),
+                "--namespace",
+                NS,
+                "--metrics-address",
+                &format!("127.0.0.1:{metrics_port}"),
+                "--log-format",
+                "json",
+                "--identity",
+                identity,
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info,havip_operator=debug")
+            .env("NO_COLOR", "1")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("operator starts");
+        Self { child, log, metrics_port, identity: identity.to_owned() }
+    }
+
+    pub fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log_text();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// `GET /metrics` (empty when not answering).
+    pub fn metrics(&self) -> String {
+        use std::io::Write;
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return String::new() };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    /// The value of one metric line (0 when absent).
+    pub fn metric(&self, line_prefix: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find(|l| l.starts_with(line_prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// Lines of the operator's log that mark the start of a reconcile of `pair`.
+    pub fn reconciles_of(&self, pair: &str) -> usize {
+        let needle = format!("\"pair\":\"{pair}\"");
+        self.log_text().lines().filter(|l| l.contains("\"reconciling\"") && l.contains(&needle)).count()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- operator {} log (tail) ---\n{}", self.identity, self.log_tail(80));
+        }
+    }
+}
+
+/// The revision the operator wrote.
+pub fn revision_of(p: &HAPair) -> String {
+    p.status.as_ref().and_then(|s| s.config_revision.clone()).unwrap_or_default()
+}
+
+pub fn phase_of(p: &HAPair) -> Option<havip_crds::Phase> {
+    p.status.as_ref().and_then(|s| s.phase)
+}
+
+pub fn condition_of<'a>(
+    p: &'a HAPair,
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    p.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+}
