@@ -50,6 +50,15 @@ fn wait_phase(lab: &KubeLab, want: Phase, active_node: &str, timeout: Duration) 
     .expect("phase reached")
 }
 
+/// Waits until `node` is the pair's active under `epoch` (whatever the phase: with the
+/// old active gone the pair serves Degraded — no ready standby — until it returns).
+fn wait_active(lab: &KubeLab, node: &str, epoch: i64, timeout: Duration) -> HAPair {
+    lab.block_on(lab.wait_pair("web", timeout, &format!("{node} active under epoch {epoch}"), |p| {
+        active(p).as_deref() == Some(node) && p.status.as_ref().and_then(|s| s.epoch) == Some(epoch)
+    }))
+    .expect("active")
+}
+
 fn events(lab: &KubeLab) -> Vec<String> {
     lab.block_on(async {
         let api: Api<Event> = Api::all(lab.client().await.expect("client"));
@@ -90,15 +99,24 @@ fn active_node_cut_fails_over_with_a_new_epoch_lease_and_events() {
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut");
     lab.topo.cut_cable(0, Link::Data).expect("cut");
     prober.wait_for_responder("n1", Duration::from_secs(5)).expect("n1 answers");
-    let p = wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(10));
+    // While n0 is gone the pair serves without a standby: Degraded, saying why.
+    let p = wait_active(&lab, "n1", 2, Duration::from_secs(10));
     let st = p.status.expect("status");
-    assert_eq!(st.epoch, Some(2), "epoch + 1");
+    assert_eq!(st.phase, Some(Phase::Degraded), "{st:?}");
+    assert!(
+        st.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "True" && c.message.contains("n0")),
+        "{st:?}"
+    );
     let (holder, epoch) = lab.block_on(lab.lease("web")).expect("lease");
     assert_eq!((holder.as_deref(), epoch), (Some("n1"), 2));
     let ev = events(&lab);
     assert!(ev.iter().any(|e| e.contains("n1") && e.contains("Active")), "role-change Events: {ev:?}");
     let report = prober.stop().expect("report");
     assert!(report.longest_gap_ms < 1000.0, "{}", report.summary());
+    // n0 comes back as a standby: FailedOver, a healthy state under Manual failback.
+    lab.topo.restore_cable(0, Link::Data).expect("restore");
+    lab.topo.restore_cable(0, Link::Mgmt).expect("restore");
+    wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(15));
 }
 
 #[test]
@@ -132,8 +150,13 @@ fn maintenance_on_the_active_hands_over_and_on_the_standby_takes_it_out() {
     let Some((lab, _)) = live_pair(2, "") else { return };
     let (ok, out) = lab.plugin(&["maintenance", "web", "n0", "on"]);
     assert!(ok, "{out}");
-    wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(10));
+    let p = wait_active(&lab, "n1", 2, Duration::from_secs(10));
     assert_eq!(lab.holders().expect("holders"), vec![1]);
+    let st = p.status.expect("status");
+    assert!(
+        st.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "True" && c.message.contains("maintenance")),
+        "no standby while n0 is in maintenance: {st:?}"
+    );
     let p = lab
         .block_on(lab.wait_pair("web", Duration::from_secs(10), "n0 in Maintenance", |p| {
             p.status
@@ -173,7 +196,7 @@ fn automatic_failback_honours_its_recovery_window_and_quarantine() {
     // Failover 1: n0 cut → n1.
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut");
     lab.topo.cut_cable(0, Link::Data).expect("cut");
-    wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(10));
+    wait_active(&lab, "n1", 2, Duration::from_secs(10));
     let back = Instant::now();
     lab.topo.restore_cable(0, Link::Data).expect("restore");
     lab.topo.restore_cable(0, Link::Mgmt).expect("restore");
@@ -187,7 +210,7 @@ fn automatic_failback_honours_its_recovery_window_and_quarantine() {
     // Failover 2 within the window: quarantine, no failback this time.
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut");
     lab.topo.cut_cable(0, Link::Data).expect("cut");
-    wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(10));
+    wait_active(&lab, "n1", 4, Duration::from_secs(10));
     lab.topo.restore_cable(0, Link::Data).expect("restore");
     lab.topo.restore_cable(0, Link::Mgmt).expect("restore");
     std::thread::sleep(Duration::from_secs(8));
@@ -207,7 +230,7 @@ fn operator_stopped_failover_still_works() {
     let (holder, epoch) = lab.block_on(lab.lease("web")).expect("lease");
     assert_eq!((holder.as_deref(), epoch), (Some("n1"), 2), "the agents record the move in the Lease themselves");
     lab.start_operator().expect("operator back");
-    wait_phase(&lab, Phase::FailedOver, "n1", Duration::from_secs(15));
+    wait_active(&lab, "n1", 2, Duration::from_secs(15));
 }
 
 #[test]
