@@ -5,6 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
+.PHONY: chart chart-check
 .PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s e2e lab-up lab-down clean
 
 help: ## List the targets
@@ -18,6 +19,16 @@ testbin: ## Build (or reuse) the pinned kube-apiserver, etcd and kubectl
 
 crds: ## Regenerate the CRD YAML in the chart from the Rust types
 	$(CARGO) run -q -p havip-crds --bin crdgen
+
+HELM = $(shell bash hack/testbin.sh helm 2>/dev/null)/helm
+
+chart: ## helm lint, and re-render charts/rendered/havip-default.yaml
+	$(HELM) lint charts/havip
+	$(HELM) template havip charts/havip -n havip-system > charts/rendered/havip-default.yaml
+
+chart-check: ## helm lint and a drift check of the rendered chart
+	$(HELM) lint charts/havip
+	$(HELM) template havip charts/havip -n havip-system | diff -u charts/rendered/havip-default.yaml - || { echo "the rendered chart changed: run make chart"; exit 1; }
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all --check
@@ -34,6 +45,7 @@ test: lint testbin ## Everything CI runs (root runs the network-namespace suites
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
+	$(MAKE) --no-print-directory chart-check
 	$(MAKE) --no-print-directory simulate SCHEDULES=20000 SEED=1
 
 bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS=10
