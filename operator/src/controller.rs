@@ -44,6 +44,9 @@ pub struct PairMemory {
     /// A role change seen but not yet announced by an Event (epoch), waiting for the
     /// new active to report why.
     pub unannounced_epoch: Option<i64>,
+    /// Request ids acted on by this process (per request kind key), in case the cache
+    /// does not show the operator's own record yet when the pair is reconciled again.
+    pub handled: BTreeMap<String, String>,
 }
 
 /// Everything a reconcile needs.
