@@ -54,7 +54,10 @@ fn one_leader_writes_and_hands_over() {
         assert_eq!(follower.metric("havip_operator_leader "), 0.0, "{}", follower.metrics());
         assert_eq!(follower.metric("havip_operator_status_writes_total{kind=\"HAPair\"}"), 0.0);
         assert_eq!(follower.metric("havip_operator_reconciles_total{controller=\"hapair\",result=\"ok\"}"), 0.0);
-        assert!(!follower.metrics().is_empty(), "the follower serves metrics");
+        for op in [&leader, &follower] {
+            assert!(op.http_get("/healthz").starts_with("HTTP/1.1 200"), "{}", op.identity);
+            assert!(op.http_get("/readyz").starts_with("HTTP/1.1 200"), "{} reached the API server", op.identity);
+        }
 
         // Kill the leader without a chance to release: the follower takes over once
         // the Lease record has not changed for its duration.
