@@ -23,6 +23,8 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub mod local_reason {
     /// No member is a ready standby.
     pub const NO_READY_STANDBY: &str = "NoReadyStandby";
+    /// A member has no address on a heartbeat path (its peers cannot reach it there).
+    pub const ADDRESS_MISSING: &str = "AddressMissing";
     /// A member raises an alarm the other reasons do not cover.
     pub const MEMBER_ALARM: &str = "MemberAlarm";
     /// Nobody holds the VIPs.
@@ -406,6 +408,10 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
         if o.nodes.get(&m.node).is_none_or(Option::is_none) {
             push(reason::MEMBER_LOST, format!("member {}: Node {} does not exist", m.node, m.node));
         }
+    }
+    let (_, missing_addresses) = member_addresses(o);
+    for missing in missing_addresses {
+        push(local_reason::ADDRESS_MISSING, missing);
     }
     for m in &members {
         match member_status(&o.status, &m.node) {

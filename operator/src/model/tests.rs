@@ -340,6 +340,8 @@ fn interface_paths_take_the_published_address_and_ipv4_first() {
     assert_eq!(addrs["a"]["data"], "192.168.1.1");
     assert_eq!(addrs["a"]["internal"], "10.0.0.1");
     assert_eq!(missing, vec!["member b has no address on path data"]);
+    apply_revision(&mut o);
+    degraded_by(&o, local_reason::ADDRESS_MISSING, "member b has no address on path data");
 }
 
 #[test]
