@@ -44,6 +44,9 @@ pub struct PairMemory {
     /// A role change seen but not yet announced by an Event (epoch), waiting for the
     /// new active to report why.
     pub unannounced_epoch: Option<i64>,
+    /// Request ids acted on by this process (per request kind key), in case the cache
+    /// does not show the operator's own record yet when the pair is reconciled again.
+    pub handled: BTreeMap<String, String>,
 }
 
 /// Everything a reconcile needs.
@@ -384,6 +387,24 @@ pub async fn run_controllers(
             .collect::<Vec<_>>()
     };
 
+    // Forget the memory of deleted objects now and then (the primary streams carry
+    // no deletions).
+    let gc = {
+        let ctx = ctx.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(300)).await;
+                let pairs: std::collections::HashSet<String> = ctx.pairs.state().iter().map(|p| p.name_any()).collect();
+                let fips: std::collections::HashSet<String> =
+                    ctx.fips.state().iter().map(|f| format!("fip/{}", f.name_any())).collect();
+                let mut memory = match ctx.memory.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                memory.retain(|k, _| pairs.contains(k) || fips.contains(k));
+            }
+        }
+    };
     let config = ControllerConfig::default().concurrency(settings.concurrency);
     let hapair = hapair_ctrl
         .with_config(config.clone())
@@ -401,7 +422,10 @@ pub async fn run_controllers(
         .run(crate::floatingip::reconcile, crate::floatingip::error_policy, ctx)
         .for_each(|res| async move { log_result("floatingip", res) });
     tracing::info!(namespace = %ns, "controllers started");
-    futures::join!(hapair, fip);
+    tokio::select! {
+        () = async { futures::join!(hapair, fip); } => {}
+        () = gc => {}
+    }
     tracing::info!("controllers stopped");
 }
 

@@ -355,6 +355,18 @@ fn operation_event(op: &Operation) -> Ev {
 }
 
 async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
+    match reconcile_pair_inner(pair, ctx).await {
+        // A compare-and-swap on the key Secret lost against the operator's own previous
+        // write that the cache does not show yet: try again shortly, quietly.
+        Err(e @ Error::UpdateSecret { .. }) if e.is_conflict() => {
+            tracing::debug!(pair = %pair.name_any(), error = %e, "key Secret changed meanwhile; retrying");
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
+        other => other,
+    }
+}
+
+async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
     let name = pair.name_any();
     let ns = ctx.settings.namespace.clone();
     let now = Timestamp::now();
@@ -408,6 +420,17 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
     };
 
     let mut o = gather(pair, ctx, lease.as_ref(), key, now);
+    // Requests this process already acted on count as handled even when the cache
+    // lags behind the operator's own writes (no request is acted on twice).
+    let remembered = ctx.with_memory(&name, |m| m.handled.clone());
+    if !remembered.is_empty() {
+        let mut handled_ids = model::handled_ids(&o.annotations);
+        for (k, v) in remembered {
+            handled_ids.insert(k, v);
+        }
+        o.annotations
+            .insert(model::HANDLED_ANNOTATION.to_owned(), serde_json::to_string(&handled_ids).unwrap_or_default());
+    }
     let revision = model::revision(&o);
     let assessment = model::assess(&o, &revision);
     let (transition, new_transition) = model::last_transition(&o);
@@ -561,6 +584,7 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
         apply_status(ctx, &name, &desired).await?;
     }
     if let Some((kind, id)) = handled {
+        ctx.with_memory(&name, |m| m.handled.insert(kind.key().to_owned(), id.clone()));
         record_handled(ctx, pair, kind, &id).await?;
     }
 

@@ -1,14 +1,37 @@
 //! The havip operator (`havip-operator`) and the `kubectl-havip` plugin.
 //!
-//! - [`model`]: the decisions, as pure functions (phase, conditions, requests,
-//!   command answers, key rotation).
-//! - [`controller`], [`hapair`], [`floatingip`]: the kube-runtime controllers.
-//! - [`leader`]: leader election on a Lease.
-//! - [`metrics`]: Prometheus metrics.
-//! - [`plugin`]: the plugin's rendering and request ids.
+//! - [`model`]: the decisions, as pure functions of one observation (phase,
+//!   conditions, last transition, requests and their preconditions, command answers,
+//!   key rotation, the configuration revision).
+//! - [`controller`], [`hapair`], [`floatingip`]: the kube-runtime controllers and
+//!   their caches.
+//! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
+//! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
+//! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
 //!
-//! The contract with the agents is `docs/kubernetes.md`.
-
+//! The contract with the agents is `docs/kubernetes.md`. How the operator keeps it:
+//!
+//! - **Objects.** Per pair it creates the Lease `havip-<pair>` (no holder, epoch 0)
+//!   and, unless `keySecretRef`, the Secret `havip-<pair>-key` (`key`: 64 hex digits,
+//!   `keyId`: `1`), both labelled `havip.io/pair` and owned by the HAPair (garbage
+//!   collected with it). It never writes the pair Lease afterwards.
+//! - **Status** by server-side apply under `havip-operator` with everything the
+//!   operator owns and nothing else (agents' `members[]` entries are theirs); applied
+//!   only when more than timestamps changed; a condition keeps its
+//!   `lastTransitionTime` while its status holds.
+//! - **Requests.** An annotation id is acted on once: the id goes to
+//!   `status.command`, `lastOperation` (refusals, answers) or the rotation, and is
+//!   recorded per annotation in the operator-owned annotation `havip.io/handled`
+//!   (`lastOperation` holds one answer only, so it cannot remember five annotations).
+//!   One new request per reconcile, so that every answer is written on its own.
+//! - **Key rotation.** The Secret gets a new key with `keyId + 1` and the old one as
+//!   `previousKey`/`previousKeyId`; its annotations record the rotation id, start and
+//!   the member set the key was issued for. When every spec member reports the new
+//!   key id, the previous key is removed. A member removed from the spec starts the
+//!   same rotation (id `member-removal-<generation>`).
+//! - **Events** (events.k8s.io/v1, namespace `default`): every action, every phase
+//!   change, every role change (announced once the new active reports why, or after
+//!   5 s with `RoleChange`), every member role change seen, every refusal and failure.
 pub mod controller;
 pub mod error;
 pub mod floatingip;

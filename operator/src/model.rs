@@ -23,6 +23,8 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub mod local_reason {
     /// No member is a ready standby.
     pub const NO_READY_STANDBY: &str = "NoReadyStandby";
+    /// A member has no address on a heartbeat path (its peers cannot reach it there).
+    pub const ADDRESS_MISSING: &str = "AddressMissing";
     /// A member raises an alarm the other reasons do not cover.
     pub const MEMBER_ALARM: &str = "MemberAlarm";
     /// Nobody holds the VIPs.
@@ -285,17 +287,6 @@ fn age(now: Timestamp, t: &Time) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    if s >= 3600 {
-        format!("{}h{}m", s / 3600, (s % 3600) / 60)
-    } else if s >= 60 {
-        format!("{}m{}s", s / 60, s % 60)
-    } else {
-        format!("{s}s")
-    }
-}
-
 /// Whether a member reports: it has an entry whose `lastSeen` is recent (an entry
 /// without `lastSeen` counts as reporting: its age cannot be told).
 pub fn is_reporting(s: Option<&MemberStatus>, now: Timestamp) -> bool {
@@ -407,12 +398,19 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             push(reason::MEMBER_LOST, format!("member {}: Node {} does not exist", m.node, m.node));
         }
     }
+    let (_, missing_addresses) = member_addresses(o);
+    for missing in missing_addresses {
+        push(local_reason::ADDRESS_MISSING, missing);
+    }
     for m in &members {
         match member_status(&o.status, &m.node) {
             None => push(reason::MEMBER_NOT_REPORTING, format!("member {} has never reported", m.node)),
             Some(s) if !is_reporting(Some(s), now) => {
-                let since = s.last_seen.as_ref().map(|t| human(age(now, t))).unwrap_or_default();
-                push(reason::MEMBER_NOT_REPORTING, format!("member {} has not reported for {since}", m.node));
+                // The time it was last seen, not its age: the message must not change
+                // on every reconcile (each change would be a status write).
+                let since =
+                    s.last_seen.as_ref().map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default();
+                push(reason::MEMBER_NOT_REPORTING, format!("member {} has not reported since {since}", m.node));
             }
             Some(_) => {}
         }

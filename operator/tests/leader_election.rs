@@ -29,7 +29,7 @@ async fn holder(client: &Client) -> Option<String> {
 
 #[test]
 fn one_leader_writes_and_hands_over() {
-    let cp = ControlPlane::start(Default::default()).expect("control plane");
+    let mut cp = ControlPlane::start(Default::default()).expect("control plane");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let client = cp.client().await.expect("client");
@@ -54,7 +54,10 @@ fn one_leader_writes_and_hands_over() {
         assert_eq!(follower.metric("havip_operator_leader "), 0.0, "{}", follower.metrics());
         assert_eq!(follower.metric("havip_operator_status_writes_total{kind=\"HAPair\"}"), 0.0);
         assert_eq!(follower.metric("havip_operator_reconciles_total{controller=\"hapair\",result=\"ok\"}"), 0.0);
-        assert!(!follower.metrics().is_empty(), "the follower serves metrics");
+        for op in [&leader, &follower] {
+            assert!(op.http_get("/healthz").starts_with("HTTP/1.1 200"), "{}", op.identity);
+            assert!(op.http_get("/readyz").starts_with("HTTP/1.1 200"), "{} reached the API server", op.identity);
+        }
 
         // Kill the leader without a chance to release: the follower takes over once
         // the Lease record has not changed for its duration.
@@ -66,11 +69,33 @@ fn one_leader_writes_and_hands_over() {
         .await;
         let took = killed_at.elapsed();
         eprintln!("{new} took over {took:?} after the leader was killed");
-        assert!(took >= Duration::from_secs(3), "took over before the lease could expire: {took:?}");
+        // The follower counts the lease duration (4 s) from when it last saw the record
+        // change (the leader renewed every 500 ms; the follower polls every 500 ms).
+        assert!(took >= Duration::from_secs(2), "took over before the lease could expire: {took:?}");
         drop(leader);
         apply_yaml(&client, &pair_yaml("p2", "n1", "n2")).await;
         wait_pair(&client, "p2", "reconciled by the new leader", |p| phase_of(p) == Some(Phase::Pending)).await;
         assert!(follower.metric("havip_operator_status_writes_total{kind=\"HAPair\"}") >= 1.0);
+
+        // The API server goes away: the leader cannot renew and stops reconciling
+        // within the renew deadline; when the API returns it leads again.
+        cp.stop_apiserver();
+        let stopped = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while follower.metric("havip_operator_leader ") != 0.0 {
+            assert!(Instant::now() < deadline, "still leader without an API server:\n{}", follower.log_tail(20));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!("stepped down {:?} after the API server stopped", stopped.elapsed());
+        assert!(follower.log_text().contains("lost leadership"), "{}", follower.log_tail(20));
+        cp.start_apiserver().expect("API server restarts");
+        let client = cp.client().await.expect("client");
+        eventually("leader again", Duration::from_secs(30), || async {
+            (follower.metric("havip_operator_leader ") == 1.0).then_some(())
+        })
+        .await;
+        apply_yaml(&client, &pair_yaml("p3", "n1", "n2")).await;
+        wait_pair(&client, "p3", "reconciled after the API outage", |p| phase_of(p) == Some(Phase::Pending)).await;
 
         // SIGTERM: the new leader stops, releases the Lease and exits 0.
         let mut last = follower;

@@ -302,10 +302,15 @@ impl Operator {
 
     /// `GET /metrics` (empty when not answering).
     pub fn metrics(&self) -> String {
+        self.http_get("/metrics")
+    }
+
+    /// The raw HTTP answer to `GET path` on the metrics address (empty when not answering).
+    pub fn http_get(&self, path: &str) -> String {
         use std::io::Write;
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return String::new() };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n");
+        let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes());
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
