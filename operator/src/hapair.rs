@@ -585,7 +585,13 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     }
     if let Some((kind, id)) = handled {
         ctx.with_memory(&name, |m| m.handled.insert(kind.key().to_owned(), id.clone()));
-        record_handled(ctx, pair, kind, &id).await?;
+        // Not fatal: the answer is already in the status (which also keeps the id from
+        // being acted on again while it is the last one), and this process remembers
+        // it; the annotation makes the record survive a restart of the operator.
+        if let Err(e) = record_handled(ctx, pair, kind, &id).await {
+            ctx.metrics.error(&e);
+            tracing::warn!(pair = %name, id = %id, error = %e, "failed to record the handled request id (RBAC: patch hapairs?)");
+        }
     }
 
     // The audit log: phase changes, role changes, member role changes.

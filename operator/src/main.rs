@@ -54,8 +54,9 @@ struct Args {
     /// shorter than the lease duration).
     #[arg(long, env = "HAVIP_LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
     leader_election_renew_deadline: Duration,
-    /// This replica's identity in the Lease and in Events; empty: `<hostname>-<pid>`.
-    #[arg(long, env = "HAVIP_POD_NAME", default_value = "")]
+    /// This replica's identity in the Lease and in Events (the chart passes the pod
+    /// name through the downward API); empty: `<hostname>-<pid>`.
+    #[arg(long, env = "POD_NAME", default_value = "")]
     identity: String,
     /// Every pair is reconciled at least this often (stale members, timeouts).
     #[arg(long, env = "HAVIP_RESYNC", default_value = "60s", value_parser = duration)]

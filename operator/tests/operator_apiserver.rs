@@ -34,7 +34,10 @@ fn operator_against_a_real_api_server() {
         for (n, ip) in [("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "10.0.0.3")] {
             create_node(&client, n, ip).await;
         }
-        let op = Operator::start(&cp, "op-1", &[]);
+        // The operator runs with least privileges, not as cluster admin.
+        install_operator_rbac(&client, "havip-operator-test").await;
+        let kubeconfig = cp.kubeconfig_for("havip-operator-test", None).expect("operator kubeconfig");
+        let op = Operator::start_with(&cp, &kubeconfig, "op-1", &[]);
         creation(&client).await;
         phases(&client).await;
         commands(&client, &op).await;

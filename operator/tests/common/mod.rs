@@ -259,13 +259,18 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(cp: &ControlPlane, identity: &str, extra: &[&str]) -> Self {
+        Self::start_with(cp, &cp.kubeconfig(), identity, extra)
+    }
+
+    /// Starts the operator with another identity's kubeconfig.
+    pub fn start_with(cp: &ControlPlane, kubeconfig: &Path, identity: &str, extra: &[&str]) -> Self {
         let log = cp.dir().join(format!("operator-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let metrics_port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_havip-operator"))
             .args([
                 "--kubeconfig",
-                cp.kubeconfig().to_str().unwrap(),
+                kubeconfig.to_str().unwrap(),
                 "--namespace",
                 NS,
                 "--metrics-address",
@@ -362,4 +367,60 @@ pub fn condition_of<'a>(
     t: &str,
 ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     p.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+}
+
+/// The least privileges the operator runs with (as the chart grants them, plus
+/// `patch` on `hapairs` for the operator's `havip.io/handled` annotation), bound to
+/// `user`.
+pub async fn install_operator_rbac(client: &Client, user: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let pp = PatchParams::apply("havip-test").force();
+    let cr: ClusterRole = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "havip-operator"},
+        "rules": [
+            {"apiGroups": ["havip.io"], "resources": ["hapairs", "floatingips"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["havip.io"], "resources": ["hapairs"], "verbs": ["patch"]},
+            {"apiGroups": ["havip.io"], "resources": ["hapairs/status", "floatingips/status"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}
+        ]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .patch("havip-operator", &pp, &Patch::Apply(&cr))
+        .await
+        .expect("ClusterRole");
+    let crb: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "havip-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "havip-operator"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch("havip-operator", &pp, &Patch::Apply(&crb))
+        .await
+        .expect("binding");
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "havip-operator", "namespace": NS},
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update", "patch"]}
+        ]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), NS).patch("havip-operator", &pp, &Patch::Apply(&role)).await.expect("Role");
+    let rb: RoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "havip-operator", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "havip-operator"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), NS)
+        .patch("havip-operator", &pp, &Patch::Apply(&rb))
+        .await
+        .expect("RoleBinding");
 }
