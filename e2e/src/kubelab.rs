@@ -216,7 +216,7 @@ impl KubeLab {
         ];
         let envs = vec![
             ("KUBECONFIG".to_owned(), self.cp.kubeconfig().display().to_string()),
-            ("RUST_LOG".to_owned(), "info".to_owned()),
+            ("RUST_LOG".to_owned(), std::env::var("HAVIP_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned())),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
         let p = ManagedProcess::spawn("operator", &bin, &args, &envs, &self.dir.join("operator.log"))?;
