@@ -147,14 +147,21 @@ impl Machine {
             return Err(Blocker::BootHold);
         }
         // Steady hearing: a higher-priority peer heard for less than the init listen may
-        // still turn out to be the better candidate (or active); wait for it. Lower-priority
-        // peers cannot outrank this member, so they never delay it.
+        // still turn out to be the better candidate (or active); wait for it. So may one
+        // that is still in its own Init listen (it started later): wait until it leaves
+        // Init, for at most two listens. Lower-priority peers cannot outrank this member,
+        // so they never delay it.
         let listen = self.t().init_listen_ms;
         for i in 0..self.peers.len() {
-            if self.peer_heard(i, now)
-                && self.peers[i].priority > self.my_priority
-                && self.peers[i].heard_since.is_none_or(|s| now.since(s) < listen)
-            {
+            if !self.peer_heard(i, now) || self.peers[i].priority <= self.my_priority {
+                continue;
+            }
+            let since = self.peers[i].heard_since;
+            if since.is_none_or(|s| now.since(s) < listen) {
+                return Err(Blocker::PeerNotSteady);
+            }
+            let in_init = self.heard_advert(i, now).is_some_and(|a| a.role == Role::Init && !a.holds_vips);
+            if in_init && since.is_some_and(|s| now.since(s) < 2 * listen) {
                 return Err(Blocker::PeerNotSteady);
             }
         }
