@@ -115,7 +115,12 @@ impl KubeLab {
     /// Starts everything and waits until the agents run.
     pub fn start(opts: KubeLabOptions) -> Result<Self> {
         let topo = Topology::builder().nodes(opts.nodes).host_port(true).build()?;
-        let (dir, tmp) = match &opts.dir {
+        // HAVIP_E2E_KEEP=<dir>: keep every lab's logs there (for post-mortems).
+        let kept = opts
+            .dir
+            .clone()
+            .or_else(|| std::env::var_os("HAVIP_E2E_KEEP").map(|d| PathBuf::from(d).join(topo.prefix())));
+        let (dir, tmp) = match &kept {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|e| KubeLabError::Other(format!("create {}: {e}", d.display())))?;
                 (d.clone(), None)
@@ -131,7 +136,7 @@ impl KubeLab {
         let host = IpAddr::V4(topo.host_ip());
         let cp = ControlPlane::start(ControlPlaneOptions {
             bind_address: host,
-            dir: opts.dir.as_ref().map(|d| d.join("controlplane")),
+            dir: kept.as_ref().map(|d| d.join("controlplane")),
             ..Default::default()
         })?;
         let agent_kubeconfig = cp.kubeconfig();

@@ -224,6 +224,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         tx: tx.clone(),
         status_tx,
         holding: holding.clone(),
+        probe_pending: Arc::new(AtomicBool::new(true)),
         last_heard_ms: last_heard_ms.clone(),
         waiters: HashMap::new(),
         announcer: None,
@@ -370,6 +371,7 @@ struct Runtime {
     tx: mpsc::Sender<Event>,
     status_tx: watch::Sender<Arc<sm::Status>>,
     holding: Arc<AtomicBool>,
+    probe_pending: Arc<AtomicBool>,
     last_heard_ms: Arc<AtomicU64>,
     waiters: HashMap<u64, oneshot::Sender<Reply>>,
     announcer: Option<tokio::task::JoinHandle<()>>,
@@ -519,6 +521,7 @@ impl Runtime {
         if changed {
             let st = self.machine.status();
             self.holding.store(st.holds_vips, Ordering::Relaxed);
+            self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
             self.metrics.epoch.set(st.epoch as i64);
             self.metrics.set_role(st.role.as_str(), &ROLES);
             for a in [
@@ -837,6 +840,7 @@ impl Runtime {
         if !probe_targets.is_empty() {
             let tx = self.tx.clone();
             let holding = self.holding.clone();
+            let pending = self.probe_pending.clone();
             let last_heard = self.last_heard_ms.clone();
             let origin = self.origin;
             let fast = self.cfg.probe.interval;
@@ -856,7 +860,8 @@ impl Runtime {
                     }
                     let since =
                         (origin.elapsed().as_millis() as u64).saturating_sub(last_heard.load(Ordering::Relaxed));
-                    let overdue = since > overdue_ms;
+                    // Fast also while the machine has no verdict yet (start-up, new VIPs).
+                    let overdue = since > overdue_ms || pending.load(Ordering::Relaxed);
                     if !overdue && Instant::now() < slow_due {
                         continue;
                     }

@@ -28,7 +28,7 @@ fn startup_lower_priority_waits_for_a_higher_priority_peer_still_in_init() {
 fn startup_a_peer_stuck_in_init_delays_the_election_at_most_two_listens() {
     let mut b = H::new(pair(B), Persisted::default());
     b.env_ok();
-    // A never leaves Init (say it cannot read its addresses): B serves after two listens.
-    let out = b.run(3_000, &[adv(A, 200, Role::Init, 0, false)], Some(false));
+    // A never leaves Init (say it cannot read its addresses): B serves after two listens (plus its one-listen stagger).
+    let out = b.run(4_500, &[adv(A, 200, Role::Init, 0, false)], Some(false));
     assert_eq!(cas_of(&out).len(), 1, "B elects itself once A stayed in Init for two listens: {out:?}");
 }

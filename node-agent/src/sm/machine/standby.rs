@@ -202,6 +202,14 @@ impl Machine {
         Ok((reason, rank))
     }
 
+    /// The priority stagger per rank: one heartbeat interval when taking over a lost active
+    /// (speed matters, and the better candidate's claim is heard within it); one Init listen
+    /// for the initial election (nothing is served yet, and a better candidate that
+    /// started a little later, or is still collecting its first probe results, must win).
+    fn stagger_unit(&self, reason: Reason) -> u64 {
+        if reason == Reason::Election { self.t().init_listen_ms } else { self.t().heartbeat_interval_ms }
+    }
+
     /// Conditions plus the priority stagger (rank × heartbeat interval after the conditions
     /// first held, so a better candidate's claim is heard first).
     fn takeover_check(&mut self, now: Millis) -> Result<Reason, Blocker> {
@@ -212,7 +220,7 @@ impl Machine {
             }
             Ok((reason, rank)) => {
                 let since = *self.candidate_since.get_or_insert(now);
-                let wait = rank.saturating_mul(self.t().heartbeat_interval_ms);
+                let wait = rank.saturating_mul(self.stagger_unit(reason));
                 if now.since(since) < wait { Err(Blocker::Staggered) } else { Ok(reason) }
             }
         }
@@ -228,8 +236,8 @@ impl Machine {
         }
         match self.takeover_conditions(now, false) {
             Err(b) => Some(b),
-            Ok((_, rank)) => {
-                let wait = rank.saturating_mul(self.t().heartbeat_interval_ms);
+            Ok((reason, rank)) => {
+                let wait = rank.saturating_mul(self.stagger_unit(reason));
                 match self.candidate_since {
                     Some(s) if now.since(s) >= wait => None,
                     _ if rank == 0 => None,
