@@ -286,6 +286,20 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// Writes a kubeconfig that authenticates with a bearer `token` (e.g. a
+    /// service-account token) and returns its path.
+    pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> Result<PathBuf, ControlPlaneError> {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem.as_bytes());
+        let path = self.dir().join(format!("kubeconfig-{}", name.replace([':', '/'], "_")));
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: havip-lab\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: havip-lab\n  context:\n    cluster: havip-lab\n    user: {name}\ncurrent-context: havip-lab\n",
+            self.server_url()
+        );
+        write(&path, &yaml)?;
+        Ok(path)
+    }
+
     /// A `kubectl` command using the admin kubeconfig.
     pub fn kubectl(&self) -> Command {
         let mut c = Command::new(self.testbin.kubectl());

@@ -72,11 +72,15 @@ pub struct KubeLabOptions {
     pub operator: bool,
     /// Keep the lab's files under this directory (the `lab` binary) instead of a temp dir.
     pub dir: Option<PathBuf>,
+    /// Install the rendered Helm chart (RBAC, the admission policy) and run the operator
+    /// and each agent with a token of the chart's own ServiceAccount (the agents' tokens
+    /// bound to a Pod on their node) instead of the admin kubeconfig.
+    pub chart_rbac: bool,
 }
 
 impl Default for KubeLabOptions {
     fn default() -> Self {
-        Self { nodes: 2, operator: true, dir: None }
+        Self { nodes: 2, operator: true, dir: None, chart_rbac: false }
     }
 }
 
@@ -93,7 +97,8 @@ pub struct KubeLab {
     /// The topology.
     pub topo: Topology,
     dir: PathBuf,
-    agent_kubeconfig: PathBuf,
+    agent_kubeconfigs: Vec<PathBuf>,
+    operator_kubeconfig: PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -139,7 +144,7 @@ impl KubeLab {
             dir: kept.as_ref().map(|d| d.join("controlplane")),
             ..Default::default()
         })?;
-        let agent_kubeconfig = cp.kubeconfig();
+        let admin = cp.kubeconfig();
         let mut listeners = Vec::new();
         for i in 0..opts.nodes {
             let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT);
@@ -152,10 +157,14 @@ impl KubeLab {
             cp,
             topo,
             dir,
-            agent_kubeconfig,
+            agent_kubeconfigs: vec![admin.clone(); opts.nodes],
+            operator_kubeconfig: admin,
             _tmp: tmp,
         };
         lab.block_on(lab.prepare_cluster())?;
+        if opts.chart_rbac {
+            lab.install_chart_identities()?;
+        }
         if opts.operator {
             lab.start_operator()?;
         }
@@ -210,6 +219,93 @@ impl KubeLab {
         Ok(())
     }
 
+    /// Applies the chart rendered in `charts/rendered/havip-default.yaml` (server-side), and
+    /// gives the operator a token of `havip-operator` and each agent a token of
+    /// `havip-agent` bound to a Pod on its node (what the kubelet would give a DaemonSet
+    /// pod: the token carries the node name the admission policy checks).
+    fn install_chart_identities(&mut self) -> Result<()> {
+        let rendered = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/rendered/havip-default.yaml");
+        let out = self
+            .cp
+            .kubectl()
+            .args(["apply", "--server-side", "--field-manager=helm", "-f"])
+            .arg(&rendered)
+            .output()
+            .map_err(|e| KubeLabError::Other(format!("kubectl apply: {e}")))?;
+        if !out.status.success() {
+            return Err(KubeLabError::Other(format!(
+                "applying the rendered chart failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let token = |args: Vec<String>| -> Result<String> {
+            let out = self
+                .cp
+                .kubectl()
+                .args(&args)
+                .output()
+                .map_err(|e| KubeLabError::Other(format!("kubectl create token: {e}")))?;
+            if !out.status.success() {
+                return Err(KubeLabError::Other(format!("create token: {}", String::from_utf8_lossy(&out.stderr))));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        let op = token(vec![
+            "-n".into(),
+            NAMESPACE.into(),
+            "create".into(),
+            "token".into(),
+            "havip-operator".into(),
+            "--duration=2h".into(),
+        ])?;
+        self.operator_kubeconfig = self.cp.kubeconfig_with_token("havip-operator", &op)?;
+        let nodes: Vec<String> = self.topo.nodes().iter().map(|n| n.name.clone()).collect();
+        for (i, node) in nodes.iter().enumerate() {
+            // A pod of the DaemonSet on that node (never started: there is no kubelet).
+            let pod = format!("havip-agent-{node}");
+            let manifest = serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/component": "agent"}},
+                "spec": {"nodeName": node, "serviceAccountName": "havip-agent",
+                         "containers": [{"name": "agent", "image": "ghcr.io/havip/havip-agent:0.1.0"}]},
+            });
+            let path = self.dir.join(format!("{pod}.json"));
+            std::fs::write(&path, manifest.to_string()).map_err(|e| KubeLabError::Other(e.to_string()))?;
+            let out = self
+                .cp
+                .kubectl()
+                .args(["apply", "-f"])
+                .arg(&path)
+                .output()
+                .map_err(|e| KubeLabError::Other(e.to_string()))?;
+            if !out.status.success() {
+                return Err(KubeLabError::Other(format!("create pod: {}", String::from_utf8_lossy(&out.stderr))));
+            }
+            let t = token(vec![
+                "-n".into(),
+                NAMESPACE.into(),
+                "create".into(),
+                "token".into(),
+                "havip-agent".into(),
+                "--bound-object-kind=Pod".into(),
+                format!("--bound-object-name={pod}"),
+                "--duration=2h".into(),
+            ])?;
+            self.agent_kubeconfigs[i] = self.cp.kubeconfig_with_token(&format!("havip-agent-{node}"), &t)?;
+        }
+        Ok(())
+    }
+
+    /// The kubeconfig the operator uses.
+    pub fn operator_kubeconfig(&self) -> &Path {
+        &self.operator_kubeconfig
+    }
+
+    /// The kubeconfig node `i`'s agent uses.
+    pub fn agent_kubeconfig(&self, i: usize) -> &Path {
+        &self.agent_kubeconfigs[i]
+    }
+
     /// Starts (or restarts) the operator.
     pub fn start_operator(&mut self) -> Result<()> {
         let bin = operator_binary()?;
@@ -220,7 +316,7 @@ impl KubeLab {
             "127.0.0.1:0".to_owned(),
         ];
         let envs = vec![
-            ("KUBECONFIG".to_owned(), self.cp.kubeconfig().display().to_string()),
+            ("KUBECONFIG".to_owned(), self.operator_kubeconfig.display().to_string()),
             ("RUST_LOG".to_owned(), std::env::var("HAVIP_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned())),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
@@ -252,7 +348,7 @@ impl KubeLab {
             "127.0.0.1:9797".to_owned(),
         ];
         let envs = vec![
-            ("KUBECONFIG".to_owned(), self.agent_kubeconfig.display().to_string()),
+            ("KUBECONFIG".to_owned(), self.agent_kubeconfigs[i].display().to_string()),
             ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];

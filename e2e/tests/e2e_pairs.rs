@@ -25,7 +25,7 @@ fn live_pair(nodes: usize, extra_spec: &str) -> Option<(KubeLab, Duration)> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes, operator: true, dir: None }).expect("lab");
+    let lab = KubeLab::start(KubeLabOptions { nodes, operator: true, dir: None, chart_rbac: false }).expect("lab");
     let took = lab.block_on(async {
         let mut yaml = lab.pair_yaml("web");
         if !extra_spec.is_empty() {

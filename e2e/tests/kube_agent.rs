@@ -31,7 +31,8 @@ fn agents_elect_record_the_lease_and_report_status() {
         return;
     }
     havip_e2e::init_tracing();
-    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None }).expect("lab");
+    let mut lab =
+        KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
     lab.block_on(async {
         operator_objects(&lab, "web").await;
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
@@ -70,7 +71,7 @@ fn lab_with_pair() -> Option<KubeLab> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None }).expect("lab");
+    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
     lab.block_on(async {
         operator_objects(&lab, "web").await;
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");

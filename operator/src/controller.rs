@@ -71,6 +71,8 @@ pub struct Context {
     pub secrets: Store<Secret>,
     /// Per-pair memory.
     pub memory: Mutex<HashMap<String, PairMemory>>,
+    /// One flag per secondary store, true once its initial list is in.
+    pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Context {
@@ -80,16 +82,16 @@ impl Context {
     }
 
     /// Waits until every store has its initial list.
+    ///
+    /// Readiness comes from watch channels set by the tasks that drive the stores, not
+    /// from `Store::wait_until_ready`: that future keeps only the waker of the last
+    /// task that polled it, so of several reconciles waiting at once (the HAPair and
+    /// the FloatingIP controller at start-up) all but one were never woken.
     pub async fn wait_ready(&self) -> Result<(), Error> {
         let timeout = Duration::from_secs(30);
-        let all = async {
-            let _ = self.pairs.wait_until_ready().await;
-            let _ = self.fips.wait_until_ready().await;
-            let _ = self.nodes.wait_until_ready().await;
-            let _ = self.leases.wait_until_ready().await;
-            let _ = self.secrets.wait_until_ready().await;
-        };
-        tokio::time::timeout(timeout, all).await.map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
+        tokio::time::timeout(timeout, all_ready(&self.ready))
+            .await
+            .map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
     }
 
     /// Runs `f` on the pair's memory.
@@ -206,48 +208,81 @@ fn node_addresses(n: &Node) -> NodeAddresses {
         .unwrap_or_default()
 }
 
-/// Watch events reduced to those that change `key(object)`: an object appearing,
-/// disappearing, or changing its key. Used for Nodes (key: addresses — kubelets update
-/// Node status every few seconds, which must trigger nothing) and for HAPairs in the
-/// FloatingIP controller (key: none — only existence matters there).
-fn changed_triggers<K, T>(
+/// Resolves once every flag is true (any number of concurrent waiters).
+async fn all_ready(flags: &[tokio::sync::watch::Receiver<bool>]) {
+    for rx in flags {
+        let mut rx = rx.clone();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+/// Which watch events of a secondary resource trigger reconciles.
+enum Filter<K, T> {
+    /// Every object touched (applied or deleted).
+    Touched,
+    /// Only objects appearing, disappearing, or changing `key(object)`. Used for Nodes
+    /// (key: addresses — kubelets update Node status every few seconds, which must
+    /// trigger nothing) and for HAPairs in the FloatingIP controller (key: none — only
+    /// existence matters there).
+    Changed(Box<dyn Fn(&K) -> T + Send + Sync>),
+}
+
+/// Drives a secondary watch (already `.reflect`ed into its store) in a task of its
+/// own, and forwards the objects that should trigger reconciles through a channel.
+///
+/// The stores the reconciles read are thus kept up to date (and become ready)
+/// independently of how the controllers poll their trigger streams: a reconcile that
+/// waits for every store can never wait on a stream only its own controller drives.
+fn drive<K, T>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-    key: impl Fn(&K) -> T + Send + Sync + 'static,
+    filter: Filter<K, T>,
+    ready: tokio::sync::watch::Sender<bool>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Send + 'static,
+    K::DynamicType: Default,
     T: PartialEq + Send + 'static,
 {
-    let seen: Arc<Mutex<HashMap<String, T>>> = Arc::default();
-    let key = Arc::new(key);
-    stream.filter_map(move |ev| {
-        let seen = seen.clone();
-        let key = key.clone();
-        async move {
-            let mut seen = match seen.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            match ev {
-                Ok(Event::Apply(o) | Event::InitApply(o)) => {
-                    let k = key(&o);
-                    let name = o.meta().name.clone().unwrap_or_default();
-                    if seen.get(&name) == Some(&k) {
-                        None
-                    } else {
-                        seen.insert(name, k);
-                        Some(Ok(o))
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<K, watcher::Error>>(1024);
+    tasks.push(tokio::spawn(async move {
+        let mut seen: HashMap<String, T> = HashMap::new();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let out = match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => match &filter {
+                    Filter::Touched => Some(Ok(o)),
+                    Filter::Changed(key) => {
+                        let k = key(&o);
+                        let name = o.meta().name.clone().unwrap_or_default();
+                        if seen.get(&name) == Some(&k) {
+                            None
+                        } else {
+                            seen.insert(name, k);
+                            Some(Ok(o))
+                        }
                     }
-                }
+                },
                 Ok(Event::Delete(o)) => {
                     seen.remove(o.meta().name.as_deref().unwrap_or_default());
                     Some(Ok(o))
                 }
-                Ok(Event::Init | Event::InitDone) => None,
+                Ok(Event::Init) => None,
+                Ok(Event::InitDone) => {
+                    tracing::debug!(kind = %K::kind(&Default::default()), "initial list done");
+                    ready.send_replace(true);
+                    None
+                }
                 Err(e) => Some(Err(e)),
+            };
+            if let Some(item) = out
+                && tx.send(item).await.is_err()
+            {
+                break;
             }
         }
-    })
+    }));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
 /// Runs both controllers until `stop` resolves (graceful: running reconciles finish).
@@ -293,6 +328,11 @@ pub async fn run_controllers(
         fip_store.clone(),
     );
 
+    let (pairs_ready, pairs_ready_rx) = tokio::sync::watch::channel(false);
+    let (fips_ready, fips_ready_rx) = tokio::sync::watch::channel(false);
+    let (nodes_ready, nodes_ready_rx) = tokio::sync::watch::channel(false);
+    let (leases_ready, leases_ready_rx) = tokio::sync::watch::channel(false);
+    let (secrets_ready, secrets_ready_rx) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
@@ -304,12 +344,18 @@ pub async fn run_controllers(
         leases,
         secrets,
         memory: Mutex::default(),
+        ready: vec![pairs_ready_rx, fips_ready_rx, nodes_ready_rx, leases_ready_rx, secrets_ready_rx],
     });
 
     // FloatingIP → its pair (and the pair it named before, when it moved).
     let fip_pairs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let fip_stream = reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields))
-        .touched_objects();
+    let mut tasks = Vec::new();
+    let fip_stream = drive(
+        reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields)),
+        Filter::<_, ()>::Touched,
+        fips_ready,
+        &mut tasks,
+    );
     let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
         let name = f.name_any();
         let mut out = Vec::new();
@@ -330,9 +376,11 @@ pub async fn run_controllers(
         out
     };
     // Node → the pairs naming it.
-    let node_stream = changed_triggers(
+    let node_stream = drive(
         watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w),
-        node_addresses,
+        Filter::Changed(Box::new(node_addresses)),
+        nodes_ready,
+        &mut tasks,
     );
     let pairs_for_nodes = pair_store.clone();
     let node_mapper = move |n: Node| {
@@ -346,13 +394,17 @@ pub async fn run_controllers(
     };
     // Lease havip-<pair> → pair (not the leader-election Lease).
     let leader_lease = settings.leader_lease.clone();
-    let lease_stream = reflector(
-        leases_w,
-        watcher(leases_api, wc.clone()).default_backoff().modify(|l: &mut Lease| {
-            l.metadata.managed_fields = None;
-        }),
-    )
-    .touched_objects();
+    let lease_stream = drive(
+        reflector(
+            leases_w,
+            watcher(leases_api, wc.clone()).default_backoff().modify(|l: &mut Lease| {
+                l.metadata.managed_fields = None;
+            }),
+        ),
+        Filter::<_, ()>::Touched,
+        leases_ready,
+        &mut tasks,
+    );
     let lease_mapper = move |l: Lease| {
         let name = l.name_any();
         if name == leader_lease {
@@ -361,20 +413,26 @@ pub async fn run_controllers(
         pair_of_lease(&name).map(ObjectRef::new)
     };
     // Key Secret → pair, by label.
-    let secret_stream = reflector(
-        secrets_w,
-        watcher(secrets_api, wc.clone().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)))
-            .default_backoff()
-            .modify(|s: &mut Secret| {
-                s.metadata.managed_fields = None;
-            }),
-    )
-    .touched_objects();
+    let secret_stream = drive(
+        reflector(
+            secrets_w,
+            watcher(secrets_api, wc.clone().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)))
+                .default_backoff()
+                .modify(|s: &mut Secret| {
+                    s.metadata.managed_fields = None;
+                }),
+        ),
+        Filter::<_, ()>::Touched,
+        secrets_ready,
+        &mut tasks,
+    );
     let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
-    let pair_stream = changed_triggers(
+    let pair_stream = drive(
         watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
-        |_: &DeserializeGuard<HAPair>| (),
+        Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ())),
+        pairs_ready,
+        &mut tasks,
     );
     let fips_for_pairs = fip_store.clone();
     let pair_mapper = move |p: DeserializeGuard<HAPair>| {
@@ -425,6 +483,9 @@ pub async fn run_controllers(
     tokio::select! {
         () = async { futures::join!(hapair, fip); } => {}
         () = gc => {}
+    }
+    for t in tasks {
+        t.abort();
     }
     tracing::info!("controllers stopped");
 }
@@ -497,6 +558,27 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_secs(2));
         assert_eq!(backoff(5), Duration::from_secs(16));
         assert_eq!(backoff(30), Duration::from_secs(300));
+    }
+
+    #[tokio::test]
+    async fn every_concurrent_waiter_sees_the_stores_ready() {
+        let (a_tx, a) = tokio::sync::watch::channel(false);
+        let (b_tx, b) = tokio::sync::watch::channel(false);
+        let flags = vec![a, b];
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let flags = flags.clone();
+                tokio::spawn(async move { all_ready(&flags).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        a_tx.send_replace(true);
+        tokio::task::yield_now().await;
+        assert!(waiters.iter().all(|w| !w.is_finished()), "ready before the second store");
+        b_tx.send_replace(true);
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(5), w).await.expect("woken").expect("task");
+        }
     }
 
     #[test]

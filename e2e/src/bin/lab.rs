@@ -224,6 +224,7 @@ fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             nodes,
             operator,
             dir: Some(dir.join("kubelab")),
+            chart_rbac: false,
         })
         .map_err(|e| e.to_string())?;
         let mut children = lab.cp.pids();
