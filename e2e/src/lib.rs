@@ -4,11 +4,14 @@
 
 pub mod agent;
 pub mod certs;
+pub mod cluster;
 pub mod controlplane;
 pub mod keepalived;
+pub mod kind;
 pub mod kubelab;
 pub mod netns;
 pub mod process;
+pub mod scenarios;
 pub mod testbin;
 pub mod traffic;
 

@@ -230,7 +230,7 @@ fn serve(listener: &TcpListener, stop: &AtomicBool, accepted: &AtomicU64, reply:
 }
 
 /// Why one probe failed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize, thiserror::Error)]
 pub enum ProbeError {
     /// RST to the SYN: the address is there, nothing listens.
     #[error("connection refused")]
@@ -283,7 +283,7 @@ impl ProbeError {
 }
 
 /// One probe: start and completion time (ms since the prober started) and outcome.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Probe {
     /// When the connect began.
     pub start_ms: f64,
@@ -671,7 +671,28 @@ impl Drop for Prober {
     }
 }
 
+/// Answers `<name>\n` to every connection on `bind` in the current network namespace
+/// until `stop` is set (the `e2e-tool respond` of the kind suite).
+pub fn respond(bind: SocketAddr, name: &str, stop: &AtomicBool) -> std::io::Result<()> {
+    let listener = TcpListener::bind(bind)?;
+    listener.set_nonblocking(true)?;
+    let accepted = AtomicU64::new(0);
+    serve(&listener, stop, &accepted, format!("{name}\n").as_bytes());
+    Ok(())
+}
+
+/// Probes `config.target` from the current network namespace until `stop` is set,
+/// handing every probe to `each` as it completes (the `e2e-tool probe` of the kind
+/// suite streams them as JSON lines).
+pub fn probe_stream(config: &ProberConfig, stop: &AtomicBool, each: &mut dyn FnMut(&Probe)) -> ProbeReport {
+    probe_loop_with(config, stop, &Live::default(), each)
+}
+
 fn probe_loop(config: &ProberConfig, stop: &AtomicBool, live: &Live) -> ProbeReport {
+    probe_loop_with(config, stop, live, &mut |_| {})
+}
+
+fn probe_loop_with(config: &ProberConfig, stop: &AtomicBool, live: &Live, each: &mut dyn FnMut(&Probe)) -> ProbeReport {
     let start = Instant::now();
     let ms = |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
     let interval_ns = config.interval.as_nanos().max(1);
@@ -701,7 +722,9 @@ fn probe_loop(config: &ProberConfig, stop: &AtomicBool, live: &Live) -> ProbeRep
                 live.failed.fetch_add(1, Ordering::SeqCst);
             }
         }
-        timeline.push(Probe { start_ms: ms(t0), end_ms: ms(t1), outcome });
+        let probe = Probe { start_ms: ms(t0), end_ms: ms(t1), outcome };
+        each(&probe);
+        timeline.push(probe);
         let next = slot + 1;
         let latest_due = t1.duration_since(start).as_nanos() / interval_ns;
         if latest_due > next {

@@ -1,0 +1,353 @@
+//! The cluster-provider interface the end-to-end scenarios ([`crate::scenarios`]) run
+//! against, and its local implementation on [`KubeLab`] (a real kube-apiserver and
+//! etcd, one network namespace per node). The kind implementation is
+//! [`crate::kind::KindCluster`]: a provider only knows how to cut a node, restart an
+//! agent, stop the operator, cut the nodes off the API server, run a client and say
+//! which nodes hold the VIP; everything that talks to Kubernetes is shared here.
+
+use crate::controlplane::client_from_kubeconfig;
+use crate::kubelab::{KubeLab, KubeLabError, NAMESPACE};
+use crate::netns::{self, Link};
+use crate::traffic::{ProbeReport, Prober};
+use havip_crds::{FloatingIP, HAPair};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A provider error (a message: providers shell out, talk to kube, manage netns).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ClusterError(pub String);
+
+impl From<KubeLabError> for ClusterError {
+    fn from(e: KubeLabError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<netns::NetnsError> for ClusterError {
+    fn from(e: netns::NetnsError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<crate::traffic::TrafficError> for ClusterError {
+    fn from(e: crate::traffic::TrafficError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// Provider results.
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+/// A client that connects to the VIP over and over (a new TCP connection every few
+/// milliseconds) and records who answered.
+pub trait TrafficClient {
+    /// Waits until a probe is answered by node `name`.
+    fn wait_for_responder(&self, name: &str, timeout: Duration) -> Result<Duration>;
+    /// Stops and returns the report.
+    fn stop(self: Box<Self>) -> Result<ProbeReport>;
+}
+
+/// What a scenario needs from a cluster. Node indices are positions in
+/// [`Cluster::nodes`]; the standard pair's members are the first nodes in that order,
+/// priorities descending (node 0 is the preferred active).
+pub trait Cluster {
+    /// The nodes that can be pair members, in order.
+    fn nodes(&self) -> Vec<String>;
+    /// A kubeconfig with admin rights.
+    fn kubeconfig(&self) -> PathBuf;
+    /// `kubectl` with the cluster's kubeconfig.
+    fn kubectl_command(&self) -> Command;
+    /// The `kubectl-havip` plugin binary.
+    fn plugin_binary(&self) -> PathBuf;
+    /// The standard pair `name` over the first `members` nodes with one VIP (its
+    /// FloatingIP is `<name>-vip`), probed on the port the cluster's responders use.
+    fn pair_yaml(&self, name: &str, members: usize) -> String;
+    /// Disconnects node `i` from every network (the node dies as far as its peers and
+    /// the clients can tell; its processes keep running).
+    fn cut_node(&mut self, i: usize) -> Result<()>;
+    /// Reconnects node `i`.
+    fn restore_node(&mut self, i: usize) -> Result<()>;
+    /// Stops the operator (all replicas).
+    fn stop_operator(&mut self) -> Result<()>;
+    /// Starts the operator again.
+    fn start_operator(&mut self) -> Result<()>;
+    /// A rolling upgrade of node `i`'s agent: SIGTERM, then a new agent process.
+    fn restart_agent(&mut self, i: usize) -> Result<()>;
+    /// Makes the API server unreachable for every node (agents and operator alike).
+    fn api_outage_begin(&mut self) -> Result<()>;
+    /// Ends the outage.
+    fn api_outage_end(&mut self) -> Result<()>;
+    /// Starts a client against the standard pair's VIP.
+    fn client(&self) -> Result<Box<dyn TrafficClient>>;
+    /// The nodes whose kernel holds the standard pair's VIP.
+    fn holders(&self) -> Result<Vec<usize>>;
+    /// The operator's and agents' recent logs (for failure messages).
+    fn logs_tail(&self, lines: usize) -> String;
+
+    /// Runs a future on a fresh current-thread runtime (scenarios are synchronous).
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output
+    where
+        Self: Sized,
+    {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(f),
+            Err(e) => panic!("failed to build a runtime: {e}"),
+        }
+    }
+
+    /// An admin client.
+    fn kube_client(&self) -> impl std::future::Future<Output = Result<kube::Client>>
+    where
+        Self: Sized,
+    {
+        let path = self.kubeconfig();
+        async move { client_from_kubeconfig(&path).await.map_err(|e| ClusterError(e.to_string())) }
+    }
+
+    /// Applies HAPair/FloatingIP YAML documents server-side (field manager `havip-e2e`).
+    fn apply_yaml(&self, yaml: &str) -> Result<()>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            use serde::Deserialize;
+            let client = self.kube_client().await?;
+            for doc in serde_yaml::Deserializer::from_str(yaml) {
+                let v = serde_json::Value::deserialize(doc).map_err(|e| ClusterError(e.to_string()))?;
+                if v.is_null() {
+                    continue;
+                }
+                let kind = v["kind"].as_str().unwrap_or_default().to_owned();
+                let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let pp = PatchParams::apply("havip-e2e").force();
+                match kind.as_str() {
+                    "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
+                    "FloatingIP" => {
+                        Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
+                    }
+                    other => return Err(ClusterError(format!("unsupported kind {other}"))),
+                }
+                .map_err(|e| ClusterError(format!("apply {kind}/{name}: {e}")))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Deletes pair `name` and its FloatingIP `<name>-vip` (between scenarios).
+    fn delete_pair(&self, name: &str) -> Result<()>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            let client = self.kube_client().await?;
+            let dp = DeleteParams::default();
+            for r in [
+                Api::<FloatingIP>::all(client.clone()).delete(&format!("{name}-vip"), &dp).await.map(drop),
+                Api::<HAPair>::all(client).delete(name, &dp).await.map(drop),
+            ] {
+                match r {
+                    Ok(()) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(ClusterError(format!("delete pair {name}: {e}"))),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The pair.
+    fn pair(&self, name: &str) -> Result<HAPair>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            Api::<HAPair>::all(self.kube_client().await?)
+                .get(name)
+                .await
+                .map_err(|e| ClusterError(format!("get HAPair {name}: {e}")))
+        })
+    }
+
+    /// The pair's Lease: (holder, epoch).
+    fn lease(&self, pair: &str) -> Result<(Option<String>, i64)>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            let l = Api::<Lease>::namespaced(self.kube_client().await?, NAMESPACE)
+                .get(&format!("havip-{pair}"))
+                .await
+                .map_err(|e| ClusterError(format!("get the Lease of {pair}: {e}")))?;
+            let s = l.spec.unwrap_or_default();
+            Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
+        })
+    }
+
+    /// Polls `cond` on the pair until it holds or `timeout` passes; the error carries
+    /// the pair's status and the logs.
+    fn wait_pair(&self, name: &str, timeout: Duration, what: &str, cond: impl Fn(&HAPair) -> bool) -> Result<HAPair>
+    where
+        Self: Sized,
+    {
+        let start = Instant::now();
+        loop {
+            if let Ok(p) = self.pair(name)
+                && cond(&p)
+            {
+                return Ok(p);
+            }
+            if start.elapsed() > timeout {
+                let status = self
+                    .pair(name)
+                    .ok()
+                    .and_then(|p| p.status)
+                    .map(|s| serde_json::to_string(&s).unwrap_or_default())
+                    .unwrap_or_default();
+                return Err(ClusterError(format!(
+                    "timed out after {timeout:?} waiting for {what}; pair status: {status}\n{}",
+                    self.logs_tail(25)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs `kubectl-havip <args>`; (success, output).
+    fn plugin(&self, args: &[&str]) -> (bool, String) {
+        let bin = self.plugin_binary();
+        match Command::new(&bin).env("KUBECONFIG", self.kubeconfig()).args(args).output() {
+            Ok(o) => (
+                o.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            ),
+            Err(e) => (false, format!("{}: {e}", bin.display())),
+        }
+    }
+
+    /// `kubectl <args>`; (success, stdout).
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        match self.kubectl_command().args(args).output() {
+            Ok(o) => (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned()),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// The Events about object `name` as "Reason message".
+    fn events_about(&self, name: &str) -> Vec<String>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            let Ok(client) = self.kube_client().await else { return Vec::new() };
+            Api::<Event>::all(client)
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+                        .map(|e| format!("{} {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// The local provider's client: a [`Prober`] in the client namespace.
+struct LocalClient(Prober);
+
+impl TrafficClient for LocalClient {
+    fn wait_for_responder(&self, name: &str, timeout: Duration) -> Result<Duration> {
+        Ok(self.0.wait_for_responder(name, timeout)?)
+    }
+    fn stop(self: Box<Self>) -> Result<ProbeReport> {
+        Ok(self.0.stop()?)
+    }
+}
+
+/// The local provider: a [`KubeLab`] (node = network namespace, agents and operator =
+/// processes, API outage = the API server stopped).
+pub struct LocalCluster {
+    /// The lab.
+    pub lab: KubeLab,
+    api_down: bool,
+}
+
+impl LocalCluster {
+    /// Wraps a started lab.
+    pub fn new(lab: KubeLab) -> Self {
+        Self { lab, api_down: false }
+    }
+}
+
+impl Cluster for LocalCluster {
+    fn nodes(&self) -> Vec<String> {
+        self.lab.topo.nodes().iter().map(|n| n.name.clone()).collect()
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.lab.cp.kubeconfig()
+    }
+    fn kubectl_command(&self) -> Command {
+        self.lab.cp.kubectl()
+    }
+    fn plugin_binary(&self) -> PathBuf {
+        crate::agent::agent_binary()
+            .map(|a| a.with_file_name("kubectl-havip"))
+            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
+    }
+    fn pair_yaml(&self, name: &str, members: usize) -> String {
+        let mut y = self.lab.pair_yaml(name);
+        for (i, n) in self.lab.topo.nodes().iter().enumerate().skip(members) {
+            y = y.replace(&format!("    - node: {}\n      priority: {}\n", n.name, 200 - 10 * i), "");
+        }
+        y
+    }
+    fn cut_node(&mut self, i: usize) -> Result<()> {
+        self.lab.topo.cut_cable(i, Link::Mgmt)?;
+        self.lab.topo.cut_cable(i, Link::Data)?;
+        Ok(())
+    }
+    fn restore_node(&mut self, i: usize) -> Result<()> {
+        self.lab.topo.restore_cable(i, Link::Data)?;
+        self.lab.topo.restore_cable(i, Link::Mgmt)?;
+        Ok(())
+    }
+    fn stop_operator(&mut self) -> Result<()> {
+        self.lab.stop_operator();
+        Ok(())
+    }
+    fn start_operator(&mut self) -> Result<()> {
+        Ok(self.lab.start_operator()?)
+    }
+    fn restart_agent(&mut self, i: usize) -> Result<()> {
+        self.lab.stop_agent(i);
+        Ok(self.lab.start_agent(i)?)
+    }
+    fn api_outage_begin(&mut self) -> Result<()> {
+        self.lab.cp.stop_apiserver();
+        self.api_down = true;
+        Ok(())
+    }
+    fn api_outage_end(&mut self) -> Result<()> {
+        if self.api_down {
+            self.lab.cp.start_apiserver().map_err(|e| ClusterError(e.to_string()))?;
+            self.api_down = false;
+        }
+        Ok(())
+    }
+    fn client(&self) -> Result<Box<dyn TrafficClient>> {
+        Ok(Box::new(LocalClient(Prober::on_client(&self.lab.topo, self.lab.target())?)))
+    }
+    fn holders(&self) -> Result<Vec<usize>> {
+        Ok(self.lab.holders()?)
+    }
+    fn logs_tail(&self, lines: usize) -> String {
+        self.lab.logs_tail(lines)
+    }
+}

@@ -1,0 +1,679 @@
+//! The kind provider of the end-to-end suite: the same [`crate::scenarios`] as
+//! `make e2e`, on a kind cluster (one control plane, three workers) with the chart
+//! installed from `charts/havip` and the images `make images` builds.
+//!
+//! Everything here is command construction (pure functions, unit-tested: kind cannot
+//! create a cluster where no image can be pulled) and a thin [`Cluster`]
+//! implementation that runs those commands:
+//! node cut = disconnect the node container from the kind network · agent restart =
+//! delete the node's agent pod (the DaemonSet starts a new one) · operator stop =
+//! scale the Deployment to 0 · API outage = drop the nodes' TCP to the API server
+//! port · client = a container on the kind network running `e2e-tool probe`.
+
+use crate::cluster::{Cluster, ClusterError, Result, TrafficClient};
+use crate::traffic::{Probe, ProbeReport};
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The port the responders answer on (and the pair's probe port).
+pub const SERVICE_PORT: u16 = 8080;
+/// The chart's namespace.
+pub const NAMESPACE: &str = "havip-system";
+/// The kind network.
+pub const NETWORK: &str = "kind";
+/// The API server's port inside the kind network.
+pub const API_PORT: u16 = 6443;
+
+/// Names and paths of one kind suite run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindConfig {
+    /// The kind cluster's name.
+    pub cluster: String,
+    /// Worker nodes (kind names them `<cluster>-worker`, `<cluster>-worker2`, …).
+    pub workers: usize,
+    /// Image prefix and tag (`<prefix>/havip-operator:<tag>`, …).
+    pub image_prefix: String,
+    /// Image tag.
+    pub tag: String,
+    /// Where the cluster's kubeconfig is written.
+    pub kubeconfig: PathBuf,
+    /// The kind binary.
+    pub kind: PathBuf,
+    /// The helm binary.
+    pub helm: PathBuf,
+    /// The kubectl binary.
+    pub kubectl: PathBuf,
+    /// The repository root (chart and kind config).
+    pub repo: PathBuf,
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+impl KindConfig {
+    /// The node containers that run workloads (pair members), in order.
+    pub fn worker_nodes(&self) -> Vec<String> {
+        (1..=self.workers)
+            .map(|i| if i == 1 { format!("{}-worker", self.cluster) } else { format!("{}-worker{i}", self.cluster) })
+            .collect()
+    }
+
+    /// An image reference.
+    pub fn image(&self, name: &str) -> String {
+        format!("{}/{name}:{}", self.image_prefix, self.tag)
+    }
+
+    /// The images the suite loads into the cluster.
+    pub fn images(&self) -> Vec<String> {
+        ["havip-operator", "havip-agent", "havip-e2e-tools"].iter().map(|n| self.image(n)).collect()
+    }
+
+    /// `kind create cluster`.
+    pub fn create_cluster(&self) -> Vec<String> {
+        vec![
+            self.kind.display().to_string(),
+            s("create"),
+            s("cluster"),
+            s("--name"),
+            self.cluster.clone(),
+            s("--config"),
+            self.repo.join("e2e/kind/cluster.yaml").display().to_string(),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
+            s("--wait"),
+            s("120s"),
+        ]
+    }
+
+    /// `kind delete cluster`.
+    pub fn delete_cluster(&self) -> Vec<String> {
+        vec![self.kind.display().to_string(), s("delete"), s("cluster"), s("--name"), self.cluster.clone()]
+    }
+
+    /// `kind load docker-image` of every image.
+    pub fn load_images(&self) -> Vec<String> {
+        let mut v = vec![self.kind.display().to_string(), s("load"), s("docker-image")];
+        v.extend(self.images());
+        v.extend([s("--name"), self.cluster.clone()]);
+        v
+    }
+
+    /// `helm upgrade --install` of the chart with the suite's images.
+    pub fn install_chart(&self) -> Vec<String> {
+        vec![
+            self.helm.display().to_string(),
+            s("upgrade"),
+            s("--install"),
+            s("havip"),
+            self.repo.join("charts/havip").display().to_string(),
+            s("--namespace"),
+            s(NAMESPACE),
+            s("--create-namespace"),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
+            s("--set"),
+            format!("image.repository={}", self.image_prefix),
+            s("--set"),
+            format!("image.tag={}", self.tag),
+            s("--set"),
+            s("image.pullPolicy=Never"),
+            s("--wait"),
+            s("--timeout"),
+            s("180s"),
+        ]
+    }
+
+    /// kubectl with the suite's kubeconfig and `args`.
+    pub fn kubectl(&self, args: &[&str]) -> Vec<String> {
+        let mut v = vec![self.kubectl.display().to_string(), s("--kubeconfig"), self.kubeconfig.display().to_string()];
+        v.extend(args.iter().map(|a| (*a).to_owned()));
+        v
+    }
+
+    /// The responders: a hostNetwork DaemonSet answering its node's name on
+    /// [`SERVICE_PORT`] (what the VIP serves, and what the agents probe).
+    pub fn responders_yaml(&self) -> String {
+        format!(
+            r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: havip-e2e-responder
+  namespace: {NAMESPACE}
+spec:
+  selector:
+    matchLabels: {{app: havip-e2e-responder}}
+  template:
+    metadata:
+      labels: {{app: havip-e2e-responder}}
+    spec:
+      hostNetwork: true
+      tolerations: [{{operator: Exists}}]
+      containers:
+        - name: responder
+          image: {image}
+          imagePullPolicy: Never
+          args: ["respond", "--port", "{SERVICE_PORT}", "--name", "$(NODE_NAME)"]
+          env:
+            - name: NODE_NAME
+              valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+"#,
+            image = self.image("havip-e2e-tools")
+        )
+    }
+
+    /// The standard pair over the first `members` workers: one heartbeat path (kind
+    /// nodes have one address), one VIP in the kind network.
+    pub fn pair_yaml(&self, name: &str, members: usize, vip: Ipv4Addr, prefix: u8) -> String {
+        let mut y =
+            format!("apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: {name}\nspec:\n  members:\n");
+        for (i, n) in self.worker_nodes().iter().take(members).enumerate() {
+            y.push_str(&format!("    - node: {n}\n      priority: {}\n", 200 - 10 * i));
+        }
+        y.push_str("  heartbeat:\n    paths:\n      - name: kind\n        addressType: InternalIP\n");
+        y.push_str(&format!(
+            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {vip}/{prefix}\n  interface: eth0\n  probe:\n    ports: [{SERVICE_PORT}]\n"
+        ));
+        y
+    }
+
+    /// `docker network disconnect` (node cut).
+    pub fn disconnect(node: &str) -> Vec<String> {
+        vec![s("docker"), s("network"), s("disconnect"), s(NETWORK), node.to_owned()]
+    }
+
+    /// `docker network connect` with the node's original address (so the Node
+    /// object's InternalIP stays right).
+    pub fn connect(node: &str, ip: Ipv4Addr) -> Vec<String> {
+        vec![s("docker"), s("network"), s("connect"), s("--ip"), ip.to_string(), s(NETWORK), node.to_owned()]
+    }
+
+    /// The node container's address on the kind network.
+    pub fn inspect_ip(node: &str) -> Vec<String> {
+        vec![
+            s("docker"),
+            s("inspect"),
+            s("-f"),
+            format!("{{{{.NetworkSettings.Networks.{NETWORK}.IPAddress}}}}"),
+            node.to_owned(),
+        ]
+    }
+
+    /// The kind network's subnets.
+    pub fn inspect_subnets() -> Vec<String> {
+        vec![
+            s("docker"),
+            s("network"),
+            s("inspect"),
+            s(NETWORK),
+            s("-f"),
+            s("{{range .IPAM.Config}}{{.Subnet}} {{end}}"),
+        ]
+    }
+
+    /// Inserts (`insert`) or deletes the rules that cut a node off the API server:
+    /// its own TCP to the API port (hostNetwork agents; after kube-proxy's DNAT) and
+    /// forwarded TCP from its pods (the operator).
+    pub fn api_block(node: &str, insert: bool) -> Vec<Vec<String>> {
+        let op = if insert { "-I" } else { "-D" };
+        ["OUTPUT", "FORWARD"]
+            .iter()
+            .map(|chain| {
+                vec![
+                    s("docker"),
+                    s("exec"),
+                    node.to_owned(),
+                    s("iptables"),
+                    s(op),
+                    s(chain),
+                    s("-p"),
+                    s("tcp"),
+                    s("--dport"),
+                    API_PORT.to_string(),
+                    s("-m"),
+                    s("comment"),
+                    s("--comment"),
+                    s("havip-e2e-api-outage"),
+                    s("-j"),
+                    s("DROP"),
+                ]
+            })
+            .collect()
+    }
+
+    /// The node's addresses on eth0 (who holds the VIP).
+    pub fn addresses(node: &str) -> Vec<String> {
+        vec![s("docker"), s("exec"), node.to_owned(), s("ip"), s("-o"), s("addr"), s("show"), s("dev"), s("eth0")]
+    }
+
+    /// The client container: `e2e-tool probe` against `target`, one JSON line per probe.
+    pub fn client(&self, target: SocketAddr) -> Vec<String> {
+        vec![
+            s("docker"),
+            s("run"),
+            s("--rm"),
+            s("--name"),
+            format!("{}-client", self.cluster),
+            s("--network"),
+            s(NETWORK),
+            self.image("havip-e2e-tools"),
+            s("probe"),
+            s("--target"),
+            target.to_string(),
+            s("--interval-ms"),
+            s("20"),
+        ]
+    }
+
+    /// Removes the client container.
+    pub fn client_rm(&self) -> Vec<String> {
+        vec![s("docker"), s("rm"), s("-f"), format!("{}-client", self.cluster)]
+    }
+
+    /// Deletes node `node`'s agent pod (SIGTERM: a rolling upgrade of one node).
+    pub fn delete_agent_pod(&self, node: &str) -> Vec<String> {
+        self.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/component=agent",
+            "--field-selector",
+            &format!("spec.nodeName={node}"),
+            "--wait=true",
+        ])
+    }
+
+    /// Scales the operator Deployment.
+    pub fn scale_operator(&self, replicas: u8) -> Vec<String> {
+        self.kubectl(&["-n", NAMESPACE, "scale", "deployment/havip-operator", &format!("--replicas={replicas}")])
+    }
+
+    /// Waits for a rollout (`deployment/havip-operator`, `daemonset/havip-agent`, …).
+    pub fn rollout_status(&self, what: &str) -> Vec<String> {
+        self.kubectl(&["-n", NAMESPACE, "rollout", "status", what, "--timeout=120s"])
+    }
+}
+
+/// The VIP the suite uses in an IPv4 subnet: 55 below the broadcast address (far
+/// from the addresses Docker hands out from the bottom), with the subnet's prefix.
+pub fn vip_in_subnet(cidr: &str) -> Option<(Ipv4Addr, u8)> {
+    let (net, prefix) = cidr.trim().split_once('/')?;
+    let net: Ipv4Addr = net.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok()?;
+    if !(8..=24).contains(&prefix) {
+        return None;
+    }
+    let host_bits = 32 - u32::from(prefix);
+    let broadcast = u32::from(net) | ((1u32 << host_bits) - 1);
+    Some((Ipv4Addr::from(broadcast - 55), prefix))
+}
+
+/// Runs argv; stdout on success, else an error with stderr.
+pub fn run(argv: &[String]) -> Result<String> {
+    let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+    let out = Command::new(bin).args(args).output().map_err(|e| ClusterError(format!("{bin}: {e}")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(ClusterError(format!("`{}` failed: {}", argv.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+    }
+}
+
+/// A kind cluster created by [`KindCluster::up`].
+pub struct KindCluster {
+    /// Names and paths.
+    pub cfg: KindConfig,
+    ips: Vec<Ipv4Addr>,
+    vip: (Ipv4Addr, u8),
+    api_blocked: bool,
+}
+
+impl KindCluster {
+    /// Creates the cluster, loads the images, installs the chart and the responders.
+    pub fn up(cfg: KindConfig) -> Result<Self> {
+        run(&cfg.create_cluster())?;
+        run(&cfg.load_images())?;
+        run(&cfg.install_chart())?;
+        Self::apply_responders(&cfg)?;
+        Self::attach(cfg)
+    }
+
+    fn apply_responders(cfg: &KindConfig) -> Result<()> {
+        let argv = cfg.kubectl(&["apply", "-f", "-"]);
+        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            stdin.write_all(cfg.responders_yaml().as_bytes()).map_err(|e| ClusterError(e.to_string()))?;
+        }
+        let st = child.wait().map_err(|e| ClusterError(e.to_string()))?;
+        if !st.success() {
+            return Err(ClusterError("kubectl apply of the responders failed".to_owned()));
+        }
+        run(&cfg.rollout_status("daemonset/havip-e2e-responder"))?;
+        Ok(())
+    }
+
+    /// Attaches to an existing suite cluster (after `kind-e2e up`).
+    pub fn attach(cfg: KindConfig) -> Result<Self> {
+        let mut ips = Vec::new();
+        for n in cfg.worker_nodes() {
+            let ip = run(&KindConfig::inspect_ip(&n))?;
+            ips.push(ip.trim().parse().map_err(|e| ClusterError(format!("address of {n} ({ip:?}): {e}")))?);
+        }
+        let subnets = run(&KindConfig::inspect_subnets())?;
+        let vip = subnets
+            .split_whitespace()
+            .find_map(vip_in_subnet)
+            .ok_or_else(|| ClusterError(format!("no IPv4 subnet of /8../24 in the kind network: {subnets:?}")))?;
+        Ok(Self { cfg, ips, vip, api_blocked: false })
+    }
+
+    /// Deletes the cluster.
+    pub fn down(cfg: &KindConfig) -> Result<()> {
+        run(&cfg.delete_cluster()).map(drop)
+    }
+}
+
+/// The client: `e2e-tool probe` in a container, its JSON lines read by a thread.
+struct KindClient {
+    child: Child,
+    rm: Vec<String>,
+    target: SocketAddr,
+    started: Instant,
+    timeline: Arc<Mutex<Vec<Probe>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TrafficClient for KindClient {
+    fn wait_for_responder(&self, name: &str, timeout: Duration) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            let last =
+                self.timeline.lock().ok().and_then(|t| t.iter().rev().find_map(|p| p.outcome.as_ref().ok().cloned()));
+            if last.as_deref() == Some(name) {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() >= timeout {
+                return Err(ClusterError(format!("no probe answered by {name} within {timeout:?} (last: {last:?})")));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn stop(mut self: Box<Self>) -> Result<ProbeReport> {
+        let _ = run(&self.rm);
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let timeline = self.timeline.lock().map(|t| t.clone()).unwrap_or_default();
+        Ok(ProbeReport::from_timeline(self.target, Duration::from_millis(20), self.started.elapsed(), 0, timeline))
+    }
+}
+
+impl Cluster for KindCluster {
+    fn nodes(&self) -> Vec<String> {
+        self.cfg.worker_nodes()
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.cfg.kubeconfig.clone()
+    }
+    fn kubectl_command(&self) -> Command {
+        let mut c = Command::new(&self.cfg.kubectl);
+        c.arg("--kubeconfig").arg(&self.cfg.kubeconfig);
+        c
+    }
+    fn plugin_binary(&self) -> PathBuf {
+        crate::agent::agent_binary()
+            .map(|a| a.with_file_name("kubectl-havip"))
+            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
+    }
+    fn pair_yaml(&self, name: &str, members: usize) -> String {
+        self.cfg.pair_yaml(name, members, self.vip.0, self.vip.1)
+    }
+    fn cut_node(&mut self, i: usize) -> Result<()> {
+        run(&KindConfig::disconnect(&self.node_name(i)?)).map(drop)
+    }
+    fn restore_node(&mut self, i: usize) -> Result<()> {
+        let node = self.node_name(i)?;
+        match run(&KindConfig::connect(&node, self.ips[i])) {
+            // Connecting a connected container: nothing to restore.
+            Err(e) if e.0.contains("already exists") => Ok(()),
+            r => r.map(drop),
+        }
+    }
+    fn stop_operator(&mut self) -> Result<()> {
+        run(&self.cfg.scale_operator(0))?;
+        run(&self.cfg.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "wait",
+            "--for=delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/component=operator",
+            "--timeout=60s",
+        ]))
+        .map(drop)
+    }
+    fn start_operator(&mut self) -> Result<()> {
+        run(&self.cfg.scale_operator(2))?;
+        run(&self.cfg.rollout_status("deployment/havip-operator")).map(drop)
+    }
+    fn restart_agent(&mut self, i: usize) -> Result<()> {
+        run(&self.cfg.delete_agent_pod(&self.node_name(i)?))?;
+        run(&self.cfg.rollout_status("daemonset/havip-agent")).map(drop)
+    }
+    fn api_outage_begin(&mut self) -> Result<()> {
+        for n in self.cfg.worker_nodes() {
+            for argv in KindConfig::api_block(&n, true) {
+                run(&argv)?;
+            }
+        }
+        self.api_blocked = true;
+        Ok(())
+    }
+    fn api_outage_end(&mut self) -> Result<()> {
+        if self.api_blocked {
+            for n in self.cfg.worker_nodes() {
+                for argv in KindConfig::api_block(&n, false) {
+                    run(&argv)?;
+                }
+            }
+            self.api_blocked = false;
+        }
+        Ok(())
+    }
+    fn client(&self) -> Result<Box<dyn TrafficClient>> {
+        let target = SocketAddr::from((self.vip.0, SERVICE_PORT));
+        let argv = self.cfg.client(target);
+        let _ = run(&self.cfg.client_rm());
+        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
+        let stdout = child.stdout.take().ok_or_else(|| ClusterError("client has no stdout".to_owned()))?;
+        let timeline: Arc<Mutex<Vec<Probe>>> = Arc::default();
+        let t2 = timeline.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
+                if let Ok(p) = serde_json::from_str::<Probe>(&line)
+                    && let Ok(mut t) = t2.lock()
+                {
+                    t.push(p);
+                }
+            }
+        });
+        Ok(Box::new(KindClient {
+            child,
+            rm: self.cfg.client_rm(),
+            target,
+            started: Instant::now(),
+            timeline,
+            reader: Some(reader),
+        }))
+    }
+    fn holders(&self) -> Result<Vec<usize>> {
+        let vip = format!(" {}/", self.vip.0);
+        let mut out = Vec::new();
+        for (i, n) in self.cfg.worker_nodes().iter().enumerate() {
+            if run(&KindConfig::addresses(n))?.contains(&vip) {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+    fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for component in ["operator", "agent"] {
+            let argv = self.cfg.kubectl(&[
+                "-n",
+                NAMESPACE,
+                "logs",
+                "-l",
+                &format!("app.kubernetes.io/component={component}"),
+                "--prefix",
+                &format!("--tail={lines}"),
+            ]);
+            out.push_str(&format!("--- {component} ---\n{}\n", run(&argv).unwrap_or_else(|e| e.to_string())));
+        }
+        out
+    }
+}
+
+impl KindCluster {
+    fn node_name(&self, i: usize) -> Result<String> {
+        self.cfg.worker_nodes().get(i).cloned().ok_or_else(|| ClusterError(format!("no worker {i}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> KindConfig {
+        KindConfig {
+            cluster: "havip-e2e".to_owned(),
+            workers: 3,
+            image_prefix: "havip".to_owned(),
+            tag: "dev".to_owned(),
+            kubeconfig: PathBuf::from("/tmp/k/kubeconfig"),
+            kind: PathBuf::from("/c/kind"),
+            helm: PathBuf::from("/c/helm"),
+            kubectl: PathBuf::from("/c/kubectl"),
+            repo: PathBuf::from("/src/havip"),
+        }
+    }
+
+    #[test]
+    fn workers_are_named_as_kind_names_them() {
+        assert_eq!(cfg().worker_nodes(), ["havip-e2e-worker", "havip-e2e-worker2", "havip-e2e-worker3"]);
+    }
+
+    #[test]
+    fn cluster_lifecycle_commands() {
+        let c = cfg();
+        assert_eq!(
+            c.create_cluster().join(" "),
+            "/c/kind create cluster --name havip-e2e --config /src/havip/e2e/kind/cluster.yaml --kubeconfig /tmp/k/kubeconfig --wait 120s"
+        );
+        assert_eq!(c.delete_cluster().join(" "), "/c/kind delete cluster --name havip-e2e");
+        assert_eq!(
+            c.load_images().join(" "),
+            "/c/kind load docker-image havip/havip-operator:dev havip/havip-agent:dev havip/havip-e2e-tools:dev --name havip-e2e"
+        );
+        let helm = c.install_chart().join(" ");
+        assert!(helm.starts_with("/c/helm upgrade --install havip /src/havip/charts/havip --namespace havip-system"));
+        assert!(helm.contains("--set image.repository=havip --set image.tag=dev --set image.pullPolicy=Never"));
+    }
+
+    #[test]
+    fn node_cut_is_a_network_disconnect_and_restore_keeps_the_address() {
+        assert_eq!(
+            KindConfig::disconnect("havip-e2e-worker").join(" "),
+            "docker network disconnect kind havip-e2e-worker"
+        );
+        assert_eq!(
+            KindConfig::connect("havip-e2e-worker", Ipv4Addr::new(172, 18, 0, 3)).join(" "),
+            "docker network connect --ip 172.18.0.3 kind havip-e2e-worker"
+        );
+        assert_eq!(
+            KindConfig::inspect_ip("n").join(" "),
+            "docker inspect -f {{.NetworkSettings.Networks.kind.IPAddress}} n"
+        );
+    }
+
+    #[test]
+    fn api_outage_drops_the_api_port_in_output_and_forward_and_is_undone_symmetrically() {
+        let on = KindConfig::api_block("w", true);
+        let off = KindConfig::api_block("w", false);
+        assert_eq!(on.len(), 2);
+        assert_eq!(
+            on[0].join(" "),
+            "docker exec w iptables -I OUTPUT -p tcp --dport 6443 -m comment --comment havip-e2e-api-outage -j DROP"
+        );
+        assert!(on[1].join(" ").contains("-I FORWARD"));
+        for (a, b) in on.iter().zip(&off) {
+            assert_eq!(a.join(" ").replace(" -I ", " -D "), b.join(" "));
+        }
+    }
+
+    #[test]
+    fn agent_restart_deletes_only_that_nodes_agent_pod() {
+        let c = cfg();
+        assert_eq!(
+            c.delete_agent_pod("havip-e2e-worker2").join(" "),
+            "/c/kubectl --kubeconfig /tmp/k/kubeconfig -n havip-system delete pod -l app.kubernetes.io/component=agent --field-selector spec.nodeName=havip-e2e-worker2 --wait=true"
+        );
+        assert!(c.scale_operator(0).join(" ").ends_with("scale deployment/havip-operator --replicas=0"));
+    }
+
+    #[test]
+    fn client_is_a_container_on_the_kind_network() {
+        let c = cfg();
+        assert_eq!(
+            c.client(SocketAddr::from((Ipv4Addr::new(172, 18, 255, 200), 8080))).join(" "),
+            "docker run --rm --name havip-e2e-client --network kind havip/havip-e2e-tools:dev probe --target 172.18.255.200:8080 --interval-ms 20"
+        );
+        assert_eq!(c.client_rm().join(" "), "docker rm -f havip-e2e-client");
+    }
+
+    #[test]
+    fn vip_sits_near_the_top_of_the_kind_subnet() {
+        assert_eq!(vip_in_subnet("172.18.0.0/16"), Some((Ipv4Addr::new(172, 18, 255, 200), 16)));
+        assert_eq!(vip_in_subnet("192.168.5.0/24"), Some((Ipv4Addr::new(192, 168, 5, 200), 24)));
+        assert_eq!(vip_in_subnet("fc00:f853:ccd:e793::/64"), None);
+        assert_eq!(vip_in_subnet("10.0.0.0/30"), None);
+    }
+
+    #[test]
+    fn pair_and_responders_manifests_parse_and_name_the_workers() {
+        let c = cfg();
+        let y = c.pair_yaml("web", 2, Ipv4Addr::new(172, 18, 255, 200), 16);
+        let docs: Vec<serde_yaml::Value> =
+            serde_yaml::Deserializer::from_str(&y).map(|d| serde::Deserialize::deserialize(d).expect("yaml")).collect();
+        assert_eq!(docs.len(), 2);
+        let pair: havip_crds::HAPair = serde_yaml::from_value(docs[0].clone()).expect("HAPair");
+        let nodes: Vec<&str> = pair.spec.members.iter().map(|m| m.node.as_str()).collect();
+        assert_eq!(nodes, ["havip-e2e-worker", "havip-e2e-worker2"]);
+        let fip: havip_crds::FloatingIP = serde_yaml::from_value(docs[1].clone()).expect("FloatingIP");
+        assert_eq!(fip.spec.address, "172.18.255.200/16");
+        let ds: serde_yaml::Value = serde_yaml::from_str(&c.responders_yaml()).expect("DaemonSet");
+        assert_eq!(ds["spec"]["template"]["spec"]["hostNetwork"], serde_yaml::Value::Bool(true));
+        assert!(c.responders_yaml().contains("havip/havip-e2e-tools:dev"));
+    }
+}

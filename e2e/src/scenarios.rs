@@ -1,0 +1,410 @@
+//! The end-to-end scenarios, written once against [`Cluster`] and run by `make e2e`
+//! on the local provider (`e2e/tests/e2e_pairs.rs`) and by the kind suite
+//! (`kind-e2e run`) on a kind cluster. A scenario panics with a message (the pair's
+//! status and the logs) when something is wrong.
+
+use crate::cluster::Cluster;
+use havip_crds::{HAPair, Phase};
+use std::time::{Duration, Instant};
+
+/// The pair every scenario uses.
+pub const PAIR: &str = "web";
+
+/// A named scenario and how many nodes it needs.
+pub struct Scenario<C> {
+    /// Its name (the test's name).
+    pub name: &'static str,
+    /// Nodes it needs.
+    pub nodes: usize,
+    /// Runs it.
+    pub run: fn(&mut C),
+}
+
+/// Every scenario, in the order the kind suite runs them.
+pub fn all<C: Cluster>() -> Vec<Scenario<C>> {
+    vec![
+        Scenario { name: "pair_goes_live_within_5s_and_kubectl_shows_its_columns", nodes: 2, run: pair_goes_live },
+        Scenario {
+            name: "active_node_cut_fails_over_with_a_new_epoch_lease_and_events",
+            nodes: 2,
+            run: active_node_cut,
+        },
+        Scenario { name: "planned_failover_through_the_plugin_loses_no_connect", nodes: 2, run: planned_failover },
+        Scenario { name: "forced_failover_through_the_plugin", nodes: 2, run: forced_failover },
+        Scenario {
+            name: "maintenance_on_the_active_hands_over_and_on_the_standby_takes_it_out",
+            nodes: 2,
+            run: maintenance,
+        },
+        Scenario {
+            name: "automatic_failback_honours_its_recovery_window_and_quarantine",
+            nodes: 2,
+            run: automatic_failback,
+        },
+        Scenario { name: "operator_stopped_failover_still_works", nodes: 2, run: operator_stopped },
+        Scenario {
+            name: "api_server_unreachable_then_active_cut_still_takes_over_and_catches_up",
+            nodes: 2,
+            run: api_outage,
+        },
+        Scenario {
+            name: "agent_restart_on_the_active_loses_no_connect_and_moves_nothing",
+            nodes: 2,
+            run: agent_restart,
+        },
+        Scenario { name: "a_bad_spec_edit_is_refused_or_conditioned_and_nothing_moves", nodes: 2, run: bad_spec_edit },
+        Scenario { name: "key_rotation_through_the_plugin_misses_no_heartbeat", nodes: 2, run: key_rotation },
+        Scenario {
+            name: "member_replacement_keeps_the_vips_rotates_the_key_and_the_newcomer_joins_as_standby",
+            nodes: 3,
+            run: member_replacement,
+        },
+    ]
+}
+
+/// Brings a shared cluster back to a clean slate between scenarios: every node
+/// connected, the API reachable, the operator running, no pair, no VIP anywhere.
+pub fn reset<C: Cluster>(c: &mut C) -> Result<(), String> {
+    for i in 0..c.nodes().len() {
+        c.restore_node(i).map_err(|e| e.to_string())?;
+    }
+    c.api_outage_end().map_err(|e| e.to_string())?;
+    c.start_operator().map_err(|e| e.to_string())?;
+    c.delete_pair(PAIR).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    loop {
+        match c.holders() {
+            Ok(h) if h.is_empty() => return Ok(()),
+            Ok(h) if start.elapsed() > Duration::from_secs(30) => {
+                return Err(format!("the VIP is still held by nodes {h:?} after the pair was deleted"));
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn phase(p: &HAPair) -> Option<Phase> {
+    p.status.as_ref().and_then(|s| s.phase)
+}
+
+fn active(p: &HAPair) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.active.clone())
+}
+
+fn node<C: Cluster>(c: &C, i: usize) -> String {
+    c.nodes().get(i).cloned().unwrap_or_else(|| panic!("the cluster has no node {i}"))
+}
+
+fn member_role(p: &HAPair, node: &str) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.members.iter().find(|m| m.node == node).and_then(|m| m.role.clone()))
+}
+
+/// Applies the standard pair over `members` nodes (with `extra_spec` inserted before
+/// `heartbeat:`) and waits until it is Live with node 0 active. Returns the time
+/// from the apply to Live.
+pub fn live_pair<C: Cluster>(c: &mut C, members: usize, extra_spec: &str) -> Duration {
+    let mut yaml = c.pair_yaml(PAIR, members);
+    if !extra_spec.is_empty() {
+        yaml = yaml.replacen("  heartbeat:\n", &format!("{extra_spec}  heartbeat:\n"), 1);
+    }
+    let n0 = node(c, 0);
+    let start = Instant::now();
+    c.apply_yaml(&yaml).expect("apply the pair");
+    c.wait_pair(PAIR, Duration::from_secs(10), &format!("phase Live with {n0} active"), |p| {
+        phase(p) == Some(Phase::Live) && active(p).as_deref() == Some(n0.as_str())
+    })
+    .expect("pair Live");
+    start.elapsed()
+}
+
+fn wait_phase<C: Cluster>(c: &C, want: Phase, active_node: &str, timeout: Duration) -> HAPair {
+    c.wait_pair(PAIR, timeout, &format!("phase {want:?} with {active_node} active"), |p| {
+        phase(p) == Some(want) && active(p).as_deref() == Some(active_node)
+    })
+    .expect("phase reached")
+}
+
+/// Waits until `node` is the active under `epoch`, whatever the phase (with the old
+/// active gone the pair serves Degraded — no ready standby — until it returns).
+fn wait_active<C: Cluster>(c: &C, node: &str, epoch: i64, timeout: Duration) -> HAPair {
+    c.wait_pair(PAIR, timeout, &format!("{node} active under epoch {epoch}"), |p| {
+        active(p).as_deref() == Some(node) && p.status.as_ref().and_then(|s| s.epoch) == Some(epoch)
+    })
+    .expect("active")
+}
+
+fn wait_lease<C: Cluster>(c: &C, holder: &str, epoch: i64, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        let l = c.lease(PAIR);
+        if let Ok((h, e)) = &l
+            && h.as_deref() == Some(holder)
+            && *e == epoch
+        {
+            return;
+        }
+        assert!(start.elapsed() < timeout, "the Lease never became {holder}/{epoch}: {l:?}\n{}", c.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Create a pair → Live within 5 s; `kubectl get hapairs` shows its columns.
+pub fn pair_goes_live<C: Cluster>(c: &mut C) {
+    let took = live_pair(c, 2, "");
+    assert!(took < Duration::from_secs(5), "Live after {took:?}\n{}", c.logs_tail(20));
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let (ok, out) = c.kubectl(&["get", "hapairs"]);
+    assert!(ok, "{out}");
+    let header: Vec<&str> = out.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "ACTIVE", "STANDBY", "PHASE", "EPOCH", "VIPS", "AGE"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(&row[..6], [PAIR, n0.as_str(), n1.as_str(), "Live", "1", "1"], "{out}");
+    let (ok, out) = c.kubectl(&["get", "fip"]);
+    assert!(ok && out.contains(&n0) && out.contains("Announced"), "{out}");
+    let (ok, out) = c.plugin(&["status", PAIR]);
+    assert!(ok && out.contains(&n0) && out.contains("Active") && out.contains(&n1), "{out}");
+}
+
+/// The active node is cut → the standby takes over within a second: new epoch, Lease
+/// holder, Events; the pair reads Degraded (naming the lost member) until the old
+/// active returns as standby (FailedOver).
+pub fn active_node_cut<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.cut_node(0).expect("cut");
+    client.wait_for_responder(&n1, Duration::from_secs(5)).expect("n1 answers");
+    let p = wait_active(c, &n1, 2, Duration::from_secs(10));
+    let st = p.status.expect("status");
+    assert_eq!(st.phase, Some(Phase::Degraded), "{st:?}");
+    assert!(
+        st.conditions.iter().any(|x| x.type_ == "Degraded" && x.status == "True" && x.message.contains(&n0)),
+        "{st:?}"
+    );
+    assert_eq!(c.lease(PAIR).expect("lease"), (Some(n1.clone()), 2));
+    let ev = c.events_about(PAIR);
+    assert!(ev.iter().any(|e| e.contains(&n1) && e.contains("Active")), "role-change Events: {ev:?}");
+    let report = client.stop().expect("report");
+    assert!(report.longest_gap_ms < 1000.0, "{}", report.summary());
+    c.restore_node(0).expect("restore");
+    wait_phase(c, Phase::FailedOver, &n1, Duration::from_secs(15));
+}
+
+/// `kubectl havip failover` → the standby takes over with 0 failed connects.
+pub fn planned_failover<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let (ok, out) = c.plugin(&["failover", PAIR]);
+    assert!(ok, "plugin failover: {out}\n{}", c.logs_tail(30));
+    client.wait_for_responder(&n1, Duration::from_secs(3)).expect("n1 answers");
+    wait_phase(c, Phase::FailedOver, &n1, Duration::from_secs(10));
+    // Keep probing a little after the move: late failures count too.
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    let op = c.pair(PAIR).expect("pair").status.and_then(|s| s.last_operation).expect("lastOperation");
+    assert_eq!(op.result, "Succeeded", "{op:?}");
+}
+
+/// `kubectl havip failover --force` moves the VIPs without the readiness checks.
+pub fn forced_failover<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let n1 = node(c, 1);
+    let (ok, out) = c.plugin(&["failover", PAIR, "--force"]);
+    assert!(ok, "plugin failover --force: {out}\n{}", c.logs_tail(30));
+    wait_phase(c, Phase::FailedOver, &n1, Duration::from_secs(10));
+    assert_eq!(c.holders().expect("holders"), vec![1]);
+}
+
+/// Maintenance on the active hands over; on the standby it takes the member out of
+/// the takeover candidates.
+pub fn maintenance<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "on"]);
+    assert!(ok, "{out}");
+    let p = wait_active(c, &n1, 2, Duration::from_secs(10));
+    assert_eq!(c.holders().expect("holders"), vec![1]);
+    let st = p.status.expect("status");
+    assert!(
+        st.conditions.iter().any(|x| x.type_ == "Degraded" && x.status == "True" && x.message.contains("maintenance")),
+        "no standby while n0 is in maintenance: {st:?}"
+    );
+    c.wait_pair(PAIR, Duration::from_secs(10), "n0 in Maintenance", |p| {
+        member_role(p, &n0).as_deref() == Some("Maintenance")
+    })
+    .expect("n0 in maintenance");
+    // Off: n0 comes back as standby; the VIPs stay on n1 (failback is Manual).
+    let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "off"]);
+    assert!(ok, "{out}");
+    c.wait_pair(PAIR, Duration::from_secs(10), "n0 Standby", |p| member_role(p, &n0).as_deref() == Some("Standby"))
+        .expect("n0 standby");
+    // Maintenance on the standby: if the active dies, nobody takes over.
+    let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "on"]);
+    assert!(ok, "{out}");
+    c.wait_pair(PAIR, Duration::from_secs(10), "n0 Maintenance", |p| {
+        member_role(p, &n0).as_deref() == Some("Maintenance")
+    })
+    .expect("n0 maintenance");
+    c.cut_node(1).expect("cut");
+    // Longer than a takeover takes (heartbeat timeout + probe span + stagger, < 1 s).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!c.holders().expect("holders").contains(&0), "a member in maintenance never takes the VIPs");
+}
+
+/// Automatic failback waits for the recovery window; a second failover within the
+/// quarantine window suspends failback.
+pub fn automatic_failback<C: Cluster>(c: &mut C) {
+    let spec = "  failback:\n    mode: Automatic\n    recoveryWindow: 3s\n    minimumTimeOnStandby: 1s\n    quietWindow: 1s\n    quarantine:\n      failovers: 2\n      within: 10m\n      hold: 10m\n  flapSuspension:\n    moves: 20\n";
+    live_pair(c, 2, spec);
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    c.cut_node(0).expect("cut");
+    wait_active(c, &n1, 2, Duration::from_secs(10));
+    let back = Instant::now();
+    c.restore_node(0).expect("restore");
+    wait_phase(c, Phase::Live, &n0, Duration::from_secs(30));
+    assert!(back.elapsed() >= Duration::from_secs(3), "failback after {:?}, before the 3 s window", back.elapsed());
+    // Failover 2 within the window: quarantine, no failback this time.
+    c.cut_node(0).expect("cut");
+    wait_active(c, &n1, 4, Duration::from_secs(10));
+    c.restore_node(0).expect("restore");
+    // Past the recovery window (3 s) with margin: a failback would have happened.
+    std::thread::sleep(Duration::from_secs(8));
+    let p = c.pair(PAIR).expect("pair");
+    assert_eq!(active(&p).as_deref(), Some(n1.as_str()), "quarantined: no failback\n{}", c.logs_tail(20));
+}
+
+/// With the operator stopped, a cut active still fails over (the agents CAS the
+/// Lease themselves); the operator catches up when it returns.
+pub fn operator_stopped<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    c.stop_operator().expect("stop the operator");
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.cut_node(0).expect("cut");
+    client.wait_for_responder(&n1, Duration::from_secs(5)).expect("failover without the operator");
+    wait_lease(c, &n1, 2, Duration::from_secs(5));
+    c.start_operator().expect("operator back");
+    wait_active(c, &n1, 2, Duration::from_secs(15));
+    drop(client.stop());
+}
+
+/// API server unreachable, then the active is cut: the standby still takes over
+/// (standalone rules), and Lease and status catch up when the API returns.
+pub fn api_outage<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    wait_lease(c, &n0, 1, Duration::from_secs(5));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.api_outage_begin().expect("API outage");
+    c.cut_node(0).expect("cut");
+    client.wait_for_responder(&n1, Duration::from_secs(5)).expect("takeover without the API server");
+    let report = client.stop().expect("report");
+    assert!(report.longest_gap_ms < 1500.0, "{}", report.summary());
+    c.api_outage_end().expect("API back");
+    wait_lease(c, &n1, 2, Duration::from_secs(20));
+    c.wait_pair(PAIR, Duration::from_secs(20), "n1's status caught up", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.members.iter().any(|m| m.node == n1 && m.role.as_deref() == Some("Active") && m.epoch == Some(2))
+        })
+    })
+    .expect("status caught up");
+}
+
+/// A rolling upgrade of the active's agent (SIGTERM, new process) loses no connect
+/// and moves nothing.
+pub fn agent_restart<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.restart_agent(0).expect("restart the agent");
+    c.wait_pair(PAIR, Duration::from_secs(30), "n0 Active again under epoch 1", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.members.iter().any(|m| m.node == n0 && m.role.as_deref() == Some("Active") && m.epoch == Some(1))
+        })
+    })
+    .expect("n0 adopted the VIPs");
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "no takeover");
+    wait_lease(c, &n0, 1, Duration::from_secs(2));
+}
+
+/// A bad spec edit: refused by the API server (CEL), or accepted but impossible
+/// (a member Node that does not exist) → a condition naming it; nothing moves.
+pub fn bad_spec_edit<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let bad = c.pair_yaml(PAIR, 2).replace("priority: 190", "priority: 200");
+    let err = c.apply_yaml(&bad).expect_err("duplicate priority refused");
+    assert!(err.to_string().contains("priorities must be distinct"), "{err}");
+    let ghost = c.pair_yaml(PAIR, 2).replace(&format!("node: {n1}\n"), "node: ghost\n");
+    c.apply_yaml(&ghost).expect("schema-valid");
+    let p = c
+        .wait_pair(PAIR, Duration::from_secs(10), "a condition naming the missing node", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|x| x.status == "True" && x.message.contains("ghost")))
+        })
+        .expect("conditioned");
+    assert_eq!(active(&p).as_deref(), Some(n0.as_str()));
+    // Long enough for a wrong move to show up in the client's record.
+    std::thread::sleep(Duration::from_secs(2));
+    let report = client.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+    assert_eq!(report.failed, 0);
+}
+
+/// `kubectl havip rotate-key` → both members on the new key, no role change, no
+/// failed connect.
+pub fn key_rotation<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let (ok, out) = c.plugin(&["rotate-key", PAIR]);
+    assert!(ok, "rotate-key: {out}\n{}", c.logs_tail(30));
+    let st = c.pair(PAIR).expect("pair").status.expect("status");
+    assert!(st.members.iter().all(|m| m.key_id == Some(2)), "{:?}", st.members);
+    assert!(st.key_rotation.is_none(), "rotation finished");
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "no role change");
+}
+
+/// A dead member replaced in the spec: the VIPs stay on the survivor, the key is
+/// rotated, the newcomer joins as standby.
+pub fn member_replacement<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let (n0, n1, n2) = (node(c, 0), node(c, 1), node(c, 2));
+    let key_before = c
+        .pair(PAIR)
+        .expect("pair")
+        .status
+        .and_then(|s| s.members.iter().find(|m| m.node == n0).and_then(|m| m.key_id))
+        .expect("key id");
+    c.cut_node(1).expect("cut");
+    let replaced = c.pair_yaml(PAIR, 2).replace(&format!("node: {n1}\n"), &format!("node: {n2}\n"));
+    c.apply_yaml(&replaced).expect("replacement");
+    let p = c
+        .wait_pair(PAIR, Duration::from_secs(20), "n2 standby, key rotated", |p| {
+            member_role(p, &n2).as_deref() == Some("Standby")
+                && p.status
+                    .as_ref()
+                    .is_some_and(|s| s.members.iter().any(|m| m.node == n0 && m.key_id.is_some_and(|k| k > key_before)))
+        })
+        .expect("replaced");
+    assert_eq!(active(&p).as_deref(), Some(n0.as_str()), "the VIPs stayed on the survivor");
+    assert_eq!(c.holders().expect("holders"), vec![0]);
+}
