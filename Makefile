@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: chart chart-check
+.PHONY: chart chart-check images dockerd kind-e2e kind-up kind-run kind-down
 .PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s e2e lab-up lab-down clean
 
 help: ## List the targets
@@ -54,7 +54,7 @@ bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS
 
 e2e: testbin ## End-to-end suite on the local control plane (root): operator, agents, plugin
 	$(CARGO) build --workspace --bins
-	$(CARGO) test -p havip-e2e --test e2e_pairs --test kube_agent -- --test-threads 2
+	$(CARGO) test -p havip-e2e --test e2e_pairs --test kube_agent --test chart_rbac -- --test-threads 2
 
 bench-k8s: testbin ## API-server cost per pair and apply-to-serving time (root): JSON lines
 	$(CARGO) build --workspace --bins
@@ -70,6 +70,32 @@ lab-up: testbin ## Start a local lab (control plane) in the background
 lab-down: ## Stop the local lab and remove everything it created
 	$(CARGO) build -q -p havip-e2e --bin lab
 	./target/debug/lab down
+
+images: ## Build the operator, agent and e2e-tools images (static binaries on scratch; needs a Docker engine)
+	bash hack/images.sh
+
+dockerd: ## Start a Docker engine that leaves the test bridges alone; prints the DOCKER_HOST line
+	@bash hack/dockerd.sh start
+
+KIND = $(shell bash hack/testbin.sh kind 2>/dev/null)/kind
+KUBECTL = $(shell bash hack/testbin.sh control-plane 2>/dev/null)/kubectl
+KIND_E2E = ./target/debug/kind-e2e --kind $(KIND) --helm $(HELM) --kubectl $(KUBECTL)
+
+kind-up: ## Create the kind cluster of the e2e suite, load the images, install the chart (needs Docker)
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+	$(KIND_E2E) up
+
+kind-run: ## Run the e2e scenarios on the kind cluster (JSON line per scenario)
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+	$(KIND_E2E) run
+
+kind-down: ## Delete the kind cluster of the e2e suite
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e
+	$(KIND_E2E) down
+
+kind-e2e: images ## The e2e suite on kind: images, cluster, chart, the scenarios of make e2e, cleanup
+	$(MAKE) --no-print-directory kind-up
+	$(MAKE) --no-print-directory kind-run; rc=$$?; $(MAKE) --no-print-directory kind-down; exit $$rc
 
 clean: ## Remove build output (keeps the test-binary cache)
 	$(CARGO) clean

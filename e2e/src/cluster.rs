@@ -114,28 +114,7 @@ pub trait Cluster {
     where
         Self: Sized,
     {
-        self.block_on(async {
-            use serde::Deserialize;
-            let client = self.kube_client().await?;
-            for doc in serde_yaml::Deserializer::from_str(yaml) {
-                let v = serde_json::Value::deserialize(doc).map_err(|e| ClusterError(e.to_string()))?;
-                if v.is_null() {
-                    continue;
-                }
-                let kind = v["kind"].as_str().unwrap_or_default().to_owned();
-                let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-                let pp = PatchParams::apply("havip-e2e").force();
-                match kind.as_str() {
-                    "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
-                    "FloatingIP" => {
-                        Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
-                    }
-                    other => return Err(ClusterError(format!("unsupported kind {other}"))),
-                }
-                .map_err(|e| ClusterError(format!("apply {kind}/{name}: {e}")))?;
-            }
-            Ok(())
-        })
+        self.block_on(async { apply_documents(&self.kube_client().await?, yaml).await })
     }
 
     /// Deletes pair `name` and its FloatingIP `<name>-vip` (between scenarios).
@@ -257,6 +236,27 @@ pub trait Cluster {
                 .unwrap_or_default()
         })
     }
+}
+
+/// Applies HAPair/FloatingIP YAML documents server-side (field manager `havip-e2e`).
+pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<()> {
+    use serde::Deserialize;
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = serde_json::Value::deserialize(doc).map_err(|e| ClusterError(e.to_string()))?;
+        if v.is_null() {
+            continue;
+        }
+        let kind = v["kind"].as_str().unwrap_or_default().to_owned();
+        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let pp = PatchParams::apply("havip-e2e").force();
+        match kind.as_str() {
+            "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
+            "FloatingIP" => Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
+            other => return Err(ClusterError(format!("unsupported kind {other}"))),
+        }
+        .map_err(|e| ClusterError(format!("apply {kind}/{name}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The local provider's client: a [`Prober`] in the client namespace.

@@ -11,7 +11,7 @@ use crate::controlplane::{ControlPlane, ControlPlaneOptions};
 use crate::netns::{self, Topology};
 use crate::process::{ManagedProcess, tail};
 use crate::traffic::Listener;
-use havip_crds::{FloatingIP, HAPair};
+use havip_crds::HAPair;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -379,26 +379,8 @@ impl KubeLab {
 
     /// Applies YAML documents (server-side apply, field manager `havip-e2e`).
     pub async fn apply(&self, yaml: &str) -> Result<()> {
-        use serde::Deserialize;
         let client = self.client().await?;
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v = serde_json::Value::deserialize(doc).map_err(|e| KubeLabError::Other(e.to_string()))?;
-            if v.is_null() {
-                continue;
-            }
-            let kind = v["kind"].as_str().unwrap_or_default().to_owned();
-            let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let pp = PatchParams::apply("havip-e2e").force();
-            match kind.as_str() {
-                "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
-                "FloatingIP" => {
-                    Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
-                }
-                other => return Err(KubeLabError::Other(format!("unsupported kind {other}"))),
-            }
-            .map_err(kerr(format!("apply {kind}/{name}")))?;
-        }
-        Ok(())
+        crate::cluster::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
     }
 
     /// The lab's standard pair over all nodes: paths data (InternalIP) and mgmt

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// The havip node agent.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "havip-agent", version, about)]
 struct Args {
     /// Log format: `text` or `json`.
     #[arg(long, env = "HAVIP_LOG_FORMAT", default_value = "text", global = true)]

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "e2e-tool", version, about)]
 struct Args {
     #[command(subcommand)]
     command: Cmd,
