@@ -6,7 +6,7 @@ SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-e2e kind-up kind-run kind-down
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s e2e lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench bench-report e2e lab-up lab-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -59,6 +59,36 @@ e2e: testbin ## End-to-end suite on the local control plane (root): operator, ag
 bench-k8s: testbin ## API-server cost per pair and apply-to-serving time (root): JSON lines
 	$(CARGO) build --workspace --bins
 	./target/debug/bench-k8s
+
+# `make bench`: every benchmark once, each writing docs/bench/<name>-<date>[-N].jsonl (the
+# first line records the command, the time and the machine), then docs/benchmarks.md.
+# CPU heavy (about 15-20 minutes on 2 cores); check `uptime` first on a shared machine.
+BENCH_DATE := $(shell date -u +%Y-%m-%d)
+BENCH_RUNS = $(or $(RUNS),5)
+BENCH_PAIRS ?= 1000
+# The first free docs/bench/<name>-<date>[-N].jsonl (an earlier run of the day is kept).
+bench_file = $(shell n=docs/bench/$(1)-$(BENCH_DATE); f=$$n.jsonl; i=2; while [ -e $$f ]; do f=$$n-$$i.jsonl; i=$$((i+1)); done; echo $$f)
+REL = $(CURDIR)/target/release
+
+bench: testbin ## Every benchmark (root; RUNS=5 per failover scenario, BENCH_PAIRS=1000), then docs/benchmarks.md
+	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover --bin bench-k8s --bin bench-report
+	$(CARGO) build --release -p havip-operator --features bench --bin havip-operator --bin bench-operator
+	@set -eo pipefail; f=$(call bench_file,failover); echo "bench: failover gaps and agent footprint → $$f"; \
+	  cmd="target/release/bench-failover --runs $(BENCH_RUNS) --footprint-vips 1,10,100"; \
+	  $(REL)/bench-report meta --name failover --command "$$cmd" > $$f; \
+	  HAVIP_AGENT_BIN=$(REL)/havip-agent ./$$cmd >> $$f
+	@set -eo pipefail; f=$(call bench_file,k8s); echo "bench: API-server requests → $$f"; \
+	  cmd="target/release/bench-k8s --steady-seconds 60"; \
+	  $(REL)/bench-report meta --name k8s --command "$$cmd" > $$f; \
+	  ./$$cmd >> $$f
+	@set -eo pipefail; f=$(call bench_file,operator); echo "bench: operator with $(BENCH_PAIRS) pairs → $$f"; \
+	  cmd="target/release/bench-operator --pairs $(BENCH_PAIRS)"; \
+	  $(REL)/bench-report meta --name operator --command "$$cmd" > $$f; \
+	  BENCH_OPERATOR_BIN=$(REL)/havip-operator ./$$cmd >> $$f
+	$(REL)/bench-report render --dir docs/bench --out docs/benchmarks.md
+
+bench-report: ## Re-render docs/benchmarks.md from docs/bench/*.jsonl (no benchmark runs)
+	$(CARGO) run -q --release -p havip-e2e --bin bench-report -- render --dir docs/bench --out docs/benchmarks.md
 
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
 	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)

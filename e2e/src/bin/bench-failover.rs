@@ -8,9 +8,11 @@
 //! SIGKILLed, then its cables pulled 2 s later) and `planned` (havip: `admin failover`;
 //! keepalived: SIGTERM, its priority-0 handover). Systems: `havip` (defaults),
 //! `keepalived-v2` (Debian keepalived, VRRPv2 defaults) and `keepalived-v3` (VRRPv3,
-//! `advert_int 0.1`). Then the havip agent's idle RSS and CPU with 1 and 100 VIPs.
+//! `advert_int 0.1`). Then the havip agent's idle RSS and CPU with each VIP count of
+//! `--footprint-vips` (default 1, 10 and 100).
 //!
-//! Root only. `make bench-failover` runs it; `--runs N` sets the runs per scenario.
+//! Root only. `make bench-failover` and `make bench` run it; `--runs N` sets the runs per
+//! scenario.
 
 use clap::Parser;
 use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
@@ -37,6 +39,10 @@ struct Args {
     /// Skip the idle footprint measurement.
     #[arg(long)]
     no_footprint: bool,
+    /// VIP counts of the idle footprint measurement, one pair per count (comma separated,
+    /// 1 to 109 each: the topology's VIP range).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100", value_parser = clap::value_parser!(u8).range(1..=109))]
+    footprint_vips: Vec<u8>,
     /// Seconds of idle for the footprint measurement.
     #[arg(long, default_value_t = 20)]
     idle_seconds: u64,
@@ -280,7 +286,7 @@ fn main() -> std::process::ExitCode {
         }
     }
     if !args.no_footprint {
-        for vips in [1u8, 100] {
+        for &vips in &args.footprint_vips {
             match footprint(vips, Duration::from_secs(args.idle_seconds)) {
                 Ok(v) => println!("{v}"),
                 Err(e) => {

@@ -1,0 +1,726 @@
+//! `bench-report`: turns the benchmark JSON lines in `docs/bench/` into
+//! `docs/benchmarks.md`.
+//!
+//! - `bench-report meta --name failover --command "…"` prints the first line of a
+//!   results file: what ran, when, and on which machine (CPUs, kernel, CPU model, load).
+//! - `bench-report render --dir docs/bench --out docs/benchmarks.md` reads every
+//!   `<name>-<YYYY-MM-DD>[-N].jsonl` file and writes the report: for each kind of result
+//!   the newest file that has it, with its command, date and machine, then a summary of
+//!   the earlier files.
+//!
+//! The inputs are the JSON lines that `bench-failover`, `bench-k8s` and `bench-operator`
+//! print; lines of unknown shape are ignored. Rows computed from other projects'
+//! documented defaults (`computed_from_documented_defaults`) are labelled as such.
+//! `make bench` runs every benchmark and then this.
+
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Renders docs/benchmarks.md from the JSON lines in docs/bench/.
+#[derive(Parser, Debug)]
+#[command(about)]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the metadata line that starts a results file.
+    Meta {
+        /// The benchmark's name (the file name's prefix).
+        #[arg(long)]
+        name: String,
+        /// The command that produces the results.
+        #[arg(long)]
+        command: String,
+    },
+    /// Write the report from every results file in a directory.
+    Render {
+        /// Directory of the `<name>-<date>[-N].jsonl` files.
+        #[arg(long, default_value = "docs/bench")]
+        dir: PathBuf,
+        /// The Markdown file to write.
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        out: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match args.command {
+        Cmd::Meta { name, command } => {
+            println!("{}", meta_line(&name, &command));
+            std::process::ExitCode::SUCCESS
+        }
+        Cmd::Render { dir, out } => {
+            let files = match load_dir(&dir) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("bench-report: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
+            let text = render(&files);
+            if let Err(e) = std::fs::write(&out, text) {
+                eprintln!("bench-report: failed to write {}: {e}", out.display());
+                return std::process::ExitCode::FAILURE;
+            }
+            eprintln!("bench-report: wrote {} from {} file(s) in {}", out.display(), files.len(), dir.display());
+            std::process::ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `{"meta": {…}}`: the benchmark, the command, the start time and the machine.
+fn meta_line(name: &str, command: &str) -> Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default();
+    let load: Vec<f64> = read("/proc/loadavg").split_whitespace().take(3).filter_map(|v| v.parse().ok()).collect();
+    let started = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    json!({"meta": {
+        "name": name,
+        "command": command,
+        "started": started,
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "cpu": cpu,
+        "loadavg": load,
+    }})
+}
+
+/// One results file.
+#[derive(Clone, Debug)]
+struct RunFile {
+    /// File name, e.g. `failover-2026-11-29.jsonl`.
+    file: String,
+    /// The date in the file name.
+    date: String,
+    /// 1 for `<name>-<date>.jsonl`, N for `<name>-<date>-N.jsonl`.
+    seq: u32,
+    /// The `meta` object, when the file has one.
+    meta: Option<Value>,
+    /// Every other JSON line.
+    lines: Vec<Value>,
+}
+
+/// `<name>-<YYYY-MM-DD>[-N].jsonl` → (name, date, N).
+fn parse_file_name(file: &str) -> Option<(String, String, u32)> {
+    let stem = file.strip_suffix(".jsonl")?;
+    let is_date = |s: &str| {
+        s.len() == 10 && s.char_indices().all(|(i, c)| if i == 4 || i == 7 { c == '-' } else { c.is_ascii_digit() })
+    };
+    // With a sequence number: <name>-<date>-N.
+    if let Some((rest, n)) = stem.rsplit_once('-')
+        && let Ok(seq) = n.parse::<u32>()
+        && rest.len() > 11
+        && is_date(&rest[rest.len() - 10..])
+        && rest.as_bytes()[rest.len() - 11] == b'-'
+    {
+        return Some((rest[..rest.len() - 11].to_owned(), rest[rest.len() - 10..].to_owned(), seq));
+    }
+    if stem.len() > 11 && is_date(&stem[stem.len() - 10..]) && stem.as_bytes()[stem.len() - 11] == b'-' {
+        return Some((stem[..stem.len() - 11].to_owned(), stem[stem.len() - 10..].to_owned(), 1));
+    }
+    None
+}
+
+/// Parses one file's text.
+fn parse_file(file: &str, text: &str) -> Option<RunFile> {
+    let (_, date, seq) = parse_file_name(file)?;
+    let mut meta = None;
+    let mut lines = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| l.starts_with('{')) {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        match v.get("meta") {
+            Some(m) => meta = Some(m.clone()),
+            None => lines.push(v),
+        }
+    }
+    Some(RunFile { file: file.to_owned(), date, seq, meta, lines })
+}
+
+/// Every results file of `dir`, oldest first.
+fn load_dir(dir: &Path) -> Result<Vec<RunFile>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("failed to read {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("failed to read {}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if parse_file_name(&name).is_none() {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path())
+            .map_err(|e| format!("failed to read {}: {e}", entry.path().display()))?;
+        files.extend(parse_file(&name, &text));
+    }
+    files.sort_by(|a, b| (&a.date, a.seq, &a.file).cmp(&(&b.date, b.seq, &b.file)));
+    Ok(files)
+}
+
+/// The kinds of result lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// bench-failover: one (system, scenario) summary.
+    Failover,
+    /// bench-failover: havip/keepalived ratios.
+    Ratio,
+    /// bench-failover: the agent's idle footprint with N VIPs.
+    Footprint,
+    /// bench-k8s: apply → VIP answering.
+    ApplyToVip,
+    /// bench-k8s: steady-state API requests.
+    ApiSteady,
+    /// bench-k8s: API requests during a failover.
+    ApiFailover,
+    /// bench-k8s: lease renewal rates computed from documented defaults.
+    LeaseReference,
+    /// bench-operator: one stage.
+    OperatorStage,
+}
+
+fn kind(v: &Value) -> Option<Kind> {
+    if v.get("stage").is_some() {
+        return Some(Kind::OperatorStage);
+    }
+    if v.get("ratio").is_some() {
+        return Some(Kind::Ratio);
+    }
+    if v.get("system").is_some() && v.get("scenario").is_some() && v.get("p50_gap_ms").is_some() {
+        return Some(Kind::Failover);
+    }
+    match v.get("bench").and_then(Value::as_str)? {
+        "agent-idle-footprint" => Some(Kind::Footprint),
+        "apply_to_vip" => Some(Kind::ApplyToVip),
+        "api_requests_steady" => Some(Kind::ApiSteady),
+        "api_requests_failover" => Some(Kind::ApiFailover),
+        "lease_renewal_reference" => Some(Kind::LeaseReference),
+        _ => None,
+    }
+}
+
+fn rows(f: &RunFile, k: Kind) -> Vec<&Value> {
+    f.lines.iter().filter(|v| kind(v) == Some(k)).collect()
+}
+
+/// The newest file with rows of kind `k`.
+fn newest(files: &[RunFile], k: Kind) -> Option<&RunFile> {
+    files.iter().rev().find(|f| !rows(f, k).is_empty())
+}
+
+fn num(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+fn text(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => "–".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// A number with `digits` decimals, or "–".
+fn fmt(x: Option<f64>, digits: usize) -> String {
+    match x {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "–".to_owned(),
+    }
+}
+
+/// KiB → MiB with one decimal.
+fn mib(kib: Option<f64>) -> String {
+    fmt(kib.map(|k| k / 1024.0), 1)
+}
+
+/// The "where these numbers come from" line of a section.
+fn provenance(f: &RunFile) -> String {
+    let mut out = format!("Source: [`docs/bench/{0}`](bench/{0})", f.file);
+    match &f.meta {
+        Some(m) => {
+            let _ = write!(out, ", started {}", text(m, "started"));
+            let _ = write!(out, " on {} CPU(s)", text(m, "nproc"));
+            let cpu = text(m, "cpu");
+            if cpu != "–" && !cpu.is_empty() {
+                let _ = write!(out, " ({cpu})");
+            }
+            let _ = write!(out, ", Linux {}", text(m, "kernel"));
+            if let Some(load) = m.get("loadavg").and_then(Value::as_array).filter(|l| !l.is_empty()) {
+                let l: Vec<String> = load.iter().map(|x| fmt(x.as_f64(), 2)).collect();
+                let _ = write!(out, ", load average at start {} (a shared machine)", l.join(" / "));
+            }
+            let _ = write!(out, ".\nCommand: `{}`.", text(m, "command"));
+        }
+        None => {
+            let _ = write!(
+                out,
+                " ({}); this file predates `make bench` and does not record its command line or machine.",
+                f.date
+            );
+        }
+    }
+    out
+}
+
+fn table(out: &mut String, header: &[&str], body: Vec<Vec<String>>) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", header.iter().map(|_| "---|").collect::<String>());
+    for r in body {
+        let _ = writeln!(out, "| {} |", r.join(" | "));
+    }
+    out.push('\n');
+}
+
+const SCENARIOS: &str = "\
+- `cut`: the active node's cables (management first, then data) are pulled, so it is \
+gone the way a dead node is.
+- `kill-then-cut`: the HA daemon on the active is SIGKILLed, its cables pulled 2 s later. \
+A killed havip agent leaves the VIP on the interface and the node keeps serving, so havip \
+does not move it until the cut (the data plane still answers — by design); keepalived's \
+backup takes over as soon as the adverts stop, while the killed master still holds the \
+address too.
+- `planned`: havip `admin failover` (make-before-break); keepalived SIGTERM (its \
+priority-0 advert makes the backup take over at once).
+
+The gap is the longest time between two successful connects of a client that connects to \
+VIP:8080 every 5 ms with a 50 ms timeout; \"failed connects\" counts the connection \
+attempts that failed in the worst run. Systems: `havip` with its defaults (heartbeat \
+100 ms, timeout 300 ms, 2 failed probes over ≥ 100 ms); `keepalived-v2`: Debian's \
+keepalived, VRRPv2 defaults (advert_int 1 s); `keepalived-v3`: VRRPv3 with \
+`advert_int 0.1`. Same network-namespace topology, same client, same listeners.
+";
+
+const DOCUMENTED: &str = "\
+These are the other projects' own documented defaults and claims, or arithmetic on them, \
+each with its source; none of them was measured here.
+
+| system | setting | failover time | kind | source |
+|---|---|---|---|---|
+| keepalived (VRRPv2) | advert_int 1 s, priority 100 | 3.6 s (3 × advert + skew) | computed from documented defaults | keepalived.conf(5), `vrrp.h`; RFC 5798 §6.1; acassen/keepalived#1458 |
+| keepalived (VRRPv3) | advert_int 0.1 s, priority 100 | 0.36 s | computed | same formula |
+| kube-vip | lease 15 s / renew 10 s / retry 2 s (defaults since kube-vip#1429; 5/3/1 before) | ≈ 13–20 s | computed from client-go semantics; \"~15 s\" user report | `cmd/kube-vip.go`; rwlove/home-ops#13727 |
+| MetalLB L2 | memberlist LAN defaults | \"within a few seconds\"; ≈ 5–6 s | documented; computed from memberlist | metallb.io/concepts/layer2; hashicorp/memberlist `suspicionTimeout` |
+| Cilium L2 announcements | lease 15 s / renew 5 s / retry 2 s | 10–20 s (2–4 s with 3 s / 1 s / 200 ms) | documented | docs.cilium.io network/l2-announcements |
+";
+
+fn failover_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## Failover gaps: havip and keepalived side by side (measured here)\n\n");
+    let Some(f) = newest(files, Kind::Failover) else {
+        out.push_str("No results yet: run `make bench` (or `make bench-failover`).\n\n");
+        return;
+    };
+    let _ = writeln!(out, "{}\n", provenance(f));
+    out.push_str(SCENARIOS);
+    out.push('\n');
+    let body = rows(f, Kind::Failover)
+        .into_iter()
+        .map(|v| {
+            vec![
+                text(v, "scenario"),
+                text(v, "system"),
+                text(v, "runs"),
+                fmt(num(v, "p50_gap_ms"), 1),
+                fmt(num(v, "p99_gap_ms"), 1),
+                fmt(num(v, "max_gap_ms"), 1),
+                text(v, "failed_connects_max"),
+                text(v, "runs_without_takeover"),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "scenario",
+            "system",
+            "runs",
+            "p50 gap (ms)",
+            "p99 gap (ms)",
+            "max gap (ms)",
+            "failed connects (worst run)",
+            "runs without takeover",
+        ],
+        body,
+    );
+    let ratios = rows(f, Kind::Ratio);
+    if !ratios.is_empty() {
+        out.push_str("Ratios (below 1: havip's gap is shorter):\n\n");
+        let body = ratios
+            .into_iter()
+            .map(|v| {
+                vec![
+                    text(v, "scenario"),
+                    text(v, "ratio"),
+                    fmt(num(v, "p50_gap_ratio"), 3),
+                    fmt(num(v, "p99_gap_ratio"), 3),
+                ]
+            })
+            .collect();
+        table(out, &["scenario", "ratio", "p50", "p99"], body);
+    }
+    if f.lines.iter().filter(|v| kind(v) == Some(Kind::Failover)).any(|v| num(v, "runs").unwrap_or(0.0) < 10.0) {
+        out.push_str("With fewer than 10 runs per row the p99 is the largest gap seen, not a statistical p99.\n\n");
+    }
+}
+
+fn footprint_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## The agent at idle (measured here)\n\n");
+    let Some(f) = newest(files, Kind::Footprint) else {
+        out.push_str("No results yet: run `make bench`.\n\n");
+        return;
+    };
+    let _ = writeln!(out, "{}\n", provenance(f));
+    out.push_str(
+        "One standalone pair (two agents, release build) holding N VIPs, each with a listener probed on one \
+port; resident set size and CPU (user + system, percent of one core) of each agent over the idle window, \
+read from `/proc`.\n\n",
+    );
+    let mut r = rows(f, Kind::Footprint);
+    r.sort_by(|a, b| num(a, "vips").unwrap_or(0.0).total_cmp(&num(b, "vips").unwrap_or(0.0)));
+    let body = r
+        .into_iter()
+        .map(|v| {
+            vec![
+                text(v, "vips"),
+                mib(num(v, "active_rss_kib")),
+                fmt(num(v, "active_cpu_percent"), 2),
+                mib(num(v, "standby_rss_kib")),
+                fmt(num(v, "standby_cpu_percent"), 2),
+                format!("{} s", text(v, "idle_seconds")),
+            ]
+        })
+        .collect();
+    table(out, &["VIPs", "active RSS (MiB)", "active CPU (%)", "standby RSS (MiB)", "standby CPU (%)", "window"], body);
+    out.push_str(
+        "For scale (reported by others, not measured here): keepalived 1.6 MiB (acassen/keepalived#658); \
+kube-vip 21–71 MiB and 2–13 mCPU per pod (kube-vip/kube-vip#1370).\n\n",
+    );
+}
+
+fn api_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## API-server requests per pair per minute\n\n");
+    let steady_file = newest(files, Kind::ApiSteady);
+    let reference_file = newest(files, Kind::LeaseReference);
+    if steady_file.is_none() && reference_file.is_none() {
+        out.push_str("No results yet: run `make bench` (or `make bench-k8s`).\n\n");
+        return;
+    }
+    if let Some(f) = steady_file {
+        let _ = writeln!(out, "{}\n", provenance(f));
+    }
+    out.push_str(
+        "havip's row is **measured**: the API server's own `apiserver_request_total`, counted over a steady \
+window with one pair of two members, the operator and both agents running (requests on HAPairs, \
+FloatingIPs, Leases, Events, Secrets and Nodes; the harness's reads of `/metrics` are not counted). \
+It includes fixed costs that do not grow with the number of pairs: the operator's leader-election Lease \
+(renewed every 2 s) and the API server's own identity Lease (see the breakdown below). The kube-vip and \
+Cilium rows are **computed from documented defaults** (client-go leader election: the holder renews \
+every retry period with one PUT, each follower GETs every retry period × 1.1 on average), per VIP \
+with two nodes; they were not measured.\n\n",
+    );
+    let mut body = Vec::new();
+    if let Some(f) = steady_file {
+        for v in rows(f, Kind::ApiSteady) {
+            body.push(vec![
+                format!("havip ({} pair, {} members)", text(v, "pairs"), text(v, "members")),
+                "measured".to_owned(),
+                fmt(num(v, "requests_per_pair_per_minute"), 1),
+                fmt(num(v, "writes_per_pair_per_minute"), 1),
+                fmt(num(v, "lease_writes_per_minute"), 1),
+                format!("steady window {} s", text(v, "seconds")),
+            ]);
+        }
+    }
+    if let Some(f) = reference_file {
+        for v in rows(f, Kind::LeaseReference) {
+            let computed = v.get("computed_from_documented_defaults").and_then(Value::as_bool).unwrap_or(false);
+            let writes = num(v, "writes_per_vip_per_minute");
+            body.push(vec![
+                format!("{} (per VIP)", text(v, "system")),
+                if computed { "**computed from documented defaults**" } else { "reference" }.to_owned(),
+                fmt(num(v, "requests_per_vip_per_minute"), 1),
+                fmt(writes, 1),
+                fmt(writes, 1),
+                format!(
+                    "lease {} s / renew deadline {} s / retry period {} s",
+                    text(v, "lease_duration_s"),
+                    text(v, "renew_deadline_s"),
+                    text(v, "retry_period_s")
+                ),
+            ]);
+        }
+    }
+    table(out, &["system", "kind", "requests/min", "writes/min", "Lease writes/min", "settings"], body);
+    if let Some(f) = steady_file {
+        for v in rows(f, Kind::ApiSteady) {
+            if let Some(by) = v.get("by_verb_resource").and_then(Value::as_object).filter(|m| !m.is_empty()) {
+                let secs = num(v, "seconds").unwrap_or(60.0).max(1.0);
+                let _ = writeln!(out, "havip's steady-state requests by verb and resource ({secs:.0} s window):\n");
+                let body = by
+                    .iter()
+                    .map(|(k, n)| vec![k.clone(), fmt(n.as_f64(), 0), fmt(n.as_f64().map(|n| n * 60.0 / secs), 1)])
+                    .collect();
+                table(out, &["verb resource", "requests", "per minute"], body);
+            }
+        }
+    }
+    if let Some(f) = newest(files, Kind::ApiFailover) {
+        for v in rows(f, Kind::ApiFailover) {
+            let _ = writeln!(
+                out,
+                "During a failover (active node cut until the pair reads FailedOver, plus 10 s; {} s in all): \
+{} requests, {} of them writes; the status read FailedOver {} ms after the cut{}.\n",
+                text(v, "window_seconds"),
+                fmt(num(v, "requests"), 0),
+                fmt(num(v, "writes"), 0),
+                text(v, "status_failed_over_ms"),
+                if v.get("failed_over").and_then(Value::as_bool) == Some(false) { " (it never did)" } else { "" }
+            );
+        }
+    }
+    if let Some(f) = newest(files, Kind::ApplyToVip) {
+        for v in rows(f, Kind::ApplyToVip) {
+            let _ = writeln!(
+                out,
+                "From `kubectl apply` of a new HAPair + FloatingIP to the first successful TCP connect to the \
+VIP: {} ms{}; to phase Live: {} ms{}.\n",
+                text(v, "ms"),
+                if v.get("vip_answered").and_then(Value::as_bool) == Some(false) { " (never answered)" } else { "" },
+                text(v, "apply_to_live_ms"),
+                if v.get("live").and_then(Value::as_bool) == Some(false) { " (never Live)" } else { "" }
+            );
+        }
+    }
+}
+
+fn operator_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## The operator with many pairs (measured here)\n\n");
+    let Some(f) = newest(files, Kind::OperatorStage) else {
+        out.push_str("No results yet: run `make bench`.\n\n");
+        return;
+    };
+    let _ = writeln!(out, "{}\n", provenance(f));
+    out.push_str(
+        "`bench-operator` on a local control plane (real kube-apiserver and etcd): N pairs with one FloatingIP \
+each are applied (`created`), the operator gives each its Lease, key Secret and status (`converged`), \
+simulated agents report and take the Leases (`live`), then nothing changes (`steady`). RSS and CPU are the \
+operator process's, from `/proc`; reconcile statistics from its own metrics (p50/p99 are histogram bucket \
+bounds).\n\n",
+    );
+    let body = rows(f, Kind::OperatorStage)
+        .into_iter()
+        .map(|v| {
+            vec![
+                text(v, "stage"),
+                text(v, "pairs"),
+                fmt(num(v, "seconds"), 1),
+                mib(num(v, "rss_kib")),
+                fmt(num(v, "cpu_seconds"), 2),
+                fmt(num(v, "reconciles"), 0),
+                fmt(num(v, "reconcile_mean_ms"), 2),
+                fmt(num(v, "reconcile_p99_ms_le"), 0),
+                fmt(num(v, "status_writes"), 0),
+                fmt(num(v, "errors"), 0),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "stage",
+            "pairs",
+            "seconds since start",
+            "RSS (MiB)",
+            "CPU (s, total)",
+            "reconciles (total)",
+            "reconcile mean (ms)",
+            "reconcile p99 ≤ (ms)",
+            "status writes (total)",
+            "errors",
+        ],
+        body,
+    );
+    for v in rows(f, Kind::OperatorStage).into_iter().filter(|v| text(v, "stage") == "steady") {
+        let api: Vec<String> = v
+            .get("apiserver_requests_in_window")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, n)| format!("{k} {}", fmt(n.as_f64(), 0))).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "Steady window of {} s with {} pairs: {} reconciles/s (mean {} ms), {} status writes, {} CPU s, \
+API requests by the operator: {}.\n",
+            text(v, "window_seconds"),
+            text(v, "pairs"),
+            fmt(num(v, "reconciles_per_second"), 2),
+            fmt(num(v, "reconcile_mean_ms_in_window"), 2),
+            fmt(num(v, "status_writes_in_window"), 0),
+            fmt(num(v, "cpu_seconds_in_window"), 2),
+            if api.is_empty() { "none".to_owned() } else { api.join(", ") }
+        );
+    }
+}
+
+fn history_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## Every results file\n\n");
+    out.push_str(
+        "The sections above show the newest file of each kind. All files, oldest first (failover lines: \
+havip's and keepalived's p50 gap per scenario):\n\n",
+    );
+    for f in files {
+        let mut summary = Vec::new();
+        for v in rows(f, Kind::Failover) {
+            summary.push(format!(
+                "{} {} p50 {} ms",
+                text(v, "system"),
+                text(v, "scenario"),
+                fmt(num(v, "p50_gap_ms"), 1)
+            ));
+        }
+        for v in rows(f, Kind::Footprint) {
+            summary.push(format!(
+                "{} VIP(s): active {} MiB / {} %",
+                text(v, "vips"),
+                mib(num(v, "active_rss_kib")),
+                fmt(num(v, "active_cpu_percent"), 2)
+            ));
+        }
+        for v in rows(f, Kind::ApiSteady) {
+            summary.push(format!("{} requests/pair/min", fmt(num(v, "requests_per_pair_per_minute"), 1)));
+        }
+        for v in rows(f, Kind::OperatorStage).into_iter().filter(|v| text(v, "stage") == "steady") {
+            summary.push(format!("{} pairs: operator {} MiB", text(v, "pairs"), mib(num(v, "rss_kib"))));
+        }
+        let runs = f.meta.as_ref().map(|m| format!(" — `{}`", text(m, "command"))).unwrap_or_default();
+        let _ = writeln!(out, "- [`{0}`](bench/{0}){runs}: {1}", f.file, summary.join("; "));
+    }
+    out.push('\n');
+}
+
+/// The whole report.
+fn render(files: &[RunFile]) -> String {
+    let mut out = String::new();
+    out.push_str("# Benchmarks\n\n");
+    out.push_str(
+        "<!-- Generated by `make bench` (e2e/src/bin/bench-report.rs) from docs/bench/*.jsonl; do not edit by \
+hand: re-run `make bench`, or `make bench-report` to re-render. -->\n\n",
+    );
+    out.push_str(
+        "Every number in the tables below was measured on this project's harness unless its row says \
+**computed from documented defaults** (arithmetic on another project's documented settings) or it sits in \
+the section \"What the others document\". Each section names its results file, the command that produced \
+it, when, and the machine. The machine is shared with other builds and tests, so CPU figures are upper \
+bounds and gaps include some scheduling noise.\n\n",
+    );
+    failover_section(&mut out, files);
+    footprint_section(&mut out, files);
+    api_section(&mut out, files);
+    operator_section(&mut out, files);
+    out.push_str("## What the others document (not measured here)\n\n");
+    out.push_str(DOCUMENTED);
+    out.push('\n');
+    history_section(&mut out, files);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAILOVER: &str = r#"{"meta":{"name":"failover","command":"target/release/bench-failover --runs 5","started":"2026-11-30T10:00:00Z","nproc":2,"kernel":"6.18.0","cpu":"Test CPU","loadavg":[1.5,1.25,1.0]}}
+{"failed_connects_max":7,"max_gap_ms":354.3,"p50_gap_ms":307.0,"p99_gap_ms":354.3,"runs":5,"runs_without_takeover":0,"scenario":"cut","system":"havip"}
+{"failed_connects_max":49,"max_gap_ms":2475.5,"p50_gap_ms":2472.3,"p99_gap_ms":2475.5,"runs":5,"runs_without_takeover":0,"scenario":"cut","system":"keepalived-v2"}
+{"p50_gap_ratio":0.124,"p99_gap_ratio":0.143,"ratio":"havip/keepalived-v2","scenario":"cut"}
+{"active_cpu_percent":1.0,"active_rss_kib":7448,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":0.95,"standby_rss_kib":7536,"vips":1}
+{"active_cpu_percent":4.1,"active_rss_kib":7928,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":4.95,"standby_rss_kib":7880,"vips":100}
+not json at all
+"#;
+
+    const K8S: &str = r#"{"meta":{"name":"k8s","command":"target/release/bench-k8s","started":"2026-11-30T10:30:00Z","nproc":2,"kernel":"6.18.0","cpu":"","loadavg":[]}}
+{"bench":"apply_to_vip","ms":1834,"vip_answered":true,"apply_to_live_ms":2210,"live":true}
+{"bench":"api_requests_steady","pairs":1,"members":2,"seconds":60,"requests_per_pair_per_minute":41.5,"writes_per_pair_per_minute":36.0,"lease_writes_per_minute":36.0,"by_verb_resource":{"PUT leases":36.0,"GET leases":5.5}}
+{"bench":"api_requests_failover","window_seconds":12,"status_failed_over_ms":1650,"failed_over":true,"requests":57.0,"writes":19.0,"by_verb_resource":{}}
+{"bench":"lease_renewal_reference","system":"kube-vip","computed_from_documented_defaults":true,"lease_duration_s":15.0,"renew_deadline_s":10.0,"retry_period_s":2.0,"requests_per_vip_per_minute":57.3,"writes_per_vip_per_minute":30.0}
+{"bench":"lease_renewal_reference","system":"cilium-l2","computed_from_documented_defaults":true,"lease_duration_s":15.0,"renew_deadline_s":5.0,"retry_period_s":2.0,"requests_per_vip_per_minute":57.3,"writes_per_vip_per_minute":30.0}
+"#;
+
+    const OPERATOR: &str = r#"{"stage":"created","seconds":12.5,"rss_kib":40960,"cpu_seconds":3.2,"reconciles":900.0,"reconcile_mean_ms":4.1,"reconcile_p50_ms_le":5.0,"reconcile_p99_ms_le":50.0,"status_writes":800.0,"errors":0.0,"pairs":1000}
+{"stage":"steady","seconds":95.0,"rss_kib":61440,"cpu_seconds":20.5,"reconciles":5000.0,"reconcile_mean_ms":3.3,"reconcile_p50_ms_le":5.0,"reconcile_p99_ms_le":25.0,"status_writes":3000.0,"errors":0.0,"pairs":1000,"window_seconds":30.0,"reconciles_per_second":16.67,"reconcile_mean_ms_in_window":1.25,"status_writes_in_window":0.0,"cpu_seconds_in_window":0.8,"apiserver_requests_in_window":{"GET":3.0}}
+"#;
+
+    fn sample() -> Vec<RunFile> {
+        let mut files = vec![
+            parse_file("failover-2026-11-29.jsonl", "{\"failed_connects_max\":1,\"max_gap_ms\":999.9,\"p50_gap_ms\":888.8,\"p99_gap_ms\":999.9,\"runs\":10,\"runs_without_takeover\":0,\"scenario\":\"cut\",\"system\":\"havip\"}\n"),
+            parse_file("failover-2026-11-30.jsonl", FAILOVER),
+            parse_file("k8s-2026-11-30.jsonl", K8S),
+            parse_file("operator-2026-11-30-2.jsonl", OPERATOR),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>();
+        files.sort_by(|a, b| (&a.date, a.seq).cmp(&(&b.date, b.seq)));
+        files
+    }
+
+    #[test]
+    fn file_names_give_name_date_and_sequence() {
+        assert_eq!(parse_file_name("failover-2026-11-29.jsonl"), Some(("failover".into(), "2026-11-29".into(), 1)));
+        assert_eq!(parse_file_name("k8s-2026-11-29-3.jsonl"), Some(("k8s".into(), "2026-11-29".into(), 3)));
+        assert_eq!(parse_file_name("bench-k8s-2026-01-02.jsonl"), Some(("bench-k8s".into(), "2026-01-02".into(), 1)));
+        assert_eq!(parse_file_name("notes.md"), None);
+        assert_eq!(parse_file_name("failover.jsonl"), None);
+        assert_eq!(parse_file_name("failover-2026-1-29.jsonl"), None);
+    }
+
+    #[test]
+    fn the_tables_contain_the_numbers_of_the_newest_files() {
+        let md = render(&sample());
+        // Failover: the newest file's rows, not the older one's.
+        assert!(md.contains("| cut | havip | 5 | 307.0 | 354.3 | 354.3 | 7 | 0 |"), "{md}");
+        assert!(md.contains("| cut | keepalived-v2 | 5 | 2472.3 | 2475.5 | 2475.5 | 49 | 0 |"), "{md}");
+        assert!(md.contains("| cut | havip/keepalived-v2 | 0.124 | 0.143 |"), "{md}");
+        assert!(!md.contains("| cut | havip | 10 | 888.8"), "an older file must not fill the main table: {md}");
+        assert!(md.contains("888.8"), "older files are listed at the end: {md}");
+        // Where it comes from.
+        assert!(md.contains("Command: `target/release/bench-failover --runs 5`"), "{md}");
+        assert!(md.contains("on 2 CPU(s) (Test CPU), Linux 6.18.0"), "{md}");
+        assert!(md.contains("started 2026-11-30T10:00:00Z"), "{md}");
+        assert!(md.contains("does not record its command line or machine"), "{md}");
+        // Footprint, sorted by VIP count, KiB shown as MiB.
+        assert!(md.contains("| 1 | 7.3 | 1.00 | 7.4 | 0.95 | 20 s |"), "{md}");
+        assert!(md.contains("| 100 | 7.7 | 4.10 | 7.7 | 4.95 | 20 s |"), "{md}");
+        // API requests: measured and computed rows, labelled.
+        assert!(md.contains("| havip (1 pair, 2 members) | measured | 41.5 | 36.0 | 36.0 |"), "{md}");
+        assert!(md.contains("| kube-vip (per VIP) | **computed from documented defaults** | 57.3 | 30.0 | 30.0 | lease 15.0 s / renew deadline 10.0 s / retry period 2.0 s |"), "{md}");
+        assert!(md.contains("| cilium-l2 (per VIP) | **computed from documented defaults** | 57.3 |"), "{md}");
+        assert!(md.contains("| PUT leases | 36 | 36.0 |"), "{md}");
+        assert!(md.contains("1834 ms"), "{md}");
+        assert!(md.contains("FailedOver 1650 ms after the cut"), "{md}");
+        // Operator.
+        assert!(md.contains("| steady | 1000 | 95.0 | 60.0 | 20.50 | 5000 | 3.30 | 25 | 3000 | 0 |"), "{md}");
+        assert!(md.contains("16.67 reconciles/s"), "{md}");
+    }
+
+    #[test]
+    fn missing_results_say_how_to_get_them() {
+        let md = render(&[]);
+        assert!(md.contains("No results yet: run `make bench`"), "{md}");
+        assert!(md.contains("What the others document"), "{md}");
+    }
+
+    #[test]
+    fn the_meta_line_names_the_command_and_the_machine() {
+        let v = meta_line("failover", "make bench");
+        let m = v.get("meta").expect("meta");
+        assert_eq!(m.get("name").and_then(Value::as_str), Some("failover"));
+        assert_eq!(m.get("command").and_then(Value::as_str), Some("make bench"));
+        assert!(m.get("nproc").and_then(Value::as_u64).is_some_and(|n| n >= 1));
+        assert!(m.get("started").and_then(Value::as_str).is_some_and(|s| s.ends_with('Z')));
+    }
+}
