@@ -9,7 +9,7 @@ export HAVIP_CACHE ?= $(HOME)/.cache/havip
 .PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench bench-report e2e lab-up lab-down clean
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## Build every binary (debug)
 	$(CARGO) build --workspace --all-targets
