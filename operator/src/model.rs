@@ -702,6 +702,25 @@ pub fn conditions(o: &Observed, a: &Assessment, revision: &str) -> Vec<Condition
     out
 }
 
+/// The pair-level reason (the documented `reason` constants, which the Events and
+/// `status.lastTransition` use) for the reason the new active's agent reported (its
+/// state machine's names). Unknown names pass through unchanged.
+pub fn documented_reason(agent: &str) -> String {
+    match agent {
+        "Takeover" => reason::PEER_LOST,
+        "Election" => reason::ELECTED,
+        "HandoverAccepted" | "PlannedFailover" => reason::PLANNED_FAILOVER,
+        "ForcedFailover" => reason::FORCED_FAILOVER,
+        "Failback" => reason::FAILBACK,
+        "MaintenanceOn" => reason::MAINTENANCE,
+        "Fenced" => reason::FENCED,
+        "NewerEpochPeer" | "NewerEpochLease" | "LeaseConflict" => reason::DUAL_ACTIVE_RESOLVED,
+        "ListenerDown" => reason::VIP_UNHEALTHY,
+        other => other,
+    }
+    .to_owned()
+}
+
 /// The pair's last transition: kept while the Lease's holder and epoch are unchanged
 /// (its reason refined once the new active reports it), a new one when they changed.
 /// The flag says whether it is new (an Event is due).
@@ -716,7 +735,7 @@ pub fn last_transition(o: &Observed) -> (Option<havip_crds::Transition>, bool) {
     let reported = member_status(&o.status, &holder)
         .and_then(|s| s.last_transition.as_ref())
         .filter(|t| t.epoch == lease.transitions && t.to == holder)
-        .map(|t| t.reason.clone());
+        .map(|t| documented_reason(&t.reason));
     if let Some(prev) = &o.status.last_transition
         && prev.epoch == lease.transitions
         && prev.to == holder

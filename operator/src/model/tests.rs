@@ -599,3 +599,12 @@ fn random_keys_are_64_hex_digits_and_differ() {
     assert!(k1.chars().all(|c| c.is_ascii_hexdigit()));
     assert_ne!(k1, k2);
 }
+
+#[test]
+fn agent_transition_reasons_map_to_the_documented_reasons() {
+    assert_eq!(documented_reason("Takeover"), reason::PEER_LOST);
+    assert_eq!(documented_reason("Election"), reason::ELECTED);
+    assert_eq!(documented_reason("HandoverAccepted"), reason::PLANNED_FAILOVER);
+    assert_eq!(documented_reason("NewerEpochLease"), reason::DUAL_ACTIVE_RESOLVED);
+    assert_eq!(documented_reason("SomethingNew"), "SomethingNew");
+}
