@@ -6,7 +6,7 @@ SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-e2e kind-up kind-run kind-down
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench bench-report e2e lab-up lab-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench bench-report e2e lab-up lab-down demo demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -126,6 +126,13 @@ kind-down: ## Delete the kind cluster of the e2e suite
 kind-e2e: images ## The e2e suite on kind: images, cluster, chart, the scenarios of make e2e, cleanup
 	$(MAKE) --no-print-directory kind-up
 	$(MAKE) --no-print-directory kind-run; rc=$$?; $(MAKE) --no-print-directory kind-down; exit $$rc
+
+demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failover; leaves the lab running
+	@CARGO=$(CARGO) bash hack/demo.sh
+
+demo-down: ## Remove the demo's lab: processes, namespaces, addresses, files
+	@$(CARGO) build -q -p havip-e2e --bin lab
+	@./target/debug/lab down
 
 clean: ## Remove build output (keeps the test-binary cache)
 	$(CARGO) clean

@@ -632,6 +632,15 @@ async fn dispatch_command(run: &mut PairRun, cmd: havip_crds::PairCommand) {
         // Failovers are the active member's to execute.
         return;
     }
+    if matches!(cmd.kind.as_str(), "PlannedFailover" | "ForcedFailover")
+        && cmd.target.as_deref() == Some(run.reporter.node.as_str())
+    {
+        // Nor is a failover to this member ever its own to execute: it holds the VIPs
+        // here only when it saw the command late (a watch that stalled, e.g. after a cut
+        // cable), after the handover this command asked for. Executing it would answer
+        // "not a peer" and race the real answer of the member that handed over.
+        return;
+    }
     run.reporter
         .operations
         .lock()

@@ -2,13 +2,15 @@
 //!
 //! `lab up` starts a real control plane (etcd + kube-apiserver) in the background
 //! and prints the line to `export KUBECONFIG=…`; `lab down` stops and removes
-//! everything; `lab status` tells whether one runs.
+//! everything; `lab status` tells whether one runs; `lab demo` is the guided tour that
+//! `make demo` runs (see `demo.rs`).
 
 use clap::{Parser, Subcommand};
 use havip_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -40,6 +42,15 @@ enum Cmd {
     Down,
     /// Print whether a lab runs, and its KUBECONFIG.
     Status,
+    /// The guided tour `make demo` runs after building havip (its step 1): builds or
+    /// reuses the test binaries, starts a lab with two nodes, applies
+    /// examples/hapair.yaml adapted to the lab, cuts the active node, fails back with a
+    /// planned failover, and leaves the lab running (root only).
+    Demo {
+        /// How long to wait for the lab to start, in seconds.
+        #[arg(long, default_value_t = 180)]
+        timeout: u64,
+    },
     /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
     #[command(hide = true)]
     Serve {
@@ -69,6 +80,27 @@ struct State {
     /// The switch namespace (cut a node's cable: `ip -n <switch> link set n0-data down`).
     #[serde(default)]
     switch: Option<String>,
+    /// Node names, in the order of `nodes` (`n0`, `n1`, …).
+    #[serde(default)]
+    node_names: Vec<String>,
+    /// The nodes' addresses on the data network, in the order of `nodes`.
+    #[serde(default)]
+    node_ips: Vec<Ipv4Addr>,
+    /// The client's address on the data network.
+    #[serde(default)]
+    client_ip: Option<Ipv4Addr>,
+    /// Free addresses on the data network for VIPs (`10.<k>.0.50` …).
+    #[serde(default)]
+    vips: Vec<Ipv4Addr>,
+    /// The TCP port on which every node's server answers with the node's name.
+    #[serde(default)]
+    service_port: Option<u16>,
+    /// The kubectl the lab uses.
+    #[serde(default)]
+    kubectl: Option<PathBuf>,
+    /// The directory of the operator's and the agents' logs.
+    #[serde(default)]
+    logs: Option<PathBuf>,
 }
 
 fn state_path(dir: &Path) -> PathBuf {
@@ -80,17 +112,25 @@ fn read_state(dir: &Path) -> Option<State> {
     serde_json::from_str(&text).ok()
 }
 
+#[path = "lab/demo.rs"]
+mod demo;
+
 fn alive(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(|p| kill(Pid::from_raw(p), None).is_ok())
 }
 
 fn main() -> ExitCode {
-    havip_e2e::init_tracing();
     let args = Args::parse();
+    if matches!(args.command, Cmd::Demo { .. }) {
+        demo::init_tracing();
+    } else {
+        havip_e2e::init_tracing();
+    }
     let result = match args.command {
         Cmd::Up { timeout, nodes } => up(&args.dir, Duration::from_secs(timeout), nodes),
         Cmd::Down => down(&args.dir),
         Cmd::Status => status(&args.dir),
+        Cmd::Demo { timeout } => demo::run(&args.dir, Duration::from_secs(timeout)),
         Cmd::Serve { nodes } => serve(&args.dir, nodes),
     };
     match result {
@@ -108,15 +148,41 @@ fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
         println!("export KUBECONFIG={}", state.kubeconfig.display());
         return Ok(());
     }
+    eprintln!("starting etcd and kube-apiserver (log: {}) …", dir.join("lab.log").display());
+    let state = start(dir, timeout, nodes, None)?;
+    println!("export KUBECONFIG={}", state.kubeconfig.display());
+    eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
+    for (i, ns) in state.nodes.iter().enumerate() {
+        eprintln!(
+            "  node n{i}: ip netns exec {ns} …   (cut its cables: ip -n {} link set n{i}-data down)",
+            state.switch.as_deref().unwrap_or("?")
+        );
+    }
+    if let Some(c) = &state.client {
+        eprintln!("  client: ip netns exec {c} …");
+    }
+    Ok(())
+}
+
+/// Starts `lab serve` in the background (no lab may be running in `dir`) and waits until
+/// it has written its state file. `testbin`: the directory of kube-apiserver, etcd and
+/// kubectl, when the caller knows it (`HAVIP_TESTBIN_DIR` for the lab).
+fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option<&Path>) -> Result<State, String> {
     // Leftovers of a lab that died: clean them first.
-    down(dir)?;
+    if dir.exists() {
+        down(dir)?;
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
     let log = dir.join("lab.log");
     let out = std::fs::File::create(&log).map_err(|e| format!("failed to create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| format!("failed to open {}: {e}", log.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("failed to find the lab binary: {e}"))?;
     // `setsid` detaches the lab from this terminal session, so it outlives `lab up`.
-    let mut child = Command::new("setsid")
+    let mut cmd = Command::new("setsid");
+    if let Some(t) = testbin {
+        cmd.env("HAVIP_TESTBIN_DIR", t);
+    }
+    let mut child = cmd
         .arg(&exe)
         .arg("--dir")
         .arg(dir)
@@ -128,22 +194,10 @@ fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
         .stderr(err)
         .spawn()
         .map_err(|e| format!("failed to start the lab in the background: {e}"))?;
-    eprintln!("starting etcd and kube-apiserver (log: {}) …", log.display());
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(state) = read_state(dir) {
-            println!("export KUBECONFIG={}", state.kubeconfig.display());
-            eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
-            for (i, ns) in state.nodes.iter().enumerate() {
-                eprintln!(
-                    "  node n{i}: ip netns exec {ns} …   (cut its cables: ip -n {} link set n{i}-data down)",
-                    state.switch.as_deref().unwrap_or("?")
-                );
-            }
-            if let Some(c) = &state.client {
-                eprintln!("  client: ip netns exec {c} …");
-            }
-            return Ok(());
+            return Ok(state);
         }
         if let Ok(Some(status)) = child.try_wait() {
             let tail = havip_e2e::process::tail(&log, 30);
@@ -151,6 +205,10 @@ fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
             return Err(format!("the lab exited during start-up ({status}):\n{tail}"));
         }
         if Instant::now() > deadline {
+            // `serve` has not written its state yet, so `down` cannot find it: stop it
+            // here (what it started dies with it; `down` removes its namespaces).
+            let _ = child.kill();
+            let _ = child.wait();
             let _ = down(dir);
             return Err(format!("the lab was not ready within {timeout:?}; see {}", log.display()));
         }
@@ -159,7 +217,10 @@ fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
 }
 
 fn down(dir: &Path) -> Result<(), String> {
-    if let Some(state) = read_state(dir) {
+    let state = read_state(dir);
+    let mut pids = Vec::new();
+    if let Some(state) = &state {
+        pids = state.children.iter().copied().chain([state.pid]).collect();
         if alive(state.pid) {
             eprintln!("stopping the lab (pid {}) …", state.pid);
             if let Ok(p) = i32::try_from(state.pid) {
@@ -170,7 +231,7 @@ fn down(dir: &Path) -> Result<(), String> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        for pid in state.children.iter().copied().chain([state.pid]) {
+        for pid in pids.iter().copied() {
             if alive(pid)
                 && let Ok(p) = i32::try_from(pid)
             {
@@ -178,9 +239,36 @@ fn down(dir: &Path) -> Result<(), String> {
             }
         }
     }
+    // A lab whose `serve` was killed leaves its namespaces behind; their owner is dead,
+    // so this removes them (namespaces of live labs and test runs are left alone).
+    if nix::unistd::geteuid().is_root()
+        && let Err(e) = havip_e2e::netns::cleanup_stale()
+    {
+        eprintln!("warning: cleaning up stale namespaces failed: {e}");
+    }
+    // What is left of this lab: processes, namespaces (all share the switch's prefix;
+    // the host's veth end and address go with the switch namespace).
+    let prefix = state.as_ref().and_then(|s| s.switch.as_deref()).and_then(|sw| sw.strip_suffix("sw"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let leftovers = loop {
+        let mut left: Vec<String> = pids.iter().filter(|p| alive(**p)).map(|p| format!("process {p}")).collect();
+        if let Some(prefix) = prefix {
+            let names = havip_e2e::netns::list_namespaces().map_err(|e| e.to_string())?;
+            left.extend(names.into_iter().filter(|n| n.starts_with(prefix)).map(|n| format!("namespace {n}")));
+        }
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !leftovers.is_empty() {
+        return Err(format!("the lab left {} behind", leftovers.join(", ")));
+    }
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("failed to remove {}: {e}", dir.display()))?;
         eprintln!("lab is down; removed {}", dir.display());
+    } else if state.is_none() {
+        eprintln!("no lab in {}: nothing to remove", dir.display());
     }
     Ok(())
 }
@@ -211,6 +299,13 @@ fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             nodes: Vec::new(),
             client: None,
             switch: None,
+            node_names: Vec::new(),
+            node_ips: Vec::new(),
+            client_ip: None,
+            vips: Vec::new(),
+            service_port: None,
+            kubectl: Some(cp.testbin().kubectl()),
+            logs: None,
         };
         cp_holder = Some(cp);
         kube_lab = None;
@@ -238,6 +333,13 @@ fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             nodes: lab.topo.nodes().iter().map(|n| n.ns.clone()).collect(),
             client: Some(lab.topo.client().ns.clone()),
             switch: Some(lab.topo.switch_ns().to_owned()),
+            node_names: lab.topo.nodes().iter().map(|n| n.name.clone()).collect(),
+            node_ips: lab.topo.nodes().iter().map(|n| n.data_ip).collect(),
+            client_ip: Some(lab.topo.client().ip),
+            vips: (0..4).map(|j| lab.topo.vip(j)).collect(),
+            service_port: Some(havip_e2e::agent::SERVICE_PORT),
+            kubectl: Some(lab.cp.testbin().kubectl()),
+            logs: Some(lab.dir().to_owned()),
         };
         cp_holder = None;
         kube_lab = Some(lab);
