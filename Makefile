@@ -90,8 +90,11 @@ bench: testbin ## Every benchmark (root; RUNS=5 per failover scenario, BENCH_PAI
 bench-report: ## Re-render docs/benchmarks.md from docs/bench/*.jsonl (no benchmark runs)
 	$(CARGO) run -q --release -p havip-e2e --bin bench-report -- render --dir docs/bench --out docs/benchmarks.md
 
+# The simulator builds like the images (static, explicit target, same RUSTFLAGS as
+# hack/images.sh) so that `make test` compiles the release dependencies only once.
+HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
-	$(CARGO) run -q --release -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
+	RUSTFLAGS=" -C target-feature=+crt-static" $(CARGO) run -q --release --target $(HOST_TRIPLE) -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
 
 lab-up: testbin ## Start a local lab (control plane) in the background
 	$(CARGO) build -q -p havip-e2e --bin lab

@@ -141,6 +141,12 @@ fn topology_comes_up_connects_and_is_removed() {
         // The client is on the data network only.
         assert!(tcp_name(&topo.client().ns, (n.mgmt_ip, 7000)).is_err(), "client reached {} via mgmt", n.name);
     }
+    // Each listener counts a connection after it answered, so the count may trail the
+    // client's read of the last answer by a moment: await it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !listeners.iter().all(|l| l.accepted() >= 9) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(listeners.iter().all(|l| l.accepted() >= 9), "{listeners:?}");
 
     // The gateway answers ARP; disconnected, it does not.

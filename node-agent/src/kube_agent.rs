@@ -544,10 +544,13 @@ async fn reconcile(
             }
         }
     }
+    let ifnames: Vec<String> =
+        wanted.values().flat_map(|p| p.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone())).collect();
+    let local_interfaces = interface_addresses(&ifnames).await;
     for (name, pair) in wanted {
         let pair_fips: Vec<FloatingIP> =
             fips.state().iter().filter_map(|f| f.0.as_ref().ok()).filter(|f| f.spec.pair == name).cloned().collect();
-        let cfg = match agent_config(&pair, &pair_fips, nodes, secrets, opts) {
+        let cfg = match agent_config(&pair, &pair_fips, nodes, secrets, opts, &local_interfaces) {
             Ok(c) => c,
             Err(why) => {
                 tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet");
@@ -719,13 +722,65 @@ async fn start_pair(
     })
 }
 
+/// This node's address on each of `names` (interfaces of `interface:` heartbeat paths),
+/// read from the kernel; see [`pick_path_address`]. Interfaces that do not exist or
+/// have no usable address are left out (the pair then waits, saying why).
+pub async fn interface_addresses(names: &[String]) -> BTreeMap<String, IpAddr> {
+    let mut out = BTreeMap::new();
+    if names.is_empty() {
+        return out;
+    }
+    let nl = match crate::netlink::Netlink::new() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
+            return out;
+        }
+    };
+    let (links, addrs) = match (nl.links().await, nl.addresses().await) {
+        (Ok(l), Ok(a)) => (l, a),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
+            return out;
+        }
+    };
+    for name in names {
+        if let Some(link) = links.iter().find(|l| &l.name == name)
+            && let Some(a) = pick_path_address(addrs.iter().filter(|a| a.ifindex == link.index))
+        {
+            out.insert(name.clone(), a);
+        }
+    }
+    out
+}
+
+/// The address a heartbeat path uses on an interface: the first IPv4 address, else the
+/// first global IPv6 address — never a VIP (havip's own), a link-local or a tentative
+/// or DAD-failed address.
+pub fn pick_path_address<'a>(addrs: impl Iterator<Item = &'a crate::netlink::AddrInfo>) -> Option<IpAddr> {
+    let usable: Vec<IpAddr> = addrs
+        .filter(|a| !a.is_havip() && !a.tentative && !a.dad_failed)
+        .map(|a| a.addr)
+        .filter(|ip| match ip {
+            IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local(),
+            IpAddr::V6(v6) => !v6.is_loopback() && !v6.is_unicast_link_local(),
+        })
+        .collect();
+    usable.iter().find(|ip| ip.is_ipv4()).or_else(|| usable.first()).copied()
+}
+
 /// Builds the agent configuration of `pair` from the cluster objects.
+///
+/// `local_interfaces` holds this node's address on each interface named by an
+/// `interface:` heartbeat path (see [`interface_addresses`]); the peers' addresses on
+/// such paths come from their `status.members[].pathAddresses`.
 pub fn agent_config(
     pair: &HAPair,
     fips: &[FloatingIP],
     nodes: &Store<Node>,
     secrets: &Store<Secret>,
     opts: &KubeAgentOptions,
+    local_interfaces: &BTreeMap<String, IpAddr>,
 ) -> Result<AgentConfig, String> {
     let name = pair.name_any();
     let spec = &pair.spec;
@@ -751,6 +806,7 @@ pub fn agent_config(
         for p in &spec.heartbeat.paths {
             let addr = match (&p.address_type, &p.interface) {
                 (Some(t), _) => node.as_ref().and_then(|n| node_address(n, *t)),
+                (None, Some(ifname)) if m.node == opts.node => local_interfaces.get(ifname).copied(),
                 (None, Some(_)) => reported.get(&m.node).and_then(|r| r.get(&p.name)).and_then(|a| a.parse().ok()),
                 (None, None) => None,
             };
@@ -759,7 +815,12 @@ pub fn agent_config(
                     addresses.insert(p.name.clone(), a);
                 }
                 None if m.node == opts.node => {
-                    return Err(format!("no address of this node for heartbeat path {}", p.name));
+                    return Err(match &p.interface {
+                        Some(i) => {
+                            format!("no usable address on interface {i} of this node for heartbeat path {}", p.name)
+                        }
+                        None => format!("no address of this node for heartbeat path {}", p.name),
+                    });
                 }
                 None => {}
             }
@@ -864,4 +925,39 @@ pub fn keyring_from_secret(s: &Secret) -> Result<Keyring, String> {
         _ => None,
     };
     Ok(Keyring { current, previous })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::AddrInfo;
+
+    fn a(addr: &str, label: Option<&str>) -> AddrInfo {
+        AddrInfo {
+            ifindex: 3,
+            addr: addr.parse().expect("ip"),
+            prefix: 24,
+            label: label.map(str::to_owned),
+            proto: None,
+            dad_failed: false,
+            tentative: false,
+        }
+    }
+
+    #[test]
+    fn interface_path_address_skips_vips_link_local_and_prefers_ipv4() {
+        let addrs = [
+            a("fe80::1", None),
+            a("2001:db8::5", None),
+            a("192.0.2.10", Some("eth1:hv")),
+            a("169.254.3.3", None),
+            a("10.0.1.7", None),
+        ];
+        assert_eq!(pick_path_address(addrs.iter()), Some("10.0.1.7".parse().expect("ip")));
+        assert_eq!(pick_path_address(addrs[..2].iter()), Some("2001:db8::5".parse().expect("ip")));
+        let mut tentative = a("2001:db8::9", None);
+        tentative.tentative = true;
+        assert_eq!(pick_path_address([tentative].iter()), None);
+        assert_eq!(pick_path_address([a("192.0.2.10", Some("eth1:hv"))].iter()), None);
+    }
 }

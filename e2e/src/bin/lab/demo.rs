@@ -633,7 +633,7 @@ struct Adapted {
 fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> Result<Adapted, String> {
     use serde_yaml::Value;
     let mut docs = Vec::new();
-    let (mut renamed, mut moved, mut repathed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut renamed, mut moved) = (Vec::new(), Vec::new());
     let mut ports_changed = false;
     let mut pair = None;
     let mut fips = Vec::new();
@@ -663,38 +663,23 @@ fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> 
                     renamed.push((slot.as_str().unwrap_or_default().to_owned(), node.clone()));
                     *slot = Value::from(node.as_str());
                 }
-                // The agent finds its own address for an `interface` path only in what it
-                // has already reported, which it reports only once it runs the pair: such
-                // a path never comes up. The lab registers each node's eth0 and eth1
-                // addresses as its InternalIP and ExternalIP: use those instead.
+                // `interface` paths stay as written: the lab's nodes have eth0 (data)
+                // and eth1 (management), and the agent reads its own address there.
                 let paths = spec
-                    .get_mut("heartbeat")
-                    .and_then(|h| h.get_mut("paths"))
-                    .and_then(Value::as_sequence_mut)
-                    .map(|p| p.iter_mut())
+                    .get("heartbeat")
+                    .and_then(|h| h.get("paths"))
+                    .and_then(Value::as_sequence)
+                    .map(|p| p.iter())
                     .into_iter()
                     .flatten();
                 for path in paths {
-                    let Some(map) = path.as_mapping_mut() else { continue };
-                    let Some(ifname) = map.get("interface").and_then(Value::as_str).map(str::to_owned) else {
-                        continue;
-                    };
-                    let address_type = match ifname.as_str() {
-                        "eth0" => "InternalIP",
-                        "eth1" => "ExternalIP",
-                        other => {
-                            return Err(format!(
-                                "heartbeat path on interface {other}: the lab's nodes have eth0 and eth1"
-                            ));
-                        }
-                    };
-                    map.remove("interface");
-                    map.insert(Value::from("addressType"), Value::from(address_type));
-                    let path_name = map.get("name").and_then(Value::as_str).unwrap_or_default();
-                    repathed.push(format!(
-                        "heartbeat path {path_name}: interface {ifname} → addressType {address_type} (the lab's {ifname} addresses; \
-                         the agent cannot bring up interface paths yet)"
-                    ));
+                    if let Some(ifname) = path.get("interface").and_then(Value::as_str)
+                        && !["eth0", "eth1"].contains(&ifname)
+                    {
+                        return Err(format!(
+                            "heartbeat path on interface {ifname}: the lab's nodes have eth0 and eth1"
+                        ));
+                    }
                 }
                 pair = Some(name);
             }
@@ -723,7 +708,6 @@ fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> 
     if ports_changed {
         changes.push(format!("probe ports → {port} (the port on which the lab's nodes serve)"));
     }
-    changes.extend(repathed);
     let mut yaml = format!(
         "# examples/hapair.yaml, rewritten for the lab by `lab demo`:\n{}\n",
         changes.iter().map(|c| format!("#   {c}")).collect::<Vec<_>>().join("\n")
@@ -767,8 +751,6 @@ mod tests {
                 "members node-a, node-b → n0, n1",
                 "VIPs 192.0.2.10/24, 192.0.2.11/24 → 10.123.0.50/24, 10.123.0.51/24",
                 "probe ports → 8080 (the port on which the lab's nodes serve)",
-                "heartbeat path mgmt: interface eth1 → addressType ExternalIP (the lab's eth1 addresses; \
-                 the agent cannot bring up interface paths yet)",
             ]
         );
         assert_eq!(
@@ -784,10 +766,7 @@ mod tests {
         assert_eq!(members, [("n0", 200), ("n1", 100)]);
         let paths: Vec<(&str, Option<NodeAddressType>, Option<&str>)> =
             p.spec.heartbeat.paths.iter().map(|p| (p.name.as_str(), p.address_type, p.interface.as_deref())).collect();
-        assert_eq!(
-            paths,
-            [("data", Some(NodeAddressType::InternalIP), None), ("mgmt", Some(NodeAddressType::ExternalIP), None)]
-        );
+        assert_eq!(paths, [("data", Some(NodeAddressType::InternalIP), None), ("mgmt", None, Some("eth1"))]);
         for (doc, addr) in docs.zip(["10.123.0.50/24", "10.123.0.51/24"]) {
             let f = FloatingIP::deserialize(doc).expect("a FloatingIP");
             assert_eq!(f.spec.address, addr);
