@@ -682,6 +682,9 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     if let Some(d) = model::next_staleness(&o) {
         requeue = requeue.min(d + Duration::from_secs(1));
     }
+    if let Some(d) = model::next_settle(&o) {
+        requeue = requeue.min(d + Duration::from_millis(100));
+    }
     Ok(Action::requeue(requeue))
 }
 

@@ -16,6 +16,9 @@ use std::time::Duration;
 /// A member whose `lastSeen` is older than this is "not reporting" (agents refresh it
 /// every 60 s).
 pub const NOT_REPORTING_AFTER: Duration = Duration::from_secs(180);
+/// How long after a Lease change the new holder may still report its old role (its
+/// status write trails the compare-and-swap) before the pair reads Failed.
+pub const HANDOVER_SETTLE: Duration = Duration::from_secs(5);
 /// A command nobody answered within this long is answered `Failed`.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -484,7 +487,10 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             push(reason::KEY_MISMATCH, format!("the key Secret holds key {}, but {}", k.key_id, wrong.join(", ")));
         }
     }
-    if active.is_some() && standbys.is_empty() {
+    // The old active of a planned handover reports Demoting until it has removed the
+    // VIPs, then Standby: not a missing standby.
+    let demoting = reporting.iter().any(|s| s.role.as_deref() == Some(role::DEMOTING));
+    if active.is_some() && standbys.is_empty() && !demoting {
         push(local_reason::NO_READY_STANDBY, format!("no ready standby: {}", not_ready.join("; ")));
     }
     let unhealthy: Vec<String> = o
@@ -525,6 +531,9 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
 
     let any_reported = members.iter().any(|m| member_status(&o.status, &m.node).is_some());
     let someone_active_reported = reporting.iter().any(|s| s.role.as_deref() == Some(role::ACTIVE));
+    // A handover in flight: the old active is demoting (both hold the VIPs, make before
+    // break), or the Lease changed a moment ago and the new holder has not reported yet.
+    let settling = demoting || next_settle(o).is_some();
     let (phase, phase_message) = if !any_reported {
         (Phase::Pending, "no member has reported yet".to_owned())
     } else if holder.is_none() && lease.transitions == 0 {
@@ -544,6 +553,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             .and_then(|s| s.role.as_deref())
             .filter(|r| ![role::ACTIVE, role::DEMOTING].contains(r))
         && !someone_active_reported
+        && !settling
     {
         (Phase::Failed, format!("nobody holds the VIPs: {a} holds the Lease but reports role {r}"))
     } else if !suspended.is_empty() {
@@ -1152,6 +1162,14 @@ pub fn next_staleness(o: &Observed) -> Option<Duration> {
         .map(|t| NOT_REPORTING_AFTER.saturating_sub(age(o.now, t)))
         .filter(|d| !d.is_zero())
         .min()
+}
+
+/// While the pair's Lease changed less than [`HANDOVER_SETTLE`] ago: how long until
+/// that has passed (a reconcile is due then, in case the new holder never reports).
+pub fn next_settle(o: &Observed) -> Option<Duration> {
+    let t = o.lease.as_ref()?.renew_time?;
+    let since = age(o.now, &Time(t));
+    HANDOVER_SETTLE.checked_sub(since).filter(|d| !d.is_zero())
 }
 
 /// The status the operator owns, built from the parts; `members` stays empty (agents

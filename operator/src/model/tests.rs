@@ -608,3 +608,41 @@ fn agent_transition_reasons_map_to_the_documented_reasons() {
     assert_eq!(documented_reason("NewerEpochLease"), reason::DUAL_ACTIVE_RESOLVED);
     assert_eq!(documented_reason("SomethingNew"), "SomethingNew");
 }
+
+#[test]
+fn a_handover_in_flight_is_not_failed() {
+    // The Lease moved to a a second ago; a still reports its old role Standby.
+    let mut o = healthy();
+    let now = o.now;
+    o.lease = Some(LeaseInfo { holder: Some("a".to_owned()), transitions: 2, renew_time: Some(t(1, now).0) });
+    m(&mut o, "a").role = Some("Standby".to_owned());
+    m(&mut o, "b").role = Some("Standby".to_owned());
+    assert_ne!(run(&o).phase, Phase::Failed);
+    let left = next_settle(&o).expect("settling");
+    assert!(left <= HANDOVER_SETTLE && left >= Duration::from_secs(3), "{left:?}");
+    // The old active still demoting: a make-before-break handover, whatever the Lease age.
+    let mut o = healthy();
+    m(&mut o, "a").role = Some("Standby".to_owned());
+    m(&mut o, "b").role = Some("Demoting".to_owned());
+    assert_ne!(run(&o).phase, Phase::Failed);
+    // Settled and still nobody active: Failed.
+    let mut o = healthy();
+    let now = o.now;
+    o.lease = Some(LeaseInfo { holder: Some("a".to_owned()), transitions: 2, renew_time: Some(t(6, now).0) });
+    m(&mut o, "a").role = Some("Standby".to_owned());
+    m(&mut o, "b").role = Some("Standby".to_owned());
+    assert_eq!(run(&o).phase, Phase::Failed);
+    assert_eq!(next_settle(&o), None);
+}
+
+#[test]
+fn the_demoting_old_active_is_not_a_missing_standby() {
+    let mut o = healthy();
+    m(&mut o, "b").role = Some("Demoting".to_owned());
+    let a = run(&o);
+    assert!(!a.degraded.iter().any(|c| c.message.contains("no ready standby")), "{:?}", a.degraded);
+    // Once it settles as something else than a ready standby, the pair is Degraded.
+    m(&mut o, "b").role = Some("Fenced".to_owned());
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Degraded, "{}", a.phase_message);
+}
