@@ -57,8 +57,9 @@ fn startup_higher_priority_wins_after_steady_hearing() {
     assert_eq!(cas_of(&out), vec![(1, 0)]);
     assert_eq!(a.first_at(|x| matches!(x, Action::CasLease { .. })), Some(1_000));
 
-    // The lower-priority member B hears A only from 800 ms: it waits until A has been heard
-    // steadily for 1 s, then gives A its turn (stagger), and stays standby once A claims.
+    // The lower-priority member B hears A only from 800 ms: in the initial election it
+    // waits until A has been heard steadily for two listens (A's first adverts may still
+    // be settling), then gives A its turn (stagger), and stays standby once A claims.
     let mut b = H::new(pair(B), Persisted::default());
     b.env_ok();
     b.run(800, &[], Some(false));
@@ -66,7 +67,9 @@ fn startup_higher_priority_wins_after_steady_hearing() {
     b.run(1_890, &[standby(A, 200, 0)], Some(false));
     assert_eq!(b.role(), Role::Standby);
     assert_eq!(b.status().blocker, Some(Blocker::PeerNotSteady));
-    b.run(1_950, &[standby(A, 200, 0)], Some(false));
+    b.run(2_850, &[standby(A, 200, 0)], Some(false));
+    assert_eq!(b.status().blocker, Some(Blocker::PeerNotSteady), "two listens in the initial election");
+    b.run(2_950, &[standby(A, 200, 0)], Some(false));
     assert_eq!(b.status().blocker, Some(Blocker::Staggered));
     let out = b.run(5_000, &[adv(A, 200, Role::Active, 1, false)], Some(false));
     assert!(cas_of(&out).is_empty() && adds(&out).is_empty());
@@ -578,4 +581,20 @@ fn agent_restart_on_active_adds_a_missing_vip_only_after_the_init_listen() {
     let out = h.run(1_000, &[standby(B, 100, 7)], None);
     assert_eq!(adds(&out), vec![vec![vip(VIP2)]]);
     assert_eq!(h.role(), Role::Active);
+}
+
+#[test]
+fn startup_better_peer_that_pauses_in_the_initial_election_still_gets_two_listens() {
+    // B hears A from 900 ms to 1.2 s, then A's heartbeats pause (its agent is starting on
+    // a busy machine): B does not elect itself until A has been silent for two listens.
+    let mut b = H::new(pair(B), Persisted::default());
+    b.env_ok();
+    b.run(800, &[], Some(false));
+    b.run(1_200, &[standby(A, 200, 0)], Some(false));
+    let out = b.run(3_100, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "elected while the better peer paused: {out:?}");
+    assert_eq!(b.status().blocker, Some(Blocker::PeerNotSteady));
+    // Silent for good: B serves.
+    let out = b.run(4_500, &[], Some(false));
+    assert_eq!(cas_of(&out).len(), 1, "{out:?}");
 }

@@ -152,8 +152,20 @@ impl Machine {
         // Init, for at most two listens. Lower-priority peers cannot outrank this member,
         // so they never delay it.
         let listen = self.t().init_listen_ms;
+        // In the initial election (nobody has held the VIPs yet) a better peer gets two
+        // listens in every case: its first adverts may still say carrier or gateway
+        // unknown, or its heartbeats may pause while its agent starts (seen on a loaded
+        // machine: the lower-priority member elected itself 100 ms after its listen).
+        let electing = !self.seen_holder;
         for i in 0..self.peers.len() {
-            if !self.peer_heard(i, now) || self.peers[i].priority <= self.my_priority {
+            if self.peers[i].priority <= self.my_priority {
+                continue;
+            }
+            if !self.peer_heard(i, now) {
+                let last = self.peers[i].last_heard.iter().flatten().max().copied();
+                if electing && last.is_some_and(|t| now.since(t) < 2 * listen) {
+                    return Err(Blocker::PeerNotSteady);
+                }
                 continue;
             }
             let since = self.peers[i].heard_since;
@@ -161,7 +173,7 @@ impl Machine {
                 return Err(Blocker::PeerNotSteady);
             }
             let in_init = self.heard_advert(i, now).is_some_and(|a| a.role == Role::Init && !a.holds_vips);
-            if in_init && since.is_some_and(|s| now.since(s) < 2 * listen) {
+            if (in_init || electing) && since.is_some_and(|s| now.since(s) < 2 * listen) {
                 return Err(Blocker::PeerNotSteady);
             }
         }
