@@ -94,7 +94,7 @@ bench-report: ## Re-render docs/benchmarks.md from docs/bench/*.jsonl (no benchm
 # hack/images.sh) so that `make test` compiles the release dependencies only once.
 HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
-	RUSTFLAGS=" -C target-feature=+crt-static" $(CARGO) run -q --release --target $(HOST_TRIPLE) -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) run -q --release --target $(HOST_TRIPLE) -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
 
 lab-up: testbin ## Start a local lab (control plane) in the background
 	$(CARGO) build -q -p havip-e2e --bin lab

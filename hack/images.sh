@@ -17,7 +17,7 @@ triple="$(rustc -vV | sed -n 's/^host: //p')"
 out="target/${triple}/release"
 
 echo "images: static binaries for ${triple} (cargo build --release, +crt-static)" >&2
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" cargo build --release --target "$triple" \
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" cargo build --release --target "$triple" \
   -p havip-operator --bin havip-operator \
   -p havip-node-agent --bin havip-agent \
   -p havip-e2e --bin e2e-tool

@@ -13,7 +13,7 @@ use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -62,8 +62,13 @@ pub trait Cluster {
     fn kubeconfig(&self) -> PathBuf;
     /// `kubectl` with the cluster's kubeconfig.
     fn kubectl_command(&self) -> Command;
-    /// The `kubectl-havip` plugin binary.
-    fn plugin_binary(&self) -> PathBuf;
+    /// The `kubectl-havip` plugin binary: next to the agent binary (as cargo builds
+    /// them), else from `PATH`.
+    fn plugin_binary(&self) -> PathBuf {
+        crate::agent::agent_binary()
+            .map(|a| a.with_file_name("kubectl-havip"))
+            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
+    }
     /// The standard pair `name` over the first `members` nodes with one VIP (its
     /// FloatingIP is `<name>-vip`), probed on the port the cluster's responders use.
     fn pair_yaml(&self, name: &str, members: usize) -> String;
@@ -145,8 +150,7 @@ pub trait Cluster {
         Self: Sized,
     {
         self.block_on(async {
-            Api::<HAPair>::all(self.kube_client().await?)
-                .get(name)
+            get_pair(&self.kube_client().await?, name)
                 .await
                 .map_err(|e| ClusterError(format!("get HAPair {name}: {e}")))
         })
@@ -158,12 +162,9 @@ pub trait Cluster {
         Self: Sized,
     {
         self.block_on(async {
-            let l = Api::<Lease>::namespaced(self.kube_client().await?, NAMESPACE)
-                .get(&format!("havip-{pair}"))
+            get_lease(&self.kube_client().await?, pair)
                 .await
-                .map_err(|e| ClusterError(format!("get the Lease of {pair}: {e}")))?;
-            let s = l.spec.unwrap_or_default();
-            Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
+                .map_err(|e| ClusterError(format!("get the Lease of {pair}: {e}")))
         })
     }
 
@@ -198,14 +199,7 @@ pub trait Cluster {
 
     /// Runs `kubectl-havip <args>`; (success, output).
     fn plugin(&self, args: &[&str]) -> (bool, String) {
-        let bin = self.plugin_binary();
-        match Command::new(&bin).env("KUBECONFIG", self.kubeconfig()).args(args).output() {
-            Ok(o) => (
-                o.status.success(),
-                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
-            ),
-            Err(e) => (false, format!("{}: {e}", bin.display())),
-        }
+        run_plugin(&self.plugin_binary(), &self.kubeconfig(), args)
     }
 
     /// `kubectl <args>`; (success, stdout).
@@ -259,6 +253,29 @@ pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<()> {
     Ok(())
 }
 
+/// The pair `name`.
+pub async fn get_pair(client: &kube::Client, name: &str) -> kube::Result<HAPair> {
+    Api::<HAPair>::all(client.clone()).get(name).await
+}
+
+/// The Lease of pair `pair`: (holder, epoch = `leaseTransitions`).
+pub async fn get_lease(client: &kube::Client, pair: &str) -> kube::Result<(Option<String>, i64)> {
+    let l = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&format!("havip-{pair}")).await?;
+    let s = l.spec.unwrap_or_default();
+    Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
+}
+
+/// Runs `kubectl-havip <args>` with `kubeconfig`; (success, stdout and stderr).
+pub fn run_plugin(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    match Command::new(bin).env("KUBECONFIG", kubeconfig).args(args).output() {
+        Ok(o) => (
+            o.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+        ),
+        Err(e) => (false, format!("{}: {e}", bin.display())),
+    }
+}
+
 /// The local provider's client: a [`Prober`] in the client namespace.
 struct LocalClient(Prober);
 
@@ -295,11 +312,6 @@ impl Cluster for LocalCluster {
     }
     fn kubectl_command(&self) -> Command {
         self.lab.cp.kubectl()
-    }
-    fn plugin_binary(&self) -> PathBuf {
-        crate::agent::agent_binary()
-            .map(|a| a.with_file_name("kubectl-havip"))
-            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
     }
     fn pair_yaml(&self, name: &str, members: usize) -> String {
         let mut y = self.lab.pair_yaml(name);

@@ -434,11 +434,6 @@ impl Cluster for KindCluster {
         c.arg("--kubeconfig").arg(&self.cfg.kubeconfig);
         c
     }
-    fn plugin_binary(&self) -> PathBuf {
-        crate::agent::agent_binary()
-            .map(|a| a.with_file_name("kubectl-havip"))
-            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
-    }
     fn pair_yaml(&self, name: &str, members: usize) -> String {
         self.cfg.pair_yaml(name, members, self.vip.0, self.vip.1)
     }

@@ -12,7 +12,6 @@ use crate::netns::{self, Topology};
 use crate::process::{ManagedProcess, tail};
 use crate::traffic::Listener;
 use havip_crds::HAPair;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -403,17 +402,12 @@ impl KubeLab {
 
     /// The pair.
     pub async fn pair(&self, name: &str) -> Result<HAPair> {
-        Api::<HAPair>::all(self.client().await?).get(name).await.map_err(kerr(format!("get HAPair {name}")))
+        crate::cluster::get_pair(&self.client().await?, name).await.map_err(kerr(format!("get HAPair {name}")))
     }
 
     /// The pair's Lease: (holder, epoch).
     pub async fn lease(&self, pair: &str) -> Result<(Option<String>, i64)> {
-        let l = Api::<Lease>::namespaced(self.client().await?, NAMESPACE)
-            .get(&format!("havip-{pair}"))
-            .await
-            .map_err(kerr("get the pair Lease"))?;
-        let s = l.spec.unwrap_or_default();
-        Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
+        crate::cluster::get_lease(&self.client().await?, pair).await.map_err(kerr("get the pair Lease"))
     }
 
     /// Polls `cond` on the pair until it holds or `timeout` passes.
@@ -466,13 +460,7 @@ impl KubeLab {
             Ok(a) => a.with_file_name("kubectl-havip"),
             Err(e) => return (false, e.to_string()),
         };
-        match std::process::Command::new(&bin).env("KUBECONFIG", self.cp.kubeconfig()).args(args).output() {
-            Ok(o) => (
-                o.status.success(),
-                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
-            ),
-            Err(e) => (false, format!("{}: {e}", bin.display())),
-        }
+        crate::cluster::run_plugin(&bin, &self.cp.kubeconfig(), args)
     }
 
     /// `kubectl <args>` against the lab; (success, stdout).
