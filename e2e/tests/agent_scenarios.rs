@@ -219,16 +219,21 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
             config_revision: 0,
             op: None,
         },
+        session: Some(wire::Session { id: 0x5eed, echo: 0 }),
     };
     let forged = wire::encode(&hb, &forged_key);
-    // An old sequence number under the real key: below n1's replay window for n0.
-    let replayed = wire::encode(&hb, &real_key);
+    // Under the real key, without a session (as n0 sent before sessions existed): n0
+    // speaks with sessions now, so this can only be a replay of older traffic.
+    let replayed = wire::encode(&wire::Heartbeat { minor: 0, session: None, ..hb.clone() }, &real_key);
+    // Under the real key, a session n1 never heard that does not echo n1's session: an
+    // unconfirmed new session cannot displace n0's current one.
+    let unconfirmed = wire::encode(&hb, &real_key);
     let garbage = vec![0x48, 0x56, 1, 0, 0, 0, 0, 1, 9, 9, 9];
     let ns = lab.topo.client().ns.clone();
     netns::in_netns(&ns, move || {
         let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
         for _ in 0..5 {
-            for d in [&forged, &replayed, &garbage] {
+            for d in [&forged, &replayed, &unconfirmed, &garbage] {
                 let _ = s.send_to(d, (n1, havip_e2e::agent::HEARTBEAT_PORT));
             }
         }
@@ -238,9 +243,11 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
     std::thread::sleep(Duration::from_millis(500));
     let bad_mac = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["bad_mac"]);
     let replay = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["replayed"]);
+    let unconfirmed = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["unconfirmed_session"]);
     let truncated = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["truncated"]);
     assert!(bad_mac >= 5.0, "forged heartbeats counted: {bad_mac}\n{}", lab.metrics(1));
     assert!(replay >= 5.0, "replayed heartbeats counted: {replay}\n{}", lab.metrics(1));
+    assert!(unconfirmed >= 5.0, "unconfirmed sessions counted: {unconfirmed}\n{}", lab.metrics(1));
     assert!(truncated >= 5.0, "garbage counted: {truncated}");
     assert_eq!(lab.role(1).as_deref(), Some("Standby"), "no role change");
     assert!(lab.epoch(1).expect("epoch") < 1000, "the forged epoch was not believed");

@@ -10,6 +10,7 @@
 //! apply; the Lease and the status catch up when the API server answers again.
 
 use crate::config::{AgentConfig, AnnounceSchedule, MemberConfig, ProbeConfig, VipConfig, build_sm_config, parse_cidr};
+use crate::heartbeat::Hub;
 use crate::metrics::AgentMetrics;
 use crate::runtime::{self, Handle, LeaseStore, Options, Reply, Reporter, Request};
 use crate::sm;
@@ -417,6 +418,8 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let leases = spawn_store::<Lease>(Api::namespaced(client.clone(), &opts.namespace), notify.clone());
 
     let mut running: BTreeMap<String, PairRun> = BTreeMap::new();
+    // One set of heartbeat sockets for every pair of this node.
+    let hub = Hub::new(metrics.clone());
     // Configure nothing before every watch has listed once: a pair started from a
     // partial view (a peer's Node not seen yet) would restart moments later with another
     // configuration revision.
@@ -448,7 +451,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
         }
         // Coalesce bursts of watch events.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        reconcile(&client, &opts, &metrics, &pairs, &fips, &nodes, &secrets, &leases, &mut running).await;
+        reconcile(&client, &opts, &metrics, &pairs, &fips, &nodes, &secrets, &leases, &mut running, &hub).await;
     }
     // SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining) node
     // hands them over first.
@@ -521,6 +524,7 @@ async fn reconcile(
     secrets: &Store<Secret>,
     leases: &Store<Lease>,
     running: &mut BTreeMap<String, PairRun>,
+    hub: &Arc<Hub>,
 ) {
     let mut wanted: BTreeMap<String, HAPair> = BTreeMap::new();
     for p in pairs.state() {
@@ -559,7 +563,7 @@ async fn reconcile(
         };
         let lease = leases.state().iter().find(|l| l.name_any() == lease_name(&name)).map(|l| lease_view(l));
         match running.get_mut(&name) {
-            None => match start_pair(client, opts, metrics, &pair, cfg).await {
+            None => match start_pair(client, opts, metrics, hub, &pair, cfg).await {
                 Ok(run) => {
                     running.insert(name.clone(), run);
                 }
@@ -673,6 +677,7 @@ async fn start_pair(
     client: &Client,
     opts: &KubeAgentOptions,
     metrics: &Arc<AgentMetrics>,
+    hub: &Arc<Hub>,
     pair: &HAPair,
     cfg: AgentConfig,
 ) -> Result<PairRun, String> {
@@ -698,7 +703,8 @@ async fn start_pair(
             state: StateFile::new(&opts.state_dir, &name),
             lease: Some(lease),
             reporter: reporter.clone(),
-            metrics: metrics.clone(),
+            metrics: metrics.pair(&name),
+            hub: hub.clone(),
         },
     )
     .await

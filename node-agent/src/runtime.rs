@@ -9,16 +9,16 @@
 
 use crate::announce::L2Sender;
 use crate::config::{AgentConfig, AnnounceSchedule};
-use crate::heartbeat::{HeartbeatIo, PathSpec, Received, SkewTracker};
-use crate::metrics::{AgentMetrics, NameLabel, ProbeLabels};
+use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
+use crate::metrics::PairMetrics;
 use crate::netlink::{LinkWatch, Netlink, Vip};
 use crate::probes::{ArpPort, GatewayTracker, TrafficSampler, arp_source_for, tcp_probe};
 use crate::sm;
 use crate::state::StateFile;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -177,8 +177,10 @@ pub struct Options {
     pub lease: Option<Arc<dyn LeaseStore>>,
     /// Where reports go.
     pub reporter: Arc<dyn Reporter>,
-    /// Metrics.
-    pub metrics: Arc<AgentMetrics>,
+    /// The pair's metrics.
+    pub metrics: PairMetrics,
+    /// The agent's heartbeat sockets, shared by every pair it runs.
+    pub hub: Arc<Hub>,
 }
 
 /// Starts the agent for one pair and returns its handle and the task that runs it.
@@ -186,7 +188,7 @@ pub struct Options {
 struct Io {
     vips: Vec<ResolvedVip>,
     arp: HashMap<String, Arc<ArpPort>>,
-    hb: Arc<HeartbeatIo>,
+    hb: EndpointSpec,
     data_link: String,
     vip_links: BTreeSet<String>,
     fence: Vec<(IpAddr, String)>,
@@ -198,15 +200,27 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let lock = opts.state.lock()?;
     let persisted = opts.state.load()?;
     let nl = Netlink::new()?;
-    let io = build_io(&cfg, &nl, &opts.metrics, &HashMap::new()).await?;
+    let io = build_io(&cfg, &nl, &HashMap::new()).await?;
     let machine = sm::Machine::new(cfg.sm.clone(), persisted);
     let (tx, rx) = mpsc::channel::<Event>(1024);
+    // Heartbeats of this pair, from the hub's sockets; relayed into the runtime's queue
+    // for as long as the runtime runs (reconfigurations keep the endpoint).
+    let (rtx, mut rrx) = mpsc::channel::<Received>(256);
+    let hb = Endpoint::attach(&opts.hub, io.hb.clone(), opts.metrics.clone(), rtx).await?;
+    let relay_tx = tx.clone();
+    let relay = tokio::spawn(async move {
+        while let Some(r) = rrx.recv().await {
+            if relay_tx.send(Event::Received(r)).await.is_err() {
+                return;
+            }
+        }
+    });
     let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
     let holding = Arc::new(AtomicBool::new(false));
     let last_heard_ms = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
 
-    let Io { vips, arp, hb, data_link, vip_links, fence, own } = io;
+    let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
     let metrics = opts.metrics.clone();
     let mut rt = Runtime {
         tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
@@ -231,6 +245,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         skew: Arc::new(SkewTracker::default()),
         queue: VecDeque::new(),
         tasks: Vec::new(),
+        relay,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -242,7 +257,6 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
 async fn build_io(
     cfg: &AgentConfig,
     nl: &Netlink,
-    metrics: &Arc<AgentMetrics>,
     reuse_arp: &HashMap<String, Arc<ArpPort>>,
 ) -> Result<Io, RuntimeError> {
     let me =
@@ -350,8 +364,14 @@ async fn build_io(
                 .collect(),
         })
         .collect();
-    let keys = Arc::new(RwLock::new(cfg.keys.clone()));
-    let hb = Arc::new(HeartbeatIo::bind(&cfg.pair, &cfg.node, cfg.heartbeat_port, keys, paths, metrics.clone()).await?);
+    let hb = EndpointSpec {
+        pair: cfg.pair.clone(),
+        node: cfg.node.clone(),
+        port: cfg.heartbeat_port,
+        paths,
+        keys: cfg.keys.clone(),
+        heartbeat_timeout: Duration::from_millis(cfg.sm.timings.heartbeat_timeout_ms),
+    };
     Ok(Io { vips, arp, hb, data_link, vip_links, fence, own: own_v4 })
 }
 
@@ -363,11 +383,11 @@ struct Runtime {
     nl: Netlink,
     vips: Vec<ResolvedVip>,
     arp: HashMap<String, Arc<ArpPort>>,
-    hb: Arc<HeartbeatIo>,
+    hb: Arc<Endpoint>,
     state: StateFile,
     lease: Option<Arc<dyn LeaseStore>>,
     reporter: Arc<dyn Reporter>,
-    metrics: Arc<AgentMetrics>,
+    metrics: PairMetrics,
     tx: mpsc::Sender<Event>,
     status_tx: watch::Sender<Arc<sm::Status>>,
     holding: Arc<AtomicBool>,
@@ -378,6 +398,8 @@ struct Runtime {
     skew: Arc<SkewTracker>,
     queue: VecDeque<sm::Input>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
+    relay: tokio::task::JoinHandle<()>,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -388,6 +410,17 @@ pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
+const ALARMS: [sm::Alarm; 9] = [
+    sm::Alarm::Suspended,
+    sm::Alarm::VersionMismatch,
+    sm::Alarm::KeyMismatch,
+    sm::Alarm::ClockSkew,
+    sm::Alarm::VipUnhealthy,
+    sm::Alarm::VipConflict,
+    sm::Alarm::Misconfigured,
+    sm::Alarm::MaintenancePending,
+    sm::Alarm::HeartbeatReplay,
+];
 
 impl Runtime {
     fn now(&self) -> sm::Millis {
@@ -411,6 +444,7 @@ impl Runtime {
                     Some(Event::Reconfigure(cfg)) => self.reconfigure(*cfg).await,
                     Some(Event::Release) => {
                         self.stop_announcer();
+                        self.metrics.forget(&ROLES, &ALARMS.map(sm::Alarm::as_str));
                         for v in &self.vips {
                             if let Err(e) = self.nl.remove_vip(&v.vip).await {
                                 tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
@@ -428,13 +462,14 @@ impl Runtime {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        self.relay.abort();
         if let Some(a) = self.announcer.take() {
             a.abort();
         }
     }
 
     async fn reconfigure(&mut self, cfg: AgentConfig) {
-        let io = match build_io(&cfg, &self.nl, &self.metrics, &self.arp).await {
+        let io = match build_io(&cfg, &self.nl, &self.arp).await {
             Ok(io) => io,
             Err(e) => {
                 self.metrics.io_error("reconfigure");
@@ -442,6 +477,11 @@ impl Runtime {
                 return;
             }
         };
+        if let Err(e) = self.hb.update(io.hb.clone()).await {
+            self.metrics.io_error("reconfigure");
+            tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
+            return;
+        }
         tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
         for t in self.tasks.drain(..) {
             t.abort();
@@ -456,7 +496,6 @@ impl Runtime {
         }
         self.vips = all;
         self.arp = io.arp;
-        self.hb = io.hb;
         self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
         self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
         self.cfg = cfg;
@@ -505,7 +544,7 @@ impl Runtime {
         let mut changed = false;
         while let Some(input) = self.queue.pop_front() {
             if matches!(input, sm::Input::Conflict { .. }) {
-                self.metrics.conflicts.inc();
+                self.metrics.conflict();
             }
             let now = self.now();
             let actions = self.machine.step(now, input);
@@ -522,22 +561,10 @@ impl Runtime {
             let st = self.machine.status();
             self.holding.store(st.holds_vips, Ordering::Relaxed);
             self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
-            self.metrics.epoch.set(st.epoch as i64);
+            self.metrics.set_epoch(st.epoch);
             self.metrics.set_role(st.role.as_str(), &ROLES);
-            for a in [
-                sm::Alarm::Suspended,
-                sm::Alarm::VersionMismatch,
-                sm::Alarm::KeyMismatch,
-                sm::Alarm::ClockSkew,
-                sm::Alarm::VipUnhealthy,
-                sm::Alarm::VipConflict,
-                sm::Alarm::Misconfigured,
-                sm::Alarm::MaintenancePending,
-            ] {
-                self.metrics
-                    .alarms
-                    .get_or_create(&NameLabel { name: a.as_str().into() })
-                    .set(i64::from(st.alarms.contains(&a)));
+            for a in ALARMS {
+                self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
             }
             if **self.status_tx.borrow() != st {
                 self.reporter.status(&st);
@@ -580,7 +607,7 @@ impl Runtime {
                 false
             }
             sm::Action::SendAdvert(advert) => {
-                self.hb.send(&advert).await;
+                self.hb.send(&advert);
                 false
             }
             sm::Action::CasLease { holder, new_epoch, expected_epoch } => {
@@ -603,7 +630,7 @@ impl Runtime {
             sm::Action::Report(ev) => {
                 let st = self.machine.status();
                 if let sm::Event::RoleChanged { reason, .. } = &ev {
-                    self.metrics.transitions.get_or_create(&NameLabel { name: format!("{reason:?}") }).inc();
+                    self.metrics.transition(&format!("{reason:?}"));
                 }
                 if let sm::Event::OperationResult { id, ok, message } = &ev
                     && let Some(w) = self.waiters.remove(id)
@@ -630,7 +657,7 @@ impl Runtime {
                     .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr && a.prefix == v.vip.prefix))
                     .map(|v| v.id.clone())
                     .collect();
-                self.metrics.vips_held.set(present.len() as i64);
+                self.metrics.set_vips_held(present.len());
                 tracing::debug!(present = present.len(), "observed the pair's VIPs in the kernel");
                 self.queue.push_back(sm::Input::LocalVips { present });
             }
@@ -669,7 +696,7 @@ impl Runtime {
                         };
                         match r {
                             Ok(k) => {
-                                metrics.announcements.get_or_create(&NameLabel { name: k.into() }).inc();
+                                metrics.announced(k);
                             }
                             Err(e) => {
                                 metrics.io_error("announce");
@@ -754,18 +781,6 @@ impl Runtime {
         fence: Vec<(IpAddr, String)>,
         own: Vec<(IpAddr, u8)>,
     ) {
-        // Heartbeat receivers.
-        let (rtx, mut rrx) = mpsc::channel(256);
-        self.tasks.extend(self.hb.spawn_receivers(rtx));
-        let tx = self.tx.clone();
-        self.tasks.push(tokio::spawn(async move {
-            while let Some(r) = rrx.recv().await {
-                if tx.send(Event::Received(r)).await.is_err() {
-                    return;
-                }
-            }
-        }));
-
         // Carrier: the current state, then netlink events (on a connection of its own).
         let tx = self.tx.clone();
         let nl = match Netlink::new() {
@@ -882,13 +897,7 @@ impl Runtime {
                         tokio::spawn(async move {
                             let up = tcp_probe(addr, timeout).await;
                             let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
-                            metrics
-                                .probes
-                                .get_or_create(&ProbeLabels {
-                                    kind: "peer".into(),
-                                    result: if up { "up" } else { "down" }.into(),
-                                })
-                                .inc();
+                            metrics.probe("peer", up);
                             let _ = tx.send(Event::Input(sm::Input::PeerProbe { vip, result })).await;
                         });
                     }
@@ -921,13 +930,7 @@ impl Runtime {
                     for (vip, vip_addr, own_addr, port) in &local_targets {
                         let target = SocketAddr::new(if hold { *vip_addr } else { *own_addr }, *port);
                         let up = tcp_probe(target, timeout).await;
-                        metrics
-                            .probes
-                            .get_or_create(&ProbeLabels {
-                                kind: "local".into(),
-                                result: if up { "up" } else { "down" }.into(),
-                            })
-                            .inc();
+                        metrics.probe("local", up);
                         if tx
                             .send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up }))
                             .await

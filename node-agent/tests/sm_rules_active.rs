@@ -609,9 +609,16 @@ fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
     assert!(cleared(&out).is_empty());
     let out = h.run(8_100, &[standby(B, 100, 3)], None);
     assert_eq!(cleared(&out), vec![Alarm::KeyMismatch]);
-    // Replays and malformed packets are counted elsewhere, never alarms here.
-    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
+    // Malformed packets are counted elsewhere, never alarms here.
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Malformed });
     assert!(raised(&out).is_empty());
+    // Replay reports reach the machine only when every datagram of a member has been
+    // refused for a heartbeat timeout (a member it cannot hear): an alarm, cleared 5 s
+    // after the reports stop.
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
+    assert_eq!(raised(&out), vec![Alarm::HeartbeatReplay]);
+    let out = h.run(h.now + 5_100, &[standby(B, 100, 3)], None);
+    assert_eq!(cleared(&out), vec![Alarm::HeartbeatReplay]);
 }
 
 #[test]

@@ -104,7 +104,8 @@ pub enum RejectReason {
     KeyMismatch,
     /// The sender's wall clock is too far from ours.
     ClockSkew,
-    /// Sequence number outside the replay window.
+    /// Every datagram of a member refused as a replay for longer than the heartbeat
+    /// timeout (single replays are only counted by the I/O layer).
     Replay,
     /// Could not be decoded.
     Malformed,
@@ -289,6 +290,9 @@ pub enum Alarm {
     Misconfigured,
     /// Maintenance requested but nobody can take the VIPs (use force).
     MaintenancePending,
+    /// Every heartbeat of a member has been refused as a replay for longer than the
+    /// heartbeat timeout: it cannot be heard (e.g. it restarted and never heard us).
+    HeartbeatReplay,
 }
 
 impl Alarm {
@@ -303,6 +307,7 @@ impl Alarm {
             Alarm::VipConflict => "VipConflict",
             Alarm::Misconfigured => "Misconfigured",
             Alarm::MaintenancePending => "MaintenancePending",
+            Alarm::HeartbeatReplay => "HeartbeatReplay",
         }
     }
 }

@@ -84,7 +84,15 @@ impl Machine {
                 self.clock_skew_at = Some(now);
                 self.raise(Alarm::ClockSkew, "heartbeats rejected for clock skew arrive".to_owned(), out);
             }
-            RejectReason::Replay | RejectReason::Malformed | RejectReason::UnknownSender => {}
+            RejectReason::Replay => {
+                self.replay_at = Some(now);
+                self.raise(
+                    Alarm::HeartbeatReplay,
+                    "every heartbeat of a member is refused as a replay: it cannot be heard".to_owned(),
+                    out,
+                );
+            }
+            RejectReason::Malformed | RejectReason::UnknownSender => {}
         }
     }
 
