@@ -241,3 +241,43 @@ fn a_member_restarted_with_its_clock_stepped_back_is_heard_at_once() {
     wait_until("n1 to hold the VIP alone", UP, || lab.pair_holders(0).ok() == Some(vec![1]), || diag(&lab));
     eprintln!("restarted member heard again {heard_after:?} after its start");
 }
+
+#[test]
+fn restarting_the_agent_of_several_pairs_keeps_every_pairs_vip() {
+    let Some(mut lab) = lab(PairOptions { pairs: 2, ..PairOptions::default() }) else { return };
+    let diag = |lab: &AgentLab| diagnostics(lab, 2);
+    for k in 0..2 {
+        wait_until(
+            &format!("n0 to hold pair {k}'s VIP"),
+            UP,
+            || lab.pair_holders(k).ok() == Some(vec![0]),
+            || diag(&lab),
+        );
+        wait_until(&format!("n1 to hear pair {k}"), UP, || hears_all(&lab, 1, k), || diag(&lab));
+    }
+    let probers: Vec<Prober> = (0..2)
+        .map(|k| {
+            let p = Prober::on_client(&lab.topo, lab.pair_target(k)).expect("prober");
+            p.wait_for_responder("n0", Duration::from_secs(5)).expect("client reaches n0");
+            p
+        })
+        .collect();
+    // A rolling restart of n0's agent: both pairs' VIPs are in one subnet on one
+    // interface; neither pair may take the other's VIP for a stale one of its own.
+    lab.stop_agent(0);
+    lab.start_agent(0).expect("restart n0");
+    for k in 0..2 {
+        wait_until(
+            &format!("n0 to adopt pair {k}"),
+            UP,
+            || lab.pair_status(0, k).is_some_and(|s| s["role"] == "Active"),
+            || diag(&lab),
+        );
+        assert_eq!(lab.pair_holders(k).expect("holders"), vec![0], "pair {k}\n{}", diag(&lab));
+    }
+    for (k, p) in probers.into_iter().enumerate() {
+        let report = p.stop().expect("report");
+        assert_eq!(report.failed, 0, "pair {k}: no failed connect across the restart: {}", report.summary());
+        assert_eq!(report.responder_sequence(), vec!["n0"], "pair {k}: {}", report.summary());
+    }
+}

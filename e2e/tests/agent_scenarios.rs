@@ -311,22 +311,31 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
 
 #[test]
 fn a_vip_removed_from_the_configuration_is_removed_at_start() {
-    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let Some(mut lab) = lab(PairOptions { vips: 2, ..PairOptions::default() }) else { return };
     let _prober = bring_up(&lab);
-    // A havip-labelled address in the VIP subnet that is no VIP of the pair (as left by an
-    // older configuration), and a foreign address next to it.
     let n0 = lab.topo.node(0).ns.clone();
-    let stale = lab.topo.vip(7);
-    let foreign = lab.topo.vip(8);
+    let removed = lab.topo.vip(1);
+    assert!(netns::has_address(&n0, "eth0", IpAddr::V4(removed)).expect("addresses"), "n0 holds both VIPs");
+    // While n0's agent is down its configuration loses the second VIP; next to it are a
+    // foreign address and a havip-labelled address this pair never added (another
+    // pair's): only the VIP the pair added and no longer has may go.
     lab.stop_agent(0);
-    netns::exec(&n0, "ip", &["addr", "add", &format!("{stale}/24"), "dev", "eth0", "label", "eth0:hv"])
-        .expect("add stale");
+    let file = lab.config_files(0)[0].clone();
+    let yaml = std::fs::read_to_string(&file).expect("config");
+    let line = format!("  - address: {removed}/24\n    interface: eth0\n    probePorts: [8080]\n");
+    assert!(yaml.contains(&line), "{yaml}");
+    std::fs::write(&file, yaml.replace(&line, "")).expect("rewrite config");
+    let foreign = lab.topo.vip(8);
+    let other_pair = lab.topo.vip(7);
     netns::exec(&n0, "ip", &["addr", "add", &format!("{foreign}/24"), "dev", "eth0"]).expect("add foreign");
+    netns::exec(&n0, "ip", &["addr", "add", &format!("{other_pair}/24"), "dev", "eth0", "label", "eth0:hv"])
+        .expect("add another pair's VIP");
     lab.start_agent(0).expect("restart");
     netns::wait_until("the stale VIP to be removed", Duration::from_secs(5), Duration::from_millis(20), || {
-        Ok(!netns::has_address(&n0, "eth0", IpAddr::V4(stale))?)
+        Ok(!netns::has_address(&n0, "eth0", IpAddr::V4(removed))?)
     })
     .expect("stale VIP removed");
     assert!(netns::has_address(&n0, "eth0", IpAddr::V4(foreign)).expect("addresses"), "foreign address kept");
+    assert!(netns::has_address(&n0, "eth0", IpAddr::V4(other_pair)).expect("addresses"), "another pair's VIP kept");
     lab.wait_sole_holder(0, UP).expect("n0 still holds the pair's VIP");
 }

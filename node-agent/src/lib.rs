@@ -10,6 +10,7 @@ pub mod announce;
 pub mod config;
 pub mod heartbeat;
 pub mod kube_agent;
+pub mod ledger;
 pub mod metrics;
 pub mod netlink;
 pub mod probes;

@@ -10,6 +10,7 @@
 use crate::announce::L2Sender;
 use crate::config::{AgentConfig, AnnounceSchedule};
 use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
+use crate::ledger::VipLedger;
 use crate::metrics::PairMetrics;
 use crate::netlink::{LinkWatch, Netlink, Vip};
 use crate::probes::{ArpPort, GatewayTracker, TrafficSampler, arp_source_for, tcp_probe};
@@ -201,6 +202,8 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let persisted = opts.state.load()?;
     let nl = Netlink::new()?;
     let io = build_io(&cfg, &nl, &HashMap::new()).await?;
+    let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
+    remove_stale_vips(&nl, &ledger, &io.vips).await;
     let machine = sm::Machine::new(cfg.sm.clone(), persisted);
     let (tx, rx) = mpsc::channel::<Event>(1024);
     // Heartbeats of this pair, from the hub's sockets; relayed into the runtime's queue
@@ -246,6 +249,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         queue: VecDeque::new(),
         tasks: Vec::new(),
         relay,
+        ledger,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -291,29 +295,6 @@ async fn build_io(
         .map(|l| l.name.clone())
         .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
     let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
-
-    // Stale VIPs: havip's own addresses on this pair's VIP interfaces, in a subnet of one of
-    // this pair's VIPs, that are no VIP of the pair any more (a VIP removed from the
-    // configuration while the agent was down). Addresses of other pairs (other subnets)
-    // and addresses havip did not add are never touched. The pair's current VIPs are left
-    // to the state machine (adopted after an agent restart, removed on a standby).
-    let keep: Vec<Vip> = vips.iter().map(|v| v.vip.clone()).collect();
-    if let Ok(ours) = nl.havip_addresses().await {
-        let links_now = nl.links().await.unwrap_or_default();
-        for a in ours {
-            let ifname = links_now.iter().find(|l| l.index == a.ifindex).map(|l| l.name.clone()).unwrap_or_default();
-            let stale = vip_links.contains(&ifname)
-                && !keep.iter().any(|k| k.addr == a.addr)
-                && keep.iter().any(|k| crate::netlink::same_subnet(k.addr, a.addr, k.prefix));
-            if stale {
-                let v = Vip { addr: a.addr, prefix: a.prefix, ifname };
-                match nl.remove_vip(&v).await {
-                    Ok(()) => tracing::info!(vip = %v, "removed a stale VIP of this pair"),
-                    Err(e) => tracing::warn!(vip = %v, error = %e, "failed to remove a stale VIP"),
-                }
-            }
-        }
-    }
 
     // Layer-2 ports: one per VIP interface and one for the gateway probe's interface.
     let gateways = nl.default_gateways().await.unwrap_or_default();
@@ -375,6 +356,39 @@ async fn build_io(
     Ok(Io { vips, arp, hb, data_link, vip_links, fence, own: own_v4 })
 }
 
+/// Removes what the pair's ledger holds beyond `current` (VIPs of a configuration that
+/// changed while the agent was down), then records exactly what is left. The pair's
+/// current VIPs are left to the state machine (adopted after an agent restart, removed
+/// on a standby); another pair's VIPs are never in this pair's ledger.
+async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current: &[ResolvedVip]) {
+    let recorded = match ledger.load() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the VIP ledger; stale VIPs of this pair are left in place");
+            return;
+        }
+    };
+    let keep: Vec<Vip> = current.iter().map(|v| v.vip.clone()).collect();
+    let (removed, errors) = nl.remove_stale(&recorded, &keep).await;
+    for a in &removed {
+        tracing::info!(address = %a.addr, "removed a stale VIP of this pair");
+    }
+    for e in &errors {
+        tracing::warn!(error = %e, "failed to remove a stale VIP");
+    }
+    // What stays recorded: the current VIPs added before, and stale ones still in the
+    // kernel (their removal failed: retried at the next start or reconfiguration).
+    let present = match nl.havip_addresses().await {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    let left: Vec<Vip> =
+        recorded.into_iter().filter(|r| keep.contains(r) || present.iter().any(|a| a.addr == r.addr)).collect();
+    if let Err(e) = ledger.store(&left) {
+        tracing::warn!(error = %e, "failed to write the VIP ledger");
+    }
+}
+
 struct Runtime {
     cfg: AgentConfig,
     machine: sm::Machine,
@@ -400,6 +414,8 @@ struct Runtime {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
     relay: tokio::task::JoinHandle<()>,
+    /// The VIPs this pair added on this node.
+    ledger: VipLedger,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -445,10 +461,15 @@ impl Runtime {
                     Some(Event::Release) => {
                         self.stop_announcer();
                         self.metrics.forget(&ROLES, &ALARMS.map(sm::Alarm::as_str));
+                        let mut all_gone = true;
                         for v in &self.vips {
                             if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                                all_gone = false;
                                 tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
                             }
+                        }
+                        if all_gone && let Err(e) = self.ledger.remove() {
+                            tracing::warn!(error = %e, "failed to remove the VIP ledger");
                         }
                         break;
                     }
@@ -482,6 +503,12 @@ impl Runtime {
             tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
             return;
         }
+        // VIPs of the old configuration are the machine's to remove (below); only what the
+        // ledger holds beyond both is stale.
+        let old: Vec<ResolvedVip> =
+            self.vips.iter().filter(|o| !io.vips.iter().any(|v| v.id == o.id)).cloned().collect();
+        let keep: Vec<ResolvedVip> = io.vips.iter().cloned().chain(old).collect();
+        remove_stale_vips(&self.nl, &self.ledger, &keep).await;
         tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
         for t in self.tasks.drain(..) {
             t.abort();
@@ -584,6 +611,13 @@ impl Runtime {
                 false
             }
             sm::Action::AddVips(ids) => {
+                // Recorded before they are added: a crash after the add still knows them.
+                let adding: Vec<Vip> =
+                    self.vips.iter().filter(|v| ids.contains(&v.id)).map(|v| v.vip.clone()).collect();
+                if let Err(e) = self.ledger.record(&adding) {
+                    self.metrics.io_error("persist");
+                    tracing::error!(error = %e, "failed to record the VIPs in the ledger");
+                }
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.add_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
