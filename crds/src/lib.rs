@@ -155,11 +155,15 @@ pub mod manager {
 /// of havip's uses, so no pair name can make the agents write another Lease, and the
 /// chart's admission policy lets an agent update only Leases with this prefix.
 pub mod lease {
-    /// The prefix of every pair Lease's name (`havip-pair-<pair>`). The chart's
+    /// The prefix of every pair Lease's name (`hapair-<pair>`). The chart's
     /// ValidatingAdmissionPolicy spells it too (a test keeps the two in agreement).
-    pub const PAIR_PREFIX: &str = "havip-pair-";
+    ///
+    /// It does not start with `havip-`, so no new name can be the name an earlier release
+    /// gave another pair's Lease (`havip-<pair>`: with a prefix `havip-pair-`, the old
+    /// Lease of a pair named `pair-x` would have been the new Lease of pair `x`).
+    pub const PAIR_PREFIX: &str = "hapair-";
 
-    /// The name of pair `pair`'s Lease: `havip-pair-<pair>`. Pair names longer than 63
+    /// The name of pair `pair`'s Lease: `hapair-<pair>`. Pair names longer than 63
     /// characters are refused by the operator, so the name stays far below the 253
     /// characters a Lease name may have (and is a DNS subdomain like the pair's name).
     pub fn pair_lease_name(pair: &str) -> String {
@@ -190,14 +194,20 @@ pub mod lease {
 
         #[test]
         fn pair_leases_never_share_a_name_with_the_leader_lease() {
-            assert_eq!(pair_lease_name("web"), "havip-pair-web");
-            assert_eq!(pair_of_lease("havip-pair-web"), Some("web"));
+            assert_eq!(pair_lease_name("web"), "hapair-web");
+            assert_eq!(pair_of_lease("hapair-web"), Some("web"));
             // The pair named `operator` no longer lands on the leader-election Lease.
             assert_ne!(pair_lease_name("operator"), "havip-operator");
             assert_eq!(pair_of_lease("havip-operator"), None);
-            assert_eq!(pair_of_lease("havip-pair-"), None);
+            assert_eq!(pair_of_lease("hapair-"), None);
             assert!(!is_pair_lease("havip-operator"));
             assert!(is_pair_lease(&pair_lease_name("operator")));
+            // No new name is an old name (of whatever pair), so no Lease left by an
+            // earlier release is ever taken for a pair Lease or writable by the agents.
+            for pair in ["web", "pair-x", "x", "operator"] {
+                assert!(!legacy_pair_lease_name(pair).starts_with(PAIR_PREFIX));
+                assert!(!is_pair_lease(&legacy_pair_lease_name(pair)));
+            }
             // The longest pair name the operator accepts still gives a valid Lease name.
             assert!(pair_lease_name(&"a".repeat(63)).len() <= 253);
         }

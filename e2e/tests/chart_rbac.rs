@@ -99,7 +99,7 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         // … nor create Leases.
         let leases: Api<Lease> = Api::namespaced(agent.clone(), NAMESPACE);
         let l: Lease =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "havip-pair-stolen"}})).expect("lease");
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "hapair-stolen"}})).expect("lease");
         let m = refused(leases.create(&PostParams::default(), &l).await, "agent creates a Lease");
         assert!(m.contains("forbidden"), "{m}");
 

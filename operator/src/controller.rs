@@ -392,7 +392,7 @@ pub async fn run_controllers(
             .map(|p| ObjectRef::new(&p.name_any()))
             .collect::<Vec<_>>()
     };
-    // Lease havip-pair-<pair> → pair (the leader-election Lease never has that prefix).
+    // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
     let lease_stream = drive(
         reflector(
             leases_w,

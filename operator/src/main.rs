@@ -41,7 +41,7 @@ struct Args {
     /// Kubeconfig file; empty: KUBECONFIG, ~/.kube/config or the in-cluster config.
     #[arg(long, env = "HAVIP_KUBECONFIG", default_value = "")]
     kubeconfig: String,
-    /// Name of the leader-election Lease (never `havip-pair-…`: that prefix is the pair
+    /// Name of the leader-election Lease (never `hapair-…`: that prefix is the pair
     /// Leases', which the agents may write).
     #[arg(long, env = "HAVIP_LEADER_ELECTION_LEASE", default_value = "havip-operator")]
     leader_election_lease: String,

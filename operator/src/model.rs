@@ -209,7 +209,7 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
     out
 }
 
-/// The name of a pair's Lease (`havip-pair-<pair>`; see [`havip_crds::lease`]).
+/// The name of a pair's Lease (`hapair-<pair>`; see [`havip_crds::lease`]).
 pub fn lease_name(pair: &str) -> String {
     havip_crds::lease::pair_lease_name(pair)
 }
@@ -219,7 +219,7 @@ pub fn secret_name(pair: &str) -> String {
     format!("havip-{pair}-key")
 }
 
-/// The pair a Lease name belongs to (`havip-pair-<pair>`), if any.
+/// The pair a Lease name belongs to (`hapair-<pair>`), if any.
 pub fn pair_of_lease(lease: &str) -> Option<&str> {
     havip_crds::lease::pair_of_lease(lease)
 }

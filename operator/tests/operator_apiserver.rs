@@ -93,7 +93,7 @@ async fn creation(client: &Client) {
     let spec: HAPairSpec = p.spec.clone();
     assert_eq!(revision_of(&p), format_revision(config_revision(&spec, &fips, &addrs)));
 
-    let lease = Api::<Lease>::namespaced(client.clone(), NS).get("havip-pair-s1").await.expect("pair Lease");
+    let lease = Api::<Lease>::namespaced(client.clone(), NS).get("hapair-s1").await.expect("pair Lease");
     let ls = lease.spec.unwrap();
     assert_eq!(ls.holder_identity, None);
     assert_eq!(ls.lease_transitions, Some(0));
@@ -103,7 +103,7 @@ async fn creation(client: &Client) {
     assert!(key.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(secret_field(&s, "keyId").as_deref(), Some("1"));
     assert_eq!(s.metadata.owner_references.unwrap()[0].name, "s1");
-    wait_event(client, "s1", "LeaseCreated", "havip-pair-s1").await;
+    wait_event(client, "s1", "LeaseCreated", "hapair-s1").await;
     wait_event(client, "s1", "KeySecretCreated", "key 1").await;
     eprintln!("creation: Lease, Secret and Pending status with revision {} ✓", revision_of(&p));
 }
@@ -608,7 +608,7 @@ async fn member_replacement(client: &Client) {
 }
 
 /// An upgrade from a release that named pair Leases `havip-<pair>`: the new operator
-/// creates `havip-pair-<pair>` with the holder and epoch of the pair's old Lease (no
+/// creates `hapair-<pair>` with the holder and epoch of the pair's old Lease (no
 /// epoch goes backwards) and leaves the old one alone; a pair named `operator` gets its
 /// own Lease and never touches the leader-election Lease `havip-operator`.
 async fn upgrade_from_old_lease_names(client: &Client, cp: &ControlPlane, kubeconfig: &std::path::Path, op: Operator) {
@@ -642,15 +642,15 @@ async fn upgrade_from_old_lease_names(client: &Client, cp: &ControlPlane, kubeco
         let s = l.spec.clone().unwrap_or_default();
         (s.holder_identity, s.lease_transitions)
     };
-    let carried = eventually("havip-pair-up1 carried over", Duration::from_secs(30), || {
+    let carried = eventually("hapair-up1 carried over", Duration::from_secs(30), || {
         let leases = leases.clone();
-        async move { leases.get_opt("havip-pair-up1").await.ok().flatten() }
+        async move { leases.get_opt("hapair-up1").await.ok().flatten() }
     })
     .await;
     assert_eq!(view(&carried), (Some("n2".to_owned()), Some(7)), "holder and epoch of the old Lease");
-    let fresh = eventually("havip-pair-operator created", Duration::from_secs(30), || {
+    let fresh = eventually("hapair-operator created", Duration::from_secs(30), || {
         let leases = leases.clone();
-        async move { leases.get_opt("havip-pair-operator").await.ok().flatten() }
+        async move { leases.get_opt("hapair-operator").await.ok().flatten() }
     })
     .await;
     assert_eq!(view(&fresh), (None, Some(0)), "the leader Lease's holder and epoch are not a pair's");

@@ -291,7 +291,7 @@ fn invalid_spec_condition() {
     assert!(problems.iter().any(|p| p.contains("takeover.holdDown")), "{problems:?}");
     // A pair named `operator` is fine: its Lease is not the leader-election Lease.
     assert!(validate_spec("operator", &spec()).is_empty());
-    assert_eq!(lease_name("operator"), "havip-pair-operator");
+    assert_eq!(lease_name("operator"), "hapair-operator");
     assert!(validate_spec(&"p".repeat(64), &spec()).iter().any(|p| p.contains("longer than 63")));
     assert!(validate_spec("p", &spec()).is_empty());
     let mut o = healthy();
