@@ -12,7 +12,7 @@ use std::time::Duration;
 async fn operator_objects(lab: &KubeLab, pair: &str) {
     let client = lab.client().await.expect("client");
     let lease: Lease = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("havip-{pair}"), "namespace": NAMESPACE},
+        "metadata": {"name": havip_crds::lease::pair_lease_name(pair), "namespace": NAMESPACE},
         "spec": {"leaseTransitions": 0},
     }))
     .expect("lease");

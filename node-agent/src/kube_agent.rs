@@ -104,7 +104,7 @@ fn lease_view(l: &Lease) -> (Option<sm::NodeId>, u64) {
 
 /// The name of a pair's Lease.
 pub fn lease_name(pair: &str) -> String {
-    format!("havip-{pair}")
+    havip_crds::lease::pair_lease_name(pair)
 }
 
 /// The name of a pair's key Secret (when the spec names none).

@@ -240,6 +240,27 @@ fn two_actives_lease_naming_a_newer_holder_demotes_the_active() {
 }
 
 #[test]
+fn a_holderless_lease_at_the_held_epoch_is_recorded_under_a_newer_epoch() {
+    // Every compare-and-swap raises leaseTransitions: the chart's admission policy
+    // refuses an agent's Lease write that does not.
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.lease(None, 3);
+    let cas: Vec<_> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::CasLease { holder, new_epoch, expected_epoch } => {
+                Some((holder.clone(), *new_epoch, *expected_epoch))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cas, vec![(node(A), 4, 3)]);
+    assert_eq!(h.role(), Role::Active);
+    assert!(removes(&out).is_empty());
+}
+
+#[test]
 fn two_actives_standby_finding_a_pair_vip_removes_it() {
     let mut h = standby_b_hearing_a();
     let out = h.local_vips(&[VIP]);

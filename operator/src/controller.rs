@@ -392,8 +392,7 @@ pub async fn run_controllers(
             .map(|p| ObjectRef::new(&p.name_any()))
             .collect::<Vec<_>>()
     };
-    // Lease havip-<pair> → pair (not the leader-election Lease).
-    let leader_lease = settings.leader_lease.clone();
+    // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
     let lease_stream = drive(
         reflector(
             leases_w,
@@ -405,13 +404,7 @@ pub async fn run_controllers(
         leases_ready,
         &mut tasks,
     );
-    let lease_mapper = move |l: Lease| {
-        let name = l.name_any();
-        if name == leader_lease {
-            return None;
-        }
-        pair_of_lease(&name).map(ObjectRef::new)
-    };
+    let lease_mapper = |l: Lease| pair_of_lease(&l.name_any()).map(ObjectRef::new);
     // Key Secret → pair, by label.
     let secret_stream = drive(
         reflector(

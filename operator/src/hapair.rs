@@ -177,12 +177,45 @@ fn owned_meta(pair: &HAPair, name: String, ns: &str) -> ObjectMeta {
     }
 }
 
-async fn create_lease(ctx: &Context, pair: &HAPair, name: &str) -> Result<Option<Lease>, Error> {
+/// What a new pair Lease starts from: no holder under epoch 0, or the holder and epoch
+/// of the Lease an earlier release kept under the old name (so no epoch goes backwards).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct LeaseSeed {
+    holder: Option<String>,
+    epoch: i32,
+}
+
+/// The seed of pair `pair`'s new Lease: from the Lease under the name of earlier
+/// releases (`havip-<pair>`) if this very pair owns it (an unrelated Lease of that name,
+/// such as the leader-election Lease for a pair named `operator`, is ignored).
+fn lease_seed(pair: &HAPair, legacy: Option<&Lease>) -> LeaseSeed {
+    let uid = pair.meta().uid.as_deref();
+    let owned = |l: &Lease| {
+        uid.is_some()
+            && l.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|refs| refs.iter().any(|r| Some(r.uid.as_str()) == uid && r.kind == "HAPair"))
+    };
+    match legacy.filter(|l| owned(l)).and_then(|l| l.spec.as_ref()) {
+        Some(spec) => LeaseSeed {
+            holder: spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            epoch: spec.lease_transitions.unwrap_or(0).max(0),
+        },
+        None => LeaseSeed::default(),
+    }
+}
+
+async fn create_lease(ctx: &Context, pair: &HAPair, name: &str, seed: &LeaseSeed) -> Result<Option<Lease>, Error> {
     ctx.guard("Lease")?;
     let ns = &ctx.settings.namespace;
     let lease = Lease {
         metadata: owned_meta(pair, name.to_owned(), ns),
-        spec: Some(LeaseSpec { holder_identity: None, lease_transitions: Some(0), ..LeaseSpec::default() }),
+        spec: Some(LeaseSpec {
+            holder_identity: seed.holder.clone(),
+            lease_transitions: Some(seed.epoch),
+            ..LeaseSpec::default()
+        }),
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     match api
@@ -318,7 +351,7 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
         .collect();
     vips.sort_by(|a, b| a.name.cmp(&b.name));
     Observed {
-        spec_problems: model::validate_spec(&name, &pair.spec, &ctx.settings.leader_lease),
+        spec_problems: model::validate_spec(&name, &pair.spec),
         name,
         spec: pair.spec.clone(),
         status: pair.status.clone().unwrap_or_default(),
@@ -373,17 +406,27 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     let mut events: Vec<Ev> = Vec::new();
     let mut requeue = ctx.settings.resync;
 
-    // The pair's Lease: created once, with no holder; afterwards only agents write it.
+    // The pair's Lease: created once, with no holder (or carried over from the Lease an
+    // earlier release named `havip-<pair>`); afterwards only agents write it.
     let lease_name = model::lease_name(&name);
     let mut lease = ctx.leases.get(&ObjectRef::new(&lease_name).within(&ns)).map(|l| (*l).clone());
-    if lease.is_none() && lease_name != ctx.settings.leader_lease && name.len() <= 63 {
-        match create_lease(ctx, pair, &lease_name).await? {
+    if lease.is_none() && name.len() <= 63 {
+        let legacy_name = havip_crds::lease::legacy_pair_lease_name(&name);
+        let legacy = ctx.leases.get(&ObjectRef::new(&legacy_name).within(&ns));
+        let seed = lease_seed(pair, legacy.as_deref());
+        match create_lease(ctx, pair, &lease_name, &seed).await? {
             Some(l) => {
-                events.push(Ev::normal(
-                    "LeaseCreated",
-                    "Create",
-                    format!("created Lease {ns}/{lease_name} (no holder, epoch 0)"),
-                ));
+                let note = if seed == LeaseSeed::default() {
+                    format!("created Lease {ns}/{lease_name} (no holder, epoch 0)")
+                } else {
+                    tracing::info!(pair = %name, lease = %lease_name, from = %legacy_name, holder = ?seed.holder, epoch = seed.epoch, "pair Lease carried over from the old name");
+                    format!(
+                        "created Lease {ns}/{lease_name} (holder {}, epoch {}) from the Lease {legacy_name} of an earlier release",
+                        seed.holder.as_deref().unwrap_or("none"),
+                        seed.epoch
+                    )
+                };
+                events.push(Ev::normal("LeaseCreated", "Create", note));
                 lease = Some(l);
             }
             // Created by a previous reconcile; the cache will catch up.
@@ -729,4 +772,61 @@ async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &st
         .await
         .map_err(|source| Error::Annotate { kind: "HAPair", name: pair.name_any(), source: Box::new(source) })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn pair(uid: &str) -> HAPair {
+        let mut p: HAPair = serde_json::from_value(serde_json::json!({
+            "apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+            "metadata": {"name": "operator", "uid": uid},
+            "spec": {"members": [{"node": "a", "priority": 200}, {"node": "b", "priority": 100}]},
+        }))
+        .unwrap();
+        p.metadata.uid = Some(uid.to_owned());
+        p
+    }
+
+    fn lease(owner_uid: Option<&str>, holder: &str, epoch: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("havip-operator".to_owned()),
+                owner_references: owner_uid.map(|u| {
+                    vec![OwnerReference {
+                        api_version: "havip.io/v1alpha1".to_owned(),
+                        kind: "HAPair".to_owned(),
+                        name: "operator".to_owned(),
+                        uid: u.to_owned(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_owned()),
+                lease_transitions: Some(epoch),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_new_pair_lease_carries_over_the_holder_and_epoch_of_the_pairs_old_lease() {
+        let p = pair("u1");
+        assert_eq!(
+            lease_seed(&p, Some(&lease(Some("u1"), "a", 7))),
+            LeaseSeed { holder: Some("a".to_owned()), epoch: 7 }
+        );
+        // Nothing to carry over.
+        assert_eq!(lease_seed(&p, None), LeaseSeed::default());
+        // The old name held somebody else's Lease (the leader-election Lease for a pair
+        // named `operator`, or a deleted pair's): start afresh.
+        assert_eq!(lease_seed(&p, Some(&lease(None, "operator-pod-1", 4))), LeaseSeed::default());
+        assert_eq!(lease_seed(&p, Some(&lease(Some("u0"), "a", 9))), LeaseSeed::default());
+    }
 }

@@ -131,17 +131,13 @@ pub struct Observed {
 }
 
 /// Checks a spec for what CEL should have refused, plus what only the operator can
-/// know (a pair name whose Lease would be the leader-election Lease).
-pub fn validate_spec(name: &str, spec: &HAPairSpec, leader_lease: &str) -> Vec<String> {
+/// know (a pair name too long for its Lease and Secret names). A pair's Lease cannot be
+/// the leader-election Lease: pair Leases carry a prefix the operator refuses for the
+/// leader-election Lease at startup.
+pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
     let mut out = Vec::new();
     if name.len() > 63 {
         out.push(format!("the pair name {name:?} is longer than 63 characters"));
-    }
-    if lease_name(name) == leader_lease {
-        out.push(format!(
-            "the pair's Lease {} would be the operator's leader-election Lease; rename the pair",
-            lease_name(name)
-        ));
     }
     if spec.members.len() < 2 || spec.members.len() > 8 {
         out.push(format!("a pair needs 2 to 8 members, it has {}", spec.members.len()));
@@ -213,9 +209,9 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec, leader_lease: &str) -> Vec<S
     out
 }
 
-/// The name of a pair's Lease.
+/// The name of a pair's Lease (`hapair-<pair>`; see [`havip_crds::lease`]).
 pub fn lease_name(pair: &str) -> String {
-    format!("havip-{pair}")
+    havip_crds::lease::pair_lease_name(pair)
 }
 
 /// The name of a pair's key Secret.
@@ -223,9 +219,9 @@ pub fn secret_name(pair: &str) -> String {
     format!("havip-{pair}-key")
 }
 
-/// The pair a Lease name belongs to (`havip-<pair>`), if any.
+/// The pair a Lease name belongs to (`hapair-<pair>`), if any.
 pub fn pair_of_lease(lease: &str) -> Option<&str> {
-    lease.strip_prefix("havip-").filter(|p| !p.is_empty())
+    havip_crds::lease::pair_of_lease(lease)
 }
 
 fn address_type_name(t: &NodeAddressType) -> &'static str {

@@ -165,7 +165,7 @@ pub enum Invariant {
     SlowReplacement,
     /// (e) maintenance, quarantine or suspension violated.
     PolicyViolated,
-    /// (f) an epoch went backwards.
+    /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it.
     EpochBackwards,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,

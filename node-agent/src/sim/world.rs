@@ -692,6 +692,10 @@ impl World {
             Action::Announce { .. } => {}
             Action::SendAdvert(adv) => self.broadcast(n, adv),
             Action::CasLease { new_epoch, expected_epoch, .. } => {
+                if new_epoch <= expected_epoch {
+                    let d = format!("{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}", node_name(n));
+                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
+                }
                 let inc = self.nodes[n].inc;
                 if self.nodes[n].store {
                     let d = self.store_delay();
