@@ -7,7 +7,7 @@
 //! it inputs through a channel. The machine's time is monotonic milliseconds since the
 //! agent started.
 
-use crate::announce::L2Sender;
+use crate::announce::{AnnounceGate, L2Sender, spawn_schedule};
 use crate::config::{AgentConfig, AnnounceSchedule};
 use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
 use crate::ledger::VipLedger;
@@ -224,6 +224,15 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let origin = Instant::now();
 
     let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
+    // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
+    // stalls cannot have let a peer take over); announcements then wait two heartbeat
+    // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
+    let t = &cfg.sm.timings;
+    let gate = AnnounceGate::new(
+        Duration::from_millis(t.tick_ms.max(5)),
+        Duration::from_millis((t.heartbeat_timeout_ms / 2).max(50)),
+        Duration::from_millis((2 * t.heartbeat_interval_ms).max(200)),
+    );
     let metrics = opts.metrics.clone();
     let mut rt = Runtime {
         tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
@@ -250,6 +259,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         tasks: Vec::new(),
         relay,
         ledger,
+        gate,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -416,6 +426,8 @@ struct Runtime {
     relay: tokio::task::JoinHandle<()>,
     /// The VIPs this pair added on this node.
     ledger: VipLedger,
+    /// Holds announcements back after a stall.
+    gate: Arc<AnnounceGate>,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -451,7 +463,15 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
-                _ = ticker.tick() => self.queue.push_back(sm::Input::Tick),
+                _ = ticker.tick() => {
+                    if let Some(gap) = self.gate.tick() {
+                        tracing::warn!(
+                            stalled_ms = gap.as_millis() as u64,
+                            "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
+                        );
+                    }
+                    self.queue.push_back(sm::Input::Tick);
+                }
                 ev = rx.recv() => match ev {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
@@ -719,47 +739,27 @@ impl Runtime {
         self.stop_announcer();
         let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
             self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let Some((first, _)) = vips.first() else { return };
+        let sched = first.announce.clone();
         let metrics = self.metrics.clone();
-        self.announcer = Some(tokio::spawn(async move {
-            let send_all = |count: u32| {
-                for (v, port) in &vips {
-                    for _ in 0..count {
-                        let r = match v.vip.addr {
-                            IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
-                            IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
-                        };
-                        match r {
-                            Ok(k) => {
-                                metrics.announced(k);
-                            }
-                            Err(e) => {
-                                metrics.io_error("announce");
-                                tracing::warn!(error = %e, "announcement failed");
-                            }
+        let send_all = move |count: u32| {
+            for (v, port) in &vips {
+                for _ in 0..count {
+                    let r = match v.vip.addr {
+                        IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
+                        IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
+                    };
+                    match r {
+                        Ok(k) => metrics.announced(k),
+                        Err(e) => {
+                            metrics.io_error("announce");
+                            tracing::warn!(error = %e, "announcement failed");
                         }
                     }
                 }
-            };
-            let Some((first, _)) = vips.first() else { return };
-            let sched = first.announce.clone();
-            match kind {
-                sm::AnnounceKind::Burst => {
-                    send_all(sched.burst);
-                    for _ in 0..sched.repeats {
-                        tokio::time::sleep(sched.repeat_interval).await;
-                        send_all(1);
-                    }
-                }
-                sm::AnnounceKind::Refresh => send_all(1),
             }
-            if sched.refresh_interval.is_zero() {
-                return;
-            }
-            loop {
-                tokio::time::sleep(sched.refresh_interval).await;
-                send_all(1);
-            }
-        }));
+        };
+        self.announcer = Some(spawn_schedule(kind, sched, self.gate.clone(), self.holding.clone(), send_all));
     }
 
     /// After a takeover: the VIPs are read back, the local listeners probed, and a
