@@ -17,7 +17,10 @@ use crate::state::StateFile;
 use futures::StreamExt;
 use havip_crds::hapair::{PathHeard, VipReadiness};
 use havip_crds::wire::{Key, Keyring};
-use havip_crds::{FloatingIP, HAPair, MemberStatus, NodeAddressType, Operation, Transition};
+use havip_crds::{
+    FloatingIP, GatewayState, HAPair, MemberAlarm, MemberRole, MemberStatus, NodeAddressType, Operation, OperationKind,
+    OperationResult, Transition, TransitionReason,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
@@ -119,7 +122,7 @@ struct KubeReporter {
     fip: watch::Sender<Option<(&'static str, u64)>>,
     tx: watch::Sender<Option<MemberStatus>>,
     events: tokio::sync::mpsc::UnboundedSender<sm::Event>,
-    operations: Mutex<HashMap<u64, (String, String)>>,
+    operations: Mutex<HashMap<u64, (String, OperationKind)>>,
     last_op: Mutex<Option<Operation>>,
 }
 
@@ -180,7 +183,7 @@ impl KubeReporter {
             .collect();
         MemberStatus {
             node: self.node.clone(),
-            role: Some(st.role.as_str().to_owned()),
+            role: Some(api_role(st.role)),
             epoch: Some(st.epoch as i64),
             ready,
             heard,
@@ -190,24 +193,21 @@ impl KubeReporter {
                 .map(|(p, a)| havip_crds::hapair::PathAddress { path: p.clone(), address: a.clone() })
                 .collect(),
             carrier: Some(st.carrier_ok),
-            gateway: Some(
-                match st.gateway {
-                    None => "Unknown",
-                    Some(true) => "Reachable",
-                    Some(false) => "Unreachable",
-                }
-                .to_owned(),
-            ),
+            gateway: Some(match st.gateway {
+                None => GatewayState::Unknown,
+                Some(true) => GatewayState::Reachable,
+                Some(false) => GatewayState::Unreachable,
+            }),
             applied_revision: Some(view.revision.clone()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             protocol_version: Some(format!("{}.{}", sm::PROTOCOL.major, sm::PROTOCOL.minor)),
             clock_skew_ms: None,
             maintenance: Some(st.maintenance),
-            alarms: st.alarms.iter().map(|a| a.as_str().to_owned()).collect(),
+            alarms: st.alarms.iter().map(|a| api_alarm(*a)).collect(),
             last_transition: st.last_transition.as_ref().map(|t| Transition {
                 from: t.from.as_str().to_owned(),
                 to: t.to.as_str().to_owned(),
-                reason: format!("{:?}", t.reason),
+                reason: api_reason(t.reason),
                 epoch: t.epoch as i64,
                 time: None,
             }),
@@ -217,14 +217,67 @@ impl KubeReporter {
         }
     }
 
-    fn answer(&self, id: String, kind: String, ok: bool, message: String) {
-        *self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Operation {
-            id,
-            kind,
-            result: if ok { "Succeeded" } else { "Failed" }.to_owned(),
-            message,
-            time: Some(now_time()),
-        });
+    fn answer(&self, id: String, kind: OperationKind, ok: bool, message: String) {
+        *self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Operation { id, kind, result: OperationResult::from_ok(ok), message, time: Some(now_time()) });
+    }
+}
+
+/// The role as the cluster API spells it.
+fn api_role(r: sm::Role) -> MemberRole {
+    match r {
+        sm::Role::Init => MemberRole::Init,
+        sm::Role::Active => MemberRole::Active,
+        sm::Role::Standby => MemberRole::Standby,
+        sm::Role::Demoting => MemberRole::Demoting,
+        sm::Role::Maintenance => MemberRole::Maintenance,
+        sm::Role::Fenced => MemberRole::Fenced,
+        sm::Role::Unpaired => MemberRole::Unpaired,
+    }
+}
+
+/// The alarm as the cluster API spells it.
+fn api_alarm(a: sm::Alarm) -> MemberAlarm {
+    match a {
+        sm::Alarm::Suspended => MemberAlarm::Suspended,
+        sm::Alarm::VersionMismatch => MemberAlarm::VersionMismatch,
+        sm::Alarm::KeyMismatch => MemberAlarm::KeyMismatch,
+        sm::Alarm::ClockSkew => MemberAlarm::ClockSkew,
+        sm::Alarm::VipUnhealthy => MemberAlarm::VipUnhealthy,
+        sm::Alarm::VipConflict => MemberAlarm::VipConflict,
+        sm::Alarm::Misconfigured => MemberAlarm::Misconfigured,
+        sm::Alarm::MaintenancePending => MemberAlarm::MaintenancePending,
+    }
+}
+
+/// The reason of a role change in the pair's terms (the operator copies the new
+/// active's reason into `status.lastTransition`). Several causes the state machine
+/// tells apart are one reason for the pair: how the VIPs arrived at the new holder
+/// matters there, not which of the machine's rules moved them.
+fn api_reason(r: sm::Reason) -> TransitionReason {
+    use sm::Reason as R;
+    match r {
+        R::Startup => TransitionReason::Startup,
+        R::Adopted => TransitionReason::Adopted,
+        R::Election => TransitionReason::Elected,
+        R::Takeover => TransitionReason::PeerLost,
+        R::LeaseConflict | R::NewerEpochPeer | R::NewerEpochLease => TransitionReason::DualActiveResolved,
+        R::ClaimAbandoned => TransitionReason::ClaimAbandoned,
+        R::PlannedFailover | R::HandoverAccepted => TransitionReason::PlannedFailover,
+        R::ForcedFailover => TransitionReason::ForcedFailover,
+        R::AutoHandoverAccepted => TransitionReason::AutoHandoverAccepted,
+        R::CarrierLost => TransitionReason::CarrierLost,
+        R::GatewayLost => TransitionReason::GatewayLost,
+        R::VipUnhealthy | R::ListenerDown => TransitionReason::VipUnhealthy,
+        R::Failback => TransitionReason::Failback,
+        R::MaintenanceOn => TransitionReason::Maintenance,
+        R::MaintenanceOff => TransitionReason::MaintenanceOff,
+        R::Fenced => TransitionReason::Fenced,
+        R::Unfenced => TransitionReason::Unfenced,
+        R::Aborted => TransitionReason::Aborted,
+        R::AbortedByPeer => TransitionReason::AbortedByPeer,
+        R::Unpaired => TransitionReason::Unpaired,
+        R::Paired => TransitionReason::Paired,
     }
 }
 
@@ -324,7 +377,7 @@ async fn event_writer(
         let (type_, reason, note) = match &ev {
             sm::Event::RoleChanged { from, to, reason, epoch } => (
                 EventType::Normal,
-                format!("{reason:?}"),
+                reason.as_str().to_owned(),
                 format!("{node}: {} → {} (epoch {epoch})", from.as_str(), to.as_str()),
             ),
             sm::Event::AlarmRaised { alarm, detail } => {
@@ -620,12 +673,12 @@ async fn dispatch_command(run: &mut PairRun, cmd: havip_crds::PairCommand) {
     let target = cmd.target.as_ref().and_then(|t| sm::NodeId::new(t.clone()).ok());
     let id = op_id(&cmd.id);
     let status = run.handle.status();
-    let (machine_cmd, executes) = match cmd.kind.as_str() {
-        "PlannedFailover" => (Some(sm::Command::PlannedFailover { id, target }), status.holds_vips),
-        "ForcedFailover" => (Some(sm::Command::ForcedFailover { id, target }), status.holds_vips),
-        "ClearSuspension" => (Some(sm::Command::ClearSuspension), true),
-        "ResumeFailback" => (Some(sm::Command::ResumeFailback), true),
-        _ => (None, false),
+    let (machine_cmd, executes) = match cmd.kind {
+        OperationKind::PlannedFailover => (Some(sm::Command::PlannedFailover { id, target }), status.holds_vips),
+        OperationKind::ForcedFailover => (Some(sm::Command::ForcedFailover { id, target }), status.holds_vips),
+        OperationKind::ClearSuspension => (Some(sm::Command::ClearSuspension), true),
+        OperationKind::ResumeFailback => (Some(sm::Command::ResumeFailback), true),
+        OperationKind::RotateKey | OperationKind::Other(_) => (None, false),
     };
     let Some(machine_cmd) = machine_cmd else {
         run.reporter.answer(cmd.id.clone(), cmd.kind.clone(), false, format!("unknown command {}", cmd.kind));
@@ -635,9 +688,7 @@ async fn dispatch_command(run: &mut PairRun, cmd: havip_crds::PairCommand) {
         // Failovers are the active member's to execute.
         return;
     }
-    if matches!(cmd.kind.as_str(), "PlannedFailover" | "ForcedFailover")
-        && cmd.target.as_deref() == Some(run.reporter.node.as_str())
-    {
+    if cmd.kind.is_failover() && cmd.target.as_deref() == Some(run.reporter.node.as_str()) {
         // Nor is a failover to this member ever its own to execute: it holds the VIPs
         // here only when it saw the command late (a watch that stalled, e.g. after a cut
         // cable), after the handover this command asked for. Executing it would answer
@@ -656,7 +707,7 @@ async fn dispatch_command(run: &mut PairRun, cmd: havip_crds::PairCommand) {
         match reply {
             // Failovers are answered by the machine's OperationResult (the reporter maps
             // it); the others are done when accepted.
-            Some(Reply::Done { ok, message }) if !matches!(cmd.kind.as_str(), "PlannedFailover" | "ForcedFailover") => {
+            Some(Reply::Done { ok, message }) if !cmd.kind.is_failover() => {
                 reporter.answer(cmd.id, cmd.kind, ok, message);
                 reporter.tx.send_modify(|_| {});
             }
@@ -941,6 +992,27 @@ mod tests {
             proto: None,
             dad_failed: false,
             tentative: false,
+        }
+    }
+
+    #[test]
+    fn role_change_reasons_reach_the_api_in_the_pairs_terms() {
+        use sm::Reason as R;
+        for (r, api) in [
+            (R::Takeover, TransitionReason::PeerLost),
+            (R::Election, TransitionReason::Elected),
+            (R::HandoverAccepted, TransitionReason::PlannedFailover),
+            (R::PlannedFailover, TransitionReason::PlannedFailover),
+            (R::NewerEpochLease, TransitionReason::DualActiveResolved),
+            (R::LeaseConflict, TransitionReason::DualActiveResolved),
+            (R::ListenerDown, TransitionReason::VipUnhealthy),
+            (R::MaintenanceOn, TransitionReason::Maintenance),
+            (R::AutoHandoverAccepted, TransitionReason::AutoHandoverAccepted),
+            (R::Startup, TransitionReason::Startup),
+        ] {
+            assert_eq!(api_reason(r), api, "{r:?}");
+            // Agent Events and metric labels keep the machine's own names.
+            assert_eq!(r.as_str(), format!("{r:?}"));
         }
     }
 

@@ -603,7 +603,7 @@ impl Runtime {
             sm::Action::Report(ev) => {
                 let st = self.machine.status();
                 if let sm::Event::RoleChanged { reason, .. } = &ev {
-                    self.metrics.transitions.get_or_create(&NameLabel { name: format!("{reason:?}") }).inc();
+                    self.metrics.transitions.get_or_create(&NameLabel { name: reason.as_str().to_owned() }).inc();
                 }
                 if let sm::Event::OperationResult { id, ok, message } = &ev
                     && let Some(w) = self.waiters.remove(id)

@@ -363,6 +363,37 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Name for logs, agent Events and metric labels (`"Takeover"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Startup => "Startup",
+            Reason::Adopted => "Adopted",
+            Reason::Election => "Election",
+            Reason::Takeover => "Takeover",
+            Reason::LeaseConflict => "LeaseConflict",
+            Reason::ClaimAbandoned => "ClaimAbandoned",
+            Reason::PlannedFailover => "PlannedFailover",
+            Reason::ForcedFailover => "ForcedFailover",
+            Reason::HandoverAccepted => "HandoverAccepted",
+            Reason::AutoHandoverAccepted => "AutoHandoverAccepted",
+            Reason::CarrierLost => "CarrierLost",
+            Reason::GatewayLost => "GatewayLost",
+            Reason::VipUnhealthy => "VipUnhealthy",
+            Reason::ListenerDown => "ListenerDown",
+            Reason::Failback => "Failback",
+            Reason::MaintenanceOn => "MaintenanceOn",
+            Reason::MaintenanceOff => "MaintenanceOff",
+            Reason::Fenced => "Fenced",
+            Reason::Unfenced => "Unfenced",
+            Reason::NewerEpochPeer => "NewerEpochPeer",
+            Reason::NewerEpochLease => "NewerEpochLease",
+            Reason::Aborted => "Aborted",
+            Reason::AbortedByPeer => "AbortedByPeer",
+            Reason::Unpaired => "Unpaired",
+            Reason::Paired => "Paired",
+        }
+    }
+
     /// Role changes with these reasons count towards flap suspension.
     pub fn automatic(self) -> bool {
         matches!(
