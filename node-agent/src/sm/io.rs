@@ -150,6 +150,20 @@ pub enum Command {
         /// Target, or `None` for the best candidate.
         target: Option<NodeId>,
     },
+    /// A failover addressed to every member of the pair at once (Kubernetes mode: the
+    /// operator's `status.command`). Only the member that holds the VIPs executes it,
+    /// exactly as [`Command::PlannedFailover`] or [`Command::ForcedFailover`]; every other
+    /// member ignores it without a result, so that the pair's one answer is the holder's.
+    /// A holder that is itself the target ignores it too: it can only hold the VIPs
+    /// because the handover the command asked for has happened, and sees it late.
+    PairFailover {
+        /// Operation id.
+        id: u64,
+        /// Target, or `None` for the best candidate.
+        target: Option<NodeId>,
+        /// Skip the readiness checks and the prepare ack, as [`Command::ForcedFailover`].
+        forced: bool,
+    },
     /// Maintenance on/off for this member (declarative; persisted). An active member hands
     /// over first; `force` lets it leave even when nobody can take the VIPs.
     Maintenance {
