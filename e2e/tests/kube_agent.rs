@@ -1,6 +1,7 @@
 //! The agent's Kubernetes mode against a real API server, without the operator (the
 //! test creates what the operator would: the pair Lease and the key Secret).
 
+use havip_crds::MemberRole;
 use havip_e2e::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
 use havip_e2e::netns;
 use havip_e2e::traffic::Prober;
@@ -40,8 +41,8 @@ fn agents_elect_record_the_lease_and_report_status() {
         let p = lab
             .wait_pair("web", Duration::from_secs(20), "both member entries, n0 Active", |p| {
                 let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
-                m.iter().any(|e| e.node == "n0" && e.role.as_deref() == Some("Active"))
-                    && m.iter().any(|e| e.node == "n1" && e.role.as_deref() == Some("Standby"))
+                m.iter().any(|e| e.node == "n0" && e.role == Some(MemberRole::Active))
+                    && m.iter().any(|e| e.node == "n1" && e.role == Some(MemberRole::Standby))
             })
             .await
             .expect("members reported");
@@ -77,8 +78,8 @@ fn lab_with_pair() -> Option<KubeLab> {
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {
             let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
-            m.iter().any(|e| e.node == "n0" && e.role.as_deref() == Some("Active"))
-                && m.iter().any(|e| e.node == "n1" && e.role.as_deref() == Some("Standby"))
+            m.iter().any(|e| e.node == "n0" && e.role == Some(MemberRole::Active))
+                && m.iter().any(|e| e.node == "n1" && e.role == Some(MemberRole::Standby))
         })
         .await
         .expect("pair up");
@@ -126,7 +127,7 @@ fn api_server_down_then_active_cut_still_takes_over_and_the_lease_catches_up() {
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(20), "n1's status caught up", |p| {
             p.status.as_ref().is_some_and(|s| {
-                s.members.iter().any(|m| m.node == "n1" && m.role.as_deref() == Some("Active") && m.epoch == Some(2))
+                s.members.iter().any(|m| m.node == "n1" && m.role == Some(MemberRole::Active) && m.epoch == Some(2))
             })
         })
         .await
@@ -147,7 +148,7 @@ fn agent_restart_on_the_active_loses_no_connect_and_moves_nothing() {
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(15), "n0 Active again", |p| {
             p.status.as_ref().is_some_and(|s| {
-                s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Active") && m.epoch == Some(1))
+                s.members.iter().any(|m| m.node == "n0" && m.role == Some(MemberRole::Active) && m.epoch == Some(1))
             })
         })
         .await

@@ -365,12 +365,13 @@ async fn kubernetes(
         tracing::info!(address = %bound, "metrics and health endpoints");
         Some(t)
     };
-    havip_node_agent::kube_agent::run(
+    havip_node_agent::kube::run(
         client,
-        havip_node_agent::kube_agent::KubeAgentOptions { node, namespace, state_dir, handover_when_cordoned },
+        havip_node_agent::kube::KubeAgentOptions { node, namespace, state_dir, handover_when_cordoned },
         metrics,
     )
     .await
+    .map_err(|e| e.to_string())
 }
 
 struct MetricsOnly(Arc<AgentMetrics>);

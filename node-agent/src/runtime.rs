@@ -684,7 +684,7 @@ impl Runtime {
             sm::Action::Report(ev) => {
                 let st = self.machine.status();
                 if let sm::Event::RoleChanged { reason, .. } = &ev {
-                    self.metrics.transition(&format!("{reason:?}"));
+                    self.metrics.transition(reason.as_str());
                 }
                 if let sm::Event::OperationResult { id, ok, message } = &ev
                     && let Some(w) = self.waiters.remove(id)

@@ -1,0 +1,398 @@
+//! The agent in Kubernetes mode: one [`runtime`] per HAPair that names this node.
+//!
+//! This module is the loop: it watches HAPairs, FloatingIPs, Nodes, Secrets and Leases
+//! into one [`Stores`], and on every change starts, reconfigures or releases the pairs'
+//! runtimes and feeds them what the objects say. The rooms around it: [`config`] turns
+//! the objects into an agent configuration (pure), [`lease`] is the fencing record's
+//! compare-and-swap, [`report`] writes the member entry, the FloatingIP status and the
+//! Events, [`commands`] hands maintenance, pause and the operator's commands to the
+//! machine. See docs/kubernetes.md for the contract.
+//!
+//! When the API server is unreachable the pair runtimes keep running on the last
+//! configuration: the compare-and-swap times out (200 ms) and the standalone rules
+//! apply; the Lease and the status catch up when the API server answers again.
+
+mod commands;
+mod config;
+mod lease;
+mod report;
+
+pub use commands::op_id;
+pub use config::{
+    ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret, pick_path_address,
+};
+pub use lease::{KubeLease, lease_name, lease_view};
+
+use crate::config::AgentConfig;
+use crate::heartbeat::Hub;
+use crate::metrics::AgentMetrics;
+use crate::runtime::{self, Handle, Options, Request, RuntimeError};
+use crate::sm;
+use crate::state::StateFile;
+use commands::PairInputs;
+use futures::StreamExt;
+use havip_crds::wire::Keyring;
+use havip_crds::{FloatingIP, HAPair};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use lease::LeaseFeed;
+use report::KubeReporter;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How the Kubernetes agent runs.
+#[derive(Clone, Debug)]
+pub struct KubeAgentOptions {
+    /// This node.
+    pub node: String,
+    /// The operator namespace (pair Leases and key Secrets).
+    pub namespace: String,
+    /// Persisted state directory (a hostPath).
+    pub state_dir: PathBuf,
+    /// Hand the VIPs over before exiting when the node is cordoned.
+    pub handover_when_cordoned: bool,
+}
+
+/// Why the Kubernetes agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeAgentError {
+    /// A watch ended before it listed its objects once.
+    #[error("failed to list {what}: the watch ended before its first list")]
+    InitialList {
+        /// The kind, plural.
+        what: &'static str,
+    },
+    /// The SIGTERM/SIGINT handlers could not be installed.
+    #[error("failed to install the signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+}
+
+/// Runs the Kubernetes mode until SIGTERM/SIGINT.
+pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetrics>) -> Result<(), KubeAgentError> {
+    let notify = Arc::new(Notify::new());
+    let stores = Stores::spawn(&client, &opts.namespace, &notify);
+    // Configure nothing before every watch has listed once: a pair started from a
+    // partial view (a peer's Node not seen yet) would restart moments later with another
+    // configuration revision.
+    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
+    stores.wait_until_ready().await?;
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
+    tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
+    // One set of heartbeat sockets for every pair of this node.
+    let hub = Hub::new(metrics.clone());
+    let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new() };
+    loop {
+        tokio::select! {
+            _ = notify.notified() => {},
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+        // Coalesce bursts of watch events.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        agent.reconcile().await;
+    }
+    agent.shutdown().await;
+    Ok(())
+}
+
+/// The agent's view of the cluster: one reflector per kind, each fed by a watch that
+/// never gives up. Agents read Leases and Secrets only in the operator namespace.
+struct Stores {
+    pairs: Store<DeserializeGuard<HAPair>>,
+    fips: Store<DeserializeGuard<FloatingIP>>,
+    nodes: Store<Node>,
+    secrets: Store<Secret>,
+    leases: Store<Lease>,
+}
+
+impl Stores {
+    /// Starts the watches; each change notifies `notify`.
+    fn spawn(client: &Client, namespace: &str, notify: &Arc<Notify>) -> Stores {
+        Stores {
+            pairs: spawn_store(Api::all(client.clone()), notify.clone()),
+            fips: spawn_store(Api::all(client.clone()), notify.clone()),
+            nodes: spawn_store(Api::all(client.clone()), notify.clone()),
+            secrets: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
+            leases: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
+        }
+    }
+
+    /// Waits until every watch has listed once.
+    async fn wait_until_ready(&self) -> Result<(), KubeAgentError> {
+        let failed = |what| move |_| KubeAgentError::InitialList { what };
+        self.pairs.wait_until_ready().await.map_err(failed("HAPairs"))?;
+        self.fips.wait_until_ready().await.map_err(failed("FloatingIPs"))?;
+        self.nodes.wait_until_ready().await.map_err(failed("Nodes"))?;
+        self.secrets.wait_until_ready().await.map_err(failed("Secrets"))?;
+        self.leases.wait_until_ready().await.map_err(failed("Leases"))?;
+        Ok(())
+    }
+
+    /// The pairs that name `node` as a member, by name (malformed objects are skipped).
+    fn pairs_of(&self, node: &str) -> BTreeMap<String, HAPair> {
+        let mut out = BTreeMap::new();
+        for p in self.pairs.state() {
+            match &p.0 {
+                Ok(pair) if pair.spec.members.iter().any(|m| m.node == node) => {
+                    out.insert(pair.name_any(), pair.clone());
+                }
+                Ok(_) => {}
+                Err(invalid) => tracing::debug!(error = %invalid.error, "ignoring a malformed HAPair"),
+            }
+        }
+        out
+    }
+
+    /// The FloatingIPs naming `pair` (malformed objects are skipped).
+    fn fips_of(&self, pair: &str) -> Vec<FloatingIP> {
+        self.fips.state().iter().filter_map(|f| f.0.as_ref().ok()).filter(|f| f.spec.pair == pair).cloned().collect()
+    }
+
+    /// The pair's Lease as the machine reads it, if the Lease exists.
+    fn lease_of(&self, pair: &str) -> Option<(Option<sm::NodeId>, u64)> {
+        let name = lease_name(pair);
+        self.leases.state().iter().find(|l| l.name_any() == name).map(|l| lease_view(l))
+    }
+
+    /// Whether `node` is cordoned (`spec.unschedulable`).
+    fn cordoned(&self, node: &str) -> bool {
+        self.nodes
+            .state()
+            .iter()
+            .find(|n| n.name_any() == node)
+            .and_then(|n| n.spec.as_ref().and_then(|s| s.unschedulable))
+            .unwrap_or(false)
+    }
+}
+
+/// A reflector store fed by a watcher that never gives up (errors back off and retry).
+fn spawn_store<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => tracing::debug!(error = %e, "watch error (retrying)"),
+            }
+        }
+    });
+    store
+}
+
+/// One pair this agent runs.
+struct PairRun {
+    revision: u64,
+    keys: Keyring,
+    handle: Handle,
+    task: tokio::task::JoinHandle<()>,
+    aux: Vec<tokio::task::JoinHandle<()>>,
+    reporter: Arc<KubeReporter>,
+    lease: LeaseFeed,
+    inputs: PairInputs,
+}
+
+impl PairRun {
+    /// Waits (up to 5 s) for the runtime to finish, then stops the writers.
+    async fn finish(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+        for t in self.aux {
+            t.abort();
+        }
+    }
+}
+
+/// The loop's state: the stores and the pairs running.
+struct Agent {
+    client: Client,
+    opts: KubeAgentOptions,
+    metrics: Arc<AgentMetrics>,
+    hub: Arc<Hub>,
+    stores: Stores,
+    running: BTreeMap<String, PairRun>,
+}
+
+impl Agent {
+    /// Brings the running pairs in line with the stores.
+    async fn reconcile(&mut self) {
+        let wanted = self.stores.pairs_of(&self.opts.node);
+        // Pairs this node left (or that were deleted): the runtime gives the VIPs up.
+        let gone: Vec<String> = self.running.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        for name in gone {
+            if let Some(run) = self.running.remove(&name) {
+                tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
+                run.handle.release().await;
+                run.finish().await;
+            }
+        }
+        let ifnames: Vec<String> =
+            wanted.values().flat_map(|p| p.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone())).collect();
+        let local_interfaces = interface_addresses(&ifnames).await;
+        let nodes = self.stores.nodes.state();
+        let secrets = self.stores.secrets.state();
+        let view = ClusterView {
+            node: &self.opts.node,
+            namespace: &self.opts.namespace,
+            nodes: &nodes,
+            secrets: &secrets,
+            local_interfaces: &local_interfaces,
+        };
+        for (name, pair) in wanted {
+            let cfg = match agent_config(&pair, &self.stores.fips_of(&name), &view) {
+                Ok(c) => c,
+                Err(why) => {
+                    tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet");
+                    continue;
+                }
+            };
+            let run = match self.running.entry(name.clone()) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    let run = e.into_mut();
+                    apply_config(&name, run, cfg).await;
+                    run
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &pair, cfg).await {
+                        Ok(run) => e.insert(run),
+                        Err(err) => {
+                            self.metrics.io_error("pair_start");
+                            tracing::error!(pair = %name, error = %err, "failed to start the pair");
+                            continue;
+                        }
+                    }
+                }
+            };
+            run.lease.feed(&run.handle, self.stores.lease_of(&name)).await;
+            run.inputs.feed(&pair, &run.handle, &run.reporter).await;
+        }
+    }
+
+    /// SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining)
+    /// node hands them over first.
+    async fn shutdown(self) {
+        let cordoned = self.stores.cordoned(&self.opts.node);
+        for (name, run) in &self.running {
+            if cordoned && self.opts.handover_when_cordoned && run.handle.status().holds_vips {
+                tracing::info!(pair = %name, "node is cordoned: handing the VIPs over before exiting");
+                let cmd = sm::Command::PlannedFailover { id: rand_id(), target: None };
+                let r = run.handle.request(Request::Command(cmd), Duration::from_secs(5)).await;
+                tracing::info!(pair = %name, result = ?r, "handover before exit");
+            }
+            run.handle.stop().await;
+        }
+        for (_, run) in self.running {
+            run.finish().await;
+        }
+    }
+}
+
+/// Applies a changed configuration to a running pair in place: role, epoch and peers
+/// are kept (no Init period); a key change alone only swaps the keys.
+async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
+    if run.revision != cfg.sm.config_revision {
+        tracing::info!(pair = %name, revision = cfg.sm.config_revision, "configuration changed");
+        run.revision = cfg.sm.config_revision;
+        run.keys = cfg.keys.clone();
+        run.reporter.set_config(&cfg);
+        run.handle.reconfigure(cfg).await;
+    } else if run.keys != cfg.keys {
+        tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
+        run.handle.set_keys(cfg.keys.clone()).await;
+        run.reporter.set_config(&cfg);
+        run.keys = cfg.keys;
+    }
+}
+
+async fn start_pair(
+    client: &Client,
+    opts: &KubeAgentOptions,
+    metrics: &Arc<AgentMetrics>,
+    hub: &Arc<Hub>,
+    pair: &HAPair,
+    cfg: AgentConfig,
+) -> Result<PairRun, RuntimeError> {
+    let name = pair.name_any();
+    let (reporter, outlets) = KubeReporter::new(&opts.node, &cfg);
+    let reporter = Arc::new(reporter);
+    let lease = Arc::new(KubeLease::new(Api::namespaced(client.clone(), &opts.namespace), &name));
+    let keys = cfg.keys.clone();
+    let revision = cfg.sm.config_revision;
+    let (handle, task) = runtime::start(
+        cfg,
+        Options {
+            state: StateFile::new(&opts.state_dir, &name),
+            lease: Some(lease),
+            reporter: reporter.clone(),
+            metrics: metrics.pair(&name),
+            hub: hub.clone(),
+        },
+    )
+    .await?;
+    let aux = report::spawn_writers(client, pair, reporter.clone(), outlets);
+    Ok(PairRun {
+        revision,
+        keys,
+        handle,
+        task,
+        aux,
+        reporter,
+        lease: LeaseFeed::default(),
+        inputs: PairInputs::default(),
+    })
+}
+
+/// An operation id for the agent's own handover at shutdown (top bit clear).
+fn rand_id() -> u64 {
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    havip_crds::revision::fnv1a(&t.to_be_bytes()) & !sm::AUTO_OP_BIT
+}
+
+/// This node's address on each of `names` (interfaces of `interface:` heartbeat paths),
+/// read from the kernel; see [`pick_path_address`]. Interfaces that do not exist or
+/// have no usable address are left out (the pair then waits, saying why).
+pub async fn interface_addresses(names: &[String]) -> BTreeMap<String, IpAddr> {
+    let mut out = BTreeMap::new();
+    if names.is_empty() {
+        return out;
+    }
+    let nl = match crate::netlink::Netlink::new() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
+            return out;
+        }
+    };
+    let (links, addrs) = match (nl.links().await, nl.addresses().await) {
+        (Ok(l), Ok(a)) => (l, a),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
+            return out;
+        }
+    };
+    for name in names {
+        if let Some(link) = links.iter().find(|l| &l.name == name)
+            && let Some(a) = pick_path_address(addrs.iter().filter(|a| a.ifindex == link.index))
+        {
+            out.insert(name.clone(), a);
+        }
+    }
+    out
+}
