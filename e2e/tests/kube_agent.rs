@@ -213,3 +213,54 @@ fn key_rotation_in_the_secret_misses_no_heartbeat() {
     assert_eq!(report.responder_sequence(), vec!["n0"]);
     lab.stop_agent(1);
 }
+
+#[test]
+fn a_configuration_that_cannot_be_applied_is_reported_kept_out_and_retried() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(1);
+    lab.block_on(async {
+        let before = lab.pair("web").await.expect("pair");
+        let applied = |p: &havip_crds::HAPair| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.members.iter().find(|m| m.node == "n0").cloned())
+                .map(|m| (m.applied_revision, m.config_error))
+        };
+        let (rev_before, _) = applied(&before).expect("n0 reported");
+        // A second VIP on an interface n0 does not have: the configuration builds, but the
+        // runtime cannot apply it.
+        let fip = format!(
+            "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: web-vip2\nspec:\n  pair: web\n  address: {vip}/24\n  interface: nope0\n"
+        );
+        lab.apply(&fip).await.expect("apply");
+        let p = lab
+            .wait_pair("web", Duration::from_secs(20), "n0 to report why it cannot apply", |p| {
+                applied(p).is_some_and(|(_, e)| e.is_some_and(|e| e.contains("nope0")))
+            })
+            .await
+            .expect("config error reported");
+        let (rev, err) = applied(&p).expect("n0");
+        assert_eq!(rev, rev_before, "the failed revision is not reported as applied ({err:?})");
+        assert!(!netns::has_address(&lab.topo.node(0).ns, "eth0", vip.into()).expect("addresses"));
+        assert_eq!(lab.holders().expect("holders"), vec![0], "the pair keeps serving its first VIP");
+        let fips: kube::Api<havip_crds::FloatingIP> = kube::Api::all(lab.client().await.expect("client"));
+        let f = fips.get("web-vip2").await.expect("fip");
+        assert!(
+            f.status.as_ref().and_then(|s| s.holder.as_ref()).is_none(),
+            "a VIP never added is not announced: {:?}",
+            f.status
+        );
+        // Fixed: applied on the next pass, the error cleared, the VIP added.
+        lab.apply(&fip.replace("  interface: nope0\n", "  interface: eth0\n")).await.expect("apply");
+        lab.wait_pair("web", Duration::from_secs(20), "n0 to apply the fixed revision", |p| {
+            applied(p).is_some_and(|(r, e)| e.is_none() && r != rev_before)
+        })
+        .await
+        .expect("applied");
+    });
+    netns::wait_until("n0 to add the second VIP", Duration::from_secs(10), Duration::from_millis(20), || {
+        netns::has_address(&lab.topo.node(0).ns, "eth0", vip.into())
+    })
+    .expect("second VIP added");
+    lab.stop_agent(1);
+}

@@ -258,7 +258,17 @@ impl Agent {
             let cfg = match agent_config(&pair, &self.stores.fips_of(&name), &view) {
                 Ok(c) => c,
                 Err(why) => {
-                    tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet");
+                    match self.running.get(&name) {
+                        // Running: it keeps its last configuration; say why the new one
+                        // cannot be built.
+                        Some(run) => {
+                            let msg = format!("cannot build the new configuration: {why}");
+                            if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                                tracing::warn!(pair = %name, reason = %why, "keeping the last applied configuration");
+                            }
+                        }
+                        None => tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet"),
+                    }
                     continue;
                 }
             };
@@ -308,10 +318,25 @@ impl Agent {
 async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
     if run.revision != cfg.sm.config_revision {
         tracing::info!(pair = %name, revision = cfg.sm.config_revision, "configuration changed");
-        run.revision = cfg.sm.config_revision;
-        run.keys = cfg.keys.clone();
-        run.reporter.set_config(&cfg);
-        run.handle.reconfigure(cfg).await;
+        // Recorded (and reported as applied) only once the runtime applied it; a failure
+        // is reported in the member entry and retried on the next pass.
+        match run.handle.reconfigure(cfg.clone()).await {
+            Ok(()) => {
+                run.revision = cfg.sm.config_revision;
+                run.keys = cfg.keys.clone();
+                run.reporter.set_config(&cfg);
+                run.reporter.set_config_error(None, &run.handle.status());
+            }
+            Err(e) => {
+                let msg = format!(
+                    "cannot apply revision {}: {e}",
+                    havip_crds::revision::format_revision(cfg.sm.config_revision)
+                );
+                if run.reporter.set_config_error(Some(msg.clone()), &run.handle.status()) {
+                    tracing::warn!(pair = %name, error = %msg, "keeping the last applied configuration; retrying");
+                }
+            }
+        }
     } else if run.keys != cfg.keys {
         tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
         run.handle.set_keys(cfg.keys.clone()).await;
