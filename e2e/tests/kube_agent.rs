@@ -50,8 +50,12 @@ fn agents_elect_record_the_lease_and_report_status() {
         let n1 = st.members.iter().find(|m| m.node == "n1").expect("n1");
         assert!(n1.heard.iter().all(|h| h.heard), "n1 hears n0 on every path: {:?}", n1.heard);
         assert!(n1.applied_revision.is_some());
-        assert_eq!(lab.holders().expect("holders"), vec![0]);
     });
+    // The role reads Active from the claim on; the VIP follows the Lease write.
+    netns::wait_until("n0 to hold the VIP alone", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(lab.holders().is_ok_and(|h| h == vec![0]))
+    })
+    .expect("n0 holds the VIP");
     // The Lease names the active, leaseTransitions is the epoch.
     wait_lease(&lab, "n0", 1, Duration::from_secs(5));
     // A client reaches the VIP; cutting n0 moves it to n1 and bumps the Lease.
@@ -262,5 +266,83 @@ fn a_configuration_that_cannot_be_applied_is_reported_kept_out_and_retried() {
         netns::has_address(&lab.topo.node(0).ns, "eth0", vip.into())
     })
     .expect("second VIP added");
+    lab.stop_agent(1);
+}
+
+/// Deletes the pair and its FloatingIP.
+async fn delete_pair(lab: &KubeLab) {
+    let client = lab.client().await.expect("client");
+    let pairs: Api<havip_crds::HAPair> = Api::all(client.clone());
+    let fips: Api<havip_crds::FloatingIP> = Api::all(client);
+    let dp = kube::api::DeleteParams::default();
+    fips.delete("web-vip", &dp).await.expect("delete fip");
+    pairs.delete("web", &dp).await.expect("delete pair");
+}
+
+#[test]
+fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    // The active's agent is stopped (its VIP stays, as in a rolling upgrade) and the pair
+    // is deleted meanwhile.
+    lab.stop_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGTERM keeps the VIP");
+    lab.block_on(delete_pair(&lab));
+    lab.start_agent(0).expect("restart");
+    netns::wait_until("n0 to remove the gone pair's VIP", Duration::from_secs(20), Duration::from_millis(50), || {
+        Ok(!netns::has_address(&n0, "eth0", vip.into())?)
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    let state = lab.dir().join("state-0");
+    for f in ["web.state.json", "web.vips.json"] {
+        assert!(!state.join(f).exists(), "{f} removed with the pair");
+    }
+    lab.stop_agent(1);
+}
+
+#[test]
+fn a_re_created_pair_starts_fresh_instead_of_inheriting_the_old_ones_state() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    // Move the pair to epoch 2 (a takeover through the Lease).
+    lab.topo.cut_cable(0, netns::Link::Mgmt).expect("cut");
+    lab.topo.cut_cable(0, netns::Link::Data).expect("cut");
+    wait_lease(&lab, "n1", 2, Duration::from_secs(10));
+    lab.topo.heal_all().expect("heal");
+    lab.block_on(async {
+        lab.wait_pair("web", Duration::from_secs(20), "both members back at epoch 2", |p| {
+            p.status.as_ref().is_some_and(|s| s.members.iter().all(|m| m.epoch == Some(2)) && s.members.len() == 2)
+        })
+        .await
+        .expect("settled");
+        // Deleted while both agents run (they give the VIP up), then created again: a
+        // new object (another UID), a new Lease at epoch 0.
+        delete_pair(&lab).await;
+    });
+    netns::wait_until("the VIP to be gone", Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(lab.holders().is_ok_and(|h| h.is_empty()))
+    })
+    .expect("released");
+    lab.block_on(async {
+        let leases: Api<Lease> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
+        leases
+            .delete(&havip_crds::lease::pair_lease_name("web"), &kube::api::DeleteParams::default())
+            .await
+            .expect("delete lease");
+        let secrets: Api<Secret> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
+        secrets.delete("havip-web-key", &kube::api::DeleteParams::default()).await.expect("delete secret");
+        operator_objects(&lab, "web").await;
+        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
+        // The new pair's election is epoch 1: nothing of the old pair's state (epoch 2)
+        // carried over.
+        let p = lab
+            .wait_pair("web", Duration::from_secs(20), "a fresh election", |p| {
+                p.status.as_ref().is_some_and(|s| s.members.iter().any(|m| m.role == Some(MemberRole::Active)))
+            })
+            .await
+            .expect("elected");
+        let active = p.status.expect("status").members.into_iter().find(|m| m.role == Some(MemberRole::Active));
+        assert_eq!(active.and_then(|m| m.epoch), Some(1), "the re-created pair starts at epoch 1");
+    });
     lab.stop_agent(1);
 }

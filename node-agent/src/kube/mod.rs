@@ -15,6 +15,7 @@
 mod commands;
 mod config;
 mod lease;
+mod leftovers;
 mod report;
 
 pub use commands::op_id;
@@ -91,6 +92,11 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
+    // Pairs that left this node while the agent was down (deleted, or this node removed
+    // from them) left their VIPs and state behind: removed now that the lists succeeded.
+    let mut present: std::collections::BTreeSet<String> = stores.pairs_of(&opts.node).into_keys().collect();
+    present.extend(stores.unreadable_pairs().into_keys());
+    leftovers::remove_gone_pairs(&opts.state_dir, &present).await;
     let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new() };
     loop {
         tokio::select! {
@@ -148,11 +154,23 @@ impl Stores {
                 Ok(pair) if pair.spec.members.iter().any(|m| m.node == node) => {
                     out.insert(pair.name_any(), pair.clone());
                 }
-                Ok(_) => {}
-                Err(invalid) => tracing::debug!(error = %invalid.error, "ignoring a malformed HAPair"),
+                Ok(_) | Err(_) => {}
             }
         }
         out
+    }
+
+    /// HAPairs that exist but cannot be read by this version (a newer schema, a value
+    /// it does not know): name → why. A running pair among them keeps running on its
+    /// last configuration rather than being taken for deleted.
+    fn unreadable_pairs(&self) -> BTreeMap<String, String> {
+        unreadable(&self.pairs)
+    }
+
+    /// FloatingIPs that exist but cannot be read: name → why. A pair that runs a VIP of
+    /// that name keeps its last configuration (the VIP is not dropped).
+    fn unreadable_fips(&self) -> BTreeMap<String, String> {
+        unreadable(&self.fips)
     }
 
     /// The FloatingIPs naming `pair` (malformed objects are skipped).
@@ -175,6 +193,20 @@ impl Stores {
             .and_then(|n| n.spec.as_ref().and_then(|s| s.unschedulable))
             .unwrap_or(false)
     }
+}
+
+/// The objects of a store that could not be decoded: name → the decode error.
+fn unreadable<K>(store: &Store<DeserializeGuard<K>>) -> BTreeMap<String, String>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|o| o.0.as_ref().err())
+        .filter_map(|i| i.metadata.name.clone().map(|n| (n, i.error.clone())))
+        .collect()
 }
 
 /// A reflector store fed by a watcher that never gives up (errors back off and retry).
@@ -206,6 +238,8 @@ struct PairRun {
     aux: Vec<tokio::task::JoinHandle<()>>,
     reporter: Arc<KubeReporter>,
     lease: LeaseFeed,
+    /// The Lease itself, read directly while a peer cannot be heard.
+    lease_store: Arc<KubeLease>,
     inputs: PairInputs,
 }
 
@@ -233,8 +267,21 @@ impl Agent {
     /// Brings the running pairs in line with the stores.
     async fn reconcile(&mut self) {
         let wanted = self.stores.pairs_of(&self.opts.node);
+        let unreadable = self.stores.unreadable_pairs();
+        let unreadable_fips = self.stores.unreadable_fips();
+        // A running pair whose object cannot be read (version skew) is not gone: it keeps
+        // its last configuration, and says why it cannot take the new one.
+        for (name, why) in &unreadable {
+            if let Some(run) = self.running.get(name) {
+                let msg = format!("cannot read the HAPair: {why}");
+                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                    tracing::warn!(pair = %name, error = %why, "cannot read the HAPair; keeping the last configuration");
+                }
+            }
+        }
         // Pairs this node left (or that were deleted): the runtime gives the VIPs up.
-        let gone: Vec<String> = self.running.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        let gone: Vec<String> =
+            self.running.keys().filter(|k| !wanted.contains_key(*k) && !unreadable.contains_key(*k)).cloned().collect();
         for name in gone {
             if let Some(run) = self.running.remove(&name) {
                 tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
@@ -255,6 +302,17 @@ impl Agent {
             local_interfaces: &local_interfaces,
         };
         for (name, pair) in wanted {
+            // A VIP of the running configuration whose FloatingIP cannot be read is not
+            // dropped: the last configuration stays until the object reads again.
+            if let Some(run) = self.running.get(&name)
+                && let Some((fip, why)) = unreadable_fips.iter().find(|(f, _)| run.reporter.runs_vip(f))
+            {
+                let msg = format!("cannot read FloatingIP {fip}: {why}");
+                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                    tracing::warn!(pair = %name, fip = %fip, error = %why, "cannot read a FloatingIP of the pair; keeping the last configuration");
+                }
+                continue;
+            }
             let cfg = match agent_config(&pair, &self.stores.fips_of(&name), &view) {
                 Ok(c) => c,
                 Err(why) => {
@@ -290,6 +348,18 @@ impl Agent {
                 }
             };
             run.lease.feed(&run.handle, self.stores.lease_of(&name)).await;
+            // While it holds the VIPs and cannot hear a peer, the active reads the Lease
+            // itself every pass (about once a second) rather than trusting the watch: a
+            // peer that took the pair over is then learnt within a second even if the
+            // watch connection went silently stale.
+            let st = run.handle.status();
+            if st.holds_vips && st.peers.iter().any(|p| p.heard_paths.is_empty()) {
+                match tokio::time::timeout(Duration::from_millis(500), run.lease_store.read()).await {
+                    Ok(Ok(view)) => run.lease.feed(&run.handle, Some(view)).await,
+                    Ok(Err(e)) => tracing::debug!(pair = %name, error = %e, "Lease read failed"),
+                    Err(_) => tracing::debug!(pair = %name, "Lease read timed out"),
+                }
+            }
             run.inputs.feed(&pair, &run.handle, &run.reporter).await;
         }
     }
@@ -356,7 +426,9 @@ async fn start_pair(
     let name = pair.name_any();
     let (reporter, outlets) = KubeReporter::new(&opts.node, &cfg);
     let reporter = Arc::new(reporter);
+    leftovers::check_incarnation(&opts.state_dir, &name, pair.metadata.uid.as_deref()).await;
     let lease = Arc::new(KubeLease::new(Api::namespaced(client.clone(), &opts.namespace), &name));
+    let lease_store = lease.clone();
     let keys = cfg.keys.clone();
     let revision = cfg.sm.config_revision;
     let (handle, task) = runtime::start(
@@ -379,6 +451,7 @@ async fn start_pair(
         aux,
         reporter,
         lease: LeaseFeed::default(),
+        lease_store,
         inputs: PairInputs::default(),
     })
 }

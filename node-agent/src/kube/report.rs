@@ -115,6 +115,11 @@ impl KubeReporter {
         &self.node
     }
 
+    /// Whether the applied configuration has a VIP of FloatingIP `name`.
+    pub(super) fn runs_vip(&self, name: &str) -> bool {
+        lock(&self.view).vips.iter().any(|v| v.id == name)
+    }
+
     /// Takes a new configuration into account (paths, VIPs, revision, key id): called
     /// once the runtime applied it, never before.
     pub(super) fn set_config(&self, cfg: &AgentConfig) {
