@@ -346,3 +346,57 @@ fn a_re_created_pair_starts_fresh_instead_of_inheriting_the_old_ones_state() {
     });
     lab.stop_agent(1);
 }
+
+#[test]
+fn an_hapair_this_version_cannot_read_keeps_the_pair_running_and_says_why() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    lab.block_on(async {
+        let client = lab.client().await.expect("client");
+        // A newer havip's CRD allows a failback mode this agent does not know, and the
+        // pair uses it: the agent cannot decode the object any more.
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(client.clone());
+        let mut crd = crds.get("hapairs.havip.io").await.expect("crd");
+        let mut v = serde_json::to_value(&crd.spec.versions[0]).expect("json");
+        let modes = v
+            .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties/failback/properties/mode/enum")
+            .and_then(|e| e.as_array_mut())
+            .expect("the failback mode is an enum in the schema");
+        modes.push(serde_json::json!("Adaptive"));
+        crd.spec.versions[0] = serde_json::from_value(v).expect("version");
+        crds.replace("hapairs.havip.io", &PostParams::default(), &crd).await.expect("newer CRD");
+        // Patched and read back untyped: this version cannot decode the object any more.
+        let raw: Api<kube::api::DynamicObject> =
+            Api::all_with(client, &kube::api::ApiResource::erase::<havip_crds::HAPair>(&()));
+        let patch = serde_json::json!({"spec": {"failback": {"mode": "Adaptive"}}});
+        let mut tries = 0;
+        // The API server takes a moment to serve the new schema.
+        while let Err(e) = raw.patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+        {
+            tries += 1;
+            assert!(tries < 50, "the newer value is refused: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The agent says why it keeps its last configuration.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let o = raw.get("web").await.expect("raw pair");
+            let err = o.data.pointer("/status/members").and_then(|m| m.as_array()).and_then(|m| {
+                m.iter().find(|e| e["node"] == "n0").and_then(|e| e["configError"].as_str().map(str::to_owned))
+            });
+            if err.as_deref().is_some_and(|e| e.contains("cannot read the HAPair")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no configError reported: {:?}\n{}", err, lab.logs_tail(20));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // Nothing was dropped: the pair keeps serving on n0.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lab.holders().expect("holders"), vec![0], "the VIP stays");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "never moved: {}", report.summary());
+    lab.stop_agent(1);
+}
