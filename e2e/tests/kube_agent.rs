@@ -400,3 +400,39 @@ fn an_hapair_this_version_cannot_read_keeps_the_pair_running_and_says_why() {
     assert_eq!(report.responder_sequence(), vec!["n0"], "never moved: {}", report.summary());
     lab.stop_agent(1);
 }
+
+#[test]
+fn an_uninstall_leaves_no_vip_while_a_restart_keeps_it() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    // A restart (the DaemonSet is still there): the VIP stays for the next agent.
+    lab.stop_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "a restart keeps the VIP");
+    lab.start_agent(0).expect("restart");
+    lab.block_on(async {
+        // The restarted agent adopts the VIP (the entry of the previous one said Elected).
+        lab.wait_pair("web", Duration::from_secs(15), "the restarted n0 Active again", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members.iter().any(|m| {
+                    m.node == "n0"
+                        && m.role == Some(MemberRole::Active)
+                        && m.last_transition.as_ref().is_some_and(|t| t.reason == havip_crds::TransitionReason::Adopted)
+                })
+            })
+        })
+        .await
+        .expect("adopted");
+        // helm uninstall: the DaemonSet goes, then its pods get SIGTERM.
+        lab.delete_agent_daemonset().await.expect("delete the DaemonSet");
+    });
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+    for i in 0..2 {
+        assert!(
+            !netns::has_address(&lab.topo.node(i).ns, "eth0", vip.into()).expect("addresses"),
+            "n{i} keeps no VIP after the uninstall\n{}",
+            lab.logs_tail(20)
+        );
+    }
+}

@@ -61,6 +61,40 @@ pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
     }
 }
 
+/// The agent leaves the node for good (an uninstall): the VIPs of every pair recorded
+/// here are removed, with their ledgers; state files stay.
+pub(super) async fn remove_all_vips(dir: &Path) {
+    let nl = match Netlink::new() {
+        Ok(nl) => nl,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open netlink to remove the VIPs");
+            return;
+        }
+    };
+    for pair in VipLedger::pairs_in(dir) {
+        let ledger = VipLedger::new(dir, &pair);
+        let recorded = match ledger.load() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(pair = %pair, error = %e, "cannot read the VIP ledger; its VIPs stay");
+                continue;
+            }
+        };
+        let (removed, errors) = nl.remove_stale(&recorded, &[]).await;
+        for a in removed {
+            tracing::info!(pair = %pair, address = %a.addr, "removed a VIP (uninstall)");
+        }
+        for e in &errors {
+            tracing::warn!(pair = %pair, error = %e, "failed to remove a VIP");
+        }
+        if errors.is_empty()
+            && let Err(e) = ledger.remove()
+        {
+            tracing::warn!(pair = %pair, error = %e, "failed to remove the VIP ledger");
+        }
+    }
+}
+
 /// At start, once the lists succeeded: every pair with a ledger here that is not among
 /// `current` (the pairs that name this node, plus objects that exist but cannot be
 /// read) is gone from this node: its leftovers are removed.

@@ -61,6 +61,10 @@ pub struct KubeAgentOptions {
     pub state_dir: PathBuf,
     /// Hand the VIPs over before exiting when the node is cordoned.
     pub handover_when_cordoned: bool,
+    /// The agent's DaemonSet in `namespace`: on SIGTERM, if it is gone, being deleted or
+    /// no longer selects this node, the VIPs are removed (an uninstall leaves none);
+    /// otherwise (a rolling update, a restarted pod) they stay. `None`: they always stay.
+    pub daemonset: Option<String>,
 }
 
 /// Why the Kubernetes agent could not run.
@@ -79,16 +83,28 @@ pub enum KubeAgentError {
 
 /// Runs the Kubernetes mode until SIGTERM/SIGINT.
 pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetrics>) -> Result<(), KubeAgentError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     let notify = Arc::new(Notify::new());
     let stores = Stores::spawn(&client, &opts.namespace, &notify);
     // Configure nothing before every watch has listed once: a pair started from a
     // partial view (a peer's Node not seen yet) would restart moments later with another
     // configuration revision.
     tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
-    stores.wait_until_ready().await?;
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
+    let ready = tokio::select! {
+        r = stores.wait_until_ready() => Some(r),
+        _ = term.recv() => None,
+        _ = int.recv() => None,
+    };
+    let Some(ready) = ready else {
+        // Stopped before it ran anything: an uninstall still leaves no VIP behind.
+        let agent =
+            Agent { client, opts, metrics: metrics.clone(), hub: Hub::new(metrics), stores, running: BTreeMap::new() };
+        agent.shutdown().await;
+        return Ok(());
+    };
+    ready?;
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
@@ -182,6 +198,11 @@ impl Stores {
     fn lease_of(&self, pair: &str) -> Option<(Option<sm::NodeId>, u64)> {
         let name = lease_name(pair);
         self.leases.state().iter().find(|l| l.name_any() == name).map(|l| lease_view(l))
+    }
+
+    /// The labels of `node`, if it is known.
+    fn node_labels(&self, node: &str) -> Option<BTreeMap<String, String>> {
+        self.nodes.state().iter().find(|n| n.name_any() == node).map(|n| n.labels().clone())
     }
 
     /// Whether `node` is cordoned (`spec.unschedulable`).
@@ -365,8 +386,22 @@ impl Agent {
     }
 
     /// SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining)
-    /// node hands them over first.
+    /// node hands them over first; an uninstall (the DaemonSet gone or deleting, or no
+    /// longer selecting this node) removes them.
     async fn shutdown(self) {
+        if let Some(why) = self.leaving().await {
+            tracing::warn!(reason = %why, "the agent is being removed from this node: removing its VIPs");
+            for (name, run) in self.running {
+                tracing::info!(pair = %name, "giving up the pair's VIPs");
+                run.handle.release().await;
+                run.finish().await;
+            }
+            // Also what no runtime runs now (pairs not started yet, or a stop during the
+            // start): every VIP recorded in a ledger here. State files stay (an epoch
+            // never goes back, even across a reinstall).
+            leftovers::remove_all_vips(&self.opts.state_dir).await;
+            return;
+        }
         let cordoned = self.stores.cordoned(&self.opts.node);
         for (name, run) in &self.running {
             if cordoned && self.opts.handover_when_cordoned && run.handle.status().holds_vips {
@@ -379,6 +414,51 @@ impl Agent {
         }
         for (_, run) in self.running {
             run.finish().await;
+        }
+    }
+}
+
+impl Agent {
+    /// Why this agent will not be replaced on this node (so its VIPs must go), if so: its
+    /// DaemonSet is gone or being deleted, or its node selector no longer matches this
+    /// node. When the API server cannot say, the VIPs stay (they are never dropped on a
+    /// guess).
+    async fn leaving(&self) -> Option<String> {
+        let name = self.opts.daemonset.as_deref()?;
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), &self.opts.namespace);
+        let ds = match tokio::time::timeout(Duration::from_secs(5), api.get_opt(name)).await {
+            Ok(Ok(Some(ds))) => ds,
+            Ok(Ok(None)) => return Some(format!("DaemonSet {name} is gone")),
+            // `helm uninstall` deletes the DaemonSet, then (while its pods are still
+            // terminating) the ServiceAccount and its Role: a token that no longer
+            // authenticates, or a permission the chart always grants that is gone, means
+            // the installation is being removed.
+            Ok(Err(kube::Error::Api(e))) if e.code == 401 || e.code == 403 => {
+                return Some(format!(
+                    "the agent's ServiceAccount or its permissions are gone ({} reading DaemonSet {name})",
+                    e.code
+                ));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the agent's DaemonSet; keeping the VIPs");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!("cannot read the agent's DaemonSet in time; keeping the VIPs");
+                return None;
+            }
+        };
+        if ds.metadata.deletion_timestamp.is_some() {
+            return Some(format!("DaemonSet {name} is being deleted"));
+        }
+        let selector = ds.spec.template.spec.as_ref().and_then(|p| p.node_selector.clone());
+        let labels = self.stores.node_labels(&self.opts.node)?;
+        match selector {
+            Some(sel) if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) => {
+                Some(format!("DaemonSet {name} no longer selects this node (nodeSelector)"))
+            }
+            _ => None,
         }
     }
 }
