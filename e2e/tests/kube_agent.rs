@@ -489,3 +489,53 @@ fn a_partition_between_the_members_settles_on_one_holder() {
     assert!(report.holder_changes() <= 1, "{summary}");
     assert!(alarm_seen, "a member reported PeerPartition\n{summary}");
 }
+
+#[test]
+fn an_agent_restarted_while_the_api_server_is_down_resumes_its_pair_from_the_last_configuration() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    lab.cp.stop_apiserver();
+    // The active's agent restarts while the API server is down: it cannot list anything.
+    lab.stop_agent(0);
+    lab.start_agent(0).expect("restart");
+    // Wait (at most 30 s) until it says it resumed and adopted the VIP; the check is
+    // what follows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let logs = lab.logs_tail(300);
+        let n0 = logs.split("--- agent n1 ---").next().unwrap_or_default();
+        if n0.contains("runs on its last applied configuration") && n0.contains("reason=Adopted") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Its heartbeats are back: a 1.5 s blip of n0's service moves nothing (n1 hears an
+    // active peer). Without them n1 would take over while n0's VIP stays: two holders.
+    lab.listeners[0].stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.listeners[0].start_again().expect("listener back");
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let h = lab.holders().expect("holders");
+        assert_eq!(h, vec![0], "only n0 holds the VIP\n{}", lab.logs_tail(40));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "{}", report.summary());
+    lab.cp.start_apiserver().expect("API server back");
+    // With the API server back the agent lists and keeps running the same pair.
+    lab.block_on(async {
+        lab.wait_pair("web", Duration::from_secs(30), "n0 reports Active again", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members
+                    .iter()
+                    .any(|m| m.node == "n0" && m.role == Some(MemberRole::Active) && m.config_error.is_none())
+            })
+        })
+        .await
+        .expect("n0 back in the API");
+    });
+    assert_eq!(lab.holders().expect("holders"), vec![0]);
+    lab.stop_agent(1);
+}

@@ -237,17 +237,23 @@ pub fn agent_config(
     })
 }
 
-/// The keyring of the Secret the pair names (`keySecretRef`), or of its own key Secret.
-fn pair_keys(pair: &HAPair, view: &ClusterView<'_>) -> Result<Keyring, PairConfigError> {
+/// The Secret the pair names (`keySecretRef`), or its own key Secret.
+pub fn pair_key_secret<'a>(pair: &HAPair, view: &ClusterView<'a>) -> Result<&'a Arc<Secret>, PairConfigError> {
     let (name, namespace) = match &pair.spec.heartbeat.key_secret_ref {
         Some(r) => (r.name.clone(), r.namespace.clone().unwrap_or_else(|| view.namespace.to_owned())),
         None => (key_secret_name(&pair.name_any()), view.namespace.to_owned()),
     };
-    let secret = view
-        .secrets
+    view.secrets
         .iter()
         .find(|s| s.name_any() == name && s.namespace().as_deref() == Some(namespace.as_str()))
-        .ok_or_else(|| PairConfigError::SecretMissing { namespace: namespace.clone(), name: name.clone() })?;
+        .ok_or(PairConfigError::SecretMissing { namespace, name })
+}
+
+/// The keyring of the pair's key Secret.
+fn pair_keys(pair: &HAPair, view: &ClusterView<'_>) -> Result<Keyring, PairConfigError> {
+    let secret = pair_key_secret(pair, view)?;
+    let namespace = secret.namespace().unwrap_or_default();
+    let name = secret.name_any();
     keyring_from_secret(secret).map_err(|source| PairConfigError::Secret { namespace, name, source })
 }
 

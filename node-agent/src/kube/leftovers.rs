@@ -49,7 +49,7 @@ pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
         return;
     }
     let state = StateFile::new(dir, pair);
-    for p in [state.path().to_owned(), uid_path(dir, pair)] {
+    for p in [state.path().to_owned(), uid_path(dir, pair), super::snapshot::path(dir, pair)] {
         if let Err(e) = std::fs::remove_file(&p)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -99,7 +99,9 @@ pub(super) async fn remove_all_vips(dir: &Path) {
 /// `current` (the pairs that name this node, plus objects that exist but cannot be
 /// read) is gone from this node: its leftovers are removed.
 pub(super) async fn remove_gone_pairs(dir: &Path, current: &BTreeSet<String>) {
-    for pair in VipLedger::pairs_in(dir) {
+    let mut recorded: BTreeSet<String> = VipLedger::pairs_in(dir).into_iter().collect();
+    recorded.extend(super::snapshot::PairSnapshot::pairs_in(dir));
+    for pair in recorded {
         if !current.contains(&pair) {
             tracing::info!(pair = %pair, "a pair this node served is gone: removing what it left");
             remove_pair_leftovers(dir, &pair).await;

@@ -17,6 +17,7 @@ mod config;
 mod lease;
 mod leftovers;
 mod report;
+mod snapshot;
 
 pub use commands::op_id;
 pub use config::{
@@ -47,7 +48,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// How the Kubernetes agent runs.
@@ -88,32 +89,50 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     let notify = Arc::new(Notify::new());
     let stores = Stores::spawn(&client, &opts.namespace, &notify);
-    // Configure nothing before every watch has listed once: a pair started from a
-    // partial view (a peer's Node not seen yet) would restart moments later with another
-    // configuration revision.
-    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
-    let ready = tokio::select! {
-        r = stores.wait_until_ready() => Some(r),
-        _ = term.recv() => None,
-        _ = int.recv() => None,
-    };
-    let Some(ready) = ready else {
-        // Stopped before it ran anything: an uninstall still leaves no VIP behind.
-        let agent =
-            Agent { client, opts, metrics: metrics.clone(), hub: Hub::new(metrics), stores, running: BTreeMap::new() };
-        agent.shutdown().await;
-        return Ok(());
-    };
-    ready?;
-    tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
+    let lists = stores.clone();
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
-    // Pairs that left this node while the agent was down (deleted, or this node removed
-    // from them) left their VIPs and state behind: removed now that the lists succeeded.
-    let mut present: std::collections::BTreeSet<String> = stores.pairs_of(&opts.node).into_keys().collect();
-    present.extend(stores.unreadable_pairs().into_keys());
-    leftovers::remove_gone_pairs(&opts.state_dir, &present).await;
     let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new() };
+    // Configure nothing before every watch has listed once: a pair started from a
+    // partial view (a peer's Node not seen yet) would restart moments later with another
+    // configuration revision. Unless the API server does not answer: then the pairs
+    // resume from their last applied configuration (a restart must not leave the VIPs in
+    // the kernel with nobody heartbeating for them).
+    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
+    let ready = lists.wait_until_ready();
+    let mut ready = std::pin::pin!(ready);
+    let offline = tokio::time::sleep(OFFLINE_AFTER);
+    let mut offline = std::pin::pin!(offline);
+    let mut offline_started = false;
+    loop {
+        tokio::select! {
+            r = &mut ready => {
+                r?;
+                break;
+            }
+            _ = &mut offline, if !offline_started => {
+                offline_started = true;
+                agent.start_from_snapshots().await;
+            }
+            // Stopped before the lists: an uninstall still leaves no VIP behind.
+            _ = term.recv() => {
+                agent.shutdown().await;
+                return Ok(());
+            }
+            _ = int.recv() => {
+                agent.shutdown().await;
+                return Ok(());
+            }
+        }
+    }
+    tracing::info!(node = %agent.opts.node, namespace = %agent.opts.namespace, "havip-agent running (kubernetes)");
+    // Pairs that left this node while the agent was down (deleted, or this node removed
+    // from them) left their VIPs and state behind: removed now that the lists succeeded
+    // (pairs started from a snapshot that are gone are given up by the first reconcile).
+    agent.reconcile().await;
+    let mut present: std::collections::BTreeSet<String> = agent.stores.pairs_of(&agent.opts.node).into_keys().collect();
+    present.extend(agent.stores.unreadable_pairs().into_keys());
+    leftovers::remove_gone_pairs(&agent.opts.state_dir, &present).await;
     loop {
         tokio::select! {
             _ = notify.notified() => {},
@@ -129,8 +148,13 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     Ok(())
 }
 
+/// How long the agent waits for its first lists before it resumes its pairs from their
+/// last applied configuration.
+const OFFLINE_AFTER: Duration = Duration::from_secs(10);
+
 /// The agent's view of the cluster: one reflector per kind, each fed by a watch that
 /// never gives up. Agents read Leases and Secrets only in the operator namespace.
+#[derive(Clone)]
 struct Stores {
     pairs: Store<DeserializeGuard<HAPair>>,
     fips: Store<DeserializeGuard<FloatingIP>>,
@@ -259,8 +283,11 @@ struct PairRun {
     aux: Vec<tokio::task::JoinHandle<()>>,
     reporter: Arc<KubeReporter>,
     lease: LeaseFeed,
-    /// The Lease itself, read directly while a peer cannot be heard.
     inputs: PairInputs,
+    /// Digest of the configuration snapshot last written for this pair.
+    snapshot: Option<u64>,
+    /// A rotated key accepted but not signing yet: when it starts to sign, and the keys.
+    key_switch: Option<(Instant, Keyring)>,
 }
 
 impl PairRun {
@@ -307,6 +334,8 @@ impl Agent {
                 tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
                 run.handle.release().await;
                 run.finish().await;
+                // Its files too: a later start must not resume it from its snapshot.
+                leftovers::remove_pair_leftovers(&self.opts.state_dir, &name).await;
             }
         }
         let ifnames: Vec<String> =
@@ -350,6 +379,7 @@ impl Agent {
                     continue;
                 }
             };
+            let cfg_revision = cfg.sm.config_revision;
             let run = match self.running.entry(name.clone()) {
                 std::collections::btree_map::Entry::Occupied(e) => {
                     let run = e.into_mut();
@@ -367,6 +397,19 @@ impl Agent {
                     }
                 }
             };
+            if run.revision == cfg_revision {
+                let secret = config::pair_key_secret(&pair, &view).ok().map(|s| s.as_ref());
+                let snap = snapshot::PairSnapshot::new(&pair, &self.stores.fips_of(&name), &nodes, secret);
+                let digest = snap.digest();
+                if run.snapshot != Some(digest) {
+                    match snap.save(&self.opts.state_dir) {
+                        Ok(()) => run.snapshot = Some(digest),
+                        Err(e) => {
+                            tracing::warn!(pair = %name, error = %e, "cannot save the pair's configuration snapshot")
+                        }
+                    }
+                }
+            }
             // (While it holds the VIPs and cannot hear a peer, the active also reads the
             // Lease itself about once a second, when it renews it: a peer that took the
             // pair over is learnt within a second even if this watch went stale.)
@@ -409,6 +452,62 @@ impl Agent {
 }
 
 impl Agent {
+    /// The API server has not answered the first lists in time: every pair with a
+    /// configuration snapshot here that names this node resumes from it. Its Lease
+    /// writes fail meanwhile, so it acts under the standalone rules; the first
+    /// successful lists bring it in line (or give it up, if it is gone).
+    async fn start_from_snapshots(&mut self) {
+        let dir = self.opts.state_dir.clone();
+        let names = snapshot::PairSnapshot::pairs_in(&dir);
+        if names.is_empty() {
+            tracing::warn!(after = ?OFFLINE_AFTER, "the API server has not answered; no pair to resume from a snapshot");
+            return;
+        }
+        for name in names {
+            let snap = match snapshot::PairSnapshot::load(&dir, &name) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(pair = %name, error = %e, "cannot resume the pair from its snapshot");
+                    continue;
+                }
+            };
+            if !snap.pair.spec.members.iter().any(|m| m.node == self.opts.node) {
+                continue;
+            }
+            let ifnames: Vec<String> =
+                snap.pair.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone()).collect();
+            let local_interfaces = interface_addresses(&ifnames).await;
+            let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = snap.nodes.iter().cloned().map(Arc::new).collect();
+            let secrets: Vec<Arc<k8s_openapi::api::core::v1::Secret>> =
+                snap.secrets.iter().cloned().map(Arc::new).collect();
+            let view = ClusterView {
+                node: &self.opts.node,
+                namespace: &self.opts.namespace,
+                nodes: &nodes,
+                secrets: &secrets,
+                local_interfaces: &local_interfaces,
+            };
+            let cfg = match agent_config(&snap.pair, &snap.fips, &view) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(pair = %name, error = %e, "cannot build the pair's configuration from its snapshot");
+                    continue;
+                }
+            };
+            match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &snap.pair, cfg).await {
+                Ok(mut run) => {
+                    run.snapshot = Some(snap.digest());
+                    tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
+                    self.running.insert(name, run);
+                }
+                Err(e) => {
+                    self.metrics.io_error("pair_start");
+                    tracing::error!(pair = %name, error = %e, "failed to resume the pair from its snapshot");
+                }
+            }
+        }
+    }
+
     /// Why this agent will not be replaced on this node (so its VIPs must go), if so: its
     /// DaemonSet is gone or being deleted, or its node selector no longer matches this
     /// node. When the API server cannot say, the VIPs stay (they are never dropped on a
@@ -464,6 +563,7 @@ async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
             Ok(()) => {
                 run.revision = cfg.sm.config_revision;
                 run.keys = cfg.keys.clone();
+                run.key_switch = None;
                 run.reporter.set_config(&cfg);
                 run.reporter.set_config_error(None, &run.handle.status());
             }
@@ -478,12 +578,39 @@ async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
             }
         }
     } else if run.keys != cfg.keys {
+        if run.key_switch.as_ref().is_some_and(|(_, k)| *k == cfg.keys) {
+            // Already accepting the new key; it signs once the switch is due.
+            if run.key_switch.as_ref().is_some_and(|(at, _)| Instant::now() >= *at) {
+                tracing::info!(pair = %name, key_id = cfg.keys.current.id, "signing with the new heartbeat key");
+                run.handle.set_keys(cfg.keys.clone()).await;
+                run.reporter.set_config(&cfg);
+                run.keys = cfg.keys;
+                run.key_switch = None;
+            }
+            return;
+        }
+        let rotation = cfg.keys.previous.as_ref() == Some(&run.keys.current) && cfg.keys.current != run.keys.current;
+        if rotation {
+            // A rotation (the old key moved to previous): accept the new key at once but
+            // keep signing with the old one for a while, so that a peer whose watch
+            // delivers the Secret later does not refuse our heartbeats meanwhile.
+            tracing::info!(pair = %name, key_id = cfg.keys.current.id, after = ?KEY_SWITCH_DELAY, "heartbeat key rotated: accepting the new key, signing with it shortly");
+            let accepting = Keyring { current: run.keys.current.clone(), previous: Some(cfg.keys.current.clone()) };
+            run.handle.set_keys(accepting).await;
+            run.key_switch = Some((Instant::now() + KEY_SWITCH_DELAY, cfg.keys));
+            return;
+        }
         tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
         run.handle.set_keys(cfg.keys.clone()).await;
         run.reporter.set_config(&cfg);
         run.keys = cfg.keys;
+        run.key_switch = None;
     }
 }
+
+/// How long after a key rotation reaches it an agent keeps signing with the old key
+/// (while accepting both): longer than watch events take to reach every member.
+const KEY_SWITCH_DELAY: Duration = Duration::from_secs(2);
 
 async fn start_pair(
     client: &Client,
@@ -521,6 +648,8 @@ async fn start_pair(
         reporter,
         lease: LeaseFeed::default(),
         inputs: PairInputs::default(),
+        snapshot: None,
+        key_switch: None,
     })
 }
 
