@@ -68,6 +68,8 @@ pub struct AgentMetrics {
     pub alarms: Family<NameLabel, Gauge>,
     /// Errors of I/O operations, per category.
     pub io_errors: Family<NameLabel, Counter>,
+    /// Authentic heartbeats the state machine ignored for an epoch outside the domain.
+    pub adverts_ignored: Gauge,
 }
 
 impl Default for AgentMetrics {
@@ -94,6 +96,7 @@ impl AgentMetrics {
             conflicts: Counter::default(),
             alarms: Family::default(),
             io_errors: Family::default(),
+            adverts_ignored: Gauge::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -107,6 +110,11 @@ impl AgentMetrics {
         registry.register("vip_conflicts", "Foreign MACs answering for a held VIP", m.conflicts.clone());
         registry.register("alarms", "1 while an alarm is raised", m.alarms.clone());
         registry.register("io_errors", "Errors of I/O operations", m.io_errors.clone());
+        registry.register(
+            "heartbeats_ignored_epoch",
+            "Authentic heartbeats ignored for an epoch above 2147483647 (since start)",
+            m.adverts_ignored.clone(),
+        );
         *m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
         m
     }

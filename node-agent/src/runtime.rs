@@ -524,16 +524,8 @@ impl Runtime {
             self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
             self.metrics.epoch.set(st.epoch as i64);
             self.metrics.set_role(st.role.as_str(), &ROLES);
-            for a in [
-                sm::Alarm::Suspended,
-                sm::Alarm::VersionMismatch,
-                sm::Alarm::KeyMismatch,
-                sm::Alarm::ClockSkew,
-                sm::Alarm::VipUnhealthy,
-                sm::Alarm::VipConflict,
-                sm::Alarm::Misconfigured,
-                sm::Alarm::MaintenancePending,
-            ] {
+            self.metrics.adverts_ignored.set(st.ignored_adverts as i64);
+            for a in sm::Alarm::ALL {
                 self.metrics
                     .alarms
                     .get_or_create(&NameLabel { name: a.as_str().into() })

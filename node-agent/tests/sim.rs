@@ -42,10 +42,11 @@ fn sim_invariant_codes_are_stable() {
         Invariant::SlowReplacement,
         Invariant::PolicyViolated,
         Invariant::EpochBackwards,
+        Invariant::StaleEpoch,
         Invariant::NoHolderAfterHeal,
     ]
     .iter()
     .map(|i| i.code())
     .collect();
-    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "heal"]);
+    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "heal"]);
 }

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::world::{GATEWAY_INTERVAL, Snap, World, node_name};
 use super::{Invariant, MAX_NODES, MAX_VIPS, TraceKind, Violation, bounds};
-use crate::sm::{Command, FailbackPolicy, Reason, Role};
+use crate::sm::{Alarm, Command, FailbackPolicy, MAX_EPOCH, Reason, Role};
 
 /// A pending check of invariant (d): a crashed sole holder must be replaced by `deadline`.
 #[derive(Clone, Debug)]
@@ -259,7 +259,8 @@ impl Checker {
             && !st.maintenance
             && st.carrier_ok
             && st.gateway != Some(false)
-            && !st.alarms.contains(&crate::sm::Alarm::VersionMismatch)
+            && !st.alarms.contains(&Alarm::VersionMismatch)
+            && !st.alarms.contains(&Alarm::EpochExhausted)
             && st.operation.is_none()
             && unknown_ok
     }
@@ -348,6 +349,28 @@ impl Checker {
         }
         w.chk.max_epoch[n] = w.chk.max_epoch[n].max(after.epoch);
         let reason = w.nodes[n].machine.as_ref().and_then(|m| m.last_transition().map(|t| t.reason));
+        if after.epoch > MAX_EPOCH || after.held.is_some_and(|e| e > MAX_EPOCH) {
+            let d = format!("{} knows epoch {} (held {:?}), beyond the domain", node_name(n), after.epoch, after.held);
+            Self::violate_w(w, Invariant::StaleEpoch, d);
+        }
+        let fresh = matches!(
+            reason,
+            Some(Reason::Takeover | Reason::Election | Reason::HandoverAccepted | Reason::AutoHandoverAccepted)
+        );
+        if fresh
+            && before.role != after.role
+            && after.role == Role::Active
+            && after.held.is_none_or(|e| e <= before.epoch)
+        {
+            let d = format!(
+                "{} took the VIPs ({:?}) under epoch {:?}, not newer than the epoch {} it knew",
+                node_name(n),
+                reason,
+                after.held,
+                before.epoch
+            );
+            Self::violate_w(w, Invariant::StaleEpoch, d);
+        }
         if !before.holds && after.holds {
             if before.role == Role::Init || after.role == Role::Init {
                 return; // adoption after an agent restart: the kernel held them already
@@ -438,7 +461,15 @@ impl Checker {
     /// After the heal and the settle time: exactly one member holds every VIP.
     pub(super) fn final_ok(w: &World) -> bool {
         let (full, any) = w.holders();
+        if any == 0 && Self::exhausted(w) {
+            return true;
+        }
         full.len() == 1 && any == 1
+    }
+
+    /// Some running member reached the top of the epoch domain (nobody may take the VIPs).
+    fn exhausted(w: &World) -> bool {
+        w.nodes.iter().filter_map(|n| n.machine.as_ref()).any(|m| m.status().alarms.contains(&Alarm::EpochExhausted))
     }
 
     pub(super) fn final_check(w: &mut World) {

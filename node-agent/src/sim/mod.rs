@@ -73,6 +73,12 @@
 //! * **(f) epochs never go backwards** — per member across steps and restarts (the epoch a
 //!   restarted agent gets from its persisted state is at least the highest it ever knew),
 //!   every `Persist`, and the Lease itself.
+//! * **(g) no epoch ties its predecessor** — a claim (takeover or election) or an accepted
+//!   handover is made under an epoch strictly newer than every epoch the member knew just
+//!   before, and no epoch beyond [`crate::sm::MAX_EPOCH`] appears in a machine, a `Persist`
+//!   or the Lease. A few schedules start a few epochs below the top of the domain; once a
+//!   pair is there nobody may take the VIPs any more (alarm `EpochExhausted`), so such a
+//!   pair may end without a holder, and its members are no "ready standby" for (d).
 
 mod check;
 mod rng;
@@ -167,12 +173,15 @@ pub enum Invariant {
     PolicyViolated,
     /// (f) an epoch went backwards.
     EpochBackwards,
+    /// (g) a claim under an epoch that is not newer than every epoch the member knew
+    /// (it would tie with its predecessor), or an epoch beyond the domain.
+    StaleEpoch,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
 }
 
 impl Invariant {
-    /// Short code: "a".."f", or "heal".
+    /// Short code: "a".."g", or "heal".
     pub fn code(self) -> &'static str {
         match self {
             Invariant::DualHolders => "a",
@@ -181,6 +190,7 @@ impl Invariant {
             Invariant::SlowReplacement => "d",
             Invariant::PolicyViolated => "e",
             Invariant::EpochBackwards => "f",
+            Invariant::StaleEpoch => "g",
             Invariant::NoHolderAfterHeal => "heal",
         }
     }

@@ -63,6 +63,16 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         *d = (lo, lo + r.range(0, 15));
     }
     let fault_end = r.range(6_000, 16_000);
+    let warm = if r.chance(0.5) { Some(r.index(n)) } else { None };
+    // Now and then the pair starts a few epochs below the top of the domain, so that
+    // schedules exhaust it.
+    let base_epoch = if r.chance(0.05) {
+        crate::sm::MAX_EPOCH - r.range(0, 3)
+    } else if warm.is_some() {
+        5
+    } else {
+        0
+    };
     let p = Params {
         n,
         vips,
@@ -74,7 +84,8 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         timings: sim_timings(),
         failback: if r.chance(0.4) { FailbackPolicy::Automatic(sim_failback()) } else { FailbackPolicy::Manual },
         start_alone: r.chance(0.1),
-        warm: if r.chance(0.5) { Some(r.index(n)) } else { None },
+        warm,
+        base_epoch,
         fault_end,
         settle: 8_000,
     };

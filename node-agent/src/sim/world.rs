@@ -44,8 +44,10 @@ pub(super) struct Params {
     pub timings: Timings,
     pub failback: FailbackPolicy,
     pub start_alone: bool,
-    /// Warm start: this node is already active (epoch 5, VIPs on its interface).
+    /// Warm start: this node is already active (epoch `base_epoch`, VIPs on its interface).
     pub warm: Option<usize>,
+    /// Epoch every member starts with (a few schedules start at the top of the domain).
+    pub base_epoch: u64,
     /// Faults happen before this time; then everything heals.
     pub fault_end: u64,
     /// Time after the heal before the final check.
@@ -203,6 +205,7 @@ impl Ord for Sched {
 pub(super) struct Snap {
     pub holds: bool,
     pub epoch: u64,
+    pub held: Option<u64>,
     pub role: Role,
 }
 
@@ -283,9 +286,8 @@ impl World {
                 cfg.start_alone = p.start_alone;
                 cfg.config_revision = 1;
                 cfg.flap = crate::sm::FlapPolicy { moves: 3, window_ms: 20_000, quiet_ms: 10_000 };
-                let warm = p.warm.is_some();
                 let persisted = Persisted {
-                    epoch: if warm { 5 } else { 0 },
+                    epoch: p.base_epoch,
                     last_role: if p.warm == Some(i) { Role::Active } else { Role::Standby },
                     ..Persisted::default()
                 };
@@ -315,7 +317,7 @@ impl World {
             })
             .collect();
         let store_holder = p.warm;
-        let store_epoch = if p.warm.is_some() { 5 } else { 0 };
+        let store_epoch = if p.warm.is_some() { p.base_epoch } else { 0 };
         let nv = p.vips.len();
         let mut w = World {
             t: 0,
@@ -603,6 +605,10 @@ impl World {
             return;
         }
         let r = if self.store_epoch == expected {
+            if new_epoch > crate::sm::MAX_EPOCH {
+                let d = format!("Lease epoch {new_epoch} beyond the domain by {}", node_name(n));
+                self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
+            }
             if new_epoch < self.store_epoch {
                 let d =
                     format!("Lease epoch would go backwards: {} -> {new_epoch} by {}", self.store_epoch, node_name(n));
@@ -637,11 +643,11 @@ impl World {
         let Some(m) = node.machine.as_mut() else {
             return;
         };
-        let before = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
+        let before = Snap { holds: m.holds_vips(), epoch: m.epoch(), held: m.held_epoch(), role: m.role() };
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         m.step_into(now, input, &mut buf);
-        let after = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
+        let after = Snap { holds: m.holds_vips(), epoch: m.epoch(), held: m.held_epoch(), role: m.role() };
         self.stats.steps += 1;
         for a in buf.drain(..) {
             self.apply(n, a);
@@ -701,6 +707,10 @@ impl World {
                 }
             }
             Action::Persist(p) => {
+                if p.epoch > crate::sm::MAX_EPOCH {
+                    let d = format!("{} persisted epoch {} beyond the domain", node_name(n), p.epoch);
+                    self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
+                }
                 if p.epoch < self.nodes[n].persisted.epoch {
                     let d =
                         format!("{} persisted epoch {} after {}", node_name(n), p.epoch, self.nodes[n].persisted.epoch);
@@ -973,7 +983,7 @@ impl World {
         let _ = write!(
             s,
             "members={} prios={:?} vips={} target={} gateway={} store_fast_fail={} warm={:?} \
-             start_alone={} failback={} delay={:?} store_lat={:?}",
+             base_epoch={} start_alone={} failback={} delay={:?} store_lat={:?}",
             self.p.n,
             self.nodes.iter().map(|n| n.priority).collect::<Vec<_>>(),
             self.p.vips.len(),
@@ -981,6 +991,7 @@ impl World {
             self.p.gateway_configured,
             self.p.store_fast_fail,
             self.p.warm,
+            self.p.base_epoch,
             self.p.start_alone,
             matches!(self.p.failback, FailbackPolicy::Automatic(_)),
             self.p.delay,

@@ -289,9 +289,26 @@ pub enum Alarm {
     Misconfigured,
     /// Maintenance requested but nobody can take the VIPs (use force).
     MaintenancePending,
+    /// The pair epoch reached the top of its domain ([`crate::sm::MAX_EPOCH`]): this
+    /// member takes no VIPs and starts no handover any more (a new epoch would tie with
+    /// its predecessor). Reset the pair's epochs (state files, Lease) to recover.
+    EpochExhausted,
 }
 
 impl Alarm {
+    /// Every alarm, in declaration order (for metrics that export one series per alarm).
+    pub const ALL: [Alarm; 9] = [
+        Alarm::Suspended,
+        Alarm::VersionMismatch,
+        Alarm::KeyMismatch,
+        Alarm::ClockSkew,
+        Alarm::VipUnhealthy,
+        Alarm::VipConflict,
+        Alarm::Misconfigured,
+        Alarm::MaintenancePending,
+        Alarm::EpochExhausted,
+    ];
+
     /// Name for status and metrics labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -303,6 +320,7 @@ impl Alarm {
             Alarm::VipConflict => "VipConflict",
             Alarm::Misconfigured => "Misconfigured",
             Alarm::MaintenancePending => "MaintenancePending",
+            Alarm::EpochExhausted => "EpochExhausted",
         }
     }
 }

@@ -73,6 +73,6 @@ pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason,
 pub use machine::Machine;
 pub use status::{Blocker, LeaseView, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition};
 pub use types::{
-    AnnounceKind, Link, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
+    AnnounceKind, Link, MAX_EPOCH, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
     ProtocolVersion, Role, VipId,
 };

@@ -59,6 +59,9 @@ pub struct Status {
     pub last_transition: Option<Transition>,
     /// The configuration is valid.
     pub config_valid: bool,
+    /// Heartbeats ignored because they carried an epoch outside the epoch's domain
+    /// (above [`crate::sm::MAX_EPOCH`]), since start.
+    pub ignored_adverts: u64,
     /// The pair VIPs the kernel holds, as last observed (`None` before the first
     /// observation).
     pub local_vips: Option<Vec<VipId>>,
@@ -138,6 +141,8 @@ pub enum Blocker {
     NotStandby,
     /// Configuration invalid.
     Misconfigured,
+    /// The pair epoch is at the top of its domain: no fresh epoch to take the VIPs under.
+    EpochExhausted,
     /// In maintenance.
     Maintenance,
     /// Own data or VIP link without carrier (or not yet observed).

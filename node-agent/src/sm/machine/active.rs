@@ -166,8 +166,9 @@ impl Machine {
             return true;
         }
         if weaker_holder && self.holding && self.role != Role::Init {
-            if tie {
-                let e = self.epoch.max(self.held_epoch).saturating_add(1);
+            // At the top of the epoch domain the tie stays: the loser yields on priority
+            // all the same.
+            if tie && let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) {
                 let expected = self.lease_expected(self.held_epoch);
                 self.epoch = e;
                 self.held_epoch = e;
@@ -236,8 +237,10 @@ impl Machine {
                 self.release(now, to, Reason::NewerEpochLease, out);
                 return;
             }
-            // Tie won on priority: move to a fresh epoch.
-            let e = self.epoch.max(self.held_epoch).saturating_add(1);
+            // Tie won on priority: move to a fresh epoch (if the domain has one left).
+            let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) else {
+                return;
+            };
             self.epoch = e;
             self.held_epoch = e;
             self.advert_now = true;

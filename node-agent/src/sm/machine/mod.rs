@@ -17,7 +17,7 @@ use super::advert::{Advert, OpMsg};
 use super::config::{Config, ConfigError, Timings};
 use super::io::{Action, Alarm, Event, Input, Persisted, Reason};
 use super::status::{LeaseView, Transition};
-use super::types::{Millis, NodeId, Role, VipId};
+use super::types::{MAX_EPOCH, Millis, NodeId, Role, VipId};
 
 /// How many operator operation ids are remembered to ignore repeats.
 const REMEMBERED_IDS: usize = 256;
@@ -204,6 +204,8 @@ pub struct Machine {
     last_burst: Option<Millis>,
     last_transition: Option<Transition>,
     op_seq: u16,
+    /// Heartbeats ignored for an epoch outside the domain.
+    ignored_adverts: u64,
     /// Test-only knob for the simulator's deliberate-break test: take over without the
     /// data-plane probe condition. Not reachable from any configuration.
     #[cfg(test)]
@@ -215,6 +217,10 @@ impl Machine {
     /// pauses, suspension). It starts in [`Role::Init`] (or [`Role::Unpaired`] when the
     /// local node is not a member); the first `step` fixes the start time.
     pub fn new(config: Config, persisted: Persisted) -> Machine {
+        // The state file refuses an epoch outside the domain; a caller that passes one
+        // anyway gets the top of the domain (and the EpochExhausted alarm), never a value
+        // that would saturate into a tie.
+        let persisted = Persisted { epoch: persisted.epoch.min(MAX_EPOCH), ..persisted };
         let cfg_error = config.validate().err();
         let my_priority = config.priority_of(&config.local);
         let in_pair = my_priority.is_some();
@@ -274,6 +280,7 @@ impl Machine {
             last_burst: None,
             last_transition: None,
             op_seq: 0,
+            ignored_adverts: 0,
             last_persisted: persisted,
             cfg: config,
             #[cfg(test)]
@@ -344,6 +351,13 @@ impl Machine {
     /// Highest pair epoch known (persisted; never goes backwards).
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Epoch under which the VIPs are held or claimed (`None` when neither).
+    pub fn held_epoch(&self) -> Option<u64> {
+        let holds_or_claims =
+            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+        holds_or_claims.then_some(self.held_epoch)
     }
 
     /// Last role change, if any.
@@ -473,7 +487,19 @@ impl Machine {
     }
 
     fn bump_epoch(&mut self, e: u64) {
-        self.epoch = self.epoch.max(e);
+        self.epoch = self.epoch.max(e.min(MAX_EPOCH));
+    }
+
+    /// A fresh epoch newer than `base`, if the domain has one left. Never saturates: an
+    /// epoch equal to its predecessor would tie with it (and ties fall back to priority).
+    fn fresh_epoch(base: u64) -> Option<u64> {
+        base.checked_add(1).filter(|e| *e <= MAX_EPOCH)
+    }
+
+    /// No fresh epoch is left above what this member knows.
+    fn epoch_exhausted(&self) -> bool {
+        let lease = self.lease.as_ref().map_or(0, |l| l.epoch);
+        Self::fresh_epoch(self.epoch.max(self.held_epoch).max(lease)).is_none()
     }
 
     /// Epoch a CAS should expect: the Lease as last seen, else `fallback`.
@@ -637,6 +663,13 @@ impl Machine {
 
     /// Timers that do not depend on the role.
     fn expire(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.epoch_exhausted() {
+            let detail = format!(
+                "the pair epoch reached {MAX_EPOCH}, the top of its domain: no takeover or handover is possible \
+                 until the pair's epochs are reset"
+            );
+            self.raise(Alarm::EpochExhausted, detail, out);
+        }
         let clear = self.t().reject_alarm_clear_ms;
         if self.key_mismatch_at.is_some_and(|t| now.since(t) >= clear) {
             self.key_mismatch_at = None;

@@ -7,7 +7,7 @@ use crate::sm::advert::Advert;
 use crate::sm::config::Config;
 use crate::sm::io::{Action, Alarm, CasResult, Command, Input, Reason, RejectReason};
 use crate::sm::status::LeaseView;
-use crate::sm::types::{Link, Millis, NodeId, PathId, ProbeResult, Role, VipId};
+use crate::sm::types::{Link, MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
 
 impl Machine {
     pub(super) fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
@@ -42,6 +42,16 @@ impl Machine {
         let Some(i) = self.peer_index(&msg.sender) else {
             return;
         };
+        let commit_epoch = match &msg.op {
+            Some(crate::sm::advert::OpMsg { kind: crate::sm::advert::OpKind::Commit { epoch, .. }, .. }) => *epoch,
+            _ => 0,
+        };
+        if msg.epoch > MAX_EPOCH || commit_epoch > MAX_EPOCH {
+            // No havip member sends such an epoch (its state file refuses one): believing it
+            // would lock the pair at the top of the domain. Not even "heard".
+            self.ignored_adverts = self.ignored_adverts.saturating_add(1);
+            return;
+        }
         let was_heard = self.peer_heard(i, now);
         {
             let p = &mut self.peers[i];
@@ -158,6 +168,10 @@ impl Machine {
     }
 
     fn on_lease(&mut self, now: Millis, holder: Option<NodeId>, epoch: u64, out: &mut Vec<Action>) {
+        if epoch > MAX_EPOCH {
+            // leaseTransitions is an i32: a larger value is not a Lease's.
+            return;
+        }
         self.lease = Some(LeaseView { holder: holder.clone(), epoch });
         self.lease_stale = false;
         self.bump_epoch(epoch);
@@ -173,6 +187,10 @@ impl Machine {
     }
 
     fn on_cas(&mut self, now: Millis, r: CasResult, out: &mut Vec<Action>) {
+        let r = match r {
+            CasResult::Ok { epoch } | CasResult::Conflict { epoch, .. } if epoch > MAX_EPOCH => CasResult::Unavailable,
+            r => r,
+        };
         let pending = self.cas.take();
         let me = self.cfg.local.clone();
         match r {

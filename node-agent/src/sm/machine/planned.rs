@@ -51,7 +51,13 @@ impl Machine {
 
     fn commit(&mut self, now: Millis, out: &mut Vec<Action>) {
         let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
-        let epoch = self.epoch.max(self.held_epoch).max(lease_epoch).saturating_add(1);
+        // Two fresh epochs: the commit's, and a newer one to take the VIPs back under if
+        // the target does not confirm.
+        let base = self.epoch.max(self.held_epoch).max(lease_epoch);
+        let Some(epoch) = Self::fresh_epoch(base).filter(|e| Self::fresh_epoch(*e).is_some()) else {
+            self.abort_op(now, "the pair epoch is at the top of its domain: no handover is possible", out);
+            return;
+        };
         let Some(op) = self.op.as_mut() else {
             return;
         };
@@ -89,8 +95,10 @@ impl Machine {
             // Take the VIPs back under an epoch newer than the committed one.
             let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
             let expected = self.lease_expected(self.held_epoch);
-            let e = self.epoch.max(epoch).max(lease_epoch).saturating_add(1);
-            self.epoch = e;
+            // The commit left a fresh epoch for this unless the Lease moved on meanwhile;
+            // then keep the held one (a target holding under the commit wins by epoch).
+            let e = Self::fresh_epoch(self.epoch.max(epoch).max(lease_epoch)).unwrap_or(self.held_epoch);
+            self.epoch = self.epoch.max(e);
             self.held_epoch = e;
             self.set_role(Role::Active, Reason::Aborted, now, out);
             self.last_burst = Some(now);

@@ -127,6 +127,7 @@ impl Machine {
             operation,
             last_transition: self.last_transition.clone(),
             config_valid: self.cfg_error.is_none(),
+            ignored_adverts: self.ignored_adverts,
             local_vips: self
                 .local_vips
                 .as_ref()

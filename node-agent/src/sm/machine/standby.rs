@@ -115,6 +115,9 @@ impl Machine {
         if self.cfg_error.is_some() {
             return Err(Blocker::Misconfigured);
         }
+        if !as_claimer && self.epoch_exhausted() {
+            return Err(Blocker::EpochExhausted);
+        }
         if self.maintenance {
             return Err(Blocker::Maintenance);
         }
@@ -263,7 +266,9 @@ impl Machine {
     fn claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
         let expected = self.lease_expected(self.epoch);
-        let new_epoch = self.epoch.max(lease_epoch).saturating_add(1);
+        let Some(new_epoch) = Self::fresh_epoch(self.epoch.max(lease_epoch)) else {
+            return;
+        };
         self.epoch = new_epoch;
         self.held_epoch = new_epoch;
         self.claim = Some(Claim { epoch: new_epoch, reason });

@@ -1,0 +1,138 @@
+//! Rules for faults of the environment: the epoch's domain, a flapping link, a lost state
+//! file, a silent peer.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod sm_support;
+
+use havip_node_agent::sm::*;
+use sm_support::*;
+
+// ---------------------------------------------------------------- the epoch's domain
+
+/// Standby B persisted at `persisted_epoch`, hearing A active at `a_epoch` for 2 s (the
+/// data plane answering), no Lease (standalone). Time is 2000.
+fn standby_b_at(persisted_epoch: u64, a_epoch: u64) -> H {
+    let mut h = H::new(pair(B), Persisted { epoch: persisted_epoch, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[]);
+    h.run(2_000, &[active(A, 200, a_epoch)], Some(true));
+    assert_eq!(h.role(), Role::Standby);
+    h
+}
+
+#[test]
+fn epoch_takeover_at_the_top_of_the_domain_is_refused_with_an_alarm() {
+    let mut h = standby_b_at(MAX_EPOCH, MAX_EPOCH);
+    // A dies; its data plane stops answering: everything but the epoch says "take over".
+    let out = h.run(4_000, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "no claim without a fresh epoch: {:?}", cas_of(&out));
+    assert!(role_changes(&out).is_empty());
+    assert_eq!(h.status().blocker, Some(Blocker::EpochExhausted));
+    assert!(h.status().alarms.contains(&Alarm::EpochExhausted));
+    assert!(h.m.epoch() <= MAX_EPOCH);
+}
+
+#[test]
+fn epoch_one_below_the_top_still_takes_over_under_the_top() {
+    let mut h = standby_b_at(MAX_EPOCH - 1, MAX_EPOCH - 1);
+    let out = h.run(2_400, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(MAX_EPOCH, 0)], "the Lease as last seen (none) is what the CAS expects");
+    // From the claim on the pair is at the top: the alarm tells the operator.
+    let alarm_at =
+        |h: &H| h.first_at(|x| matches!(x, Action::Report(Event::AlarmRaised { alarm: Alarm::EpochExhausted, .. })));
+    let claim_at = h.first_at(|x| matches!(x, Action::CasLease { .. })).unwrap();
+    assert!(alarm_at(&h).is_none_or(|t| t >= claim_at));
+    h.cas(CasResult::Unavailable);
+    assert!(h.m.holds_vips());
+    assert!(h.status().alarms.contains(&Alarm::EpochExhausted));
+}
+
+#[test]
+fn epoch_persisted_above_the_domain_is_clamped_never_saturated() {
+    // A state file can no longer hold such an epoch (it is refused at load); a caller that
+    // passes one anyway gets the top of the domain, and no takeover ties with it.
+    let mut h = H::new(pair(B), Persisted { epoch: u64::MAX, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[]);
+    assert_eq!(h.m.epoch(), MAX_EPOCH);
+    h.run(2_000, &[active(A, 200, 7)], Some(true));
+    let out = h.run(4_000, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "{:?}", cas_of(&out));
+    assert!(persisted(&h.since(0)).iter().all(|p| p.epoch <= MAX_EPOCH));
+    assert_eq!(h.status().blocker, Some(Blocker::EpochExhausted));
+}
+
+#[test]
+fn epoch_adverts_outside_the_domain_are_ignored_and_counted() {
+    let mut h = standby_b_at(3, 3);
+    let before = h.m.epoch();
+    h.now += 10;
+    let mut forged = active(A, 200, u64::MAX);
+    forged.role = Role::Active;
+    h.hear(&forged);
+    let mut commit = standby(A, 200, 3);
+    commit.op = Some(OpMsg { id: 9, kind: OpKind::Commit { to: node(B), epoch: MAX_EPOCH + 1 } });
+    h.hear(&commit);
+    assert_eq!(h.m.epoch(), before, "the epoch did not jump");
+    assert_eq!(h.status().ignored_adverts, 4, "two adverts on two paths");
+    assert_eq!(h.role(), Role::Standby, "the commit was not accepted");
+    assert_eq!(h.status().peers[0].epoch, Some(3), "the last valid advert is what is known of A");
+}
+
+#[test]
+fn epoch_lease_outside_the_domain_is_ignored() {
+    let mut h = standby_b_at(3, 3);
+    h.lease(Some(A), u64::MAX);
+    assert_eq!(h.m.epoch(), 3);
+    assert_eq!(h.status().lease, Some(LeaseView { holder: None, epoch: 0 }), "the last valid observation");
+}
+
+#[test]
+fn epoch_two_actives_at_the_top_resolve_on_priority_without_a_new_epoch() {
+    // A holds at the top; B holds at the top too (lower priority): B yields, A keeps the
+    // VIPs under the same epoch (no fresh one is left) and never sends one above the top.
+    let mut h = H::new(pair(A), Persisted { epoch: MAX_EPOCH, last_role: Role::Active, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[VIP]);
+    h.run(3_000, &[standby(B, 100, MAX_EPOCH)], None);
+    assert!(h.m.holds_vips());
+    let out = h.run(4_000, &[active(B, 100, MAX_EPOCH)], None);
+    assert!(h.m.holds_vips(), "A wins the tie on priority");
+    assert!(adverts(&out).iter().all(|a| a.epoch <= MAX_EPOCH));
+    assert!(cas_of(&out).iter().all(|(e, _)| *e <= MAX_EPOCH));
+    assert_eq!(h.m.epoch(), MAX_EPOCH);
+
+    let mut b = H::new(pair(B), Persisted { epoch: MAX_EPOCH, last_role: Role::Active, ..Persisted::default() });
+    b.env_links();
+    b.local_vips(&[VIP]);
+    let out = b.run(2_000, &[active(A, 200, MAX_EPOCH)], None);
+    assert!(!b.m.holds_vips(), "B yields to the higher priority at the same epoch");
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+}
+
+#[test]
+fn epoch_planned_failover_needs_two_fresh_epochs() {
+    // The commit takes one epoch and a takeback after a missing confirm another: one
+    // below the top, a handover is refused rather than left without a way back.
+    let mut h = active_a_with_b(MAX_EPOCH - 1);
+    h.now += 10;
+    let out = h.cmd(Command::PlannedFailover { id: 5, target: None });
+    let prepare = ops(&out).into_iter().find(|o| matches!(o.kind, OpKind::Prepare { .. })).expect("prepare");
+    h.now += 5;
+    let out = h.hear(&with_op(standby(B, 100, MAX_EPOCH - 1), prepare.id, OpKind::PrepareAck));
+    assert!(!ops(&out).iter().any(|o| matches!(o.kind, OpKind::Commit { .. })), "no commit");
+    let r = results(&out);
+    assert_eq!(r.len(), 1);
+    assert!(!r[0].1 && r[0].2.contains("top of its domain"), "{r:?}");
+    assert_eq!(h.role(), Role::Active);
+    assert!(h.m.holds_vips());
+
+    // Two below the top, it goes through.
+    let mut h = active_a_with_b(MAX_EPOCH - 2);
+    h.now += 10;
+    let out = h.cmd(Command::PlannedFailover { id: 5, target: None });
+    let prepare = ops(&out).into_iter().find(|o| matches!(o.kind, OpKind::Prepare { .. })).expect("prepare");
+    h.now += 5;
+    let out = h.hear(&with_op(standby(B, 100, MAX_EPOCH - 2), prepare.id, OpKind::PrepareAck));
+    assert!(ops(&out).iter().any(|o| matches!(o.kind, OpKind::Commit { epoch, .. } if epoch == MAX_EPOCH - 1)));
+}
