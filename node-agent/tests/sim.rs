@@ -43,10 +43,11 @@ fn sim_invariant_codes_are_stable() {
         Invariant::PolicyViolated,
         Invariant::EpochBackwards,
         Invariant::StaleEpoch,
+        Invariant::FlappingLinkAttracts,
         Invariant::NoHolderAfterHeal,
     ]
     .iter()
     .map(|i| i.code())
     .collect();
-    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "heal"]);
+    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "h", "heal"]);
 }

@@ -68,13 +68,19 @@ fn handover_on_carrier_loss_to_ready_standby() {
 }
 
 #[test]
-fn handover_on_carrier_loss_without_ready_standby_gives_up() {
+fn handover_on_carrier_loss_without_ready_standby_gives_up_after_the_dampening_time() {
     let mut b = standby(B, 100, 3);
     b.ready_all = false;
-    let mut h = active_a_with(b);
+    let mut h = active_a_with(b.clone());
     h.now = 3_010;
     let out = h.carrier(false);
     assert!(first_prepare(&out).is_none());
+    // Nobody can take the VIPs: a loss shorter than the link-dampening time (2 s) moves
+    // nothing, a longer one fences.
+    assert!(removes(&out).is_empty());
+    let out = h.run(5_000, &[b.clone()], None);
+    assert!(removes(&out).is_empty() && role_changes(&out).is_empty());
+    let out = h.run(5_020, &[b], None);
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(role_changes(&out), vec![(Role::Active, Role::Fenced, Reason::CarrierLost, 3)]);
 }

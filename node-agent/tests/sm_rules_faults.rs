@@ -136,3 +136,157 @@ fn epoch_planned_failover_needs_two_fresh_epochs() {
     let out = h.hear(&with_op(standby(B, 100, MAX_EPOCH - 2), prepare.id, OpKind::PrepareAck));
     assert!(ops(&out).iter().any(|o| matches!(o.kind, OpKind::Commit { epoch, .. } if epoch == MAX_EPOCH - 1)));
 }
+
+// ---------------------------------------------------------------- link flapping
+
+fn prepare_ids(a: &[Action]) -> Vec<u64> {
+    ops(a).into_iter().filter(|o| matches!(o.kind, OpKind::Prepare { .. })).map(|o| o.id).collect()
+}
+
+#[test]
+fn flap_member_whose_carrier_returned_takes_no_vips_until_stable() {
+    let mut h = standby_b_hearing_a();
+    // B's link blips (100 ms), and A dies right after it.
+    h.now = 2_000;
+    h.carrier(false);
+    h.now = 2_100;
+    h.carrier(true);
+    assert_eq!(h.status().carrier_settled_at, Some(Millis(4_100)));
+    let out = h.run(4_080, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "no takeover while the link settles");
+    assert_eq!(h.status().blocker, Some(Blocker::CarrierSettling));
+    assert!(!last_advert(&out).ready_all, "not ready in its adverts");
+    let out = h.run(4_100, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(2, 1)], "takes over once the link was up for 2 s");
+    assert_eq!(h.status().carrier_settled_at, None);
+}
+
+#[test]
+fn flap_settling_member_refuses_a_handover() {
+    let mut h = standby_b_hearing_a();
+    h.now = 2_000;
+    h.carrier(false);
+    h.now = 2_100;
+    h.carrier(true);
+    h.now = 2_200;
+    let out = h.hear(&with_op(active(A, 200, 1), 77, OpKind::Prepare { to: node(B) }));
+    assert_eq!(ops(&out).last(), Some(&OpMsg { id: 77, kind: OpKind::Refuse { reason: RefuseReason::NotReady } }));
+    // A commit (a forced failover skips the prepare) is refused too.
+    let out = h.hear(&with_op(adv(A, 200, Role::Demoting, 1, true), 78, OpKind::Commit { to: node(B), epoch: 2 }));
+    assert!(adds(&out).is_empty());
+    assert_eq!(h.role(), Role::Standby);
+}
+
+#[test]
+fn flap_holder_rides_out_a_short_loss_when_no_peer_is_eligible() {
+    // B is heard but not ready (its own link settles after a flap): A's carrier blip of
+    // 200 ms moves nothing and removes nothing.
+    let mut b = standby(B, 100, 3);
+    b.ready_all = false;
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.run(3_100, &[b.clone()], None);
+    assert!(prepare_ids(&out).is_empty());
+    h.now = 3_110;
+    let mut out = h.carrier(false);
+    out.extend(h.run(3_300, &[b.clone()], None));
+    h.now = 3_310;
+    out.extend(h.carrier(true));
+    out.extend(h.run(6_000, &[b], None));
+    assert!(prepare_ids(&out).is_empty(), "nobody to hand over to");
+    assert!(removes(&out).is_empty() && role_changes(&out).is_empty(), "{:?}", role_changes(&out));
+    assert!(h.m.holds_vips());
+    assert_eq!(h.role(), Role::Active);
+}
+
+#[test]
+fn flap_holder_hands_over_once_a_peer_becomes_eligible_during_its_loss() {
+    let mut b = standby(B, 100, 3);
+    b.ready_all = false;
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    h.run(3_100, &[b.clone()], None);
+    h.now = 3_110;
+    h.carrier(false);
+    let out = h.run(3_500, &[b], None);
+    assert!(prepare_ids(&out).is_empty());
+    // B's link is stable now: A, still without carrier, hands over.
+    let out = h.run(3_600, &[standby(B, 100, 3)], None);
+    assert_eq!(prepare_ids(&out).len(), 1);
+}
+
+#[test]
+fn flap_repeated_losses_double_the_dampening_time_and_a_stable_link_resets_it() {
+    let mut h = standby_b_hearing_a();
+    let mut t = 2_000;
+    let mut settled = Vec::new();
+    for _ in 0..7 {
+        h.now = t;
+        h.carrier(false);
+        h.now = t + 100;
+        h.carrier(true);
+        settled.push(h.status().carrier_settled_at.map(|m| m.0 - (t + 100)));
+        t += 400;
+    }
+    // 2 s, doubling with each loss before the link was stable, up to 32 × 2 s.
+    let want: Vec<Option<u64>> = [2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 64_000].map(Some).to_vec();
+    assert_eq!(settled, want);
+    // Up for the whole 64 s: the next loss costs the base time again.
+    let back = t - 400 + 100;
+    h.run(back + 64_000, &[active(A, 200, 1)], Some(true));
+    assert_eq!(h.status().carrier_settled_at, None);
+    h.now = back + 64_100;
+    h.carrier(false);
+    h.now = back + 64_200;
+    h.carrier(true);
+    assert_eq!(h.status().carrier_settled_at, Some(Millis(back + 66_200)));
+}
+
+#[test]
+fn flap_the_first_carrier_observation_is_no_return() {
+    // At start a link seen up is not a return (the agent does not know its history); one
+    // first seen down and then up is.
+    let mut h = H::new(pair(B), Persisted::default());
+    h.env_ok();
+    assert_eq!(h.status().carrier_settled_at, None);
+    let mut h = H::new(pair(B), Persisted::default());
+    h.carrier(false);
+    h.now = 50;
+    h.env_ok();
+    assert_eq!(h.status().carrier_settled_at, Some(Millis(2_050)));
+}
+
+#[test]
+fn flap_zero_dampening_turns_it_off() {
+    let mut cfg = pair(B);
+    cfg.timings.carrier_stable_ms = 0;
+    let mut h = H::new(cfg, Persisted::default());
+    h.env_ok();
+    h.lease(Some(A), 1);
+    h.run(2_000, &[active(A, 200, 1)], Some(true));
+    h.now = 2_000;
+    h.carrier(false);
+    h.now = 2_100;
+    h.carrier(true);
+    assert_eq!(h.status().carrier_settled_at, None);
+    let out = h.run(2_500, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(2, 1)]);
+}
+
+#[test]
+fn flap_a_long_dampened_member_still_takes_a_lost_pair_after_the_base_time() {
+    // B's link flapped three times (its readiness waits 8 s), then A dies: nobody holds
+    // the VIPs, so B takes them after the base 2 s rather than leave the pair down.
+    let mut h = standby_b_hearing_a();
+    for t in [2_000, 2_200, 2_400] {
+        h.now = t;
+        h.carrier(false);
+        h.now = t + 100;
+        h.carrier(true);
+    }
+    assert_eq!(h.status().carrier_settled_at, Some(Millis(2_500 + 8_000)));
+    let out = h.run(4_480, &[], Some(false));
+    assert!(cas_of(&out).is_empty());
+    let out = h.run(4_500, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(2, 1)]);
+}

@@ -35,6 +35,8 @@ pub(super) struct Checker {
     maintenance: [bool; MAX_NODES],
     any_maintenance: bool,
     pending_d: Option<PendingD>,
+    /// When node `n`'s carrier last returned while its agent was running (for (h)).
+    carrier_back_at: [Option<u64>; MAX_NODES],
     last_world: u64,
     n: usize,
     nv: usize,
@@ -71,6 +73,7 @@ impl Checker {
             maintenance: [false; MAX_NODES],
             any_maintenance: false,
             pending_d: None,
+            carrier_back_at: [None; MAX_NODES],
             last_world: 0,
             n,
             nv,
@@ -251,7 +254,7 @@ impl Checker {
         }
         let st = m.status();
         let now = w.t + node.mono_base;
-        let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now);
+        let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now) && st.carrier_settled_at.is_none_or(|u| u.0 <= now);
         let unknown_ok = w.p.has_target || (!st.suspended && !st.paused && !st.peers.iter().any(|p| p.suspended));
         hold_ok
             && st.boot_hold_until.is_none()
@@ -265,7 +268,19 @@ impl Checker {
             && unknown_ok
     }
 
+    /// A carrier change of node `n` (for (h): a return its running agent observes).
+    pub(super) fn on_carrier(w: &mut World, n: usize, up: bool) {
+        w.chk.carrier_back_at[n] = (up && w.nodes[n].live()).then_some(w.t);
+    }
+
+    /// Node `n`'s agent resumed after a pause: carrier changes during the pause were not
+    /// observed as such.
+    pub(super) fn on_resume(w: &mut World, n: usize) {
+        w.chk.carrier_back_at[n] = None;
+    }
+
     pub(super) fn on_agent_start(w: &mut World, n: usize) {
+        w.chk.carrier_back_at[n] = None;
         let e = w.nodes[n].persisted.epoch;
         if e < w.chk.max_epoch[n] {
             let d = format!("{} restarted with epoch {e} after having known {}", node_name(n), w.chk.max_epoch[n]);
@@ -400,6 +415,17 @@ impl Checker {
         if !w.nodes[n].carrier {
             let d = format!("{} took the VIPs ({reason:?}) without carrier", node_name(n));
             Self::violate_w(w, Invariant::IsolatedTakeover, d);
+        }
+        let stable = w.p.timings.carrier_stable_ms;
+        if let Some(b) = w.chk.carrier_back_at[n]
+            && t.saturating_sub(b) < stable
+        {
+            let d = format!(
+                "{} took the VIPs ({reason:?}) {} ms after its carrier returned (dampening {stable} ms)",
+                node_name(n),
+                t - b
+            );
+            Self::violate_w(w, Invariant::FlappingLinkAttracts, d);
         }
         if held_for(w.chk.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
             let d = format!(

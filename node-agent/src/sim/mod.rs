@@ -79,6 +79,12 @@
 //!   or the Lease. A few schedules start a few epochs below the top of the domain; once a
 //!   pair is there nobody may take the VIPs any more (alarm `EpochExhausted`), so such a
 //!   pair may end without a holder, and its members are no "ready standby" for (d).
+//! * **(h) a flapping link does not attract the VIPs** — no member takes the VIPs (any
+//!   acquisition: takeover, election, accepted handover) less than
+//!   [`crate::sm::Timings::carrier_stable_ms`] after its carrier returned (as its running
+//!   agent observed it: a return during a pause or before the agent started does not
+//!   count). Schedules flap a node's data link, or whichever node holds the VIPs at each
+//!   cycle. A member whose link is still settling is no "ready standby" for (d).
 
 mod check;
 mod rng;
@@ -176,12 +182,15 @@ pub enum Invariant {
     /// (g) a claim under an epoch that is not newer than every epoch the member knew
     /// (it would tie with its predecessor), or an epoch beyond the domain.
     StaleEpoch,
+    /// (h) a member took the VIPs less than the link-dampening time after its carrier
+    /// returned.
+    FlappingLinkAttracts,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
 }
 
 impl Invariant {
-    /// Short code: "a".."g", or "heal".
+    /// Short code: "a".."h", or "heal".
     pub fn code(self) -> &'static str {
         match self {
             Invariant::DualHolders => "a",
@@ -191,6 +200,7 @@ impl Invariant {
             Invariant::PolicyViolated => "e",
             Invariant::EpochBackwards => "f",
             Invariant::StaleEpoch => "g",
+            Invariant::FlappingLinkAttracts => "h",
             Invariant::NoHolderAfterHeal => "heal",
         }
     }

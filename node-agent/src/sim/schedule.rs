@@ -118,7 +118,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             out.push((s + len, off));
         }
     };
-    match r.below(144) {
+    match r.below(152) {
         0..=9 => {
             let l = r.range(300, 5_000);
             pair(Fault::PowerOff(x), l, Fault::PowerOn(x), out);
@@ -323,6 +323,15 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                     out,
                 );
             }
+        }
+        144..=151 => {
+            // A flapping data link: a fixed node's, or whichever node holds the VIPs at each
+            // cycle (the worst case: every link that gets the VIPs starts to flap).
+            let follow = r.chance(0.5);
+            let down = r.range(50, 400);
+            let up = r.range(100, 600);
+            let until = s + r.range(1_000, 8_000);
+            out.push((s, Fault::Flap { node: x, follow, down, up, until }));
         }
         _ => {
             let l = r.range(500, 6_000);

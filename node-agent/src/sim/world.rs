@@ -133,6 +133,16 @@ pub(super) enum Fault {
         on: bool,
     },
     Carrier(usize, bool),
+    /// One cycle of a flapping data link: the link of `node` (or, with `follow`, of
+    /// whichever node holds the VIPs now) goes down for `down` ms, then up; the next cycle
+    /// starts `down + up` ms later, until `until`.
+    Flap {
+        node: usize,
+        follow: bool,
+        down: u64,
+        up: u64,
+        until: u64,
+    },
     Mgmt(usize, bool),
     Gateway(usize, bool),
     Client(usize, bool),
@@ -821,6 +831,7 @@ impl World {
             Fault::Resume(n) => {
                 if self.nodes[n].paused {
                     self.nodes[n].paused = false;
+                    Checker::on_resume(self, n);
                     self.push_node(n, 1, NodeEv::InitFeed);
                     self.push_node(n, 1, NodeEv::LeaseFeed);
                 }
@@ -830,8 +841,23 @@ impl World {
             Fault::Carrier(n, up) => {
                 if self.nodes[n].carrier != up {
                     self.nodes[n].carrier = up;
+                    Checker::on_carrier(self, n, up);
                     self.feed(n, Input::Carrier { link: Link::Data, up });
                     self.feed(n, Input::Carrier { link: Link::Vip, up });
+                }
+            }
+            Fault::Flap { node, follow, down, up, until } => {
+                let all = (1u8 << self.p.vips.len()) - 1;
+                let holder = (0..self.p.n).find(|&i| self.nodes[i].powered && self.nodes[i].kernel == all);
+                let victim = if follow { holder.unwrap_or(node) } else { node };
+                self.world(Fault::Carrier(victim, false));
+                if self.t + down < self.p.fault_end {
+                    self.at(self.t + down, Fault::Carrier(victim, true));
+                }
+                let next = self.t + down + up;
+                if next < until.min(self.p.fault_end) {
+                    // The next cycle follows the VIP from where it is then.
+                    self.at(next, Fault::Flap { node: victim, follow, down, up, until });
                 }
             }
             Fault::Mgmt(n, up) => self.nodes[n].mgmt = up,
@@ -908,6 +934,7 @@ impl World {
         for n in 0..self.p.n {
             if !self.nodes[n].carrier {
                 self.nodes[n].carrier = true;
+                Checker::on_carrier(self, n, true);
                 self.feed(n, Input::Carrier { link: Link::Data, up: true });
                 self.feed(n, Input::Carrier { link: Link::Vip, up: true });
             }
@@ -935,6 +962,7 @@ impl World {
             }
             if self.nodes[n].paused {
                 self.nodes[n].paused = false;
+                Checker::on_resume(self, n);
                 self.push_node(n, 1, NodeEv::InitFeed);
                 self.push_node(n, 1, NodeEv::LeaseFeed);
             }

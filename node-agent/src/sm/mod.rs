@@ -67,7 +67,8 @@ mod types;
 
 pub use advert::{AUTO_OP_BIT, Advert, OpKind, OpMsg, RefuseReason};
 pub use config::{
-    AutoFailback, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member, Timings, VipSpec,
+    AutoFailback, CARRIER_STABLE_MAX_FACTOR, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member,
+    Timings, VipSpec,
 };
 pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason, RejectReason};
 pub use machine::Machine;

@@ -55,10 +55,15 @@ impl Machine {
             self.clear_alarm(Alarm::MaintenancePending, out);
         }
 
-        // Own link lost carrier: hand over if a standby is ready, else fence (give up).
+        // Own link lost carrier: hand over if a standby is ready, else fence (give up). With
+        // nobody eligible (for example the peer's own link is still settling after a flap)
+        // the VIPs stay for the dampening time first: a short loss then moves nothing.
         if self.carrier_lost() {
             if retry_ok && let Some(t) = self.best_candidate(now, Need::Urgent) {
                 self.start_op(now, None, Origin::Auto(Reason::CarrierLost), t, false, out);
+                return;
+            }
+            if self.carrier_lost_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
                 return;
             }
             let to = self.out_role(Role::Fenced);

@@ -167,6 +167,13 @@ pub struct Machine {
     peers: Vec<Peer>,
     carrier_data: Option<bool>,
     carrier_vip: Option<bool>,
+    /// Link dampening: when the carrier last returned (both links up again after a loss).
+    carrier_returned_at: Option<Millis>,
+    /// Link dampening: how long the carrier must stay up after that return.
+    carrier_required_ms: u64,
+    /// When the carrier was lost, until both links have carrier again (a holder's grace
+    /// before it gives the VIPs up; a later return starts the dampening).
+    carrier_lost_at: Option<Millis>,
     gateway: Option<bool>,
     local_vips: Option<BTreeSet<VipId>>,
     probes: Vec<ProbeTrack>,
@@ -246,6 +253,9 @@ impl Machine {
             failback_paused: persisted.failback_paused,
             carrier_data: None,
             carrier_vip: None,
+            carrier_returned_at: None,
+            carrier_required_ms: config.timings.carrier_stable_ms,
+            carrier_lost_at: None,
             gateway: None,
             local_vips: None,
             vip_missing_since: None,
@@ -452,6 +462,45 @@ impl Machine {
     /// A local link is known to have lost carrier.
     fn carrier_lost(&self) -> bool {
         self.carrier_data == Some(false) || self.carrier_vip == Some(false)
+    }
+
+    /// Link dampening: the carrier returned less than the required time ago (not eligible
+    /// to take the VIPs yet).
+    fn carrier_settling(&self, now: Millis) -> bool {
+        self.carrier_settled_at().is_some_and(|t| now < t)
+    }
+
+    /// When the returned carrier counts as stable (`None`: no return pending).
+    fn carrier_settled_at(&self) -> Option<Millis> {
+        if !self.carrier_ok() {
+            return None;
+        }
+        self.carrier_returned_at.map(|t| t.plus(self.carrier_required_ms))
+    }
+
+    /// Folds a carrier observation into the dampening state.
+    fn on_carrier(&mut self, now: Millis, link: super::types::Link, up: bool) {
+        let (was_lost, was_settling) = (self.carrier_lost(), self.carrier_settling(now));
+        match link {
+            super::types::Link::Data => self.carrier_data = Some(up),
+            super::types::Link::Vip => self.carrier_vip = Some(up),
+        }
+        let base = self.t().carrier_stable_ms;
+        if self.carrier_lost() && !was_lost {
+            // Lost again before the last return was stable: the link flaps, so it waits
+            // twice as long next time; lost after a stable stretch: the base time again.
+            self.carrier_required_ms = if was_settling {
+                let max = base.saturating_mul(super::config::CARRIER_STABLE_MAX_FACTOR);
+                self.carrier_required_ms.saturating_mul(2).min(max)
+            } else {
+                base
+            };
+            self.carrier_returned_at = None;
+            self.carrier_lost_at = Some(now);
+        } else if self.carrier_ok() && self.carrier_lost_at.is_some() {
+            self.carrier_returned_at = Some(now);
+            self.carrier_lost_at = None;
+        }
     }
 
     /// Cut off: a link without carrier or the gateway unreachable (fencing).

@@ -7,7 +7,7 @@ use crate::sm::advert::Advert;
 use crate::sm::config::Config;
 use crate::sm::io::{Action, Alarm, CasResult, Command, Input, Reason, RejectReason};
 use crate::sm::status::LeaseView;
-use crate::sm::types::{Link, MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
+use crate::sm::types::{MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
 
 impl Machine {
     pub(super) fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
@@ -17,10 +17,7 @@ impl Machine {
             Input::AdvertRejected { reason, .. } => self.on_rejected(now, reason, out),
             Input::PeerProbe { vip, result } => self.on_peer_probe(now, &vip, result),
             Input::LocalProbe { vip, port, up } => self.on_local_probe(now, &vip, port, up),
-            Input::Carrier { link, up } => match link {
-                Link::Data => self.carrier_data = Some(up),
-                Link::Vip => self.carrier_vip = Some(up),
-            },
+            Input::Carrier { link, up } => self.on_carrier(now, link, up),
             Input::Gateway { reachable } => self.gateway = reachable,
             Input::LocalVips { present } => self.on_local_vips(now, present, out),
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),

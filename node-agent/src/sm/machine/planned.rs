@@ -260,7 +260,7 @@ impl Machine {
         if a.config_revision != self.cfg.config_revision {
             return Some(RefuseReason::ConfigRevision);
         }
-        if !self.ready_all() {
+        if !self.ready_all() || self.carrier_settling(self.last_now) {
             return Some(RefuseReason::NotReady);
         }
         None
@@ -314,6 +314,8 @@ impl Machine {
             Some(RefuseReason::Maintenance)
         } else if self.cut_off() || !self.carrier_ok() {
             Some(RefuseReason::CutOff)
+        } else if self.carrier_settling(now) {
+            Some(RefuseReason::NotReady)
         } else if self.cfg_error.is_some() {
             Some(RefuseReason::Misconfigured)
         } else if initiator_major != Some(self.cfg.protocol.major) {

@@ -124,6 +124,12 @@ impl Machine {
         if !self.carrier_ok() {
             return Err(Blocker::CarrierDown);
         }
+        if self.carrier_returned_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
+            // Only the base time here, however often the link flapped: when nobody holds the
+            // VIPs, a member serving them beats none (the doubling keeps a flapping member
+            // from being chosen as a handover target while a stable one holds them).
+            return Err(Blocker::CarrierSettling);
+        }
         if self.gateway == Some(false) {
             return Err(Blocker::GatewayUnreachable);
         }
