@@ -68,3 +68,46 @@ fn flapping_data_link_of_the_holder_moves_the_vip_at_most_twice() {
     // attract the VIP (one more move at most, once the first link is stable again).
     assert!((1..=2).contains(&moves), "the VIP moved {moves} times: {}\n{}", report.summary(), lab.diagnostics());
 }
+
+/// Restarts n0's agent (SIGTERM: the VIP stays on the interface) after `tamper` changed its
+/// state file, and watches the restart: n0 alone holds the VIP all along.
+fn restart_with_tampered_state(lab: &mut AgentLab, tamper: impl FnOnce(&std::path::Path)) {
+    let state = lab.state_dir(0).join("lab.state.json");
+    assert!(state.is_file(), "the active persisted its state at {}", state.display());
+    lab.stop_agent(0);
+    tamper(&state);
+    lab.start_agent(0).expect("restart n0");
+    // Watch for 3 s (the 1 s init listen and well beyond): never another holder, never none.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let holders = lab.holders(0).expect("holders");
+        assert_eq!(holders, vec![0], "at {:?} after the restart\n{}", start.elapsed(), lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    netns::wait_until("n0 to be active again", Duration::from_secs(5), Duration::from_millis(50), || {
+        Ok(lab.role(0).as_deref() == Some("Active"))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    assert_eq!(lab.role(1).as_deref(), Some("Standby"));
+}
+
+/// An active restarted without its state file (or with one that says Standby, as a
+/// restored backup would) finds the VIP on its interface and no peer holding it under a
+/// newer epoch: it adopts it instead of removing it, so nothing moves and the client sees
+/// no gap at all (the listener never stopped).
+#[test]
+fn active_restarted_without_its_state_file_keeps_the_vip() {
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let prober = bring_up(&lab);
+    std::thread::sleep(Duration::from_secs(1));
+    restart_with_tampered_state(&mut lab, |state| std::fs::remove_file(state).expect("delete the state file"));
+    restart_with_tampered_state(&mut lab, |state| {
+        let text = std::fs::read_to_string(state).expect("state file");
+        let standby = text.replace("\"Active\"", "\"Standby\"");
+        assert_ne!(text, standby, "the state said Active: {text}");
+        std::fs::write(state, standby).expect("write the state file");
+    });
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "{}", report.summary());
+    assert_eq!(report.failed, 0, "{}", report.summary());
+}

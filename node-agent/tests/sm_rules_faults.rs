@@ -290,3 +290,117 @@ fn flap_a_long_dampened_member_still_takes_a_lost_pair_after_the_base_time() {
     let out = h.run(4_500, &[], Some(false));
     assert_eq!(cas_of(&out), vec![(2, 1)]);
 }
+
+// ---------------------------------------------------------------- a lost state file
+
+/// Member A restarted with `p` as its state and the VIP still on its interface, hearing B
+/// as `b` during its init listen. Time is 1100 (the listen is over).
+fn restarted_a(p: Persisted, b: &Advert) -> (H, Vec<Action>) {
+    let mut h = H::new(pair(A), p);
+    h.env_links();
+    let mut out = h.local_vips(&[VIP]);
+    out.extend(h.run(1_100, std::slice::from_ref(b), None));
+    (h, out)
+}
+
+#[test]
+fn lost_state_active_restarted_without_its_state_file_adopts_the_vips() {
+    let (h, out) = restarted_a(Persisted::default(), &standby(B, 100, 3));
+    assert!(removes(&out).is_empty(), "the VIP stays: {:?}", role_changes(&out));
+    assert_eq!(role_changes(&out), vec![(Role::Init, Role::Active, Reason::Adopted, 0)]);
+    assert!(h.m.holds_vips());
+    assert!(last_advert(&out).holds_vips);
+    assert_eq!(announces(&out), vec![AnnounceKind::Refresh], "no burst: the VIP did not move");
+    // It holds under the epoch it can prove (none), but knows the pair's.
+    assert_eq!((h.m.held_epoch(), h.m.epoch()), (Some(0), 3));
+    assert_eq!(persisted(&out).last().map(|p| p.last_role), Some(Role::Active));
+}
+
+#[test]
+fn lost_state_file_saying_standby_adopts_too() {
+    let p = Persisted { epoch: 3, last_role: Role::Standby, ..Persisted::default() };
+    let (h, out) = restarted_a(p, &standby(B, 100, 3));
+    assert!(removes(&out).is_empty());
+    assert_eq!(role_changes(&out), vec![(Role::Init, Role::Active, Reason::Adopted, 3)]);
+    assert!(h.m.holds_vips());
+}
+
+#[test]
+fn lost_state_adopter_yields_to_a_holder_with_a_newer_or_equal_epoch() {
+    // B holds under 3 (newer than A's lost 0): A gives the VIP up at once.
+    let (h, out) = restarted_a(Persisted::default(), &active(B, 100, 3));
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(h.first_at(|x| matches!(x, Action::RemoveVips(_))), Some(100), "at the first advert");
+    assert!(!h.m.holds_vips());
+    assert_eq!(h.role(), Role::Standby);
+    // The same epoch: A (higher priority) still yields: its epoch comes from an old file.
+    let p = Persisted { epoch: 3, last_role: Role::Standby, ..Persisted::default() };
+    let (h, out) = restarted_a(p, &active(B, 100, 3));
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert!(!h.m.holds_vips());
+}
+
+#[test]
+fn lost_state_holder_keeps_the_vips_against_a_readopting_peer_on_a_tie() {
+    // B (priority 100) holds under 4; A (priority 200) re-adopts a stale VIP under 4 too.
+    let mut b = H::new(pair(B), Persisted { epoch: 4, last_role: Role::Active, ..Persisted::default() });
+    b.env_links();
+    b.local_vips(&[VIP]);
+    b.run(3_000, &[standby(A, 200, 4)], None);
+    assert!(b.m.holds_vips());
+    let out = b.run(4_000, &[adv(A, 200, Role::Init, 4, true)], None);
+    assert!(b.m.holds_vips(), "the holder keeps the VIPs");
+    assert!(removes(&out).is_empty());
+    assert!(announces(&out).contains(&AnnounceKind::Burst), "and re-announces them");
+}
+
+#[test]
+fn lost_state_two_readopting_members_resolve_on_priority() {
+    // Both lost their state (epoch 0) and find the VIP (a partition healed while both
+    // agents restarted): the higher priority keeps it.
+    let (a, out) = restarted_a(Persisted::default(), &adv(B, 100, Role::Init, 0, true));
+    assert!(removes(&out).is_empty());
+    assert!(a.m.holds_vips());
+    let mut b = H::new(pair(B), Persisted::default());
+    b.env_links();
+    b.local_vips(&[VIP]);
+    let out = b.run(1_100, &[adv(A, 200, Role::Init, 0, true)], None);
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert!(!b.m.holds_vips());
+}
+
+#[test]
+fn lost_state_lease_naming_another_holder_makes_the_adopter_release() {
+    let mut h = H::new(pair(A), Persisted::default());
+    h.env_links();
+    h.local_vips(&[VIP]);
+    let out = h.lease(Some(B), 1);
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    // A Lease naming A itself is no reason to let go.
+    let mut h = H::new(pair(A), Persisted::default());
+    h.env_links();
+    h.local_vips(&[VIP]);
+    h.lease(Some(A), 5);
+    let out = h.run(1_100, &[standby(B, 100, 5)], None);
+    assert!(removes(&out).is_empty());
+    assert_eq!(h.m.held_epoch(), Some(5), "holds under the Lease's epoch once Active");
+}
+
+#[test]
+fn lost_state_adoption_loses_to_any_later_takeover() {
+    let (mut h, _) = restarted_a(Persisted::default(), &standby(B, 100, 3));
+    assert!(h.m.holds_vips());
+    // A partition: B takes over under 4. When A hears it, A yields despite its priority.
+    h.now = 2_000;
+    let out = h.hear(&active(B, 100, 4));
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(h.role(), Role::Standby);
+}
+
+#[test]
+fn lost_state_member_in_maintenance_does_not_adopt() {
+    let p = Persisted { maintenance: true, ..Persisted::default() };
+    let (h, out) = restarted_a(p, &standby(B, 100, 3));
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(h.role(), Role::Maintenance);
+}

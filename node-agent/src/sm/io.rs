@@ -176,7 +176,8 @@ pub struct Persisted {
     pub epoch: u64,
     /// Maintenance requested.
     pub maintenance: bool,
-    /// Last role (an agent restart adopts the VIPs only if this was Active or Demoting).
+    /// Last role. An agent restart adopts the VIPs it finds on the interface whatever this
+    /// says, except in maintenance, where only a member that was Active or Demoting does.
     pub last_role: Role,
     /// Automatic failback paused after a manual or forced move.
     pub failback_paused: bool,

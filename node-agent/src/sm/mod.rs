@@ -15,8 +15,9 @@
 //! * At start (and after any gap in observation) feed `Carrier` for both links, `Gateway`,
 //!   `LocalVips` and, if the API is reachable, `LeaseObserved`. The machine stays in
 //!   [`Role::Init`] until the first `LocalVips` arrives: that observation decides whether
-//!   a restarted agent adopts the VIPs (persisted last role Active/Demoting and the VIPs
-//!   still on the interface).
+//!   a restarted agent adopts the VIPs (the VIPs still on the interface, whatever the
+//!   persisted last role; tentatively until the init listen ruled out a holder with a
+//!   newer or equal epoch).
 //! * Unknown carrier counts as "no carrier" for taking the VIPs (but never fences);
 //!   `Gateway { reachable: None }` (also before the first observation) turns the gateway
 //!   check off.

@@ -149,8 +149,16 @@ impl Machine {
             if !rival {
                 continue;
             }
-            let theirs = (a.epoch, a.priority);
-            if theirs > mine {
+            // A member re-adopting the VIPs after a restart (still in Init) can prove its
+            // epoch only from its state file, which may be lost or old: it loses a tie to a
+            // holder that is not re-adopting, and such a holder keeps the VIPs on a tie
+            // whatever the priorities. Two re-adopting members fall back to priority.
+            let theirs_win = match (self.role == Role::Init, a.role == Role::Init) {
+                (true, false) => a.epoch >= mine.0,
+                (false, true) => a.epoch > mine.0,
+                _ => (a.epoch, a.priority) > mine,
+            };
+            if theirs_win {
                 best = Some(best.map_or(a.epoch, |b: u64| b.max(a.epoch)));
             } else if a.holds_vips {
                 weaker_holder = true;

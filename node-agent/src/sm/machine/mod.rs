@@ -159,6 +159,9 @@ pub struct Machine {
     last_now: Millis,
     last_persisted: Persisted,
     boot_last_role: Role,
+    /// Epoch from the persisted state at start: what an adopting member can prove it held
+    /// the VIPs under (never an epoch it merely heard of since).
+    boot_epoch: u64,
     adoption_decided: bool,
     maintenance: bool,
     maintenance_force: bool,
@@ -246,6 +249,7 @@ impl Machine {
             first_step_done: false,
             last_now: Millis(0),
             boot_last_role: persisted.last_role,
+            boot_epoch: persisted.epoch,
             adoption_decided: false,
             maintenance: persisted.maintenance,
             maintenance_force: false,

@@ -141,10 +141,17 @@ impl Machine {
             self.adoption_decided = true;
             // Agent restart on the active (rolling upgrade): the VIPs are still on the
             // interface, so keep them instead of causing an outage. A reboot finds none.
+            // The state file may be lost or say Standby (deleted, restored from a backup):
+            // the VIPs on the interface are then the evidence, and keeping them is safe
+            // because the adoption is tentative: during the init listen a holder with a
+            // newer or equal epoch (or a Lease naming another holder under a newer one)
+            // makes this member give them up, and it holds them under the epoch of its
+            // state (0 when lost), which loses against any real takeover later. Not while
+            // in maintenance: a member in maintenance holds nothing.
             let was_holder = matches!(self.boot_last_role, Role::Active | Role::Demoting);
-            if was_holder && !ours.is_empty() {
+            if !ours.is_empty() && (was_holder || !self.maintenance) {
                 self.holding = true;
-                self.held_epoch = self.epoch;
+                self.held_epoch = self.boot_epoch;
                 self.advert_now = true;
             }
         }
@@ -173,8 +180,9 @@ impl Machine {
         self.lease_stale = false;
         self.bump_epoch(epoch);
         let other = holder.as_ref().is_some_and(|h| h != &self.cfg.local);
-        if self.role == Role::Init && self.holding && other && epoch > self.held_epoch {
-            // Adopting after a restart, but the pair moved on meanwhile.
+        if self.role == Role::Init && self.holding && other && epoch >= self.held_epoch {
+            // Adopting after a restart, but the pair moved on meanwhile (a re-adopting
+            // member loses ties: its epoch may come from a lost or old state file).
             self.release(now, Role::Init, Reason::NewerEpochLease, out);
             return;
         }
