@@ -597,11 +597,11 @@ fn two_actives_foreign_holder_conflict_raises_alarm_and_reannounces() {
     // Reported again 2 s later (the next duplicate probe): re-announced, alarm still up.
     h.now = 5_010;
     let out = h.feed(conflict);
-    assert!(raised(&out).is_empty());
+    assert!(!raised(&out).contains(&Alarm::VipConflict));
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
     // Clears 10 s after the last report.
     let out = h.run(15_020, &[standby(B, 100, 3)], None);
-    assert_eq!(cleared(&out), vec![Alarm::VipConflict]);
+    assert!(cleared(&out).contains(&Alarm::VipConflict));
 }
 
 #[test]

@@ -404,3 +404,75 @@ fn lost_state_member_in_maintenance_does_not_adopt() {
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(h.role(), Role::Maintenance);
 }
+
+// ---------------------------------------------------------------- a silent peer
+
+fn peer_silent_raised_at(h: &H) -> Option<u64> {
+    h.first_at(|x| matches!(x, Action::Report(Event::AlarmRaised { alarm: Alarm::PeerSilent, .. })))
+}
+
+#[test]
+fn peer_silent_alarm_when_a_peer_is_silent_on_every_path_while_own_links_are_fine() {
+    let mut h = standby_b_hearing_a();
+    assert!(!h.status().alarms.contains(&Alarm::PeerSilent));
+    // A falls silent at 2000 (the data plane still answers: no takeover, but the alarm).
+    h.run(2_400, &[], Some(true));
+    assert_eq!(peer_silent_raised_at(&h), Some(2_300), "after one heartbeat timeout");
+    assert!(h.status().alarms.contains(&Alarm::PeerSilent));
+    // Heard again (on one path is enough): cleared.
+    h.now = 2_410;
+    let out = h.hear_on(1, &active(A, 200, 1));
+    assert_eq!(cleared(&out), vec![Alarm::PeerSilent]);
+}
+
+#[test]
+fn peer_silent_alarm_on_both_sides_of_a_peer_only_partition() {
+    // The active sees its standby fall silent too (it keeps serving: nothing to decide).
+    let mut h = active_a_with_b(3);
+    let out = h.run(3_400, &[], None);
+    assert!(raised(&out).contains(&Alarm::PeerSilent));
+    assert!(h.m.holds_vips());
+}
+
+#[test]
+fn peer_silent_alarm_not_raised_while_heard_on_one_path() {
+    let mut h = standby_b_hearing_a();
+    for t in (2_100..=4_000).step_by(100) {
+        h.run(t, &[], Some(true));
+        h.hear_on(0, &active(A, 200, 1));
+    }
+    assert_eq!(peer_silent_raised_at(&h), None);
+}
+
+#[test]
+fn peer_silent_alarm_not_raised_when_this_member_is_cut_off() {
+    // Own carrier down: the silence is explained by this member's own link.
+    let mut h = standby_b_hearing_a();
+    h.now = 2_000;
+    h.carrier(false);
+    h.run(3_000, &[], Some(false));
+    assert_eq!(peer_silent_raised_at(&h), None);
+    // Own gateway unreachable: the same.
+    let mut h = standby_b_hearing_a();
+    h.now = 2_000;
+    h.gateway(Some(false));
+    h.run(3_000, &[], Some(false));
+    assert_eq!(peer_silent_raised_at(&h), None);
+    // And a raised alarm clears when this member loses its own link.
+    let mut h = standby_b_hearing_a();
+    h.run(2_400, &[], Some(true));
+    assert!(h.status().alarms.contains(&Alarm::PeerSilent));
+    h.now = 2_410;
+    let out = h.carrier(false);
+    assert_eq!(cleared(&out), vec![Alarm::PeerSilent]);
+}
+
+#[test]
+fn peer_silent_alarm_for_a_peer_never_heard_after_the_init_listen() {
+    let mut h = H::new(pair(B), Persisted::default());
+    h.env_ok();
+    h.run(990, &[], Some(false));
+    assert_eq!(peer_silent_raised_at(&h), None, "not during the init listen");
+    h.run(1_100, &[], Some(false));
+    assert!(h.status().alarms.contains(&Alarm::PeerSilent));
+}

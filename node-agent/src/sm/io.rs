@@ -294,11 +294,16 @@ pub enum Alarm {
     /// member takes no VIPs and starts no handover any more (a new epoch would tie with
     /// its predecessor). Reset the pair's epochs (state files, Lease) to recover.
     EpochExhausted,
+    /// A peer is silent on every heartbeat path while this member's links have carrier and
+    /// its gateway answers: the peer is down, or partitioned from this member. In
+    /// standalone mode (no Lease to arbitrate) a partition between the members alone, with
+    /// the data-plane probe failing from each side, can leave both holding the VIPs.
+    PeerSilent,
 }
 
 impl Alarm {
     /// Every alarm, in declaration order (for metrics that export one series per alarm).
-    pub const ALL: [Alarm; 9] = [
+    pub const ALL: [Alarm; 10] = [
         Alarm::Suspended,
         Alarm::VersionMismatch,
         Alarm::KeyMismatch,
@@ -308,6 +313,7 @@ impl Alarm {
         Alarm::Misconfigured,
         Alarm::MaintenancePending,
         Alarm::EpochExhausted,
+        Alarm::PeerSilent,
     ];
 
     /// Name for status and metrics labels.
@@ -322,6 +328,7 @@ impl Alarm {
             Alarm::Misconfigured => "Misconfigured",
             Alarm::MaintenancePending => "MaintenancePending",
             Alarm::EpochExhausted => "EpochExhausted",
+            Alarm::PeerSilent => "PeerSilent",
         }
     }
 }

@@ -776,6 +776,7 @@ impl Machine {
         if !self.version_mismatch() {
             self.clear_alarm(Alarm::VersionMismatch, out);
         }
+        self.check_peer_silent(now, out);
         for i in 0..self.peers.len() {
             let ok = self.candidate_problem(i, now, Need::Planned).is_none();
             let p = &mut self.peers[i];
@@ -784,6 +785,44 @@ impl Machine {
             } else {
                 p.ready_since = None;
             }
+        }
+    }
+
+    /// `PeerSilent`: some peer has been silent on every path for a heartbeat timeout (since
+    /// it was last heard, or since this agent started) after the init listen, while this
+    /// member's own links and gateway are fine — so the silence is not explained by this
+    /// member being cut off. Cleared when every peer is heard again, or when this member
+    /// itself is cut off (then its own role and reason tell), or while heartbeats arrive
+    /// that fail verification (KeyMismatch, ClockSkew).
+    fn check_peer_silent(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let timeout = self.t().heartbeat_timeout_ms;
+        let started = self.started_at.unwrap_or(now);
+        // Heartbeats failing verification are no silence: KeyMismatch or ClockSkew tells.
+        let rejected = self.alarms.contains(&Alarm::KeyMismatch) || self.alarms.contains(&Alarm::ClockSkew);
+        let own_ok = self.carrier_ok() && self.gateway != Some(false) && !rejected;
+        let listening = matches!(self.role, Role::Init | Role::Unpaired);
+        let silent: Vec<(String, u64)> = if own_ok && !listening {
+            self.peers
+                .iter()
+                .filter_map(|p| {
+                    let last = p.last_heard.iter().flatten().max().copied().unwrap_or(started).max(started);
+                    let quiet = now.since(last);
+                    (quiet >= timeout).then(|| (p.node.to_string(), quiet))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if silent.is_empty() {
+            self.clear_alarm(Alarm::PeerSilent, out);
+        } else {
+            let who: Vec<String> = silent.iter().map(|(n, q)| format!("{n} for {q} ms")).collect();
+            let detail = format!(
+                "silent on every heartbeat path while this member's links and gateway are fine: {} \
+                 (down, or partitioned from this member)",
+                who.join(", ")
+            );
+            self.raise(Alarm::PeerSilent, detail, out);
         }
     }
 
