@@ -206,11 +206,12 @@ pub struct TakeoverSpec {
     #[schemars(length(max = 32))]
     pub boot_hold: String,
 
-    /// Link dampening: a member whose link carrier returned is not eligible to take the
-    /// VIPs (no takeover, not a handover target) until its links had carrier this long; a
-    /// link that flaps again before that waits twice as long next time (up to 32 times).
-    /// An active whose link fails with nobody eligible keeps the VIPs this long before it
-    /// gives them up, so a short flap moves nothing. `0s` turns dampening off.
+    /// Link dampening: a member whose link carrier returned takes no VIPs over until its
+    /// links had carrier this long, and is no handover target for this long either — a
+    /// wait that doubles each time the link drops again before it ends (up to 32 times), so
+    /// a flapping link stops attracting the VIPs. An active whose link fails with nobody
+    /// eligible keeps the VIPs this long before it gives them up, so a short flap moves
+    /// nothing. `0s` turns dampening off.
     /// (Left out of the configuration revision while it is the default, so members that
     /// predate it agree on the revision.)
     #[serde(default = "default_carrier_stable_for", skip_serializing_if = "is_default_carrier_stable_for")]

@@ -44,10 +44,13 @@ fn sim_invariant_codes_are_stable() {
         Invariant::EpochBackwards,
         Invariant::StaleEpoch,
         Invariant::FlappingLinkAttracts,
+        Invariant::RestartMovedVips,
+        Invariant::AnnouncedStale,
+        Invariant::SilentDualHolder,
         Invariant::NoHolderAfterHeal,
     ]
     .iter()
     .map(|i| i.code())
     .collect();
-    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "h", "heal"]);
+    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "heal"]);
 }

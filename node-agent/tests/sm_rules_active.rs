@@ -201,6 +201,7 @@ fn two_actives_winner_reannounces() {
     h.now = 3_500;
     assert!(announces(&h.hear_on(0, &active(B, 100, 3))).is_empty());
     // ... but again if the loser is still heard holding a second later.
+    h.run(4_000, &[], None);
     h.now = 4_010;
     assert_eq!(announces(&h.hear_on(0, &active(B, 100, 3))), vec![AnnounceKind::Burst]);
 }

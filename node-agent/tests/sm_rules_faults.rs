@@ -476,3 +476,74 @@ fn peer_silent_alarm_for_a_peer_never_heard_after_the_init_listen() {
     h.run(1_100, &[], Some(false));
     assert!(h.status().alarms.contains(&Alarm::PeerSilent));
 }
+
+// ---------------------------------------------------------------- after a stall
+
+/// Standby B that claimed at 2300 (A silent, its data plane down); its CAS is in flight.
+fn claiming_b() -> H {
+    let mut h = standby_b_hearing_a();
+    let out = h.run(2_300, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(2, 1)]);
+    assert!(!h.m.holds_vips());
+    h
+}
+
+#[test]
+fn stall_resumed_claimer_yields_to_a_newer_lease_queued_behind_its_grant() {
+    // B is stopped right after its claim. Meanwhile the Lease granted it, then C... here A
+    // came back and took the pair under epoch 3. At SIGCONT both answers arrive in a burst.
+    let mut h = claiming_b();
+    h.now = 4_000;
+    let mut out = h.cas(CasResult::Ok { epoch: 2 });
+    assert!(adds(&out).is_empty() && announces(&out).is_empty(), "no VIP before the queue is processed");
+    out.extend(h.lease(Some(A), 3));
+    out.extend(h.feed(Input::Tick));
+    assert!(adds(&out).is_empty() && announces(&out).is_empty(), "{out:?}");
+    assert!(!h.m.holds_vips());
+    assert_eq!(h.role(), Role::Standby);
+}
+
+#[test]
+fn stall_resumed_claimer_takes_the_vips_at_the_first_tick_when_nothing_newer_is_queued() {
+    let mut h = claiming_b();
+    h.now = 4_000;
+    let out = h.cas(CasResult::Ok { epoch: 2 });
+    assert!(adds(&out).is_empty());
+    let out = h.feed(Input::Tick);
+    assert_eq!(adds(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
+    assert!(h.m.holds_vips());
+}
+
+#[test]
+fn stall_resumed_initiator_processes_the_queued_confirm_before_its_timeout() {
+    // A committed a handover to B and was stopped for 2 s (past its 1 s confirm timeout).
+    // Queued meanwhile: B's older advert, then B's confirm. A completes the handover; it
+    // neither aborts nor takes the VIPs back under a newer epoch.
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    h.cmd(Command::PlannedFailover { id: 7, target: None });
+    h.now = 3_015;
+    h.hear(&with_op(standby(B, 100, 3), 7, OpKind::PrepareAck));
+    assert_eq!(h.role(), Role::Demoting);
+    h.now = 5_100;
+    let mut out = h.hear_on(1, &with_op(standby(B, 100, 3), 7, OpKind::PrepareAck));
+    out.extend(h.hear_on(1, &with_op(active(B, 100, 4), 7, OpKind::Confirm)));
+    out.extend(h.feed(Input::Tick));
+    assert!(announces(&out).is_empty(), "no takeback: {:?}", role_changes(&out));
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(results(&out), vec![(7, true, "handed over to node-b".to_owned())]);
+    assert_eq!(h.role(), Role::Standby);
+}
+
+#[test]
+fn stall_resumed_holder_yields_to_a_queued_newer_holder_without_announcing() {
+    let mut h = active_a_with_b(3);
+    h.now = 5_000;
+    let mut out = h.hear_on(1, &adv(B, 100, Role::Active, 4, false));
+    out.extend(h.hear_on(1, &active(B, 100, 4)));
+    out.extend(h.feed(Input::Tick));
+    assert!(announces(&out).is_empty());
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(role_changes(&out), vec![(Role::Active, Role::Standby, Reason::NewerEpochPeer, 4)]);
+}

@@ -12,6 +12,12 @@
 //!   feed [`Input::Tick`] every [`Timings::tick_ms`]. Execute the returned actions **in
 //!   order**: a [`Action::Persist`] always precedes the actions it protects (a new epoch is
 //!   on disk before the VIPs are added under it).
+//! * After a stall (the process was stopped or starved for longer than the heartbeat
+//!   timeout), feed the inputs that queued up meanwhile (heartbeats, Lease events, CAS
+//!   answers) **before the next `Tick`**: until that Tick the machine only gives up what a
+//!   newer holder or Lease claims; it takes, announces and times out nothing (a claim the
+//!   Lease granted meanwhile is settled at the Tick), so a resumed member never announces
+//!   VIPs that a queued heartbeat is about to take away.
 //! * At start (and after any gap in observation) feed `Carrier` for both links, `Gateway`,
 //!   `LocalVips` and, if the API is reachable, `LeaseObserved`. The machine stays in
 //!   [`Role::Init`] until the first `LocalVips` arrives: that observation decides whether

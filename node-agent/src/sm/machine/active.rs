@@ -14,9 +14,10 @@ impl Machine {
                     self.abandon_claim(now, Reason::MaintenanceOn, out);
                 } else if self.cut_off() {
                     self.abandon_claim(now, Reason::Fenced, out);
-                } else {
-                    // Claiming: a better claimer or holder heard meanwhile wins.
-                    self.check_rival(now, out);
+                } else if !self.check_rival(now, out) {
+                    // Claiming: a better claimer or holder heard meanwhile wins (above). A
+                    // claim granted during a catch-up after a stall is settled now.
+                    self.settle_granted_claim(now, out);
                 }
             } else {
                 self.set_role(Role::Standby, Reason::ClaimAbandoned, now, out);
@@ -116,6 +117,26 @@ impl Machine {
         }
     }
 
+    /// A claim granted while the machine caught up after a stall: a Lease naming another
+    /// holder under a newer epoch drops it; otherwise the Lease's grant takes the VIPs, and
+    /// an unavailable store's goes through the local rules again.
+    fn settle_granted_claim(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let Some(by_lease) = self.claim_granted.take() else {
+            return;
+        };
+        let Some(c) = self.claim.clone() else {
+            return;
+        };
+        let me = self.cfg.local.clone();
+        if self.lease.as_ref().is_some_and(|l| l.holder.as_ref() != Some(&me) && l.epoch >= c.epoch) {
+            self.abandon_claim(now, Reason::NewerEpochLease, out);
+        } else if by_lease {
+            self.claim_won(now, c.reason, out);
+        } else {
+            self.on_cas_unavailable(now, out);
+        }
+    }
+
     /// Role to leave to when giving up: maintenance wins over `otherwise`, and a member
     /// that is cut off rests in Fenced rather than Standby.
     pub(super) fn out_role(&self, otherwise: Role) -> Role {
@@ -178,7 +199,7 @@ impl Machine {
             }
             return true;
         }
-        if weaker_holder && self.holding && self.role != Role::Init {
+        if weaker_holder && self.holding && self.role != Role::Init && !self.catch_up {
             // At the top of the epoch domain the tie stays: the loser yields on priority
             // all the same.
             if tie && let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) {

@@ -216,6 +216,13 @@ pub struct Machine {
     op_seq: u16,
     /// Heartbeats ignored for an epoch outside the domain.
     ignored_adverts: u64,
+    /// After a stall, until the next `Tick`: the inputs queued during the stall are being
+    /// processed; the machine gives up what a newer holder or Lease claims but takes,
+    /// announces and times out nothing (its view is stale until the queue is processed).
+    catch_up: bool,
+    /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
+    /// local rules (`Some(false)`) during a catch-up: settled at its end.
+    claim_granted: Option<bool>,
     /// Test-only knob for the simulator's deliberate-break test: take over without the
     /// data-plane probe condition. Not reachable from any configuration.
     #[cfg(test)]
@@ -295,6 +302,8 @@ impl Machine {
             last_transition: None,
             op_seq: 0,
             ignored_adverts: 0,
+            catch_up: false,
+            claim_granted: None,
             last_persisted: persisted,
             cfg: config,
             #[cfg(test)]
@@ -317,10 +326,15 @@ impl Machine {
         let now = now.max(self.last_now);
         if self.started_at.is_some() && now.since(self.last_now) > self.t().heartbeat_timeout_ms {
             // The process was stalled (SIGSTOP, a suspended VM): data-plane evidence
-            // gathered before the stall says nothing about now.
+            // gathered before the stall says nothing about now, and the inputs that queued
+            // up meanwhile come first (the I/O layer feeds them before the next Tick).
             for tr in &mut self.probes {
                 *tr = ProbeTrack::default();
             }
+            self.catch_up = true;
+        }
+        if input == Input::Tick {
+            self.catch_up = false;
         }
         self.last_now = now;
         if self.started_at.is_none() {
@@ -337,7 +351,14 @@ impl Machine {
             }
         }
         self.handle(now, input, out);
-        self.evaluate(now, out);
+        if self.catch_up {
+            // Only give up what a newer holder claims (the Lease side is in `on_lease`).
+            if self.holding || self.claim.is_some() {
+                self.check_rival(now, out);
+            }
+        } else {
+            self.evaluate(now, out);
+        }
         self.persist_if_changed(out);
         let due = self.next_advert_at.is_none_or(|t| now >= t);
         if self.role != Role::Unpaired && (self.advert_now || due) {

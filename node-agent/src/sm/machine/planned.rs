@@ -165,6 +165,12 @@ impl Machine {
     }
 
     pub(super) fn on_op_msg(&mut self, now: Millis, i: usize, msg: &OpMsg, out: &mut Vec<Action>) {
+        if self.catch_up && !matches!(msg.kind, OpKind::Confirm | OpKind::Abort) {
+            // Queued during a stall and maybe stale: a current operation repeats its message
+            // in every advert, so it is acted on once the queue is processed. A confirm or
+            // an abort only ever gives VIPs up.
+            return;
+        }
         let from = self.peers[i].node.clone();
         if let Some(op) = self.op.as_ref()
             && op.to == from

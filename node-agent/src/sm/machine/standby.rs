@@ -304,6 +304,10 @@ impl Machine {
         let Some(c) = self.claim.clone() else {
             return;
         };
+        if self.catch_up {
+            self.claim_granted = Some(false);
+            return;
+        }
         match self.takeover_conditions(now, true) {
             Ok(_) => self.claim_won(now, c.reason, out),
             Err(_) => self.abandon_claim(now, Reason::ClaimAbandoned, out),
@@ -314,6 +318,11 @@ impl Machine {
     /// unfit meanwhile (maintenance, cut off): then the Lease is left to be overwritten by
     /// the next claimer.
     pub(super) fn claim_won(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
+        if self.catch_up {
+            // Settled after the catch-up: a newer holder or Lease may still be queued.
+            self.claim_granted = Some(true);
+            return;
+        }
         if self.maintenance {
             self.abandon_claim(now, Reason::MaintenanceOn, out);
         } else if !self.carrier_ok() || self.gateway == Some(false) {
@@ -325,6 +334,7 @@ impl Machine {
 
     pub(super) fn abandon_claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         self.claim = None;
+        self.claim_granted = None;
         if reason == Reason::LeaseConflict {
             self.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
         }
