@@ -2,6 +2,7 @@
 //! resources, their defaults, condition types and reasons, field managers and
 //! annotations, and CRD generation.
 
+pub mod contract;
 pub mod duration;
 pub mod floatingip;
 pub mod hapair;
@@ -9,6 +10,7 @@ pub mod httpd;
 pub mod revision;
 pub mod wire;
 
+pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
 pub use hapair::{
     FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
@@ -153,6 +155,72 @@ pub mod manager {
     }
     /// The kubectl plugin's field manager (annotations only).
     pub const PLUGIN: &str = "kubectl-havip";
+}
+
+/// Names of the per-pair Leases.
+///
+/// Pair Leases live in the operator's namespace next to the operator's leader-election
+/// Lease (`havip-operator` by default). Their names carry a prefix that no other Lease
+/// of havip's uses, so no pair name can make the agents write another Lease, and the
+/// chart's admission policy lets an agent update only Leases with this prefix.
+pub mod lease {
+    /// The prefix of every pair Lease's name (`hapair-<pair>`). The chart's
+    /// ValidatingAdmissionPolicy spells it too (a test keeps the two in agreement).
+    ///
+    /// It does not start with `havip-`, so no new name can be the name an earlier release
+    /// gave another pair's Lease (`havip-<pair>`: with a prefix `havip-pair-`, the old
+    /// Lease of a pair named `pair-x` would have been the new Lease of pair `x`).
+    pub const PAIR_PREFIX: &str = "hapair-";
+
+    /// The name of pair `pair`'s Lease: `hapair-<pair>`. Pair names longer than 63
+    /// characters are refused by the operator, so the name stays far below the 253
+    /// characters a Lease name may have (and is a DNS subdomain like the pair's name).
+    pub fn pair_lease_name(pair: &str) -> String {
+        format!("{PAIR_PREFIX}{pair}")
+    }
+
+    /// The pair a Lease belongs to, if its name is a pair Lease's.
+    pub fn pair_of_lease(lease: &str) -> Option<&str> {
+        lease.strip_prefix(PAIR_PREFIX).filter(|p| !p.is_empty())
+    }
+
+    /// Whether `name` is (or would be taken for) a pair Lease's name. The operator
+    /// refuses a leader-election Lease with such a name.
+    pub fn is_pair_lease(name: &str) -> bool {
+        name.starts_with(PAIR_PREFIX)
+    }
+
+    /// The name releases before the prefix gave a pair's Lease (`havip-<pair>`). The
+    /// operator seeds a new pair Lease from the Lease of that name when the pair owns it,
+    /// so that no epoch goes backwards on an upgrade.
+    pub fn legacy_pair_lease_name(pair: &str) -> String {
+        format!("havip-{pair}")
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn pair_leases_never_share_a_name_with_the_leader_lease() {
+            assert_eq!(pair_lease_name("web"), "hapair-web");
+            assert_eq!(pair_of_lease("hapair-web"), Some("web"));
+            // The pair named `operator` no longer lands on the leader-election Lease.
+            assert_ne!(pair_lease_name("operator"), "havip-operator");
+            assert_eq!(pair_of_lease("havip-operator"), None);
+            assert_eq!(pair_of_lease("hapair-"), None);
+            assert!(!is_pair_lease("havip-operator"));
+            assert!(is_pair_lease(&pair_lease_name("operator")));
+            // No new name is an old name (of whatever pair), so no Lease left by an
+            // earlier release is ever taken for a pair Lease or writable by the agents.
+            for pair in ["web", "pair-x", "x", "operator"] {
+                assert!(!legacy_pair_lease_name(pair).starts_with(PAIR_PREFIX));
+                assert!(!is_pair_lease(&legacy_pair_lease_name(pair)));
+            }
+            // The longest pair name the operator accepts still gives a valid Lease name.
+            assert!(pair_lease_name(&"a".repeat(63)).len() <= 253);
+        }
+    }
 }
 
 /// Annotations on an HAPair that request imperative actions. Each value is a request

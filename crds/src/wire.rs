@@ -17,6 +17,15 @@
 //! ..     32    HMAC-SHA256 over every byte before it
 //! ```
 //!
+//! Since minor version 1 the body ends with the sender's [`Session`]: 8 bytes of session
+//! id (random per agent start) and 8 bytes of echo (the receiver's session id as the
+//! sender last heard it, 0 if never). A receiver of minor 0 ignores them.
+//!
+//! **Demultiplexing.** One agent serves every pair of its node on one socket per (local
+//! address, port). [`peek_pair`] reads the pair name from the header *before* the MAC
+//! check — it is authenticated later, with that pair's keys — so that a datagram is
+//! verified with the keys of the pair it names and never charged to another pair.
+//!
 //! Decoding checks, in order: size bounds, magic, that the key id is known, the MAC
 //! (constant time), and only then the version and the fields — so nothing an attacker
 //! without the key sends is ever interpreted. A different **major** version is
@@ -24,8 +33,13 @@
 //! raise a version-mismatch alarm; a newer **minor** version is accepted and its extra
 //! body bytes are ignored.
 //!
-//! Replay protection is the receiver's [`ReplayWindow`], kept per sender *and path*
-//! (the same message goes out on every path), plus a freshness bound on the timestamp.
+//! Replay protection is the receiver's [`SenderWindow`]: per sender, the sender's current
+//! session, and per path a [`ReplayWindow`] over sequence numbers (the same message goes
+//! out on every path), plus a freshness bound on the timestamp. A restarted sender starts
+//! a new session; the receiver switches to it as soon as the new session proves that it
+//! was created after the receiver's own start (it echoes the receiver's session id), so
+//! a sender whose clock stepped back is heard again at once, while replays of an older
+//! session are refused for good.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -33,8 +47,10 @@ use sha2::Sha256;
 /// The protocol major version this build speaks. Members with another major do not
 /// take over from each other automatically.
 pub const PROTOCOL_MAJOR: u8 = 1;
-/// The protocol minor version this build writes.
-pub const PROTOCOL_MINOR: u8 = 0;
+/// The protocol minor version this build writes (1: the body ends with a [`Session`]).
+pub const PROTOCOL_MINOR: u8 = 1;
+/// The first minor version that carries a [`Session`].
+pub const SESSION_MINOR: u8 = 1;
 /// Datagrams larger than this are dropped unread.
 pub const MAX_DATAGRAM: usize = 512;
 /// Bytes of the HMAC-SHA256 trailer.
@@ -183,6 +199,18 @@ pub struct Heartbeat {
     pub sender: String,
     /// The content.
     pub body: Body,
+    /// The sender's session (minor ≥ 1; `None` from an older sender).
+    pub session: Option<Session>,
+}
+
+/// A sender's session, carried at the end of the body since minor version 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Session {
+    /// Random, nonzero, new at every agent start.
+    pub id: u64,
+    /// The receiver's session id as the sender last heard it (0: not heard yet). It proves
+    /// to the receiver that this session began after the receiver's own start.
+    pub echo: u64,
 }
 
 /// Why a datagram was dropped. [`DecodeError::reason`] gives a bounded metric label.
@@ -293,7 +321,11 @@ pub fn encode(hb: &Heartbeat, key: &Key) -> Vec<u8> {
     out.extend_from_slice(&hb.timestamp_ms.to_be_bytes());
     put_name(&mut out, &hb.pair);
     put_name(&mut out, &hb.sender);
-    let body = encode_body(&hb.body);
+    let mut body = encode_body(&hb.body);
+    if let Some(sess) = hb.session.filter(|_| hb.minor >= SESSION_MINOR) {
+        body.extend_from_slice(&sess.id.to_be_bytes());
+        body.extend_from_slice(&sess.echo.to_be_bytes());
+    }
     out.extend_from_slice(&(body.len() as u16).to_be_bytes());
     out.extend_from_slice(&body);
     let mac = mac_of(&key.secret, &out);
@@ -446,11 +478,33 @@ pub fn decode(buf: &[u8], keys: &Keyring) -> Result<Heartbeat, DecodeError> {
     if r.pos != signed.len() {
         return Err(DecodeError::Malformed { field: "trailing bytes" });
     }
-    let body = decode_body(body_bytes)?;
-    Ok(Heartbeat { major, minor, key_id, seq, timestamp_ms, pair, sender, body })
+    let (body, session) = decode_body(body_bytes, minor)?;
+    Ok(Heartbeat { major, minor, key_id, seq, timestamp_ms, pair, sender, body, session })
 }
 
-fn decode_body(buf: &[u8]) -> Result<Body, DecodeError> {
+/// The pair a datagram names, read from its header **without authenticating it**: only
+/// to pick the keys it must then be verified with ([`decode`]). Checks size bounds and
+/// the magic first, like [`decode`].
+pub fn peek_pair(buf: &[u8]) -> Result<&str, DecodeError> {
+    if buf.len() > MAX_DATAGRAM {
+        return Err(DecodeError::Oversized { len: buf.len() });
+    }
+    if buf.len() < FIXED_HEADER + 2 + 2 + MAC_LEN {
+        return Err(DecodeError::Truncated { len: buf.len() });
+    }
+    if buf[0..2] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let signed = &buf[..buf.len() - MAC_LEN];
+    let len = usize::from(signed[FIXED_HEADER]);
+    if len > MAX_NAME {
+        return Err(DecodeError::Malformed { field: "pair" });
+    }
+    let name = signed.get(FIXED_HEADER + 1..FIXED_HEADER + 1 + len).ok_or(DecodeError::Malformed { field: "pair" })?;
+    std::str::from_utf8(name).map_err(|_| DecodeError::Malformed { field: "pair" })
+}
+
+fn decode_body(buf: &[u8], minor: u8) -> Result<(Body, Option<Session>), DecodeError> {
     let mut r = Reader { buf, pos: 0 };
     let role = WireRole::from_u8(r.u8("role")?).ok_or(DecodeError::Malformed { field: "role" })?;
     let epoch = r.u64("epoch")?;
@@ -474,8 +528,18 @@ fn decode_body(buf: &[u8]) -> Result<Body, DecodeError> {
         6 => Some(WireOp::Abort { id: r.u64("op id")? }),
         _ => return Err(DecodeError::Malformed { field: "op" }),
     };
+    let session = if minor >= SESSION_MINOR {
+        let id = r.u64("session")?;
+        let echo = r.u64("session echo")?;
+        if id == 0 {
+            return Err(DecodeError::Malformed { field: "session" });
+        }
+        Some(Session { id, echo })
+    } else {
+        None
+    };
     // Bytes after the known fields belong to a newer minor version: ignored.
-    Ok(Body {
+    let body = Body {
         role,
         epoch,
         priority,
@@ -488,7 +552,8 @@ fn decode_body(buf: &[u8]) -> Result<Body, DecodeError> {
         gateway,
         config_revision,
         op,
-    })
+    };
+    Ok((body, session))
 }
 
 /// Why an authentic heartbeat was still refused by the [`ReplayWindow`].
@@ -506,6 +571,20 @@ pub enum ReplayError {
         /// Local clock minus the sender's timestamp.
         skew_ms: i64,
     },
+    /// From a session of the sender that a newer session replaced: a replay.
+    #[error("heartbeat of a replaced session {session:#x} of its sender")]
+    RetiredSession {
+        /// The session id.
+        session: u64,
+    },
+    /// From a session that has not proved yet that it began after the receiver's start
+    /// (it does not echo the receiver's session id) while another session of the same
+    /// sender is current: a replay, or a restarted sender that has not heard us yet.
+    #[error("heartbeat of an unconfirmed new session {session:#x} of its sender")]
+    UnconfirmedSession {
+        /// The session id.
+        session: u64,
+    },
 }
 
 impl ReplayError {
@@ -514,7 +593,14 @@ impl ReplayError {
         match self {
             Self::Replayed { .. } => "replayed",
             Self::Stale { .. } => "stale",
+            Self::RetiredSession { .. } => "retired_session",
+            Self::UnconfirmedSession { .. } => "unconfirmed_session",
         }
+    }
+
+    /// Whether the datagram was refused as (possibly) replayed, as opposed to stale.
+    pub fn is_replay(&self) -> bool {
+        !matches!(self, Self::Stale { .. })
     }
 }
 
@@ -562,6 +648,94 @@ impl ReplayWindow {
     }
 }
 
+/// How many replaced sessions of one sender a receiver remembers (and refuses).
+pub const RETIRED_SESSIONS: usize = 8;
+
+/// Anti-replay state of one sender, as one receiver keeps it: the sender's current
+/// session, the sessions it replaced (refused for good), and a [`ReplayWindow`] per path
+/// within the current session.
+///
+/// A datagram of a **new** session is accepted when
+/// - no session of the sender is known yet (the receiver just started), or
+/// - it echoes the receiver's own session id: it was signed after the sender heard the
+///   receiver's current incarnation, so it cannot be a replay of anything older than that.
+///
+/// A restarted sender is thus heard again one heartbeat after it hears the receiver,
+/// whatever its clock says; a replay of a replaced session is refused forever; and a
+/// datagram of an unconfirmed session is refused while the current session stands (a
+/// replay of captured traffic cannot displace it). Senders of minor version 0 carry no
+/// session: their sequence numbers are checked in a window of their own per path, as
+/// before sessions existed.
+#[derive(Clone, Debug, Default)]
+pub struct SenderWindow {
+    current: Option<u64>,
+    retired: std::collections::VecDeque<u64>,
+    windows: std::collections::BTreeMap<String, ReplayWindow>,
+    legacy: std::collections::BTreeMap<String, ReplayWindow>,
+    /// Receiver's clock at the last datagram accepted in the current session.
+    last_session_ms: u64,
+}
+
+impl SenderWindow {
+    /// Checks and records a datagram of this sender received on `path`. `own_session` is
+    /// the receiver's session id (what a confirmed new session echoes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn check(
+        &mut self,
+        path: &str,
+        session: Option<Session>,
+        own_session: u64,
+        seq: u64,
+        timestamp_ms: u64,
+        now_ms: u64,
+        max_age_ms: u64,
+    ) -> Result<(), ReplayError> {
+        let skew_ms = now_ms as i64 - timestamp_ms as i64;
+        if skew_ms.unsigned_abs() > max_age_ms {
+            return Err(ReplayError::Stale { skew_ms });
+        }
+        let Some(sess) = session else {
+            // A sender without sessions (minor 0). Once the sender spoke with sessions, a
+            // datagram without one is a replay of its older traffic — unless the session
+            // went silent for longer than the freshness bound (a downgrade: no datagram of
+            // the session can still be fresh, so no session can be replayed any more).
+            if self.current.is_some() && now_ms.saturating_sub(self.last_session_ms) <= max_age_ms {
+                return Err(ReplayError::Replayed { seq });
+            }
+            self.retire_current();
+            return self.legacy.entry(path.to_owned()).or_default().check(seq, timestamp_ms, now_ms, max_age_ms);
+        };
+        if self.current != Some(sess.id) {
+            if self.retired.contains(&sess.id) {
+                return Err(ReplayError::RetiredSession { session: sess.id });
+            }
+            if self.current.is_some() && sess.echo != own_session {
+                return Err(ReplayError::UnconfirmedSession { session: sess.id });
+            }
+            self.retire_current();
+            self.current = Some(sess.id);
+        }
+        self.windows.entry(path.to_owned()).or_default().check(seq, timestamp_ms, now_ms, max_age_ms)?;
+        self.last_session_ms = now_ms;
+        Ok(())
+    }
+
+    fn retire_current(&mut self) {
+        if let Some(old) = self.current.take() {
+            if self.retired.len() == RETIRED_SESSIONS {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(old);
+        }
+        self.windows.clear();
+    }
+
+    /// The sender's current session id, if one was accepted (what our heartbeats to it echo).
+    pub fn session(&self) -> Option<u64> {
+        self.current
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +768,7 @@ mod tests {
                 config_revision: 0xdead_beef,
                 op: Some(WireOp::Commit { id: 9, to: "node-b".into(), epoch: 43 }),
             },
+            session: Some(Session { id: 0x1234_5678_9abc_def0, echo: 77 }),
         }
     }
 
@@ -673,6 +848,9 @@ mod tests {
         put_name(&mut out, &hb.pair);
         put_name(&mut out, &hb.sender);
         let mut body = encode_body(&hb.body);
+        let sess = hb.session.expect("sample has a session");
+        body.extend_from_slice(&sess.id.to_be_bytes());
+        body.extend_from_slice(&sess.echo.to_be_bytes());
         body.extend_from_slice(&[1, 2, 3]);
         out.extend_from_slice(&(body.len() as u16).to_be_bytes());
         out.extend_from_slice(&body);
@@ -681,6 +859,139 @@ mod tests {
         let got = decode(&out, &k).expect("accepted");
         assert_eq!(got.minor, 5);
         assert_eq!(got.body, hb.body);
+        assert_eq!(got.session, hb.session);
+    }
+
+    #[test]
+    fn minor_zero_senders_carry_no_session_and_still_decode() {
+        let k = keyring();
+        let mut hb = sample();
+        hb.minor = 0;
+        let got = decode(&encode(&hb, &k.current), &k).expect("accepted");
+        assert_eq!(got.session, None, "a minor-0 datagram carries no session");
+        assert_eq!(got.body, hb.body);
+        // A minor-1 datagram without the session bytes is malformed (authentic but short).
+        let mut out = encode(&Heartbeat { minor: 0, ..sample() }, &k.current);
+        out[3] = SESSION_MINOR;
+        let n = out.len() - MAC_LEN;
+        out.truncate(n);
+        let mac = mac_of(&k.current.secret, &out);
+        out.extend_from_slice(&mac);
+        assert_eq!(decode(&out, &k), Err(DecodeError::Malformed { field: "session" }));
+    }
+
+    #[test]
+    fn peek_pair_reads_the_name_without_the_key() {
+        let k = keyring();
+        let bytes = encode(&sample(), &k.current);
+        assert_eq!(peek_pair(&bytes), Ok("web"));
+        // A forged datagram still names its pair; authentication comes after.
+        let forged = encode(&sample(), &Key { id: 7, secret: b"not the key".to_vec() });
+        assert_eq!(peek_pair(&forged), Ok("web"));
+        assert_eq!(peek_pair(&bytes[..10]), Err(DecodeError::Truncated { len: 10 }));
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert_eq!(peek_pair(&bad), Err(DecodeError::BadMagic));
+        let mut long = bytes.clone();
+        long[FIXED_HEADER] = 200;
+        assert_eq!(peek_pair(&long), Err(DecodeError::Malformed { field: "pair" }));
+        let mut utf = bytes;
+        utf[FIXED_HEADER + 1] = 0xff;
+        assert_eq!(peek_pair(&utf), Err(DecodeError::Malformed { field: "pair" }));
+        for len in 0..80 {
+            let _ = peek_pair(&vec![b'H'; len]);
+        }
+    }
+
+    const OWN: u64 = 0xaaaa;
+    fn sess(id: u64, echo: u64) -> Option<Session> {
+        Some(Session { id, echo })
+    }
+
+    #[test]
+    fn a_restarted_sender_whose_clock_stepped_back_is_heard_once_it_echoes_us() {
+        let mut w = SenderWindow::default();
+        let now = 10_000_000;
+        // The sender ran with its clock ahead: high sequence numbers.
+        for seq in 5_000..5_010 {
+            assert!(w.check("data", sess(1, OWN), OWN, seq, now, now, 60_000).is_ok());
+        }
+        // Restarted on the true clock: lower sequence numbers, a new session. Before it
+        // heard us it cannot echo us: refused, and the old session stays current.
+        assert_eq!(
+            w.check("data", sess(2, 0), OWN, 100, now, now, 60_000),
+            Err(ReplayError::UnconfirmedSession { session: 2 })
+        );
+        assert_eq!(w.session(), Some(1));
+        // Once it echoes our session it is heard at once, lower sequence or not.
+        assert!(w.check("data", sess(2, OWN), OWN, 101, now, now, 60_000).is_ok());
+        assert!(w.check("mgmt", sess(2, OWN), OWN, 101, now, now, 60_000).is_ok(), "every path");
+        assert_eq!(w.session(), Some(2));
+        assert!(w.check("data", sess(2, OWN), OWN, 102, now, now, 60_000).is_ok());
+        // Replay protection holds within the new session …
+        assert_eq!(w.check("data", sess(2, OWN), OWN, 101, now, now, 60_000), Err(ReplayError::Replayed { seq: 101 }));
+        // … and the replaced session is refused for good, echo or not.
+        assert_eq!(
+            w.check("data", sess(1, OWN), OWN, 9_999, now, now, 60_000),
+            Err(ReplayError::RetiredSession { session: 1 })
+        );
+    }
+
+    #[test]
+    fn the_first_session_is_accepted_without_an_echo_and_replaced_by_a_confirmed_one() {
+        let mut w = SenderWindow::default();
+        let now = 10_000_000;
+        // Receiver just started: the sender still echoes our previous incarnation.
+        assert!(w.check("data", sess(7, 0x1111), OWN, 10, now, now, 60_000).is_ok());
+        // Another unconfirmed session cannot displace it (a replay of older traffic) …
+        assert_eq!(
+            w.check("data", sess(8, 0x1111), OWN, 500, now, now, 60_000),
+            Err(ReplayError::UnconfirmedSession { session: 8 })
+        );
+        // … a confirmed one can.
+        assert!(w.check("data", sess(8, OWN), OWN, 1, now, now, 60_000).is_ok());
+        assert_eq!(
+            w.check("data", sess(7, OWN), OWN, 11, now, now, 60_000),
+            Err(ReplayError::RetiredSession { session: 7 })
+        );
+    }
+
+    #[test]
+    fn retired_sessions_are_bounded_and_stale_comes_first() {
+        let mut w = SenderWindow::default();
+        let now = 10_000_000;
+        for id in 1..=(RETIRED_SESSIONS as u64 + 3) {
+            assert!(w.check("data", sess(id, OWN), OWN, 1, now, now, 60_000).is_ok());
+        }
+        assert_eq!(w.retired.len(), RETIRED_SESSIONS);
+        assert_eq!(
+            w.check("data", sess(RETIRED_SESSIONS as u64 + 3, OWN), OWN, 2, now - 61_000, now, 60_000),
+            Err(ReplayError::Stale { skew_ms: 61_000 })
+        );
+    }
+
+    #[test]
+    fn senders_without_sessions_keep_the_old_window_per_path() {
+        let mut w = SenderWindow::default();
+        let now = 10_000_000;
+        assert!(w.check("data", None, OWN, 100, now, now, 60_000).is_ok());
+        assert!(w.check("mgmt", None, OWN, 100, now, now, 60_000).is_ok());
+        assert_eq!(w.check("data", None, OWN, 100, now, now, 60_000), Err(ReplayError::Replayed { seq: 100 }));
+        assert_eq!(w.session(), None);
+        // Upgraded: sessions from now on.
+        assert!(w.check("data", sess(3, 0), OWN, 1, now, now, 60_000).is_ok());
+        // A datagram without a session is now a replay of the older traffic …
+        assert_eq!(
+            w.check("data", None, OWN, 101, now + 1_000, now + 1_000, 60_000),
+            Err(ReplayError::Replayed { seq: 101 })
+        );
+        // … until the session has been silent past the freshness bound (a downgrade).
+        assert!(w.check("data", None, OWN, 102, now + 61_000, now + 61_000, 60_000).is_ok());
+        assert_eq!(w.session(), None);
+        assert_eq!(
+            w.check("data", sess(3, OWN), OWN, 2, now + 61_000, now + 61_000, 60_000),
+            Err(ReplayError::RetiredSession { session: 3 })
+        );
     }
 
     #[test]
@@ -743,7 +1054,8 @@ mod tests {
         fn any_heartbeat_roundtrips(body in arb_body(), seq in any::<u64>(), ts in any::<u64>(),
                                     pair in "[a-z0-9-]{1,63}", sender in "[a-z0-9.-]{1,63}") {
             let k = keyring();
-            let hb = Heartbeat { major: PROTOCOL_MAJOR, minor: PROTOCOL_MINOR, key_id: 7, seq, timestamp_ms: ts, pair, sender, body };
+            let session = Some(Session { id: seq | 1, echo: ts });
+            let hb = Heartbeat { major: PROTOCOL_MAJOR, minor: PROTOCOL_MINOR, key_id: 7, seq, timestamp_ms: ts, pair, sender, body, session };
             let bytes = encode(&hb, &k.current);
             prop_assert!(bytes.len() <= MAX_DATAGRAM);
             prop_assert_eq!(decode(&bytes, &k), Ok(hb));

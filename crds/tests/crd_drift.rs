@@ -1,4 +1,5 @@
-//! The committed CRD YAML must be exactly what the Rust types generate.
+//! The committed CRD YAML must be exactly what the Rust types generate; the chart spells
+//! the names the binaries use.
 
 use std::path::Path;
 
@@ -21,4 +22,14 @@ fn committed_crds_match_the_types() {
             generated.lines().nth(first_diff),
         );
     }
+}
+
+/// The chart's admission policy lets agents write only Leases with the pair prefix: it
+/// must spell the prefix the binaries use.
+#[test]
+fn the_chart_policy_spells_the_pair_lease_prefix() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/havip/templates/rbac-agent.yaml");
+    let chart = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let rule = format!("object.metadata.name.startsWith('{}')", havip_crds::lease::PAIR_PREFIX);
+    assert!(chart.contains(&rule), "{} has no {rule}", path.display());
 }

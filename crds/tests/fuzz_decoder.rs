@@ -84,6 +84,7 @@ fn mutated_valid_heartbeats_never_panic() {
             config_revision: 1,
             op: Some(wire::WireOp::Prepare { id: 1, to: "m".into() }),
         },
+        session: Some(wire::Session { id: 5, echo: 6 }),
     };
     let valid = wire::encode(&hb, &k.current);
     let unsigned = valid[..valid.len() - MAC_LEN].to_vec();

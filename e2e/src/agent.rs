@@ -112,24 +112,49 @@ pub struct PairOptions {
     pub ipv6_vip: bool,
     /// `failback:` section.
     pub failback_yaml: Option<String>,
+    /// Number of pairs on the same members (1..=5), all served by one agent process per
+    /// member on the same heartbeat port: pair `k` is [`pair_name`]`(k)`, with its own key,
+    /// VIPs `k * vips ..` ([`AgentLab::vip_addr`]) and service port `SERVICE_PORT + k`.
+    pub pairs: usize,
 }
 
 impl Default for PairOptions {
     fn default() -> Self {
-        Self { members: 2, takeover_yaml: None, start_alone: false, vips: 1, ipv6_vip: false, failback_yaml: None }
+        Self {
+            members: 2,
+            takeover_yaml: None,
+            start_alone: false,
+            vips: 1,
+            ipv6_vip: false,
+            failback_yaml: None,
+            pairs: 1,
+        }
     }
 }
 
-/// A pair of standalone agents on a topology.
+/// The name of lab pair `k`.
+pub fn pair_name(k: usize) -> String {
+    if k == 0 { "lab".to_owned() } else { format!("lab{k}") }
+}
+
+/// The heartbeat key of lab pair `k` (hex): pair 0 has [`KEY_HEX`], the others differ.
+pub fn pair_key_hex(k: usize) -> String {
+    if k == 0 { KEY_HEX.to_owned() } else { format!("{}{:02x}", &KEY_HEX[..KEY_HEX.len() - 2], k) }
+}
+
+/// Pairs of standalone agents on a topology.
 pub struct AgentLab {
-    /// Agents, one per member (None while stopped).
+    /// Agents, one per member (None while stopped); each serves every pair.
     pub agents: Vec<Option<ManagedProcess>>,
-    /// Listeners, one per member.
+    /// Listeners of pair 0, one per member.
     pub listeners: Vec<Listener>,
+    /// Listeners of pairs 1.. (`pair_listeners[k - 1][member]`), on `SERVICE_PORT + k`.
+    pub pair_listeners: Vec<Vec<Listener>>,
     /// The topology (dropped last: namespaces go after the processes).
     pub topo: Topology,
     binary: PathBuf,
-    configs: Vec<PathBuf>,
+    /// `configs[member][pair]`.
+    configs: Vec<Vec<PathBuf>>,
     opts: PairOptions,
 }
 
@@ -149,12 +174,29 @@ impl AgentLab {
             let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT);
             listeners.push(Listener::start(&topo.node(i).ns, &node_name(i), bind)?);
         }
-        let mut lab = Self { agents: Vec::new(), listeners, topo, binary, configs: Vec::new(), opts };
+        let mut pair_listeners = Vec::new();
+        for k in 1..opts.pairs {
+            let mut per_member = Vec::new();
+            for i in 0..opts.members {
+                let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT + k as u16);
+                per_member.push(Listener::start(&topo.node(i).ns, &node_name(i), bind)?);
+            }
+            pair_listeners.push(per_member);
+        }
+        let mut lab = Self { agents: Vec::new(), listeners, pair_listeners, topo, binary, configs: Vec::new(), opts };
         for i in 0..lab.opts.members {
-            let path = lab.topo.dir().join(format!("pair-{i}.yaml"));
-            let yaml = lab.config_yaml(i);
-            std::fs::write(&path, yaml).map_err(|source| LabError::Write { path: path.clone(), source })?;
-            lab.configs.push(path);
+            let mut files = Vec::new();
+            for k in 0..lab.opts.pairs {
+                let path = if k == 0 {
+                    lab.topo.dir().join(format!("pair-{i}.yaml"))
+                } else {
+                    lab.topo.dir().join(format!("pair-{i}-{k}.yaml"))
+                };
+                let yaml = lab.pair_config_yaml(i, k);
+                std::fs::write(&path, yaml).map_err(|source| LabError::Write { path: path.clone(), source })?;
+                files.push(path);
+            }
+            lab.configs.push(files);
             lab.agents.push(None);
         }
         for i in 0..lab.opts.members {
@@ -163,10 +205,15 @@ impl AgentLab {
         Ok(lab)
     }
 
-    /// The pair configuration as member `i` sees it.
+    /// The configuration of pair 0 as member `i` sees it.
     pub fn config_yaml(&self, i: usize) -> String {
+        self.pair_config_yaml(i, 0)
+    }
+
+    /// The configuration of pair `k` as member `i` sees it.
+    pub fn pair_config_yaml(&self, i: usize, k: usize) -> String {
         let mut y = String::new();
-        y.push_str(&format!("pair: lab\nnode: {}\nmembers:\n", node_name(i)));
+        y.push_str(&format!("pair: {}\nnode: {}\nmembers:\n", pair_name(k), node_name(i)));
         for (j, n) in self.topo.nodes().iter().enumerate() {
             y.push_str(&format!(
                 "  - node: {}\n    priority: {}\n    addresses: {{data: {}, mgmt: {}}}\n",
@@ -177,7 +224,8 @@ impl AgentLab {
             ));
         }
         y.push_str(&format!(
-            "heartbeat:\n  port: {HEARTBEAT_PORT}\n  paths: [data, mgmt]\n  key: {KEY_HEX}\n  keyId: 1\n"
+            "heartbeat:\n  port: {HEARTBEAT_PORT}\n  paths: [data, mgmt]\n  key: {}\n  keyId: 1\n",
+            pair_key_hex(k)
         ));
         match &self.opts.takeover_yaml {
             Some(t) => y.push_str(t),
@@ -189,11 +237,12 @@ impl AgentLab {
         y.push_str("vips:\n");
         for j in 0..self.opts.vips {
             y.push_str(&format!(
-                "  - address: {}/24\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
-                self.vip_addr(j)
+                "  - address: {}/24\n    interface: eth0\n    probePorts: [{}]\n",
+                self.vip_addr(self.pair_vip(k, j)),
+                SERVICE_PORT + k as u16
             ));
         }
-        if self.opts.ipv6_vip {
+        if self.opts.ipv6_vip && k == 0 {
             y.push_str(&format!(
                 "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
                 self.topo.vip6(0)
@@ -203,9 +252,19 @@ impl AgentLab {
             "startAlone: {}\nstateDir: {}\nmetricsAddress: 127.0.0.1:9797\nadminSocket: {}\n",
             self.opts.start_alone,
             self.state_dir(i).display(),
-            self.admin_socket(i).display()
+            self.pair_admin_socket(i, k).display()
         ));
         y
+    }
+
+    /// The index (for [`Self::vip_addr`]) of pair `k`'s VIP `j`.
+    pub fn pair_vip(&self, k: usize, j: u8) -> u8 {
+        (k as u8).saturating_mul(self.opts.vips).saturating_add(j)
+    }
+
+    /// Member `i`'s configuration files, one per pair.
+    pub fn config_files(&self, i: usize) -> &[PathBuf] {
+        &self.configs[i]
     }
 
     /// Address of VIP `j`: the topology's VIPs for 0..10, then `10.k.0.150…249`.
@@ -223,22 +282,54 @@ impl AgentLab {
         self.topo.dir().join(format!("state-{i}"))
     }
 
-    /// Member `i`'s admin socket.
+    /// Member `i`'s admin socket (pair 0).
     pub fn admin_socket(&self, i: usize) -> PathBuf {
-        self.topo.dir().join(format!("admin-{i}.sock"))
+        self.pair_admin_socket(i, 0)
     }
 
-    /// Starts (or restarts) the agent of member `i`.
+    /// Member `i`'s admin socket of pair `k`.
+    pub fn pair_admin_socket(&self, i: usize, k: usize) -> PathBuf {
+        if k == 0 {
+            self.topo.dir().join(format!("admin-{i}.sock"))
+        } else {
+            self.topo.dir().join(format!("admin-{i}-{k}.sock"))
+        }
+    }
+
+    /// Starts (or restarts) the agent of member `i` (one process for every pair).
     pub fn start_agent(&mut self, i: usize) -> Result<()> {
+        self.start_agent_with_env(i, &[])
+    }
+
+    /// Starts (or restarts) the agent of member `i` with extra environment variables
+    /// (e.g. libfaketime's, to step its wall clock).
+    pub fn start_agent_with_env(&mut self, i: usize, extra: &[(String, String)]) -> Result<()> {
+        let p = self.spawn_agent(i, &format!("agent-{i}"), &self.configs[i].clone(), extra)?;
+        self.agents[i] = Some(p);
+        Ok(())
+    }
+
+    /// Spawns another agent process in member `i`'s namespace with the given pair
+    /// files; its log is `<name>.log` in the lab directory. The lab does not track it.
+    pub fn spawn_agent(
+        &self,
+        i: usize,
+        name: &str,
+        files: &[PathBuf],
+        extra: &[(String, String)],
+    ) -> Result<ManagedProcess> {
         let ns = self.topo.node(i).ns.clone();
-        let args = vec!["standalone".to_owned(), "--config".to_owned(), self.configs[i].display().to_string()];
-        let envs = vec![
+        let mut args = vec!["standalone".to_owned()];
+        for f in files {
+            args.push("--config".to_owned());
+            args.push(f.display().to_string());
+        }
+        let mut envs = vec![
             ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
-        let p = self.topo.spawn(&ns, &format!("agent-{i}"), &self.binary, &args, &envs)?;
-        self.agents[i] = Some(p);
-        Ok(())
+        envs.extend(extra.iter().cloned());
+        Ok(self.topo.spawn(&ns, name, &self.binary, &args, &envs)?)
     }
 
     /// SIGKILLs member `i`'s agent (the VIPs stay on the interface).
@@ -262,9 +353,42 @@ impl AgentLab {
         }
     }
 
+    /// The members whose kernel holds pair `k`'s first VIP.
+    pub fn pair_holders(&self, k: usize) -> Result<Vec<usize>> {
+        self.holders(self.pair_vip(k, 0))
+    }
+
+    /// Member `i`'s status of pair `k` (`admin status`) as JSON.
+    pub fn pair_status(&self, i: usize, k: usize) -> Option<serde_json::Value> {
+        let (ok, out) = self.pair_admin(i, k, &["status"]);
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// `havip-agent admin <args>` against member `i`'s pair `k`; (success, stdout).
+    pub fn pair_admin(&self, i: usize, k: usize, args: &[&str]) -> (bool, String) {
+        let mut all =
+            vec!["admin".to_owned(), "--socket".to_owned(), self.pair_admin_socket(i, k).display().to_string()];
+        all.extend(args.iter().map(|s| (*s).to_owned()));
+        match std::process::Command::new(&self.binary).args(&all).output() {
+            Ok(o) => (
+                o.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            ),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// The VIP:port of pair `k` (its first VIP, its service port).
+    pub fn pair_target(&self, k: usize) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.vip_addr(self.pair_vip(k, 0))), SERVICE_PORT + k as u16)
+    }
+
     /// The members whose kernel holds VIP `j` on eth0.
     pub fn holders(&self, j: u8) -> Result<Vec<usize>> {
-        let vip = IpAddr::V4(self.topo.vip(j));
+        let vip = IpAddr::V4(self.vip_addr(j));
         let mut out = Vec::new();
         for (i, n) in self.topo.nodes().iter().enumerate() {
             if netns::has_address(&n.ns, &n.data_if, vip)? {
@@ -295,17 +419,9 @@ impl AgentLab {
         }
     }
 
-    /// `havip-agent admin <args>` against member `i`; (success, stdout).
+    /// `havip-agent admin <args>` against member `i` (pair 0); (success, stdout).
     pub fn admin(&self, i: usize, args: &[&str]) -> (bool, String) {
-        let mut all = vec!["admin".to_owned(), "--socket".to_owned(), self.admin_socket(i).display().to_string()];
-        all.extend(args.iter().map(|s| (*s).to_owned()));
-        match std::process::Command::new(&self.binary).args(&all).output() {
-            Ok(o) => (
-                o.status.success(),
-                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
-            ),
-            Err(e) => (false, e.to_string()),
-        }
+        self.pair_admin(i, 0, args)
     }
 
     /// Member `i`'s status (`admin status`) as JSON.

@@ -260,7 +260,7 @@ pub async fn get_pair(client: &kube::Client, name: &str) -> kube::Result<HAPair>
 
 /// The Lease of pair `pair`: (holder, epoch = `leaseTransitions`).
 pub async fn get_lease(client: &kube::Client, pair: &str) -> kube::Result<(Option<String>, i64)> {
-    let l = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&format!("havip-{pair}")).await?;
+    let l = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&havip_crds::lease::pair_lease_name(pair)).await?;
     let s = l.spec.unwrap_or_default();
     Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
 }

@@ -219,16 +219,21 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
             config_revision: 0,
             op: None,
         },
+        session: Some(wire::Session { id: 0x5eed, echo: 0 }),
     };
     let forged = wire::encode(&hb, &forged_key);
-    // An old sequence number under the real key: below n1's replay window for n0.
-    let replayed = wire::encode(&hb, &real_key);
+    // Under the real key, without a session (as n0 sent before sessions existed): n0
+    // speaks with sessions now, so this can only be a replay of older traffic.
+    let replayed = wire::encode(&wire::Heartbeat { minor: 0, session: None, ..hb.clone() }, &real_key);
+    // Under the real key, a session n1 never heard that does not echo n1's session: an
+    // unconfirmed new session cannot displace n0's current one.
+    let unconfirmed = wire::encode(&hb, &real_key);
     let garbage = vec![0x48, 0x56, 1, 0, 0, 0, 0, 1, 9, 9, 9];
     let ns = lab.topo.client().ns.clone();
     netns::in_netns(&ns, move || {
         let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
         for _ in 0..5 {
-            for d in [&forged, &replayed, &garbage] {
+            for d in [&forged, &replayed, &unconfirmed, &garbage] {
                 let _ = s.send_to(d, (n1, havip_e2e::agent::HEARTBEAT_PORT));
             }
         }
@@ -238,9 +243,11 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
     std::thread::sleep(Duration::from_millis(500));
     let bad_mac = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["bad_mac"]);
     let replay = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["replayed"]);
+    let unconfirmed = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["unconfirmed_session"]);
     let truncated = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["truncated"]);
     assert!(bad_mac >= 5.0, "forged heartbeats counted: {bad_mac}\n{}", lab.metrics(1));
     assert!(replay >= 5.0, "replayed heartbeats counted: {replay}\n{}", lab.metrics(1));
+    assert!(unconfirmed >= 5.0, "unconfirmed sessions counted: {unconfirmed}\n{}", lab.metrics(1));
     assert!(truncated >= 5.0, "garbage counted: {truncated}");
     assert_eq!(lab.role(1).as_deref(), Some("Standby"), "no role change");
     assert!(lab.epoch(1).expect("epoch") < 1000, "the forged epoch was not believed");
@@ -304,22 +311,31 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
 
 #[test]
 fn a_vip_removed_from_the_configuration_is_removed_at_start() {
-    let Some(mut lab) = lab(PairOptions::default()) else { return };
+    let Some(mut lab) = lab(PairOptions { vips: 2, ..PairOptions::default() }) else { return };
     let _prober = bring_up(&lab);
-    // A havip-labelled address in the VIP subnet that is no VIP of the pair (as left by an
-    // older configuration), and a foreign address next to it.
     let n0 = lab.topo.node(0).ns.clone();
-    let stale = lab.topo.vip(7);
-    let foreign = lab.topo.vip(8);
+    let removed = lab.topo.vip(1);
+    assert!(netns::has_address(&n0, "eth0", IpAddr::V4(removed)).expect("addresses"), "n0 holds both VIPs");
+    // While n0's agent is down its configuration loses the second VIP; next to it are a
+    // foreign address and a havip-labelled address this pair never added (another
+    // pair's): only the VIP the pair added and no longer has may go.
     lab.stop_agent(0);
-    netns::exec(&n0, "ip", &["addr", "add", &format!("{stale}/24"), "dev", "eth0", "label", "eth0:hv"])
-        .expect("add stale");
+    let file = lab.config_files(0)[0].clone();
+    let yaml = std::fs::read_to_string(&file).expect("config");
+    let line = format!("  - address: {removed}/24\n    interface: eth0\n    probePorts: [8080]\n");
+    assert!(yaml.contains(&line), "{yaml}");
+    std::fs::write(&file, yaml.replace(&line, "")).expect("rewrite config");
+    let foreign = lab.topo.vip(8);
+    let other_pair = lab.topo.vip(7);
     netns::exec(&n0, "ip", &["addr", "add", &format!("{foreign}/24"), "dev", "eth0"]).expect("add foreign");
+    netns::exec(&n0, "ip", &["addr", "add", &format!("{other_pair}/24"), "dev", "eth0", "label", "eth0:hv"])
+        .expect("add another pair's VIP");
     lab.start_agent(0).expect("restart");
     netns::wait_until("the stale VIP to be removed", Duration::from_secs(5), Duration::from_millis(20), || {
-        Ok(!netns::has_address(&n0, "eth0", IpAddr::V4(stale))?)
+        Ok(!netns::has_address(&n0, "eth0", IpAddr::V4(removed))?)
     })
     .expect("stale VIP removed");
     assert!(netns::has_address(&n0, "eth0", IpAddr::V4(foreign)).expect("addresses"), "foreign address kept");
+    assert!(netns::has_address(&n0, "eth0", IpAddr::V4(other_pair)).expect("addresses"), "another pair's VIP kept");
     lab.wait_sole_holder(0, UP).expect("n0 still holds the pair's VIP");
 }

@@ -4,12 +4,16 @@
 //! what each binary must not do is refused by the API server.
 
 use havip_crds::Phase;
+use havip_crds::{FloatingIP, HAPair, MemberStatus, manager};
 use havip_e2e::controlplane::client_from_kubeconfig;
 use havip_e2e::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::Prober;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 
 fn refused(r: Result<impl std::fmt::Debug, kube::Error>, what: &str) -> String {
@@ -29,25 +33,28 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         return;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true }).expect("lab");
-    lab.block_on(async {
+    let mut lab =
+        KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true }).expect("lab");
+    let live = lab.block_on(async {
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(15), "Live under the chart's RBAC", |p| {
             p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Live)
                 && p.status.as_ref().and_then(|s| s.active.as_deref()) == Some("n0")
         })
         .await
-        .expect("Live");
+        .expect("Live")
     });
+    // Usually 1; a claim that timed out on a loaded machine moves the election to 2.
+    let live_epoch = live.status.as_ref().and_then(|s| s.epoch).expect("epoch");
     let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
     prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut");
     lab.topo.cut_cable(0, Link::Data).expect("cut");
     prober.wait_for_responder("n1", Duration::from_secs(5)).expect("takeover");
     lab.block_on(async {
-        lab.wait_pair("web", Duration::from_secs(15), "n1 active under epoch 2", |p| {
+        lab.wait_pair("web", Duration::from_secs(15), "n1 active under a newer epoch", |p| {
             let s = p.status.as_ref();
-            s.and_then(|s| s.active.as_deref()) == Some("n1") && s.and_then(|s| s.epoch) == Some(2)
+            s.and_then(|s| s.active.as_deref()) == Some("n1") && s.and_then(|s| s.epoch).is_some_and(|e| e > live_epoch)
         })
         .await
         .expect("failover recorded");
@@ -58,9 +65,19 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         })
         .await
         .expect("FailedOver");
+    });
+    // The operator stops: the pair's status holds still while agents try to forge it (and
+    // the leader Lease is not being renewed under the test's compare-and-swap).
+    lab.stop_operator();
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let agent0 = client_from_kubeconfig(lab.agent_kubeconfig(0)).await.expect("agent n0 client");
+        let agent = client_from_kubeconfig(lab.agent_kubeconfig(1)).await.expect("agent n1 client");
+        hapair_status_forgeries(&admin, &agent0, &agent).await;
+        floating_ip_forgeries(&agent0, &agent).await;
+        lease_forgeries(&agent0, &agent).await;
 
-        // What an agent must not do.
-        let agent = client_from_kubeconfig(lab.agent_kubeconfig(1)).await.expect("agent client");
+        // What an agent must not do beyond status and Leases.
         let pairs: Api<havip_crds::HAPair> = Api::all(agent.clone());
         let spec_patch = serde_json::json!({"spec": {"paused": true}});
         let m = refused(
@@ -69,7 +86,6 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         );
         assert!(m.contains("forbidden"), "{m}");
         // Reading a Secret of another namespace.
-        let admin = lab.client().await.expect("admin");
         let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "other"}})).expect("ns");
         let _ = Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await;
         let secret: Secret = serde_json::from_value(serde_json::json!({
@@ -82,35 +98,10 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "agent reads a Secret of another namespace",
         );
         assert!(m.contains("forbidden"), "{m}");
-        // Writing another node's member entry (n1's agent writing n0's): the admission policy.
-        let forged = serde_json::json!({
-            "apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
-            "status": {"members": [{"node": "n0", "role": "Standby", "epoch": 99}]},
-        });
-        let m = refused(
-            pairs
-                .patch_status(
-                    "web",
-                    &PatchParams::apply(&havip_crds::manager::agent("n1")).force(),
-                    &Patch::Apply(&forged),
-                )
-                .await,
-            "agent n1 writes n0's member entry",
-        );
-        assert!(m.contains("may only change its own status.members entry"), "{m}");
-        // … nor the operator's fields.
-        let forged = serde_json::json!({
-            "apiVersion": "havip.io/v1alpha1", "kind": "HAPair", "status": {"phase": "Failed"},
-        });
-        let m = refused(
-            pairs.patch_status("web", &PatchParams::apply("someone").force(), &Patch::Apply(&forged)).await,
-            "agent writes the operator's phase",
-        );
-        assert!(m.contains("operator's status fields"), "{m}");
-        // … nor create Leases, nor read the operator's leader Lease for writing.
-        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(agent.clone(), NAMESPACE);
-        let l: k8s_openapi::api::coordination::v1::Lease =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "havip-stolen"}})).expect("lease");
+        // … nor create Leases.
+        let leases: Api<Lease> = Api::namespaced(agent.clone(), NAMESPACE);
+        let l: Lease =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "hapair-stolen"}})).expect("lease");
         let m = refused(leases.create(&PostParams::default(), &l).await, "agent creates a Lease");
         assert!(m.contains("forbidden"), "{m}");
 
@@ -135,4 +126,228 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
     });
     let report = prober.stop().expect("report");
     assert!(report.longest_gap_ms < 1000.0, "{}", report.summary());
+
+    // `helm uninstall`: the DaemonSet goes, then the agents' ServiceAccount (its tokens
+    // stop authenticating) while the pods are still terminating. The agents, told to stop
+    // after that, must still remove their VIPs.
+    lab.block_on(async {
+        lab.delete_agent_daemonset().await.expect("delete the DaemonSet");
+        let admin = lab.client().await.expect("admin");
+        Api::<ServiceAccount>::namespaced(admin, NAMESPACE)
+            .delete("havip-agent", &DeleteParams::default())
+            .await
+            .expect("delete the agents' ServiceAccount");
+    });
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+    let vip = lab.topo.vip(0);
+    for i in 0..2 {
+        let n = lab.topo.node(i);
+        assert!(
+            !netns::has_address(&n.ns, &n.data_if, vip.into()).expect("addresses"),
+            "n{i} keeps no VIP after the uninstall\n{}",
+            lab.logs_tail(30)
+        );
+    }
+}
+
+fn merge(status: serde_json::Value) -> Patch<serde_json::Value> {
+    Patch::Merge(serde_json::json!({ "status": status }))
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The pair's status: an agent may change its own member entry and nothing else.
+async fn hapair_status_forgeries(admin: &Client, agent0: &Client, agent1: &Client) {
+    let pp = PatchParams::default();
+    // A pending command, as the operator would leave it (every member just answers a
+    // ClearSuspension, so it moves nothing).
+    Api::<HAPair>::all(admin.clone())
+        .patch_status("web", &pp, &merge(serde_json::json!({"command": {"id": "e2e-1", "kind": "ClearSuspension"}})))
+        .await
+        .expect("admin sets a command");
+    let pairs: Api<HAPair> = Api::all(agent0.clone());
+    let forgeries = [
+        ("agent rewrites command.kind", serde_json::json!({"command": {"kind": "PlannedFailover"}}), "status.command"),
+        ("agent rewrites command.target", serde_json::json!({"command": {"target": "n0"}}), "status.command"),
+        ("agent rewrites command.id", serde_json::json!({"command": {"id": "e2e-2"}}), "status.command"),
+        ("agent removes the command", serde_json::json!({"command": null}), "status.command"),
+        (
+            "agent forges lastOperation",
+            serde_json::json!({"lastOperation": {"id": "e2e-1", "kind": "PlannedFailover", "result": "Succeeded", "message": "done"}}),
+            "status.lastOperation",
+        ),
+        (
+            "agent changes conditions",
+            serde_json::json!({"conditions": [{"type": "Ready", "status": "True", "reason": "AsExpected", "message": "forged",
+                                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+            "status.conditions",
+        ),
+        ("agent changes the epoch", serde_json::json!({"epoch": 99}), "status.epoch"),
+        (
+            "agent changes configRevision",
+            serde_json::json!({"configRevision": "0000000000000000"}),
+            "status.configRevision",
+        ),
+        ("agent changes phase", serde_json::json!({"phase": "Failed"}), "status.phase"),
+        ("agent changes active", serde_json::json!({"active": "n0"}), "status.active"),
+    ];
+    for (what, status, field) in forgeries {
+        let m = refused(pairs.patch_status("web", &pp, &merge(status)).await, what);
+        assert!(m.contains(&format!("may not change {field}")) || m.contains(&format!(", {field}")), "{what}: {m}");
+    }
+    // Another node's member entry (n1's agent writing n0's).
+    let forged = serde_json::json!({
+        "apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+        "status": {"members": [{"node": "n0", "role": "Standby", "epoch": 99}]},
+    });
+    let m = refused(
+        Api::<HAPair>::all(agent1.clone())
+            .patch_status("web", &PatchParams::apply(&manager::agent("n1")).force(), &Patch::Apply(&forged))
+            .await,
+        "agent n1 writes n0's member entry",
+    );
+    assert!(m.contains("may only change its own status.members entry"), "{m}");
+
+    // Its own entry: accepted (server-side apply of the entry, as the agent writes it).
+    let p = pairs.get("web").await.expect("pair");
+    let mut own: MemberStatus =
+        p.status.as_ref().and_then(|s| s.members.iter().find(|m| m.node == "n0").cloned()).expect("n0's entry");
+    own.clock_skew_ms = Some(7);
+    let apply = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "HAPair", "status": {"members": [own]}});
+    let p = pairs
+        .patch_status("web", &PatchParams::apply(&manager::agent("n0")).force(), &Patch::Apply(&apply))
+        .await
+        .expect("an agent writes its own member entry");
+    let entry = p.status.as_ref().and_then(|s| s.members.iter().find(|m| m.node == "n0"));
+    assert_eq!(entry.and_then(|m| m.clock_skew_ms), Some(7));
+    let st = p.status.as_ref().expect("status");
+    assert_eq!(st.command.as_ref().map(|c| (c.id.as_str(), c.kind.as_str())), Some(("e2e-1", "ClearSuspension")));
+    assert!(st.last_operation.as_ref().is_none_or(|o| o.message != "done"), "{:?}", st.last_operation);
+    assert_ne!(st.epoch, Some(99));
+    Api::<HAPair>::all(admin.clone())
+        .patch_status("web", &pp, &merge(serde_json::json!({"command": null})))
+        .await
+        .expect("admin clears the command");
+}
+
+/// The FloatingIP's status: an agent may set the holder fields naming its own node
+/// (taking them over by a forced apply), never clear the holder or name another node.
+async fn floating_ip_forgeries(agent0: &Client, agent1: &Client) {
+    let fips0: Api<FloatingIP> = Api::all(agent0.clone());
+    let fips1: Api<FloatingIP> = Api::all(agent1.clone());
+    let before = fips0.get("web-vip").await.expect("fip").status.expect("fip status");
+    assert_eq!(before.holder.as_deref(), Some("n1"), "{before:?}");
+    let m = refused(
+        fips0.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": null}))).await,
+        "agent n0 clears n1's FloatingIP holder",
+    );
+    assert!(m.contains("may only report itself as the FloatingIP holder"), "{m}");
+    let m = refused(
+        fips1.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": null}))).await,
+        "agent n1 clears its own FloatingIP holder",
+    );
+    assert!(m.contains("may only report itself as the FloatingIP holder"), "{m}");
+    let m = refused(
+        fips1.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": "n0"}))).await,
+        "agent n1 names n0 as the FloatingIP holder",
+    );
+    assert!(m.contains("may only report itself as the FloatingIP holder"), "{m}");
+    let m = refused(
+        fips1
+            .patch_status(
+                "web-vip",
+                &PatchParams::default(),
+                &merge(serde_json::json!({"holder": "n1", "observedGeneration": 99})),
+            )
+            .await,
+        "agent n1 changes the operator's FloatingIP fields",
+    );
+    assert!(m.contains("may not change status.observedGeneration"), "{m}");
+
+    // A take-over by a forced apply of the holder fields (what a new active writes), then
+    // back to the real holder.
+    let take = |node: &str, epoch: i64| {
+        serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP", "status": {
+            "holder": node, "state": "Announced", "interface": before.interface, "epoch": epoch, "lastAnnounced": now(),
+        }})
+    };
+    let f = fips0
+        .patch_status("web-vip", &PatchParams::apply(&manager::agent("n0")).force(), &Patch::Apply(&take("n0", 3)))
+        .await
+        .expect("n0 takes the FloatingIP over");
+    assert_eq!(f.status.as_ref().and_then(|s| s.holder.as_deref()), Some("n0"));
+    let f = fips1
+        .patch_status(
+            "web-vip",
+            &PatchParams::apply(&manager::agent("n1")).force(),
+            &Patch::Apply(&take("n1", before.epoch.unwrap_or(2))),
+        )
+        .await
+        .expect("n1 takes the FloatingIP back");
+    assert_eq!(f.status.as_ref().and_then(|s| s.holder.as_deref()), Some("n1"));
+}
+
+/// An agent's Lease write as `KubeLease::cas` makes it: read, set holder, epoch and
+/// times, replace with the resourceVersion read.
+async fn agent_cas(leases: &Api<Lease>, name: &str, holder: &str, epoch: i32) -> kube::Result<Lease> {
+    let mut l = leases.get(name).await?;
+    let spec = l.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some(holder.to_owned());
+    spec.lease_transitions = Some(epoch);
+    spec.acquire_time = Some(now());
+    spec.renew_time = Some(now());
+    leases.replace(name, &PostParams::default(), &l).await
+}
+
+fn epoch_of(l: &Lease) -> i32 {
+    l.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0)
+}
+
+/// Leases: only pair Leases, naming the writer, with a higher leaseTransitions.
+async fn lease_forgeries(agent0: &Client, agent1: &Client) {
+    let leases0: Api<Lease> = Api::namespaced(agent0.clone(), NAMESPACE);
+    let leases1: Api<Lease> = Api::namespaced(agent1.clone(), NAMESPACE);
+    let pair_lease = havip_crds::lease::pair_lease_name("web");
+    let leader = leases1.get("havip-operator").await.expect("the leader Lease exists");
+    let m = refused(
+        agent_cas(&leases1, "havip-operator", "n1", epoch_of(&leader) + 1).await,
+        "agent writes the leader Lease",
+    );
+    assert!(m.contains("may write only pair Leases"), "{m}");
+
+    let current = leases0.get(&pair_lease).await.expect("pair Lease");
+    let e = epoch_of(&current);
+    assert_eq!(current.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some("n1"));
+    let m = refused(agent_cas(&leases0, &pair_lease, "n1", e + 1).await, "agent n0 names n1 as the holder");
+    assert!(m.contains("may only name itself as the holder of a pair Lease"), "{m}");
+    let m = refused(agent_cas(&leases0, &pair_lease, "n9", e + 1).await, "agent n0 names n9 as the holder");
+    assert!(m.contains("not n9"), "{m}");
+    let m = refused(agent_cas(&leases0, &pair_lease, "n0", e).await, "agent n0 claims under the same epoch");
+    assert!(m.contains("must raise leaseTransitions"), "{m}");
+    let m = refused(agent_cas(&leases0, &pair_lease, "n0", e - 1).await, "agent n0 claims under a lower epoch");
+    assert!(m.contains("must raise leaseTransitions"), "{m}");
+    let m =
+        refused(agent_cas(&leases1, &pair_lease, "n1", e).await, "the holder rewrites its Lease under the same epoch");
+    assert!(m.contains("must raise leaseTransitions"), "{m}");
+    let mut relabelled = leases1.get(&pair_lease).await.expect("pair Lease");
+    relabelled.metadata.owner_references = None;
+    let spec = relabelled.spec.get_or_insert_with(Default::default);
+    spec.lease_transitions = Some(e + 1);
+    let m = refused(
+        leases1.replace(&pair_lease, &PostParams::default(), &relabelled).await,
+        "agent drops the pair Lease's owner",
+    );
+    assert!(m.contains("metadata.ownerReferences"), "{m}");
+    // The holder records a newer epoch under its own name: by 1 (a reconcile), by 5 (a
+    // takeover after an API outage, its local epoch ran ahead).
+    let l = agent_cas(&leases1, &pair_lease, "n1", e + 1).await.expect("the holder raises the epoch by 1");
+    assert_eq!(epoch_of(&l), e + 1);
+    let l = agent_cas(&leases1, &pair_lease, "n1", e + 6).await.expect("the holder raises the epoch by 5");
+    assert_eq!(epoch_of(&l), e + 6);
+    assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some("n1"));
+    let after = leases1.get("havip-operator").await.expect("the leader Lease");
+    assert_eq!(after.spec, leader.spec, "the leader Lease is untouched");
 }

@@ -1,13 +1,16 @@
 //! `havip-agent`: the havip node agent.
 //!
-//! - `havip-agent standalone --config pair.yaml`: runs one pair member from a local
-//!   file, without Kubernetes (the epoch is kept in the state directory).
+//! - `havip-agent standalone --config pair.yaml [--config other.yaml | --config dir/]`:
+//!   runs this node's member of one or more pairs from local files, without Kubernetes
+//!   (the epoch is kept in the state directory). One process serves every pair of the
+//!   node: the pairs share the heartbeat sockets.
 //! - `havip-agent kubernetes`: the DaemonSet mode (docs/kubernetes.md).
 //! - `havip-agent admin …`: talks to a standalone agent through its admin socket.
 
 use clap::{Parser, Subcommand};
 use havip_node_agent::admin::{self, AdminRequest};
 use havip_node_agent::config::StandaloneFile;
+use havip_node_agent::heartbeat::Hub;
 use havip_node_agent::metrics::AgentMetrics;
 use havip_node_agent::runtime::{self, LogReporter, Options};
 use havip_node_agent::state::StateFile;
@@ -28,11 +31,13 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run one pair member from a local configuration file (no Kubernetes).
+    /// Run this node's member of one or more pairs from local files (no Kubernetes).
     Standalone {
-        /// The pair's configuration file (see docs/standalone.md).
-        #[arg(long, env = "HAVIP_CONFIG")]
-        config: PathBuf,
+        /// A pair's configuration file, or a directory whose `*.yaml`/`*.yml` files are
+        /// pairs (see docs/standalone.md). Repeat for several pairs; every pair of a node
+        /// runs in one agent (two agents never share a heartbeat port).
+        #[arg(long, env = "HAVIP_CONFIG", required = true, value_delimiter = ',')]
+        config: Vec<PathBuf>,
         /// This member's node name (overrides `node:` in the file).
         #[arg(long, env = "NODE_NAME")]
         node: Option<String>,
@@ -42,7 +47,8 @@ enum Cmd {
         /// Metrics and health address (overrides `metricsAddress:`); `off` disables it.
         #[arg(long, env = "HAVIP_METRICS_ADDRESS")]
         metrics_address: Option<String>,
-        /// Admin socket (overrides `adminSocket:`).
+        /// Admin socket (overrides `adminSocket:`; only with a single pair — with several,
+        /// each file names its own).
         #[arg(long, env = "HAVIP_ADMIN_SOCKET")]
         admin_socket: Option<PathBuf>,
     },
@@ -63,6 +69,11 @@ enum Cmd {
         /// Do not hand the VIPs over before exiting on a cordoned node.
         #[arg(long, env = "HAVIP_NO_HANDOVER_WHEN_CORDONED")]
         no_handover_when_cordoned: bool,
+        /// The agent's DaemonSet (in the namespace): on SIGTERM, if it is gone or being
+        /// deleted (an uninstall), or no longer selects this node, the agent removes its
+        /// VIPs instead of keeping them for its successor. Empty: always keep them.
+        #[arg(long, env = "HAVIP_DAEMONSET", default_value = "")]
+        daemonset: String,
     },
     /// Send a command to a standalone agent.
     Admin {
@@ -139,9 +150,16 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Kubernetes { node_name, namespace, state_dir, metrics_address, no_handover_when_cordoned } => {
+        Cmd::Kubernetes { node_name, namespace, state_dir, metrics_address, no_handover_when_cordoned, daemonset } => {
             init_logging(&args.log_format);
-            let r = kubernetes(node_name, namespace, state_dir, metrics_address, !no_handover_when_cordoned).await;
+            let opts = havip_node_agent::kube::KubeAgentOptions {
+                node: node_name,
+                namespace,
+                state_dir,
+                handover_when_cordoned: !no_handover_when_cordoned,
+                daemonset: Some(daemonset).filter(|d| !d.is_empty()),
+            };
+            let r = kubernetes(opts, metrics_address).await;
             match r {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -186,53 +204,137 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Every pair file named by `--config` (directories expand to their `*.yaml`/`*.yml`
+/// files, sorted), each loaded.
+fn load_pair_files(config: &[PathBuf]) -> Result<Vec<(PathBuf, StandaloneFile)>, String> {
+    let mut files = Vec::new();
+    for c in config {
+        if c.is_dir() {
+            let rd = std::fs::read_dir(c).map_err(|e| format!("failed to read {}: {e}", c.display()))?;
+            let mut found: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")))
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                return Err(format!("{} holds no *.yaml or *.yml pair file", c.display()));
+            }
+            files.extend(found);
+        } else {
+            files.push(c.clone());
+        }
+    }
+    files.into_iter().map(|f| StandaloneFile::load(&f).map(|file| (f, file)).map_err(|e| e.to_string())).collect()
+}
+
+/// One pair file, validated.
+struct PairFile {
+    path: PathBuf,
+    cfg: havip_node_agent::config::AgentConfig,
+    dir: PathBuf,
+    admin: Option<PathBuf>,
+}
+
+/// One pair the standalone agent runs.
+struct StandalonePair {
+    pair: String,
+    handle: runtime::Handle,
+    task: tokio::task::JoinHandle<()>,
+    admin: Option<PathBuf>,
+}
+
 async fn standalone(
-    config: PathBuf,
+    config: Vec<PathBuf>,
     node: Option<String>,
     state_dir: Option<PathBuf>,
     metrics_address: Option<String>,
     admin_socket: Option<PathBuf>,
 ) -> Result<(), String> {
-    let file = StandaloneFile::load(&config).map_err(|e| e.to_string())?;
-    let state_dir = state_dir.or(file.state_dir.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/havip"));
+    let files = load_pair_files(&config)?;
+    if admin_socket.is_some() && files.len() > 1 {
+        return Err(
+            "--admin-socket names one socket but several pairs are configured: set adminSocket in each pair's file"
+                .into(),
+        );
+    }
+    // Process-wide settings: the files that set them must agree.
+    let mut file_metrics: Option<(std::net::SocketAddr, &PathBuf)> = None;
+    for (path, f) in &files {
+        if let Some(a) = f.metrics_address {
+            match file_metrics {
+                Some((b, other)) if b != a => {
+                    return Err(format!(
+                        "metricsAddress differs between {} ({b}) and {} ({a}): one agent serves one metrics endpoint",
+                        other.display(),
+                        path.display()
+                    ));
+                }
+                _ => file_metrics = Some((a, path)),
+            }
+        }
+    }
     let metrics_address = match metrics_address.as_deref() {
         Some("off") => None,
         Some(a) => Some(a.parse().map_err(|e| format!("--metrics-address {a:?}: {e}"))?),
-        None => file.metrics_address.or_else(|| "127.0.0.1:9797".parse().ok()),
+        None => file_metrics.map(|(a, _)| a).or_else(|| "127.0.0.1:9797".parse().ok()),
     };
-    let admin_socket = admin_socket.or(file.admin_socket.clone());
-    let cfg = file.into_agent_config(node.as_deref()).map_err(|e| e.to_string())?;
-    tracing::info!(pair = %cfg.pair, node = %cfg.node, vips = cfg.vips.len(), paths = ?cfg.paths, "havip-agent starting (standalone)");
+    let mut configs: Vec<PairFile> = Vec::new();
+    for (path, f) in files {
+        let dir = state_dir.clone().or(f.state_dir.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/havip"));
+        let admin = admin_socket.clone().or(f.admin_socket.clone());
+        let cfg = f.into_agent_config(node.as_deref()).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(other) = configs.iter().find(|c| c.cfg.pair == cfg.pair) {
+            return Err(format!(
+                "pair {} is configured twice: {} and {}",
+                cfg.pair,
+                other.path.display(),
+                path.display()
+            ));
+        }
+        if let Some(a) = &admin
+            && configs.iter().any(|c| c.admin.as_ref() == Some(a))
+        {
+            return Err(format!("adminSocket {} is named by two pairs: give each pair its own", a.display()));
+        }
+        configs.push(PairFile { path, cfg, dir, admin });
+    }
     let metrics = Arc::new(AgentMetrics::new());
-    let paths = cfg.paths.clone();
-    let (handle, task) = runtime::start(
-        cfg.clone(),
-        Options {
-            state: StateFile::new(&state_dir, &cfg.pair),
-            lease: None,
-            reporter: Arc::new(LogReporter),
-            metrics: metrics.clone(),
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let hub = Hub::new(metrics.clone());
+    let mut pairs: Vec<StandalonePair> = Vec::new();
+    for PairFile { path, cfg, dir, admin } in configs {
+        tracing::info!(file = %path.display(), pair = %cfg.pair, node = %cfg.node, vips = cfg.vips.len(), paths = ?cfg.paths, "havip-agent starting a pair (standalone)");
+        let paths = cfg.paths.clone();
+        let (handle, task) = runtime::start(
+            cfg.clone(),
+            Options {
+                state: StateFile::new(&dir, &cfg.pair),
+                lease: None,
+                reporter: Arc::new(LogReporter),
+                metrics: metrics.pair(&cfg.pair),
+                hub: hub.clone(),
+            },
+        )
+        .await
+        .map_err(|e| format!("pair {} ({}): {e}", cfg.pair, path.display()))?;
+        if let Some(p) = &admin {
+            admin::serve(p, handle.clone(), paths)
+                .await
+                .map_err(|e| format!("failed to open admin socket {}: {e}", p.display()))?;
+        }
+        pairs.push(StandalonePair { pair: cfg.pair.clone(), handle, task, admin });
+    }
     let _http = match metrics_address {
         Some(addr) => {
-            let ep = Arc::new(Endpoints { metrics, agent: handle.clone() });
+            let ep = Arc::new(Endpoints {
+                metrics,
+                agents: pairs.iter().map(|p| (p.pair.clone(), p.handle.clone())).collect(),
+            });
             let (bound, t) = havip_crds::httpd::serve(addr, ep)
                 .await
                 .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
             tracing::info!(address = %bound, "metrics and health endpoints");
             Some(t)
         }
-        None => None,
-    };
-    let _admin = match &admin_socket {
-        Some(p) => Some(
-            admin::serve(p, handle.clone(), paths)
-                .await
-                .map_err(|e| format!("failed to open admin socket {}: {e}", p.display()))?,
-        ),
         None => None,
     };
     use tokio::signal::unix::{SignalKind, signal};
@@ -243,21 +345,19 @@ async fn standalone(
         _ = int.recv() => "SIGINT",
     };
     tracing::info!(signal = sig, "shutting down; the VIPs stay where they are");
-    handle.stop().await;
-    let _ = task.await;
-    if let Some(p) = admin_socket {
-        let _ = std::fs::remove_file(p);
+    for p in &pairs {
+        p.handle.stop().await;
+    }
+    for p in pairs {
+        let _ = p.task.await;
+        if let Some(a) = p.admin {
+            let _ = std::fs::remove_file(a);
+        }
     }
     Ok(())
 }
 
-async fn kubernetes(
-    node: String,
-    namespace: String,
-    state_dir: PathBuf,
-    metrics_address: String,
-    handover_when_cordoned: bool,
-) -> Result<(), String> {
+async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_address: String) -> Result<(), String> {
     let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
     let metrics = Arc::new(AgentMetrics::new());
     let _http = if metrics_address == "off" {
@@ -271,12 +371,7 @@ async fn kubernetes(
         tracing::info!(address = %bound, "metrics and health endpoints");
         Some(t)
     };
-    havip_node_agent::kube_agent::run(
-        client,
-        havip_node_agent::kube_agent::KubeAgentOptions { node, namespace, state_dir, handover_when_cordoned },
-        metrics,
-    )
-    .await
+    havip_node_agent::kube::run(client, opts, metrics).await.map_err(|e| e.to_string())
 }
 
 struct MetricsOnly(Arc<AgentMetrics>);
@@ -292,7 +387,7 @@ impl havip_crds::httpd::Endpoints for MetricsOnly {
 
 struct Endpoints {
     metrics: Arc<AgentMetrics>,
-    agent: runtime::Handle,
+    agents: Vec<(String, runtime::Handle)>,
 }
 
 impl havip_crds::httpd::Endpoints for Endpoints {
@@ -300,7 +395,8 @@ impl havip_crds::httpd::Endpoints for Endpoints {
         self.metrics.encode()
     }
     fn ready(&self) -> Result<(), String> {
-        let st = self.agent.status();
-        if st.config_valid { Ok(()) } else { Err("configuration invalid".into()) }
+        let invalid: Vec<String> =
+            self.agents.iter().filter(|(_, a)| !a.status().config_valid).map(|(pair, _)| pair.clone()).collect();
+        if invalid.is_empty() { Ok(()) } else { Err(format!("configuration invalid: {}", invalid.join(", "))) }
     }
 }

@@ -6,11 +6,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-/// Label: a heartbeat path.
+/// Labels: a pair and one of its heartbeat paths.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PathLabel {
+    /// The pair.
+    pub pair: String,
     /// Path name.
     pub path: String,
 }
@@ -18,14 +20,33 @@ pub struct PathLabel {
 /// Labels: a dropped heartbeat.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DropLabels {
-    /// Path name.
+    /// The pair the datagram names (empty when it names none this agent runs, or none).
+    pub pair: String,
+    /// Path name (the local address when the pair is unknown).
     pub path: String,
-    /// Why (truncated, oversized, bad_magic, unknown_key, bad_mac, unsupported_major,
-    /// malformed, replayed, stale, foreign_pair, unknown_sender, own).
+    /// Why (truncated, oversized, bad_magic, unknown_pair, unknown_key, bad_mac,
+    /// unsupported_major, malformed, replayed, retired_session, unconfirmed_session,
+    /// stale, unknown_sender, own).
     pub reason: String,
 }
 
-/// Label: a role, reason, kind or category constant.
+/// Label: a pair.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PairLabel {
+    /// The pair.
+    pub pair: String,
+}
+
+/// Labels: a pair and a role, reason, kind or alarm constant.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PairNameLabel {
+    /// The pair.
+    pub pair: String,
+    /// The value.
+    pub name: String,
+}
+
+/// Label: a category constant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
     /// The value.
@@ -35,41 +56,44 @@ pub struct NameLabel {
 /// Labels: a probe result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
+    /// The pair.
+    pub pair: String,
     /// `peer` (through the VIP) or `local` (own listener).
     pub kind: String,
     /// `up` or `down`.
     pub result: String,
 }
 
-/// Every metric of the agent.
+/// Every metric of the agent. Everything about a pair carries a `pair` label: one agent
+/// serves every pair of its node.
 pub struct AgentMetrics {
     registry: Mutex<Registry>,
-    /// Heartbeats sent, per path.
+    /// Heartbeats sent, per pair and path.
     pub heartbeats_sent: Family<PathLabel, Counter>,
-    /// Authentic heartbeats accepted, per path.
+    /// Authentic heartbeats accepted, per pair and path.
     pub heartbeats_received: Family<PathLabel, Counter>,
-    /// Datagrams dropped, per path and reason.
+    /// Datagrams dropped, per pair, path and reason.
     pub heartbeats_dropped: Family<DropLabels, Counter>,
     /// 1 for the current role, 0 for the others.
-    pub role: Family<NameLabel, Gauge>,
+    pub role: Family<PairNameLabel, Gauge>,
     /// The epoch this member knows.
-    pub epoch: Gauge,
+    pub epoch: Family<PairLabel, Gauge>,
     /// Role changes, per reason.
-    pub transitions: Family<NameLabel, Counter>,
+    pub transitions: Family<PairNameLabel, Counter>,
     /// VIPs held in the kernel.
-    pub vips_held: Gauge,
+    pub vips_held: Family<PairLabel, Gauge>,
     /// Gratuitous ARPs / NAs sent, per kind (`garp`, `na`).
-    pub announcements: Family<NameLabel, Counter>,
+    pub announcements: Family<PairNameLabel, Counter>,
     /// Data-plane probe results.
     pub probes: Family<ProbeLabels, Counter>,
     /// Foreign MACs seen answering for a held VIP.
-    pub conflicts: Counter,
+    pub conflicts: Family<PairLabel, Counter>,
     /// 1 while an alarm is raised.
-    pub alarms: Family<NameLabel, Gauge>,
+    pub alarms: Family<PairNameLabel, Gauge>,
     /// Errors of I/O operations, per category.
     pub io_errors: Family<NameLabel, Counter>,
     /// Authentic heartbeats the state machine ignored for an epoch outside the domain.
-    pub adverts_ignored: Gauge,
+    pub adverts_ignored: Family<PairLabel, Gauge>,
 }
 
 impl Default for AgentMetrics {
@@ -88,15 +112,15 @@ impl AgentMetrics {
             heartbeats_received: Family::default(),
             heartbeats_dropped: Family::default(),
             role: Family::default(),
-            epoch: Gauge::default(),
+            epoch: Family::default(),
             transitions: Family::default(),
-            vips_held: Gauge::default(),
+            vips_held: Family::default(),
             announcements: Family::default(),
             probes: Family::default(),
-            conflicts: Counter::default(),
+            conflicts: Family::default(),
             alarms: Family::default(),
             io_errors: Family::default(),
-            adverts_ignored: Gauge::default(),
+            adverts_ignored: Family::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -130,8 +154,10 @@ impl AgentMetrics {
     }
 
     /// Counts a dropped datagram.
-    pub fn dropped(&self, path: &str, reason: &str) {
-        self.heartbeats_dropped.get_or_create(&DropLabels { path: path.to_owned(), reason: reason.to_owned() }).inc();
+    pub fn dropped(&self, pair: &str, path: &str, reason: &str) {
+        self.heartbeats_dropped
+            .get_or_create(&DropLabels { pair: pair.to_owned(), path: path.to_owned(), reason: reason.to_owned() })
+            .inc();
     }
 
     /// Counts an I/O error.
@@ -139,11 +165,97 @@ impl AgentMetrics {
         self.io_errors.get_or_create(&NameLabel { name: category.to_owned() }).inc();
     }
 
-    /// Sets the role gauge family so that only `role` is 1.
+    /// The metrics of one pair.
+    pub fn pair(self: &Arc<Self>, pair: &str) -> PairMetrics {
+        PairMetrics { all: self.clone(), pair: pair.to_owned() }
+    }
+}
+
+/// The metrics of one pair: the agent's families with the pair's label filled in.
+#[derive(Clone)]
+pub struct PairMetrics {
+    all: Arc<AgentMetrics>,
+    pair: String,
+}
+
+impl PairMetrics {
+    fn named(&self, name: &str) -> PairNameLabel {
+        PairNameLabel { pair: self.pair.clone(), name: name.to_owned() }
+    }
+    fn label(&self) -> PairLabel {
+        PairLabel { pair: self.pair.clone() }
+    }
+    /// A heartbeat sent on `path`.
+    pub fn sent(&self, path: &str) {
+        self.all.heartbeats_sent.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).inc();
+    }
+    /// An authentic heartbeat accepted on `path`.
+    pub fn received(&self, path: &str) {
+        self.all.heartbeats_received.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).inc();
+    }
+    /// A datagram naming this pair dropped on `path`.
+    pub fn dropped(&self, path: &str, reason: &str) {
+        self.all.dropped(&self.pair, path, reason);
+    }
+    /// An I/O error (process-wide categories).
+    pub fn io_error(&self, category: &str) {
+        self.all.io_error(category);
+    }
+    /// Sets the role gauges so that only `role` is 1.
     pub fn set_role(&self, role: &str, all: &[&str]) {
         for r in all {
-            self.role.get_or_create(&NameLabel { name: (*r).to_owned() }).set(i64::from(*r == role));
+            self.all.role.get_or_create(&self.named(r)).set(i64::from(*r == role));
         }
+    }
+    /// The epoch this member knows.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.all.epoch.get_or_create(&self.label()).set(i64::try_from(epoch).unwrap_or(i64::MAX));
+    }
+    /// VIPs held in the kernel.
+    pub fn set_vips_held(&self, n: usize) {
+        self.all.vips_held.get_or_create(&self.label()).set(n as i64);
+    }
+    /// A role change for `reason`.
+    pub fn transition(&self, reason: &str) {
+        self.all.transitions.get_or_create(&self.named(reason)).inc();
+    }
+    /// An announcement of `kind` (`garp`, `na`) sent.
+    pub fn announced(&self, kind: &str) {
+        self.all.announcements.get_or_create(&self.named(kind)).inc();
+    }
+    /// A probe result.
+    pub fn probe(&self, kind: &str, up: bool) {
+        let l = ProbeLabels {
+            pair: self.pair.clone(),
+            kind: kind.to_owned(),
+            result: if up { "up" } else { "down" }.to_owned(),
+        };
+        self.all.probes.get_or_create(&l).inc();
+    }
+    /// A foreign MAC answering for a held VIP.
+    pub fn conflict(&self) {
+        self.all.conflicts.get_or_create(&self.label()).inc();
+    }
+    /// Authentic heartbeats ignored for an epoch outside the domain (since start).
+    pub fn set_adverts_ignored(&self, n: u64) {
+        self.all.adverts_ignored.get_or_create(&self.label()).set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    /// Raises (1) or clears (0) an alarm gauge.
+    pub fn set_alarm(&self, alarm: &str, on: bool) {
+        self.all.alarms.get_or_create(&self.named(alarm)).set(i64::from(on));
+    }
+    /// Removes the pair's gauges (the agent stopped serving it): a stale role or alarm
+    /// must not outlive the pair. Counters stay (they only ever grow).
+    pub fn forget(&self, roles: &[&str], alarms: &[&str]) {
+        for r in roles {
+            self.all.role.remove(&self.named(r));
+        }
+        for a in alarms {
+            self.all.alarms.remove(&self.named(a));
+        }
+        self.all.epoch.remove(&self.label());
+        self.all.vips_held.remove(&self.label());
+        self.all.adverts_ignored.remove(&self.label());
     }
 }
 
@@ -152,25 +264,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn encodes_every_family() {
-        let m = AgentMetrics::new();
-        m.dropped("data", "bad_mac");
+    fn encodes_every_family_with_the_pair_label() {
+        let m = Arc::new(AgentMetrics::new());
+        let web = m.pair("web");
+        let db = m.pair("db");
+        web.dropped("data", "bad_mac");
+        m.dropped("", "10.0.0.1", "unknown_pair");
         m.io_error("persist");
-        m.set_role("Active", &["Init", "Active"]);
-        m.epoch.set(3);
-        m.transitions.get_or_create(&NameLabel { name: "Takeover".into() }).inc();
-        m.conflicts.inc();
-        m.alarms.get_or_create(&NameLabel { name: "VipConflict".into() }).set(1);
-        m.probes.get_or_create(&ProbeLabels { kind: "peer".into(), result: "up".into() }).inc();
+        web.set_role("Active", &["Init", "Active"]);
+        db.set_role("Init", &["Init", "Active"]);
+        web.set_epoch(3);
+        web.transition("Takeover");
+        web.conflict();
+        web.set_alarm("VipConflict", true);
+        web.probe("peer", true);
         let text = m.encode();
         for want in [
-            "havip_agent_heartbeats_dropped_total{path=\"data\",reason=\"bad_mac\"} 1",
-            "havip_agent_role{name=\"Active\"} 1",
-            "havip_agent_epoch 3",
-            "havip_agent_vip_conflicts_total 1",
-            "havip_agent_alarms{name=\"VipConflict\"} 1",
+            "havip_agent_heartbeats_dropped_total{pair=\"web\",path=\"data\",reason=\"bad_mac\"} 1",
+            "havip_agent_heartbeats_dropped_total{pair=\"\",path=\"10.0.0.1\",reason=\"unknown_pair\"} 1",
+            "havip_agent_role{pair=\"web\",name=\"Active\"} 1",
+            "havip_agent_role{pair=\"db\",name=\"Active\"} 0",
+            "havip_agent_epoch{pair=\"web\"} 3",
+            "havip_agent_vip_conflicts_total{pair=\"web\"} 1",
+            "havip_agent_alarms{pair=\"web\",name=\"VipConflict\"} 1",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
+        web.forget(&["Init", "Active"], &["VipConflict"]);
+        let text = m.encode();
+        assert!(!text.contains("havip_agent_role{pair=\"web\""), "forgotten:\n{text}");
+        assert!(!text.contains("havip_agent_epoch{pair=\"web\""), "forgotten:\n{text}");
+        assert!(!text.contains("havip_agent_alarms{pair=\"web\""), "forgotten:\n{text}");
+        assert!(text.contains("havip_agent_role{pair=\"db\""), "the other pair stays:\n{text}");
     }
 }

@@ -314,10 +314,13 @@ impl Netlink {
         }
     }
 
-    /// Removes every havip address that is not in `keep` (start-up cleanup of stale
-    /// VIPs). Returns what was removed. Errors are collected, not fatal: the others
+    /// Removes the havip addresses that are among `candidates` (the VIPs a pair once
+    /// added, from its ledger) and not in `keep` (its VIPs now): the cleanup of VIPs
+    /// removed from a configuration while the agent was down, or of a pair that is gone.
+    /// An address of another pair (not a candidate) or one havip did not add is never
+    /// touched. Returns what was removed. Errors are collected, not fatal: the others
     /// are still removed.
-    pub async fn remove_stale(&self, keep: &[Vip]) -> (Vec<AddrInfo>, Vec<NetlinkError>) {
+    pub async fn remove_stale(&self, candidates: &[Vip], keep: &[Vip]) -> (Vec<AddrInfo>, Vec<NetlinkError>) {
         let mut removed = Vec::new();
         let mut errors = Vec::new();
         let links = match self.links().await {
@@ -331,7 +334,8 @@ impl Netlink {
         for a in ours {
             let ifname = links.iter().find(|l| l.index == a.ifindex).map(|l| l.name.clone()).unwrap_or_default();
             let vip = Vip { addr: a.addr, prefix: a.prefix, ifname };
-            if keep.iter().any(|k| k.addr == vip.addr && k.ifname == vip.ifname) {
+            let same = |k: &Vip| k.addr == vip.addr && k.ifname == vip.ifname;
+            if !candidates.iter().any(same) || keep.iter().any(same) {
                 continue;
             }
             match self.delete(&a, &vip).await {

@@ -7,18 +7,19 @@
 //! it inputs through a channel. The machine's time is monotonic milliseconds since the
 //! agent started.
 
-use crate::announce::L2Sender;
+use crate::announce::{AnnounceGate, L2Sender, spawn_schedule};
 use crate::config::{AgentConfig, AnnounceSchedule};
-use crate::heartbeat::{HeartbeatIo, PathSpec, Received, SkewTracker};
-use crate::metrics::{AgentMetrics, NameLabel, ProbeLabels};
+use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
+use crate::ledger::VipLedger;
+use crate::metrics::PairMetrics;
 use crate::netlink::{LinkWatch, Netlink, Vip};
 use crate::probes::{ArpPort, GatewayTracker, TrafficSampler, arp_source_for, tcp_probe};
 use crate::sm;
 use crate::state::StateFile;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -91,7 +92,7 @@ enum Event {
     Input(sm::Input),
     ObserveVips,
     SetKeys(havip_crds::wire::Keyring),
-    Reconfigure(Box<AgentConfig>),
+    Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
     Release,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
@@ -131,9 +132,14 @@ impl Handle {
     }
     /// Applies a new configuration without a restart: the machine keeps its role, epoch
     /// and peers (no Init period); VIPs added or removed are added or removed, the
-    /// heartbeat sockets and probes are rebuilt.
-    pub async fn reconfigure(&self, cfg: AgentConfig) {
-        let _ = self.tx.send(Event::Reconfigure(Box::new(cfg))).await;
+    /// heartbeat sockets and probes are rebuilt. Returns once it was applied; on error
+    /// the last configuration keeps running, unchanged.
+    pub async fn reconfigure(&self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Event::Reconfigure(Box::new(cfg), tx)).await.is_err() {
+            return Err(RuntimeError::Stopped);
+        }
+        rx.await.unwrap_or(Err(RuntimeError::Stopped))
     }
     /// Removes the pair's VIPs from this node and stops (the node left the pair).
     pub async fn release(&self) {
@@ -159,6 +165,9 @@ pub enum RuntimeError {
     /// Something in the configuration does not match this node.
     #[error("invalid configuration for this node: {0}")]
     Config(String),
+    /// The runtime is not running any more.
+    #[error("the pair's runtime has stopped")]
+    Stopped,
 }
 
 #[derive(Clone)]
@@ -177,8 +186,10 @@ pub struct Options {
     pub lease: Option<Arc<dyn LeaseStore>>,
     /// Where reports go.
     pub reporter: Arc<dyn Reporter>,
-    /// Metrics.
-    pub metrics: Arc<AgentMetrics>,
+    /// The pair's metrics.
+    pub metrics: PairMetrics,
+    /// The agent's heartbeat sockets, shared by every pair it runs.
+    pub hub: Arc<Hub>,
 }
 
 /// Starts the agent for one pair and returns its handle and the task that runs it.
@@ -186,7 +197,7 @@ pub struct Options {
 struct Io {
     vips: Vec<ResolvedVip>,
     arp: HashMap<String, Arc<ArpPort>>,
-    hb: Arc<HeartbeatIo>,
+    hb: EndpointSpec,
     data_link: String,
     vip_links: BTreeSet<String>,
     fence: Vec<(IpAddr, String)>,
@@ -198,15 +209,38 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let lock = opts.state.lock()?;
     let persisted = opts.state.load()?;
     let nl = Netlink::new()?;
-    let io = build_io(&cfg, &nl, &opts.metrics, &HashMap::new()).await?;
+    let io = build_io(&cfg, &nl, &HashMap::new()).await?;
+    let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
+    remove_stale_vips(&nl, &ledger, &io.vips).await;
     let machine = sm::Machine::new(cfg.sm.clone(), persisted);
     let (tx, rx) = mpsc::channel::<Event>(1024);
+    // Heartbeats of this pair, from the hub's sockets; relayed into the runtime's queue
+    // for as long as the runtime runs (reconfigurations keep the endpoint).
+    let (rtx, mut rrx) = mpsc::channel::<Received>(256);
+    let hb = Endpoint::attach(&opts.hub, io.hb.clone(), opts.metrics.clone(), rtx).await?;
+    let relay_tx = tx.clone();
+    let relay = tokio::spawn(async move {
+        while let Some(r) = rrx.recv().await {
+            if relay_tx.send(Event::Received(r)).await.is_err() {
+                return;
+            }
+        }
+    });
     let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
     let holding = Arc::new(AtomicBool::new(false));
     let last_heard_ms = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
 
-    let Io { vips, arp, hb, data_link, vip_links, fence, own } = io;
+    let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
+    // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
+    // stalls cannot have let a peer take over); announcements then wait two heartbeat
+    // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
+    let t = &cfg.sm.timings;
+    let gate = AnnounceGate::new(
+        Duration::from_millis(t.tick_ms.max(5)),
+        Duration::from_millis((t.heartbeat_timeout_ms / 2).max(50)),
+        Duration::from_millis((2 * t.heartbeat_interval_ms).max(200)),
+    );
     let metrics = opts.metrics.clone();
     let mut rt = Runtime {
         tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
@@ -231,6 +265,9 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         skew: Arc::new(SkewTracker::default()),
         queue: VecDeque::new(),
         tasks: Vec::new(),
+        relay,
+        ledger,
+        gate,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -242,7 +279,6 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
 async fn build_io(
     cfg: &AgentConfig,
     nl: &Netlink,
-    metrics: &Arc<AgentMetrics>,
     reuse_arp: &HashMap<String, Arc<ArpPort>>,
 ) -> Result<Io, RuntimeError> {
     let me =
@@ -277,29 +313,6 @@ async fn build_io(
         .map(|l| l.name.clone())
         .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
     let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
-
-    // Stale VIPs: havip's own addresses on this pair's VIP interfaces, in a subnet of one of
-    // this pair's VIPs, that are no VIP of the pair any more (a VIP removed from the
-    // configuration while the agent was down). Addresses of other pairs (other subnets)
-    // and addresses havip did not add are never touched. The pair's current VIPs are left
-    // to the state machine (adopted after an agent restart, removed on a standby).
-    let keep: Vec<Vip> = vips.iter().map(|v| v.vip.clone()).collect();
-    if let Ok(ours) = nl.havip_addresses().await {
-        let links_now = nl.links().await.unwrap_or_default();
-        for a in ours {
-            let ifname = links_now.iter().find(|l| l.index == a.ifindex).map(|l| l.name.clone()).unwrap_or_default();
-            let stale = vip_links.contains(&ifname)
-                && !keep.iter().any(|k| k.addr == a.addr)
-                && keep.iter().any(|k| crate::netlink::same_subnet(k.addr, a.addr, k.prefix));
-            if stale {
-                let v = Vip { addr: a.addr, prefix: a.prefix, ifname };
-                match nl.remove_vip(&v).await {
-                    Ok(()) => tracing::info!(vip = %v, "removed a stale VIP of this pair"),
-                    Err(e) => tracing::warn!(vip = %v, error = %e, "failed to remove a stale VIP"),
-                }
-            }
-        }
-    }
 
     // Layer-2 ports: one per VIP interface and one for the gateway probe's interface.
     let gateways = nl.default_gateways().await.unwrap_or_default();
@@ -350,9 +363,48 @@ async fn build_io(
                 .collect(),
         })
         .collect();
-    let keys = Arc::new(RwLock::new(cfg.keys.clone()));
-    let hb = Arc::new(HeartbeatIo::bind(&cfg.pair, &cfg.node, cfg.heartbeat_port, keys, paths, metrics.clone()).await?);
+    let hb = EndpointSpec {
+        pair: cfg.pair.clone(),
+        node: cfg.node.clone(),
+        port: cfg.heartbeat_port,
+        paths,
+        keys: cfg.keys.clone(),
+        heartbeat_timeout: Duration::from_millis(cfg.sm.timings.heartbeat_timeout_ms),
+    };
     Ok(Io { vips, arp, hb, data_link, vip_links, fence, own: own_v4 })
+}
+
+/// Removes what the pair's ledger holds beyond `current` (VIPs of a configuration that
+/// changed while the agent was down), then records exactly what is left. The pair's
+/// current VIPs are left to the state machine (adopted after an agent restart, removed
+/// on a standby); another pair's VIPs are never in this pair's ledger.
+async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current: &[ResolvedVip]) {
+    let recorded = match ledger.load() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the VIP ledger; stale VIPs of this pair are left in place");
+            return;
+        }
+    };
+    let keep: Vec<Vip> = current.iter().map(|v| v.vip.clone()).collect();
+    let (removed, errors) = nl.remove_stale(&recorded, &keep).await;
+    for a in &removed {
+        tracing::info!(address = %a.addr, "removed a stale VIP of this pair");
+    }
+    for e in &errors {
+        tracing::warn!(error = %e, "failed to remove a stale VIP");
+    }
+    // What stays recorded: the current VIPs added before, and stale ones still in the
+    // kernel (their removal failed: retried at the next start or reconfiguration).
+    let present = match nl.havip_addresses().await {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    let left: Vec<Vip> =
+        recorded.into_iter().filter(|r| keep.contains(r) || present.iter().any(|a| a.addr == r.addr)).collect();
+    if let Err(e) = ledger.store(&left) {
+        tracing::warn!(error = %e, "failed to write the VIP ledger");
+    }
 }
 
 struct Runtime {
@@ -363,11 +415,11 @@ struct Runtime {
     nl: Netlink,
     vips: Vec<ResolvedVip>,
     arp: HashMap<String, Arc<ArpPort>>,
-    hb: Arc<HeartbeatIo>,
+    hb: Arc<Endpoint>,
     state: StateFile,
     lease: Option<Arc<dyn LeaseStore>>,
     reporter: Arc<dyn Reporter>,
-    metrics: Arc<AgentMetrics>,
+    metrics: PairMetrics,
     tx: mpsc::Sender<Event>,
     status_tx: watch::Sender<Arc<sm::Status>>,
     holding: Arc<AtomicBool>,
@@ -378,6 +430,12 @@ struct Runtime {
     skew: Arc<SkewTracker>,
     queue: VecDeque<sm::Input>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
+    relay: tokio::task::JoinHandle<()>,
+    /// The VIPs this pair added on this node.
+    ledger: VipLedger,
+    /// Holds announcements back after a stall.
+    gate: Arc<AnnounceGate>,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -402,19 +460,46 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
-                _ = ticker.tick() => self.queue.push_back(sm::Input::Tick),
+                _ = ticker.tick() => {
+                    if let Some(gap) = self.gate.tick() {
+                        tracing::warn!(
+                            stalled_ms = gap.as_millis() as u64,
+                            "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
+                        );
+                    }
+                    // The machine's contract after a stall: the heartbeats, Lease events
+                    // and CAS answers queued meanwhile come before its next Tick (until
+                    // then it only gives up what a newer holder claims). They are read
+                    // within the gate's settle time, so no Tick is fed before it ends.
+                    if !self.gate.blocked() {
+                        self.queue.push_back(sm::Input::Tick);
+                    }
+                }
                 ev = rx.recv() => match ev {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
-                    Some(Event::Reconfigure(cfg)) => self.reconfigure(*cfg).await,
+                    Some(Event::Reconfigure(cfg, done)) => {
+                        let r = self.reconfigure(*cfg).await;
+                        if let Err(e) = &r {
+                            self.metrics.io_error("reconfigure");
+                            tracing::warn!(error = %e, "failed to apply the new configuration; the last one keeps running");
+                        }
+                        let _ = done.send(r);
+                    }
                     Some(Event::Release) => {
                         self.stop_announcer();
+                        self.metrics.forget(&ROLES, &sm::Alarm::ALL.map(sm::Alarm::as_str));
+                        let mut all_gone = true;
                         for v in &self.vips {
                             if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                                all_gone = false;
                                 tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
                             }
+                        }
+                        if all_gone && let Err(e) = self.ledger.remove() {
+                            tracing::warn!(error = %e, "failed to remove the VIP ledger");
                         }
                         break;
                     }
@@ -428,20 +513,22 @@ impl Runtime {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        self.relay.abort();
         if let Some(a) = self.announcer.take() {
             a.abort();
         }
     }
 
-    async fn reconfigure(&mut self, cfg: AgentConfig) {
-        let io = match build_io(&cfg, &self.nl, &self.metrics, &self.arp).await {
-            Ok(io) => io,
-            Err(e) => {
-                self.metrics.io_error("reconfigure");
-                tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
-                return;
-            }
-        };
+    /// Applies `cfg`, or leaves everything as it was and says why.
+    async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let io = build_io(&cfg, &self.nl, &self.arp).await?;
+        self.hb.update(io.hb.clone()).await?;
+        // VIPs of the old configuration are the machine's to remove (below); only what the
+        // ledger holds beyond both is stale.
+        let old: Vec<ResolvedVip> =
+            self.vips.iter().filter(|o| !io.vips.iter().any(|v| v.id == o.id)).cloned().collect();
+        let keep: Vec<ResolvedVip> = io.vips.iter().cloned().chain(old).collect();
+        remove_stale_vips(&self.nl, &self.ledger, &keep).await;
         tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
         for t in self.tasks.drain(..) {
             t.abort();
@@ -456,7 +543,6 @@ impl Runtime {
         }
         self.vips = all;
         self.arp = io.arp;
-        self.hb = io.hb;
         self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
         self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
         self.cfg = cfg;
@@ -464,6 +550,7 @@ impl Runtime {
         self.drain().await;
         self.vips = io.vips;
         self.observe_local_vips().await;
+        Ok(())
     }
 
     fn received(&mut self, r: Received) {
@@ -505,7 +592,7 @@ impl Runtime {
         let mut changed = false;
         while let Some(input) = self.queue.pop_front() {
             if matches!(input, sm::Input::Conflict { .. }) {
-                self.metrics.conflicts.inc();
+                self.metrics.conflict();
             }
             let now = self.now();
             let actions = self.machine.step(now, input);
@@ -522,14 +609,11 @@ impl Runtime {
             let st = self.machine.status();
             self.holding.store(st.holds_vips, Ordering::Relaxed);
             self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
-            self.metrics.epoch.set(st.epoch as i64);
+            self.metrics.set_epoch(st.epoch);
             self.metrics.set_role(st.role.as_str(), &ROLES);
-            self.metrics.adverts_ignored.set(st.ignored_adverts as i64);
+            self.metrics.set_adverts_ignored(st.ignored_adverts);
             for a in sm::Alarm::ALL {
-                self.metrics
-                    .alarms
-                    .get_or_create(&NameLabel { name: a.as_str().into() })
-                    .set(i64::from(st.alarms.contains(&a)));
+                self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
             }
             if **self.status_tx.borrow() != st {
                 self.reporter.status(&st);
@@ -549,6 +633,13 @@ impl Runtime {
                 false
             }
             sm::Action::AddVips(ids) => {
+                // Recorded before they are added: a crash after the add still knows them.
+                let adding: Vec<Vip> =
+                    self.vips.iter().filter(|v| ids.contains(&v.id)).map(|v| v.vip.clone()).collect();
+                if let Err(e) = self.ledger.record(&adding) {
+                    self.metrics.io_error("persist");
+                    tracing::error!(error = %e, "failed to record the VIPs in the ledger");
+                }
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.add_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
@@ -559,6 +650,8 @@ impl Runtime {
             }
             sm::Action::RemoveVips(ids) => {
                 self.stop_announcer();
+                // At once, not after the step: an announcement schedule checks it.
+                self.holding.store(false, Ordering::Relaxed);
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.remove_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
@@ -568,11 +661,14 @@ impl Runtime {
                 true
             }
             sm::Action::Announce { kind } => {
+                // The machine announces only what it holds; the flag the schedule checks
+                // is otherwise updated after the whole step.
+                self.holding.store(true, Ordering::Relaxed);
                 self.announce(kind);
                 false
             }
             sm::Action::SendAdvert(advert) => {
-                self.hb.send(&advert).await;
+                self.hb.send(&advert);
                 false
             }
             sm::Action::CasLease { holder, new_epoch, expected_epoch } => {
@@ -595,7 +691,7 @@ impl Runtime {
             sm::Action::Report(ev) => {
                 let st = self.machine.status();
                 if let sm::Event::RoleChanged { reason, .. } = &ev {
-                    self.metrics.transitions.get_or_create(&NameLabel { name: format!("{reason:?}") }).inc();
+                    self.metrics.transition(reason.as_str());
                 }
                 if let sm::Event::OperationResult { id, ok, message } = &ev
                     && let Some(w) = self.waiters.remove(id)
@@ -622,7 +718,7 @@ impl Runtime {
                     .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr && a.prefix == v.vip.prefix))
                     .map(|v| v.id.clone())
                     .collect();
-                self.metrics.vips_held.set(present.len() as i64);
+                self.metrics.set_vips_held(present.len());
                 tracing::debug!(present = present.len(), "observed the pair's VIPs in the kernel");
                 self.queue.push_back(sm::Input::LocalVips { present });
             }
@@ -650,47 +746,27 @@ impl Runtime {
         self.stop_announcer();
         let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
             self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let Some((first, _)) = vips.first() else { return };
+        let sched = first.announce.clone();
         let metrics = self.metrics.clone();
-        self.announcer = Some(tokio::spawn(async move {
-            let send_all = |count: u32| {
-                for (v, port) in &vips {
-                    for _ in 0..count {
-                        let r = match v.vip.addr {
-                            IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
-                            IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
-                        };
-                        match r {
-                            Ok(k) => {
-                                metrics.announcements.get_or_create(&NameLabel { name: k.into() }).inc();
-                            }
-                            Err(e) => {
-                                metrics.io_error("announce");
-                                tracing::warn!(error = %e, "announcement failed");
-                            }
+        let send_all = move |count: u32| {
+            for (v, port) in &vips {
+                for _ in 0..count {
+                    let r = match v.vip.addr {
+                        IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
+                        IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
+                    };
+                    match r {
+                        Ok(k) => metrics.announced(k),
+                        Err(e) => {
+                            metrics.io_error("announce");
+                            tracing::warn!(error = %e, "announcement failed");
                         }
                     }
                 }
-            };
-            let Some((first, _)) = vips.first() else { return };
-            let sched = first.announce.clone();
-            match kind {
-                sm::AnnounceKind::Burst => {
-                    send_all(sched.burst);
-                    for _ in 0..sched.repeats {
-                        tokio::time::sleep(sched.repeat_interval).await;
-                        send_all(1);
-                    }
-                }
-                sm::AnnounceKind::Refresh => send_all(1),
             }
-            if sched.refresh_interval.is_zero() {
-                return;
-            }
-            loop {
-                tokio::time::sleep(sched.refresh_interval).await;
-                send_all(1);
-            }
-        }));
+        };
+        self.announcer = Some(spawn_schedule(kind, sched, self.gate.clone(), self.holding.clone(), send_all));
     }
 
     /// After a takeover: the VIPs are read back, the local listeners probed, and a
@@ -746,18 +822,6 @@ impl Runtime {
         fence: Vec<(IpAddr, String)>,
         own: Vec<(IpAddr, u8)>,
     ) {
-        // Heartbeat receivers.
-        let (rtx, mut rrx) = mpsc::channel(256);
-        self.tasks.extend(self.hb.spawn_receivers(rtx));
-        let tx = self.tx.clone();
-        self.tasks.push(tokio::spawn(async move {
-            while let Some(r) = rrx.recv().await {
-                if tx.send(Event::Received(r)).await.is_err() {
-                    return;
-                }
-            }
-        }));
-
         // Carrier: the current state, then netlink events (on a connection of its own).
         let tx = self.tx.clone();
         let nl = match Netlink::new() {
@@ -874,13 +938,7 @@ impl Runtime {
                         tokio::spawn(async move {
                             let up = tcp_probe(addr, timeout).await;
                             let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
-                            metrics
-                                .probes
-                                .get_or_create(&ProbeLabels {
-                                    kind: "peer".into(),
-                                    result: if up { "up" } else { "down" }.into(),
-                                })
-                                .inc();
+                            metrics.probe("peer", up);
                             let _ = tx.send(Event::Input(sm::Input::PeerProbe { vip, result })).await;
                         });
                     }
@@ -913,13 +971,7 @@ impl Runtime {
                     for (vip, vip_addr, own_addr, port) in &local_targets {
                         let target = SocketAddr::new(if hold { *vip_addr } else { *own_addr }, *port);
                         let up = tcp_probe(target, timeout).await;
-                        metrics
-                            .probes
-                            .get_or_create(&ProbeLabels {
-                                kind: "local".into(),
-                                result: if up { "up" } else { "down" }.into(),
-                            })
-                            .inc();
+                        metrics.probe("local", up);
                         if tx
                             .send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up }))
                             .await

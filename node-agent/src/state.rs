@@ -84,9 +84,8 @@ impl StateFile {
     }
 
     /// Takes an exclusive lock on the pair's lock file next to the state file, so that
-    /// two agents never run the same pair on one node (their heartbeat sockets share the
-    /// port with SO_REUSEPORT for hot reconfiguration, so a bind would not catch it).
-    /// The lock lives as long as the returned value.
+    /// two agents never run the same pair on one node (with a heartbeat port of its own
+    /// each, their binds would not catch it). The lock lives as long as the returned value.
     pub fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StateError> {
         let path = self.path.with_extension("lock");
         let err = |source| StateError::Write { path: path.clone(), source };
@@ -135,21 +134,29 @@ impl StateFile {
             paused: p.paused,
             suspended: p.suspended,
         };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(err)?;
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(err)?;
-            let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
-            f.write_all(&json).map_err(err)?;
-            f.sync_all().map_err(err)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(err)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
+        write_atomic(&self.path, &json).map_err(err)
     }
+}
+
+/// Writes `bytes` to `path` durably: a temporary file next to it, fsync, rename, fsync
+/// of the directory — a crash leaves the old or the new content, never a torn file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 #[cfg(test)]

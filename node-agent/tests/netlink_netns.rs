@@ -97,7 +97,7 @@ fn never_removes_an_address_havip_did_not_add() {
             Err(NetlinkError::NotOurs(v)) => assert_eq!(v, foreign),
             other => panic!("expected NotOurs, got {other:?}"),
         }
-        let (removed, errors) = nl.remove_stale(&[]).await;
+        let (removed, errors) = nl.remove_stale(std::slice::from_ref(&foreign), &[]).await;
         assert!(errors.is_empty(), "{errors:?}");
         assert!(removed.is_empty(), "stale cleanup must not touch foreign addresses: {removed:?}");
         assert!(nl.addresses().await.expect("list").iter().any(|a| a.addr == foreign.addr));
@@ -113,16 +113,20 @@ fn stale_cleanup_removes_only_unwanted_havip_addresses() {
         let keep = vip("10.9.0.10", 24);
         let stale = vip("10.9.0.11", 24);
         let stale6 = vip("2001:db8:9::11", 64);
-        for v in [&keep, &stale, &stale6] {
+        // Another pair's VIP in the same subnet on the same interface: not a candidate.
+        let other_pair = vip("10.9.0.12", 24);
+        for v in [&keep, &stale, &stale6, &other_pair] {
             nl.add_vip(v).await.expect("add");
         }
-        let (removed, errors) = nl.remove_stale(std::slice::from_ref(&keep)).await;
+        let ledger = [keep.clone(), stale.clone(), stale6.clone()];
+        let (removed, errors) = nl.remove_stale(&ledger, std::slice::from_ref(&keep)).await;
         assert!(errors.is_empty(), "{errors:?}");
         let mut gone: Vec<IpAddr> = removed.iter().map(|a| a.addr).collect();
         gone.sort();
         assert_eq!(gone, vec![stale.addr, stale6.addr]);
-        let ours: Vec<IpAddr> = nl.havip_addresses().await.expect("list").iter().map(|a| a.addr).collect();
-        assert_eq!(ours, vec![keep.addr]);
+        let mut ours: Vec<IpAddr> = nl.havip_addresses().await.expect("list").iter().map(|a| a.addr).collect();
+        ours.sort();
+        assert_eq!(ours, vec![keep.addr, other_pair.addr], "another pair's VIP in the same subnet stays");
     });
 }
 

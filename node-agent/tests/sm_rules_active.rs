@@ -247,6 +247,27 @@ fn two_actives_lease_naming_a_newer_holder_demotes_the_active() {
 }
 
 #[test]
+fn a_holderless_lease_at_the_held_epoch_is_recorded_under_a_newer_epoch() {
+    // Every compare-and-swap raises leaseTransitions: the chart's admission policy
+    // refuses an agent's Lease write that does not.
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.lease(None, 3);
+    let cas: Vec<_> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::CasLease { holder, new_epoch, expected_epoch } => {
+                Some((holder.clone(), *new_epoch, *expected_epoch))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cas, vec![(node(A), 4, 3)]);
+    assert_eq!(h.role(), Role::Active);
+    assert!(removes(&out).is_empty());
+}
+
+#[test]
 fn two_actives_standby_finding_a_pair_vip_removes_it() {
     let mut h = standby_b_hearing_a();
     let out = h.local_vips(&[VIP]);
@@ -433,6 +454,39 @@ fn forced_failover_skips_readiness_checks() {
 }
 
 #[test]
+fn pair_failover_is_executed_by_the_holder_alone() {
+    let pair_failover =
+        |id, target: Option<&str>, forced| Command::PairFailover { id, target: target.map(node), forced };
+    // The holder executes it: planned (prepare first) …
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(7, None, false));
+    assert_eq!(first_prepare(&out), Some((7, node(B))));
+    // … or forced (commit at once).
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(8, Some(B), true));
+    assert!(first_prepare(&out).is_none());
+    assert_eq!(last_commit(&out), Some((8, node(B), 4)));
+    // A member that does not hold the VIPs stays silent: the holder answers for the pair
+    // (the same command sent to it alone is refused: planned_failover_preconditions).
+    for forced in [false, true] {
+        let mut h = standby_b_hearing_a();
+        for (id, target) in [(9, None), (10, Some(B)), (11, Some(A))] {
+            let out = h.cmd(pair_failover(id, target, forced));
+            assert!(results(&out).is_empty() && ops(&out).is_empty(), "{id} {forced}: {out:?}");
+            assert_eq!(h.role(), Role::Standby);
+        }
+    }
+    // A holder named as the target sees the command after the handover it asked for.
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(12, Some(A), false));
+    assert!(results(&out).is_empty() && ops(&out).is_empty(), "{out:?}");
+    assert_eq!(h.role(), Role::Active);
+}
+
+#[test]
 fn planned_failover_repeated_id_is_reported_once() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;
@@ -616,9 +670,16 @@ fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
     assert!(cleared(&out).is_empty());
     let out = h.run(8_100, &[standby(B, 100, 3)], None);
     assert_eq!(cleared(&out), vec![Alarm::KeyMismatch]);
-    // Replays and malformed packets are counted elsewhere, never alarms here.
-    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
+    // Malformed packets are counted elsewhere, never alarms here.
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Malformed });
     assert!(raised(&out).is_empty());
+    // Replay reports reach the machine only when every datagram of a member has been
+    // refused for a heartbeat timeout (a member it cannot hear): an alarm, cleared 5 s
+    // after the reports stop.
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
+    assert_eq!(raised(&out), vec![Alarm::HeartbeatReplay]);
+    let out = h.run(h.now + 5_100, &[standby(B, 100, 3)], None);
+    assert_eq!(cleared(&out), vec![Alarm::HeartbeatReplay]);
 }
 
 #[test]

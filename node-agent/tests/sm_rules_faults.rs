@@ -294,10 +294,11 @@ fn flap_a_long_dampened_member_still_takes_a_lost_pair_after_the_base_time() {
 // ---------------------------------------------------------------- a lost state file
 
 /// Member A restarted with `p` as its state and the VIP still on its interface, hearing B
-/// as `b` during its init listen. Time is 1100 (the listen is over).
+/// as `b` during its init listen, in standalone mode (no Lease). Time is 1100 (the listen
+/// is over).
 fn restarted_a(p: Persisted, b: &Advert) -> (H, Vec<Action>) {
     let mut h = H::new(pair(A), p);
-    h.env_links();
+    h.env_links_standalone();
     let mut out = h.local_vips(&[VIP]);
     out.extend(h.run(1_100, std::slice::from_ref(b), None));
     (h, out)
@@ -384,6 +385,20 @@ fn lost_state_lease_naming_another_holder_makes_the_adopter_release() {
     let out = h.run(1_100, &[standby(B, 100, 5)], None);
     assert!(removes(&out).is_empty());
     assert_eq!(h.m.held_epoch(), Some(5), "holds under the Lease's epoch once Active");
+}
+
+#[test]
+fn lost_state_adopter_with_a_holderless_lease_moves_to_a_fresh_epoch() {
+    // With a Lease store, a Lease naming nobody under the epoch the adopter can prove is
+    // claimed like any holderless Lease: under an epoch newer than any it knows, by CAS.
+    let mut h = H::new(pair(A), Persisted::default());
+    h.env_links();
+    h.local_vips(&[VIP]);
+    let out = h.run(1_100, &[standby(B, 100, 3)], None);
+    assert!(removes(&out).is_empty(), "the VIP stays");
+    assert!(h.m.holds_vips());
+    assert_eq!((h.m.held_epoch(), h.m.epoch()), (Some(4), 4));
+    assert_eq!(cas_of(&out), vec![(4, 0)]);
 }
 
 #[test]

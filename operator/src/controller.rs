@@ -36,7 +36,7 @@ pub const PAIR_LABEL: &str = "havip.io/pair";
 #[derive(Default, Debug)]
 pub struct PairMemory {
     /// Member roles last seen (for role-change Events).
-    pub roles: BTreeMap<String, String>,
+    pub roles: BTreeMap<String, havip_crds::MemberRole>,
     /// Consecutive reconcile failures (for the backoff).
     pub failures: u32,
     /// The generation of an unreadable object already warned about.
@@ -392,8 +392,7 @@ pub async fn run_controllers(
             .map(|p| ObjectRef::new(&p.name_any()))
             .collect::<Vec<_>>()
     };
-    // Lease havip-<pair> → pair (not the leader-election Lease).
-    let leader_lease = settings.leader_lease.clone();
+    // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
     let lease_stream = drive(
         reflector(
             leases_w,
@@ -405,13 +404,7 @@ pub async fn run_controllers(
         leases_ready,
         &mut tasks,
     );
-    let lease_mapper = move |l: Lease| {
-        let name = l.name_any();
-        if name == leader_lease {
-            return None;
-        }
-        pair_of_lease(&name).map(ObjectRef::new)
-    };
+    let lease_mapper = |l: Lease| pair_of_lease(&l.name_any()).map(ObjectRef::new);
     // Key Secret → pair, by label.
     let secret_stream = drive(
         reflector(

@@ -6,7 +6,9 @@ use crate::Error;
 use crate::controller::{Context, Ev, MANAGED_BY, PAIR_LABEL, Timer, backoff, lease_info};
 use crate::error::is_status;
 use crate::model::{self, Decision, KeyAction, KeyInfo, Observed, RequestKind};
-use havip_crds::{HAPair, HAPairStatus, KeyRotation, Operation, Phase, manager, reason};
+use havip_crds::{
+    HAPair, HAPairStatus, KeyRotation, Operation, OperationResult, Phase, TransitionReason, manager, reason,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
@@ -177,12 +179,45 @@ fn owned_meta(pair: &HAPair, name: String, ns: &str) -> ObjectMeta {
     }
 }
 
-async fn create_lease(ctx: &Context, pair: &HAPair, name: &str) -> Result<Option<Lease>, Error> {
+/// What a new pair Lease starts from: no holder under epoch 0, or the holder and epoch
+/// of the Lease an earlier release kept under the old name (so no epoch goes backwards).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct LeaseSeed {
+    holder: Option<String>,
+    epoch: i32,
+}
+
+/// The seed of pair `pair`'s new Lease: from the Lease under the name of earlier
+/// releases (`havip-<pair>`) if this very pair owns it (an unrelated Lease of that name,
+/// such as the leader-election Lease for a pair named `operator`, is ignored).
+fn lease_seed(pair: &HAPair, legacy: Option<&Lease>) -> LeaseSeed {
+    let uid = pair.meta().uid.as_deref();
+    let owned = |l: &Lease| {
+        uid.is_some()
+            && l.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|refs| refs.iter().any(|r| Some(r.uid.as_str()) == uid && r.kind == "HAPair"))
+    };
+    match legacy.filter(|l| owned(l)).and_then(|l| l.spec.as_ref()) {
+        Some(spec) => LeaseSeed {
+            holder: spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            epoch: spec.lease_transitions.unwrap_or(0).max(0),
+        },
+        None => LeaseSeed::default(),
+    }
+}
+
+async fn create_lease(ctx: &Context, pair: &HAPair, name: &str, seed: &LeaseSeed) -> Result<Option<Lease>, Error> {
     ctx.guard("Lease")?;
     let ns = &ctx.settings.namespace;
     let lease = Lease {
         metadata: owned_meta(pair, name.to_owned(), ns),
-        spec: Some(LeaseSpec { holder_identity: None, lease_transitions: Some(0), ..LeaseSpec::default() }),
+        spec: Some(LeaseSpec {
+            holder_identity: seed.holder.clone(),
+            lease_transitions: Some(seed.epoch),
+            ..LeaseSpec::default()
+        }),
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     match api
@@ -318,7 +353,7 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
         .collect();
     vips.sort_by(|a, b| a.name.cmp(&b.name));
     Observed {
-        spec_problems: model::validate_spec(&name, &pair.spec, &ctx.settings.leader_lease),
+        spec_problems: model::validate_spec(&name, &pair.spec),
         name,
         spec: pair.spec.clone(),
         status: pair.status.clone().unwrap_or_default(),
@@ -332,25 +367,29 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
     }
 }
 
-fn is_warning_transition(reason: &str) -> bool {
-    [
-        reason::PEER_LOST,
-        reason::CARRIER_LOST,
-        reason::GATEWAY_LOST,
-        reason::VIP_UNHEALTHY,
-        reason::FENCED,
-        reason::DUAL_ACTIVE_RESOLVED,
-    ]
-    .contains(&reason)
+/// Role changes that are news somebody must look at: the VIPs moved because something
+/// broke.
+fn is_warning_transition(reason: &TransitionReason) -> bool {
+    matches!(
+        reason,
+        TransitionReason::PeerLost
+            | TransitionReason::CarrierLost
+            | TransitionReason::GatewayLost
+            | TransitionReason::VipUnhealthy
+            | TransitionReason::Fenced
+            | TransitionReason::DualActiveResolved
+    )
 }
 
 fn operation_event(op: &Operation) -> Ev {
     let note = format!("{} {}: {}", op.kind, op.id, op.message);
-    match op.result.as_str() {
-        "Succeeded" => Ev::normal(format!("{}Succeeded", op.kind), "Answer", note),
-        "InProgress" => Ev::normal(format!("{}Started", op.kind), "Act", note),
-        "Refused" => Ev::warning(format!("{}Refused", op.kind), "Refuse", note),
-        _ => Ev::warning(format!("{}Failed", op.kind), "Answer", note),
+    match op.result {
+        OperationResult::Succeeded => Ev::normal(format!("{}Succeeded", op.kind), "Answer", note),
+        OperationResult::InProgress => Ev::normal(format!("{}Started", op.kind), "Act", note),
+        OperationResult::Refused => Ev::warning(format!("{}Refused", op.kind), "Refuse", note),
+        OperationResult::Failed | OperationResult::Other(_) => {
+            Ev::warning(format!("{}Failed", op.kind), "Answer", note)
+        }
     }
 }
 
@@ -373,17 +412,27 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     let mut events: Vec<Ev> = Vec::new();
     let mut requeue = ctx.settings.resync;
 
-    // The pair's Lease: created once, with no holder; afterwards only agents write it.
+    // The pair's Lease: created once, with no holder (or carried over from the Lease an
+    // earlier release named `havip-<pair>`); afterwards only agents write it.
     let lease_name = model::lease_name(&name);
     let mut lease = ctx.leases.get(&ObjectRef::new(&lease_name).within(&ns)).map(|l| (*l).clone());
-    if lease.is_none() && lease_name != ctx.settings.leader_lease && name.len() <= 63 {
-        match create_lease(ctx, pair, &lease_name).await? {
+    if lease.is_none() && name.len() <= 63 {
+        let legacy_name = havip_crds::lease::legacy_pair_lease_name(&name);
+        let legacy = ctx.leases.get(&ObjectRef::new(&legacy_name).within(&ns));
+        let seed = lease_seed(pair, legacy.as_deref());
+        match create_lease(ctx, pair, &lease_name, &seed).await? {
             Some(l) => {
-                events.push(Ev::normal(
-                    "LeaseCreated",
-                    "Create",
-                    format!("created Lease {ns}/{lease_name} (no holder, epoch 0)"),
-                ));
+                let note = if seed == LeaseSeed::default() {
+                    format!("created Lease {ns}/{lease_name} (no holder, epoch 0)")
+                } else {
+                    tracing::info!(pair = %name, lease = %lease_name, from = %legacy_name, holder = ?seed.holder, epoch = seed.epoch, "pair Lease carried over from the old name");
+                    format!(
+                        "created Lease {ns}/{lease_name} (holder {}, epoch {}) from the Lease {legacy_name} of an earlier release",
+                        seed.holder.as_deref().unwrap_or("none"),
+                        seed.epoch
+                    )
+                };
+                events.push(Ev::normal("LeaseCreated", "Create", note));
                 lease = Some(l);
             }
             // Created by a previous reconcile; the cache will catch up.
@@ -470,8 +519,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                 if !id.is_empty() && !id.starts_with(MEMBER_REMOVAL) {
                     last_op = Some(Operation {
                         id,
-                        kind: RequestKind::RotateKey.operation().to_owned(),
-                        result: "Succeeded".to_owned(),
+                        kind: RequestKind::RotateKey.operation(),
+                        result: OperationResult::Succeeded,
                         message: note,
                         time: Some(Time(now)),
                     });
@@ -513,7 +562,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
             }
             Ok(req) => {
                 let decision = model::decide(&o, &assessment, &revision, &req);
-                tracing::info!(pair = %name, id = %req.id, kind = req.kind.operation(), decision = ?decision, "request");
+                tracing::info!(pair = %name, id = %req.id, kind = %req.kind.operation(), decision = ?decision, "request");
                 match decision {
                     Decision::Refuse(why) => {
                         let op = refused(req.kind, &req.id, why, now);
@@ -528,7 +577,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                                 "{} {}: asked {}{}",
                                 c.kind,
                                 c.id,
-                                if c.kind.ends_with("Failover") { "the active member" } else { "every member" },
+                                if c.kind.is_failover() { "the active member" } else { "every member" },
                                 c.target.as_deref().map(|t| format!(" (target {t})")).unwrap_or_default()
                             ),
                         ));
@@ -541,8 +590,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                             o.key = key_info(&started).ok();
                             let op = Operation {
                                 id: req.id.clone(),
-                                kind: req.kind.operation().to_owned(),
-                                result: "InProgress".to_owned(),
+                                kind: req.kind.operation(),
+                                result: OperationResult::InProgress,
                                 message: format!(
                                     "key {key_id} is in use; key {} stays accepted until every member signs with key {key_id}",
                                     key_id - 1
@@ -598,12 +647,12 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     if previous.phase != desired.phase {
         let phase = desired.phase.unwrap_or(Phase::Pending);
         let bad = matches!(phase, Phase::Degraded | Phase::Failed | Phase::Suspended);
-        let from = previous.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "(none)".to_owned());
-        let note = format!("{from} → {phase:?}: {}", assessment.phase_message);
+        let from = previous.phase.map(Phase::as_str).unwrap_or("(none)");
+        let note = format!("{from} → {}: {}", phase.as_str(), assessment.phase_message);
         events.push(if bad {
-            Ev::warning(format!("{phase:?}"), "Assess", note)
+            Ev::warning(phase.as_str(), "Assess", note)
         } else {
-            Ev::normal(format!("{phase:?}"), "Assess", note)
+            Ev::normal(phase.as_str(), "Assess", note)
         });
     }
     // A role change is announced once its cause is known (the new active reports it),
@@ -617,7 +666,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     {
         let since = t.time.as_ref().map(|x| now.as_millisecond() - x.0.as_millisecond()).unwrap_or(0);
         let grace = i64::try_from(ROLE_CHANGE_GRACE.as_millis()).unwrap_or(i64::MAX);
-        if t.reason != model::local_reason::ROLE_CHANGE || since >= grace {
+        if t.reason != TransitionReason::RoleChange || since >= grace {
             ctx.with_memory(&name, |m| m.unannounced_epoch = None);
             let note = format!(
                 "{} → {} (epoch {}): {}",
@@ -628,9 +677,9 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
             );
             tracing::info!(pair = %name, from = %t.from, to = %t.to, epoch = t.epoch, reason = %t.reason, "role change");
             events.push(if is_warning_transition(&t.reason) || t.to.is_empty() {
-                Ev::warning(t.reason.clone(), "ObserveRoleChange", note)
+                Ev::warning(t.reason.as_str(), "ObserveRoleChange", note)
             } else {
-                Ev::normal(t.reason.clone(), "ObserveRoleChange", note)
+                Ev::normal(t.reason.as_str(), "ObserveRoleChange", note)
             });
         } else {
             let left = u64::try_from(grace - since).unwrap_or(0);
@@ -691,8 +740,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
 fn refused(kind: RequestKind, id: &str, why: String, now: Timestamp) -> Operation {
     Operation {
         id: id.to_owned(),
-        kind: kind.operation().to_owned(),
-        result: "Refused".to_owned(),
+        kind: kind.operation(),
+        result: OperationResult::Refused,
         message: why,
         time: Some(Time(now)),
     }
@@ -729,4 +778,61 @@ async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &st
         .await
         .map_err(|source| Error::Annotate { kind: "HAPair", name: pair.name_any(), source: Box::new(source) })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn pair(uid: &str) -> HAPair {
+        let mut p: HAPair = serde_json::from_value(serde_json::json!({
+            "apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+            "metadata": {"name": "operator", "uid": uid},
+            "spec": {"members": [{"node": "a", "priority": 200}, {"node": "b", "priority": 100}]},
+        }))
+        .unwrap();
+        p.metadata.uid = Some(uid.to_owned());
+        p
+    }
+
+    fn lease(owner_uid: Option<&str>, holder: &str, epoch: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("havip-operator".to_owned()),
+                owner_references: owner_uid.map(|u| {
+                    vec![OwnerReference {
+                        api_version: "havip.io/v1alpha1".to_owned(),
+                        kind: "HAPair".to_owned(),
+                        name: "operator".to_owned(),
+                        uid: u.to_owned(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_owned()),
+                lease_transitions: Some(epoch),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_new_pair_lease_carries_over_the_holder_and_epoch_of_the_pairs_old_lease() {
+        let p = pair("u1");
+        assert_eq!(
+            lease_seed(&p, Some(&lease(Some("u1"), "a", 7))),
+            LeaseSeed { holder: Some("a".to_owned()), epoch: 7 }
+        );
+        // Nothing to carry over.
+        assert_eq!(lease_seed(&p, None), LeaseSeed::default());
+        // The old name held somebody else's Lease (the leader-election Lease for a pair
+        // named `operator`, or a deleted pair's): start afresh.
+        assert_eq!(lease_seed(&p, Some(&lease(None, "operator-pod-1", 4))), LeaseSeed::default());
+        assert_eq!(lease_seed(&p, Some(&lease(Some("u0"), "a", 9))), LeaseSeed::default());
+    }
 }

@@ -41,7 +41,8 @@ struct Args {
     /// Kubeconfig file; empty: KUBECONFIG, ~/.kube/config or the in-cluster config.
     #[arg(long, env = "HAVIP_KUBECONFIG", default_value = "")]
     kubeconfig: String,
-    /// Name of the leader-election Lease.
+    /// Name of the leader-election Lease (never `hapair-…`: that prefix is the pair
+    /// Leases', which the agents may write).
     #[arg(long, env = "HAVIP_LEADER_ELECTION_LEASE", default_value = "havip-operator")]
     leader_election_lease: String,
     /// How long a leader that stopped renewing keeps the Lease.
@@ -101,6 +102,13 @@ async fn run(args: Args) -> Result<&'static str, Error> {
         return Err(Error::Usage(
             "--leader-election-renew-deadline must be shorter than --leader-election-lease-duration".to_owned(),
         ));
+    }
+    if havip_crds::lease::is_pair_lease(&args.leader_election_lease) {
+        return Err(Error::Usage(format!(
+            "--leader-election-lease {:?} starts with {:?}, the prefix of the pair Leases (which the agents may write)",
+            args.leader_election_lease,
+            havip_crds::lease::PAIR_PREFIX
+        )));
     }
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;

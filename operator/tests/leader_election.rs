@@ -130,4 +130,11 @@ fn refuses_bad_flags() {
         .expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("renew-deadline must be shorter"), "{out:?}");
+    // A leader-election Lease named like a pair Lease would be writable by the agents.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_havip-operator"))
+        .args(["--leader-election-lease", "hapair-x", "--kubeconfig", "/nonexistent"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the prefix of the pair Leases"), "{out:?}");
 }

@@ -11,12 +11,12 @@ mod common;
 
 use common::*;
 use havip_crds::revision::{config_revision, format_revision};
-use havip_crds::{FloatingIPSpec, HAPair, HAPairSpec, Phase, condition};
+use havip_crds::{FloatingIPSpec, HAPair, HAPairSpec, Phase, TransitionReason, condition};
 use havip_e2e::controlplane::ControlPlane;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -54,6 +54,7 @@ fn operator_against_a_real_api_server() {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
+        upgrade_from_old_lease_names(&client, &cp, &kubeconfig, op).await;
     });
 }
 
@@ -92,7 +93,7 @@ async fn creation(client: &Client) {
     let spec: HAPairSpec = p.spec.clone();
     assert_eq!(revision_of(&p), format_revision(config_revision(&spec, &fips, &addrs)));
 
-    let lease = Api::<Lease>::namespaced(client.clone(), NS).get("havip-s1").await.expect("pair Lease");
+    let lease = Api::<Lease>::namespaced(client.clone(), NS).get("hapair-s1").await.expect("pair Lease");
     let ls = lease.spec.unwrap();
     assert_eq!(ls.holder_identity, None);
     assert_eq!(ls.lease_transitions, Some(0));
@@ -102,7 +103,7 @@ async fn creation(client: &Client) {
     assert!(key.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(secret_field(&s, "keyId").as_deref(), Some("1"));
     assert_eq!(s.metadata.owner_references.unwrap()[0].name, "s1");
-    wait_event(client, "s1", "LeaseCreated", "havip-s1").await;
+    wait_event(client, "s1", "LeaseCreated", "hapair-s1").await;
     wait_event(client, "s1", "KeySecretCreated", "key 1").await;
     eprintln!("creation: Lease, Secret and Pending status with revision {} ✓", revision_of(&p));
 }
@@ -196,7 +197,7 @@ async fn annotate(client: &Client, pair: &str, key: &str, value: &str) {
 }
 
 fn last_op(p: &HAPair) -> Option<(String, String, String)> {
-    p.status.as_ref()?.last_operation.as_ref().map(|o| (o.id.clone(), o.result.clone(), o.message.clone()))
+    p.status.as_ref()?.last_operation.as_ref().map(|o| (o.id.clone(), o.result.to_string(), o.message.clone()))
 }
 
 async fn wait_answer(client: &Client, pair: &str, id: &str) -> (String, String) {
@@ -243,7 +244,7 @@ async fn commands(client: &Client, op: &Operator) {
             .unwrap()
             .last_transition
             .as_ref()
-            .is_some_and(|t| t.to == "n2" && t.reason == "PlannedFailover")
+            .is_some_and(|t| t.to == "n2" && t.reason == TransitionReason::PlannedFailover)
     })
     .await;
 
@@ -604,4 +605,77 @@ async fn member_replacement(client: &Client) {
     );
     assert_eq!(secret_field(&secret(client, "s7").await, "previousKey"), None);
     eprintln!("member replacement: key rotated, newcomer standby ✓");
+}
+
+/// An upgrade from a release that named pair Leases `havip-<pair>`: the new operator
+/// creates `hapair-<pair>` with the holder and epoch of the pair's old Lease (no
+/// epoch goes backwards) and leaves the old one alone; a pair named `operator` gets its
+/// own Lease and never touches the leader-election Lease `havip-operator`.
+async fn upgrade_from_old_lease_names(client: &Client, cp: &ControlPlane, kubeconfig: &std::path::Path, op: Operator) {
+    // The running operator stops (releasing the leader Lease); pairs appear meanwhile,
+    // one with a Lease under the old name, as an earlier release left it.
+    op.signal("TERM");
+    let mut op = op;
+    eventually("the operator exits", Duration::from_secs(20), || {
+        let exited = op.child.try_wait().ok().flatten().is_some();
+        async move { exited.then_some(()) }
+    })
+    .await;
+    drop(op);
+    apply_yaml(client, &pair_yaml("up1", "n1", "n2")).await;
+    apply_yaml(client, &pair_yaml("operator", "n1", "n2")).await;
+    let up1 = get_pair(client, "up1").await;
+    let uid = up1.metadata.uid.clone().expect("uid");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let old: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "havip-up1", "namespace": NS, "ownerReferences": [{
+            "apiVersion": "havip.io/v1alpha1", "kind": "HAPair", "name": "up1", "uid": uid, "controller": true,
+        }]},
+        "spec": {"holderIdentity": "n2", "leaseTransitions": 7},
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &old).await.expect("old-name Lease");
+    let leader_before = leases.get("havip-operator").await.expect("leader Lease");
+
+    let op = Operator::start_with(cp, kubeconfig, "op-2", &[]);
+    let view = |l: &Lease| {
+        let s = l.spec.clone().unwrap_or_default();
+        (s.holder_identity, s.lease_transitions)
+    };
+    let carried = eventually("hapair-up1 carried over", Duration::from_secs(30), || {
+        let leases = leases.clone();
+        async move { leases.get_opt("hapair-up1").await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(view(&carried), (Some("n2".to_owned()), Some(7)), "holder and epoch of the old Lease");
+    let fresh = eventually("hapair-operator created", Duration::from_secs(30), || {
+        let leases = leases.clone();
+        async move { leases.get_opt("hapair-operator").await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(view(&fresh), (None, Some(0)), "the leader Lease's holder and epoch are not a pair's");
+    wait_pair(client, "up1", "epoch 7 from the carried-over Lease", |p| {
+        p.status.as_ref().and_then(|s| s.epoch) == Some(7)
+    })
+    .await;
+    wait_event(client, "up1", "LeaseCreated", "from the Lease havip-up1").await;
+    let p = wait_pair(client, "operator", "Pending", |p| phase_of(p) == Some(Phase::Pending)).await;
+    assert!(condition_of(&p, condition::INVALID_SPEC).is_none_or(|c| c.status == "False"), "{:?}", p.status);
+    // The old Lease stays as it was (the operator may not delete Leases).
+    assert_eq!(view(&leases.get("havip-up1").await.expect("old Lease")), (Some("n2".to_owned()), Some(7)));
+    // The leader Lease is the new operator's, and no pair wrote it.
+    let leader = eventually("op-2 leads", Duration::from_secs(30), || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get("havip-operator")
+                .await
+                .ok()
+                .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some("op-2"))
+        }
+    })
+    .await;
+    assert_eq!(leader.metadata.owner_references, leader_before.metadata.owner_references);
+    drop(op);
+    eprintln!("upgrade: pair Lease carried over under the new name; a pair named operator is harmless ✓");
 }

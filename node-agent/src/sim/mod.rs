@@ -208,7 +208,7 @@ pub enum Invariant {
     SlowReplacement,
     /// (e) maintenance, quarantine or suspension violated.
     PolicyViolated,
-    /// (f) an epoch went backwards.
+    /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it.
     EpochBackwards,
     /// (g) a claim under an epoch that is not newer than every epoch the member knew
     /// (it would tie with its predecessor), or an epoch beyond the domain.

@@ -671,7 +671,10 @@ impl World {
         } else if self.nodes[from].wall_offset.abs_diff(self.nodes[to].wall_offset) > MAX_SKEW {
             Input::AdvertRejected { path: p, reason: RejectReason::ClockSkew }
         } else if !self.replay_ok(to, path, from, session, seq) {
-            Input::AdvertRejected { path: p, reason: RejectReason::Replay }
+            // Single replays are only counted by the heartbeat layer; the machine hears of
+            // replays only when every datagram of a member is refused for a heartbeat
+            // timeout, which a model whose newer session always wins never produces.
+            return;
         } else {
             Input::Advert { path: p, msg: (**msg).clone() }
         };
@@ -681,6 +684,8 @@ impl World {
     /// The heartbeat layer's replay check (the hook for its model): a 64-wide window per
     /// sender and path, and a sender's new session (a restarted agent) resets it, so a
     /// restarted peer is heard at once whatever its clock did; an older session is a replay.
+    /// (The real layer takes a new session once it echoes the receiver's session id, proof
+    /// that it began later; sessions numbered in start order stand in for that proof.)
     /// The sequence numbers themselves never depend on the wall clock here: a model whose
     /// sequence started at the wall clock and whose window outlived the sender's restarts
     /// would lock out a peer restarted with its clock stepped back.
@@ -829,6 +834,10 @@ impl World {
             Action::Announce { .. } => Checker::on_announce(self, n),
             Action::SendAdvert(adv) => self.broadcast(n, adv),
             Action::CasLease { new_epoch, expected_epoch, .. } => {
+                if new_epoch <= expected_epoch {
+                    let d = format!("{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}", node_name(n));
+                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
+                }
                 let inc = self.nodes[n].inc;
                 if self.nodes[n].store {
                     let d = self.store_delay();

@@ -104,7 +104,8 @@ pub enum RejectReason {
     KeyMismatch,
     /// The sender's wall clock is too far from ours.
     ClockSkew,
-    /// Sequence number outside the replay window.
+    /// Every datagram of a member refused as a replay for longer than the heartbeat
+    /// timeout (single replays are only counted by the I/O layer).
     Replay,
     /// Could not be decoded.
     Malformed,
@@ -149,6 +150,20 @@ pub enum Command {
         id: u64,
         /// Target, or `None` for the best candidate.
         target: Option<NodeId>,
+    },
+    /// A failover addressed to every member of the pair at once (Kubernetes mode: the
+    /// operator's `status.command`). Only the member that holds the VIPs executes it,
+    /// exactly as [`Command::PlannedFailover`] or [`Command::ForcedFailover`]; every other
+    /// member ignores it without a result, so that the pair's one answer is the holder's.
+    /// A holder that is itself the target ignores it too: it can only hold the VIPs
+    /// because the handover the command asked for has happened, and sees it late.
+    PairFailover {
+        /// Operation id.
+        id: u64,
+        /// Target, or `None` for the best candidate.
+        target: Option<NodeId>,
+        /// Skip the readiness checks and the prepare ack, as [`Command::ForcedFailover`].
+        forced: bool,
     },
     /// Maintenance on/off for this member (declarative; persisted). An active member hands
     /// over first; `force` lets it leave even when nobody can take the VIPs.
@@ -299,11 +314,14 @@ pub enum Alarm {
     /// standalone mode (no Lease to arbitrate) a partition between the members alone, with
     /// the data-plane probe failing from each side, can leave both holding the VIPs.
     PeerSilent,
+    /// Every heartbeat of a member has been refused as a replay for longer than the
+    /// heartbeat timeout: it cannot be heard (e.g. it restarted and never heard us).
+    HeartbeatReplay,
 }
 
 impl Alarm {
     /// Every alarm, in declaration order (for metrics that export one series per alarm).
-    pub const ALL: [Alarm; 10] = [
+    pub const ALL: [Alarm; 11] = [
         Alarm::Suspended,
         Alarm::VersionMismatch,
         Alarm::KeyMismatch,
@@ -314,6 +332,7 @@ impl Alarm {
         Alarm::MaintenancePending,
         Alarm::EpochExhausted,
         Alarm::PeerSilent,
+        Alarm::HeartbeatReplay,
     ];
 
     /// Name for status and metrics labels.
@@ -329,6 +348,7 @@ impl Alarm {
             Alarm::MaintenancePending => "MaintenancePending",
             Alarm::EpochExhausted => "EpochExhausted",
             Alarm::PeerSilent => "PeerSilent",
+            Alarm::HeartbeatReplay => "HeartbeatReplay",
         }
     }
 }
@@ -389,6 +409,37 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Name for logs, agent Events and metric labels (`"Takeover"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Startup => "Startup",
+            Reason::Adopted => "Adopted",
+            Reason::Election => "Election",
+            Reason::Takeover => "Takeover",
+            Reason::LeaseConflict => "LeaseConflict",
+            Reason::ClaimAbandoned => "ClaimAbandoned",
+            Reason::PlannedFailover => "PlannedFailover",
+            Reason::ForcedFailover => "ForcedFailover",
+            Reason::HandoverAccepted => "HandoverAccepted",
+            Reason::AutoHandoverAccepted => "AutoHandoverAccepted",
+            Reason::CarrierLost => "CarrierLost",
+            Reason::GatewayLost => "GatewayLost",
+            Reason::VipUnhealthy => "VipUnhealthy",
+            Reason::ListenerDown => "ListenerDown",
+            Reason::Failback => "Failback",
+            Reason::MaintenanceOn => "MaintenanceOn",
+            Reason::MaintenanceOff => "MaintenanceOff",
+            Reason::Fenced => "Fenced",
+            Reason::Unfenced => "Unfenced",
+            Reason::NewerEpochPeer => "NewerEpochPeer",
+            Reason::NewerEpochLease => "NewerEpochLease",
+            Reason::Aborted => "Aborted",
+            Reason::AbortedByPeer => "AbortedByPeer",
+            Reason::Unpaired => "Unpaired",
+            Reason::Paired => "Paired",
+        }
+    }
+
     /// Role changes with these reasons count towards flap suspension.
     pub fn automatic(self) -> bool {
         matches!(
@@ -407,5 +458,39 @@ impl Reason {
     /// the takeover of a provably dead peer are not discretionary).
     pub fn discretionary(self) -> bool {
         matches!(self, Reason::VipUnhealthy | Reason::ListenerDown | Reason::Failback)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Alarm;
+
+    /// Position of `a` in [`Alarm::ALL`], by an exhaustive match: a new variant does not
+    /// compile until it is placed here, and the test below then wants it in `ALL` too.
+    fn position(a: Alarm) -> usize {
+        match a {
+            Alarm::Suspended => 0,
+            Alarm::VersionMismatch => 1,
+            Alarm::KeyMismatch => 2,
+            Alarm::ClockSkew => 3,
+            Alarm::VipUnhealthy => 4,
+            Alarm::VipConflict => 5,
+            Alarm::Misconfigured => 6,
+            Alarm::MaintenancePending => 7,
+            Alarm::EpochExhausted => 8,
+            Alarm::PeerSilent => 9,
+            Alarm::HeartbeatReplay => 10,
+        }
+    }
+
+    #[test]
+    fn alarm_all_lists_every_alarm_once() {
+        for (i, a) in Alarm::ALL.iter().enumerate() {
+            assert_eq!(position(*a), i, "{a:?} out of place in Alarm::ALL");
+        }
+        let mut names: Vec<&str> = Alarm::ALL.iter().map(|a| a.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Alarm::ALL.len(), "alarm names are unique");
     }
 }

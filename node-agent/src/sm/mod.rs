@@ -17,7 +17,9 @@
 //!   answers) **before the next `Tick`**: until that Tick the machine only gives up what a
 //!   newer holder or Lease claims; it takes, announces and times out nothing (a claim the
 //!   Lease granted meanwhile is settled at the Tick), so a resumed member never announces
-//!   VIPs that a queued heartbeat is about to take away.
+//!   VIPs that a queued heartbeat is about to take away. (The agent's runtime feeds no
+//!   Tick for two heartbeat intervals after a stall, the time it gives the queued
+//!   datagrams and watch events to be read.)
 //! * At start (and after any gap in observation) feed `Carrier` for both links, `Gateway`,
 //!   `LocalVips` and, if the API is reachable, `LeaseObserved`. The machine stays in
 //!   [`Role::Init`] until the first `LocalVips` arrives: that observation decides whether
@@ -36,8 +38,10 @@
 //!   [`Input::CasResult`] (standalone mode: `Unavailable` at once); there is at most one
 //!   CAS in flight; no answer within [`Timings::cas_timeout_ms`] counts as unavailable.
 //! * Operator operation ids must be below [`AUTO_OP_BIT`]. Commands for the pair
-//!   (planned/forced failover) go to the active member; `ResumeFailback`, `SetPaused`,
-//!   `ClearSuspension` to every member (standbys follow the active's failback pause).
+//!   (planned/forced failover) go to the active member, or as [`Command::PairFailover`] to
+//!   every member (the holder alone executes and answers it); `ResumeFailback`,
+//!   `SetPaused`, `ClearSuspension` to every member (standbys follow the active's failback
+//!   pause).
 //!
 //! # Decisions the machine makes (beyond the seeds)
 //!

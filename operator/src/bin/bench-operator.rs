@@ -292,12 +292,14 @@ async fn bench(cp: &ControlPlane, args: &Args) -> Result<(), BoxError> {
                 async move {
                     let name = format!("pair-{i}");
                     let (a, b) = (format!("node-{}", i % n_nodes), format!("node-{}", (i + 1) % n_nodes));
-                    let mut lease = leases_api.get(&format!("havip-{name}")).await?;
+                    let mut lease = leases_api.get(&havip_crds::lease::pair_lease_name(&name)).await?;
                     let spec = lease.spec.get_or_insert_with(Default::default);
                     spec.holder_identity = Some(a.clone());
                     spec.lease_transitions = Some(1);
                     lease.metadata.managed_fields = None;
-                    leases_api.replace(&format!("havip-{name}"), &PostParams::default(), &lease).await?;
+                    leases_api
+                        .replace(&havip_crds::lease::pair_lease_name(&name), &PostParams::default(), &lease)
+                        .await?;
                     let p = pairs.get(&name).await?;
                     let rev = p.status.and_then(|s| s.config_revision).unwrap_or_default();
                     let vip = format!("172.{}.{}.{}/16", 16 + i / 65536 % 16, i / 256 % 256, i % 256);

@@ -188,7 +188,7 @@ pub fn ago_rfc3339(secs: i64) -> String {
 /// A simulated agent's role change: compare-and-swap of the pair Lease.
 pub async fn set_lease(client: &Client, pair: &str, holder: Option<&str>, epoch: i32) {
     let api: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let name = format!("havip-{pair}");
+    let name = havip_crds::lease::pair_lease_name(pair);
     let mut lease = api.get(&name).await.unwrap_or_else(|e| panic!("get Lease {name}: {e}"));
     let spec = lease.spec.get_or_insert_with(Default::default);
     spec.holder_identity = holder.map(str::to_owned);

@@ -260,18 +260,18 @@ impl Machine {
             self.advert_now = true;
             return;
         }
-        if let Some(h) = &l.holder
-            && !mine
-            && l.epoch == self.held_epoch
-        {
-            let theirs = self.cfg.priority_of(h).unwrap_or(0);
-            if theirs > self.my_priority {
+        if !mine && l.epoch == self.held_epoch {
+            if let Some(h) = &l.holder
+                && self.cfg.priority_of(h).unwrap_or(0) > self.my_priority
+            {
                 self.abort_op_superseded(out);
                 let to = self.out_role(Role::Standby);
                 self.release(now, to, Reason::NewerEpochLease, out);
                 return;
             }
-            // Tie won on priority: move to a fresh epoch (if the domain has one left).
+            // Tie won on priority, or a Lease with no holder under our epoch: move to a
+            // fresh epoch (every compare-and-swap raises the epoch; the Kubernetes
+            // admission policy refuses one that does not), if the domain has one left.
             let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) else {
                 return;
             };

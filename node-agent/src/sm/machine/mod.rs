@@ -209,6 +209,7 @@ pub struct Machine {
     alarms: BTreeSet<Alarm>,
     key_mismatch_at: Option<Millis>,
     clock_skew_at: Option<Millis>,
+    replay_at: Option<Millis>,
     next_advert_at: Option<Millis>,
     advert_now: bool,
     last_burst: Option<Millis>,
@@ -296,6 +297,7 @@ impl Machine {
             alarms: BTreeSet::new(),
             key_mismatch_at: None,
             clock_skew_at: None,
+            replay_at: None,
             next_advert_at: None,
             advert_now: false,
             last_burst: None,
@@ -752,6 +754,10 @@ impl Machine {
         if self.clock_skew_at.is_some_and(|t| now.since(t) >= clear) {
             self.clock_skew_at = None;
             self.clear_alarm(Alarm::ClockSkew, out);
+        }
+        if self.replay_at.is_some_and(|t| now.since(t) >= clear) {
+            self.replay_at = None;
+            self.clear_alarm(Alarm::HeartbeatReplay, out);
         }
         let conflict_clear = self.t().conflict_clear_ms;
         if self.conflict_last.is_some_and(|t| now.since(t) >= conflict_clear) {

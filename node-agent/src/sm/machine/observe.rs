@@ -91,7 +91,15 @@ impl Machine {
                 self.clock_skew_at = Some(now);
                 self.raise(Alarm::ClockSkew, "heartbeats rejected for clock skew arrive".to_owned(), out);
             }
-            RejectReason::Replay | RejectReason::Malformed | RejectReason::UnknownSender => {}
+            RejectReason::Replay => {
+                self.replay_at = Some(now);
+                self.raise(
+                    Alarm::HeartbeatReplay,
+                    "every heartbeat of a member is refused as a replay: it cannot be heard".to_owned(),
+                    out,
+                );
+            }
+            RejectReason::Malformed | RejectReason::UnknownSender => {}
         }
     }
 
@@ -296,6 +304,13 @@ impl Machine {
             Command::ForcedFailover { id, target } => {
                 if self.remember_id(id) {
                     self.operator_failover(now, id, target, true, out);
+                }
+            }
+            Command::PairFailover { id, target, forced } => {
+                // Only the holder answers for the pair (see `Command::PairFailover`).
+                let executes = self.holding && target.as_ref() != Some(&self.cfg.local);
+                if executes && self.remember_id(id) {
+                    self.operator_failover(now, id, target, forced, out);
                 }
             }
             Command::Maintenance { on, force } => {

@@ -1,0 +1,249 @@
+//! The node's heartbeat sockets, shared by every pair the agent runs.
+//!
+//! One UDP socket per (local address, port), bound exclusively (no `SO_REUSEPORT`, no
+//! `SO_REUSEADDR`): with a reused port the kernel hashes each peer flow to one socket of
+//! the group, so one pair would receive — and reject — another pair's heartbeats while
+//! the other heard nothing. Here a socket's receiver reads the pair name from the header
+//! ([`wire::peek_pair`]) and hands the datagram to that pair's [`Endpoint`], which
+//! verifies it with that pair's keys. A datagram for a pair this agent does not run is
+//! counted (`reason="unknown_pair"`) and dropped, never charged to another pair.
+//!
+//! Sockets are reference-counted by the pairs that use them: a reconfiguration binds the
+//! new sockets before it releases the old ones, and a socket closes when its last pair
+//! leaves. The hub also owns the agent's heartbeat session id (random per start, see
+//! [`wire::SenderWindow`]) and the sequence counter shared by every pair.
+
+use super::{Endpoint, HeartbeatError};
+use crate::metrics::AgentMetrics;
+use havip_crds::wire;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::UdpSocket;
+
+/// Which pair's endpoint receives the datagrams naming it, per socket.
+type Routes = Arc<RwLock<HashMap<String, Route>>>;
+
+struct Route {
+    endpoint: Weak<Endpoint>,
+    /// Leases of that endpoint on this socket (a reconfiguration briefly holds two).
+    leases: usize,
+}
+
+struct Bound {
+    sock: Arc<std::net::UdpSocket>,
+    routes: Routes,
+    users: usize,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The heartbeat sockets of this agent (one per local address and port), demultiplexed
+/// by pair name.
+pub struct Hub {
+    session: u64,
+    seq: AtomicU64,
+    metrics: Arc<AgentMetrics>,
+    bound: Mutex<HashMap<SocketAddr, Bound>>,
+    /// Receivers of released sockets, aborted; the socket is closed once the task is
+    /// gone, so a new bind of the address waits for it.
+    closing: Mutex<HashMap<SocketAddr, tokio::task::JoinHandle<()>>>,
+}
+
+/// A socket held by an endpoint; released (and closed with its last user) on drop.
+pub(super) struct SocketLease {
+    hub: Arc<Hub>,
+    pub(super) addr: SocketAddr,
+    /// The sending side: the same socket, non-blocking, without the reactor (a send
+    /// never waits for readiness; a full buffer is an error that is counted).
+    pub(super) sock: Arc<std::net::UdpSocket>,
+    pair: String,
+    endpoint: Weak<Endpoint>,
+}
+
+impl Drop for SocketLease {
+    fn drop(&mut self) {
+        self.hub.release(self.addr, &self.pair, &self.endpoint);
+    }
+}
+
+/// Binds `addr` for this agent alone. `EADDRINUSE` gets a message that names the fix.
+/// Returns the receiving side (on the reactor) and the sending side (a duplicate).
+fn bind_exclusive(addr: SocketAddr) -> Result<(UdpSocket, std::net::UdpSocket), HeartbeatError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let io = |source: std::io::Error| {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            HeartbeatError::PortInUse { addr }
+        } else {
+            HeartbeatError::Bind { addr, source }
+        }
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(io)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true).map_err(io)?;
+    }
+    sock.set_nonblocking(true).map_err(io)?;
+    sock.bind(&addr.into()).map_err(io)?;
+    let std: std::net::UdpSocket = sock.into();
+    let send = std.try_clone().map_err(io)?;
+    Ok((UdpSocket::from_std(std).map_err(io)?, send))
+}
+
+fn random_session() -> u64 {
+    let mut b = [0u8; 8];
+    loop {
+        if getrandom::fill(&mut b).is_err() {
+            // No entropy source: the start time still differs between two starts.
+            let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+            b = (t ^ u64::from(std::process::id()).rotate_left(32)).to_be_bytes();
+        }
+        let id = u64::from_be_bytes(b);
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+impl Hub {
+    /// A hub with a fresh session id. Sequence numbers start at the start-up time in µs,
+    /// so that receivers of protocol minor 0 (no sessions) see them increase across
+    /// restarts as before.
+    pub fn new(metrics: Arc<AgentMetrics>) -> Arc<Self> {
+        let seq0 = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+        Arc::new(Self {
+            session: random_session(),
+            seq: AtomicU64::new(seq0),
+            metrics,
+            bound: Mutex::new(HashMap::new()),
+            closing: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This agent's heartbeat session id.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The local addresses and ports bound now (for tests and the admin status).
+    pub fn bound_addresses(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<SocketAddr> = self.lock().keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Bound>> {
+        self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Routes the datagrams that name `pair` and arrive on `addr` to `endpoint`, binding
+    /// the socket if no pair uses it yet. Another live endpoint of the same pair on the
+    /// same socket is an error (two runtimes of one pair in one agent).
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        pair: &str,
+        endpoint: &Weak<Endpoint>,
+    ) -> Result<SocketLease, HeartbeatError> {
+        // A socket of this address released a moment ago is still closing.
+        let closing = self.closing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&addr);
+        if let Some(task) = closing {
+            let _ = task.await;
+        }
+        let lease = |sock: Arc<std::net::UdpSocket>| SocketLease {
+            hub: self.clone(),
+            addr,
+            sock,
+            pair: pair.to_owned(),
+            endpoint: endpoint.clone(),
+        };
+        let mut bound = self.lock();
+        if let Some(b) = bound.get_mut(&addr) {
+            let mut routes = b.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match routes.get_mut(pair) {
+                Some(r) if r.endpoint.ptr_eq(endpoint) => r.leases += 1,
+                Some(r) if r.endpoint.strong_count() > 0 => {
+                    return Err(HeartbeatError::PairTwice { pair: pair.to_owned(), addr });
+                }
+                // No route, or the route of an endpoint being dropped: ours now.
+                _ => {
+                    routes.insert(pair.to_owned(), Route { endpoint: endpoint.clone(), leases: 1 });
+                }
+            }
+            drop(routes);
+            b.users += 1;
+            return Ok(lease(b.sock.clone()));
+        }
+        let (recv, send) = bind_exclusive(addr)?;
+        let sock = Arc::new(send);
+        let routes: Routes =
+            Arc::new(RwLock::new(HashMap::from([(pair.to_owned(), Route { endpoint: endpoint.clone(), leases: 1 })])));
+        let task = tokio::spawn(receive(recv, addr, routes.clone(), self.metrics.clone()));
+        tracing::info!(address = %addr, "heartbeat socket bound");
+        bound.insert(addr, Bound { sock: sock.clone(), routes, users: 1, task });
+        Ok(lease(sock))
+    }
+
+    fn release(&self, addr: SocketAddr, pair: &str, endpoint: &Weak<Endpoint>) {
+        let mut bound = self.lock();
+        let Some(b) = bound.get_mut(&addr) else { return };
+        b.users = b.users.saturating_sub(1);
+        {
+            let mut routes = b.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Only this endpoint's own route is touched: a newer endpoint of the same pair
+            // may have replaced it on this socket.
+            if let Some(r) = routes.get_mut(pair)
+                && r.endpoint.ptr_eq(endpoint)
+            {
+                r.leases = r.leases.saturating_sub(1);
+                if r.leases == 0 {
+                    routes.remove(pair);
+                }
+            }
+        }
+        if b.users == 0
+            && let Some(b) = bound.remove(&addr)
+        {
+            b.task.abort();
+            self.closing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(addr, b.task);
+            tracing::info!(address = %addr, "heartbeat socket closed");
+        }
+    }
+}
+
+/// The receiver of one socket: demultiplexes by pair name.
+async fn receive(sock: UdpSocket, local: SocketAddr, routes: Routes, metrics: Arc<AgentMetrics>) {
+    let label = local.ip().to_string();
+    let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
+    loop {
+        let (n, from) = match sock.recv_from(&mut buf).await {
+            Ok(x) => x,
+            Err(e) => {
+                metrics.io_error("heartbeat_recv");
+                tracing::debug!(address = %local, error = %e, "heartbeat receive failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let datagram = &buf[..n];
+        let endpoint = match wire::peek_pair(datagram) {
+            Ok(pair) => routes
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(pair)
+                .and_then(|r| r.endpoint.upgrade()),
+            Err(e) => {
+                metrics.dropped("", &label, e.reason());
+                continue;
+            }
+        };
+        match endpoint {
+            Some(ep) => ep.deliver(datagram, local, from),
+            None => metrics.dropped("", &label, "unknown_pair"),
+        }
+    }
+}

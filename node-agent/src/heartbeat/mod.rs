@@ -1,0 +1,492 @@
+//! Heartbeat I/O of one pair: the mapping between the state machine's [`sm::Advert`]
+//! and the wire format, authentication, replay protection and drop accounting. The
+//! sockets belong to the agent's [`Hub`] (one per local address and port, shared by every
+//! pair); a pair's [`Endpoint`] sends through them and receives the datagrams that name
+//! its pair. A malformed, forged, replayed or foreign datagram is counted in
+//! `havip_agent_heartbeats_dropped{pair,path,reason}` and dropped; nothing a datagram
+//! holds can crash the agent.
+
+mod hub;
+
+pub use hub::Hub;
+
+use crate::metrics::PairMetrics;
+use crate::sm;
+use havip_crds::wire::{
+    self, Body, DecodeError, Heartbeat, Keyring, SenderWindow, Session, WireGateway, WireOp, WireRole,
+};
+use hub::SocketLease;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+
+/// Heartbeats whose timestamp is further than this from the local clock are dropped
+/// as stale (and reported as clock skew). Clocks must be NTP-synchronised to well
+/// within it.
+pub const MAX_CLOCK_DIFFERENCE: Duration = Duration::from_secs(60);
+
+/// A heartbeat path as the I/O layer runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathSpec {
+    /// Path name (metrics label).
+    pub name: String,
+    /// This node's address on the path (the socket binds it).
+    pub local: IpAddr,
+    /// The peers' addresses on the path: node name → address.
+    pub peers: Vec<(String, IpAddr)>,
+}
+
+/// What a pair's endpoint needs to know of its configuration.
+#[derive(Clone, Debug)]
+pub struct EndpointSpec {
+    /// The pair.
+    pub pair: String,
+    /// This node.
+    pub node: String,
+    /// UDP port of every path.
+    pub port: u16,
+    /// The paths, in the order of the state machine's path ids.
+    pub paths: Vec<PathSpec>,
+    /// Accepted and signing keys.
+    pub keys: Keyring,
+    /// After this long with every datagram of a member refused as a replay (and none
+    /// accepted), the refusal is reported to the state machine (an alarm).
+    pub heartbeat_timeout: Duration,
+}
+
+/// What the receivers hand to the runtime.
+#[derive(Debug)]
+pub enum Received {
+    /// An authentic, fresh heartbeat, mapped for the state machine.
+    Advert {
+        /// Path index.
+        path: sm::PathId,
+        /// Its content.
+        advert: sm::Advert,
+        /// Local clock minus the sender's clock, ms.
+        skew_ms: i64,
+    },
+    /// A datagram that was dropped and matters to the state machine (key mismatch,
+    /// clock skew, version mismatch, lasting replays …); the others are only counted.
+    Rejected {
+        /// Path index.
+        path: sm::PathId,
+        /// Why.
+        reason: sm::RejectReason,
+    },
+}
+
+/// Errors of heartbeat sockets.
+#[derive(Debug, thiserror::Error)]
+pub enum HeartbeatError {
+    /// Another process (or socket) holds the address and port.
+    #[error(
+        "failed to bind heartbeat socket {addr}: the UDP port is in use by another process. One havip-agent \
+         serves every pair of a node (standalone: pass every pair's file to one agent with --config, or give \
+         this pair another heartbeat.port); two agents never share a port"
+    )]
+    PortInUse {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A socket could not be bound for another reason.
+    #[error("failed to bind heartbeat socket {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Two runtimes of the same pair in one agent.
+    #[error("pair {pair} is already running on heartbeat socket {addr} in this agent")]
+    PairTwice {
+        /// The pair.
+        pair: String,
+        /// The address.
+        addr: SocketAddr,
+    },
+}
+
+/// What the endpoint knows of one peer.
+#[derive(Default)]
+struct Peer {
+    window: SenderWindow,
+    /// First refusal (as a replay) since the last accepted datagram.
+    refused_since: Option<Instant>,
+    /// Last time a lasting refusal was reported.
+    reported_at: Option<Instant>,
+}
+
+struct State {
+    spec: EndpointSpec,
+    /// One socket per path, in path order.
+    sockets: Vec<Arc<SocketLease>>,
+    peers: HashMap<String, Peer>,
+}
+
+/// One pair's heartbeat sender and receiver on the hub's sockets.
+pub struct Endpoint {
+    hub: Arc<Hub>,
+    metrics: PairMetrics,
+    tx: mpsc::Sender<Received>,
+    state: Mutex<State>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Endpoint {
+    /// Attaches a pair to the hub: binds (or shares) a socket per path and routes the
+    /// datagrams naming the pair to `tx`.
+    pub async fn attach(
+        hub: &Arc<Hub>,
+        spec: EndpointSpec,
+        metrics: PairMetrics,
+        tx: mpsc::Sender<Received>,
+    ) -> Result<Arc<Self>, HeartbeatError> {
+        let ep = Arc::new(Endpoint {
+            hub: hub.clone(),
+            metrics,
+            tx,
+            state: Mutex::new(State { spec: spec.clone(), sockets: Vec::new(), peers: HashMap::new() }),
+        });
+        let sockets = acquire_all(hub, &spec, &Arc::downgrade(&ep)).await?;
+        ep.lock().sockets = sockets;
+        Ok(ep)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Applies a new configuration: the new sockets are bound before the old ones are
+    /// released; what is known of the peers (their sessions and replay windows) is kept.
+    /// On error nothing changes.
+    pub async fn update(self: &Arc<Self>, spec: EndpointSpec) -> Result<(), HeartbeatError> {
+        let weak = Arc::downgrade(self);
+        let same_sockets = {
+            let st = self.lock();
+            st.spec.port == spec.port
+                && st.spec.paths.len() == spec.paths.len()
+                && st.spec.paths.iter().zip(&spec.paths).all(|(a, b)| a.local == b.local)
+        };
+        let fresh = if same_sockets { None } else { Some(acquire_all(&self.hub, &spec, &weak).await?) };
+        let old = {
+            let mut st = self.lock();
+            st.peers.retain(|name, _| spec.paths.iter().any(|p| p.peers.iter().any(|(n, _)| n == name)));
+            st.spec = spec;
+            fresh.map(|f| std::mem::replace(&mut st.sockets, f))
+        };
+        // Released outside the lock (a release takes the hub's lock).
+        drop(old);
+        Ok(())
+    }
+
+    /// Replaces the keyring (key rotation).
+    pub fn set_keys(&self, keys: Keyring) {
+        self.lock().spec.keys = keys;
+    }
+
+    /// Sends `advert` to every peer on every path (best effort; errors are counted). Each
+    /// peer's copy echoes that peer's session as this member last heard it.
+    pub fn send(&self, advert: &sm::Advert) {
+        let st = self.lock();
+        let key = &st.spec.keys.current;
+        let body = to_wire(advert);
+        let seq = self.hub.next_seq();
+        let timestamp_ms = unix_ms();
+        let mut encoded: HashMap<&str, Vec<u8>> = HashMap::new();
+        for (p, sock) in st.spec.paths.iter().zip(&st.sockets) {
+            for (peer, addr) in &p.peers {
+                let bytes = encoded.entry(peer.as_str()).or_insert_with(|| {
+                    let echo = st.peers.get(peer.as_str()).and_then(|x| x.window.session()).unwrap_or(0);
+                    wire::encode(
+                        &Heartbeat {
+                            major: wire::PROTOCOL_MAJOR,
+                            minor: wire::PROTOCOL_MINOR,
+                            key_id: key.id,
+                            seq,
+                            timestamp_ms,
+                            pair: st.spec.pair.clone(),
+                            sender: st.spec.node.clone(),
+                            body: body.clone(),
+                            session: Some(Session { id: self.hub.session(), echo }),
+                        },
+                        key,
+                    )
+                });
+                // Non-blocking: a full socket buffer is an error (counted), never a wait.
+                match sock.sock.send_to(bytes, SocketAddr::new(*addr, st.spec.port)) {
+                    Ok(_) => self.metrics.sent(&p.name),
+                    Err(e) => {
+                        self.metrics.io_error("heartbeat_send");
+                        tracing::debug!(pair = %st.spec.pair, path = %p.name, peer = %addr, error = %e, "heartbeat send failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A datagram the hub routed here (it names this pair): authenticate, check, map,
+    /// and hand it to the runtime. Never blocks: a full queue drops the datagram.
+    pub(super) fn deliver(&self, datagram: &[u8], local: SocketAddr, from: SocketAddr) {
+        let out = self.accept(datagram, local, from.ip(), Instant::now(), unix_ms());
+        if let Some(msg) = out
+            && self.tx.try_send(msg).is_err()
+        {
+            self.metrics.io_error("heartbeat_queue_full");
+        }
+    }
+
+    /// Authenticates, checks and maps one datagram. Pure apart from counters and the
+    /// endpoint's replay state.
+    fn accept(&self, datagram: &[u8], local: SocketAddr, from: IpAddr, now: Instant, now_ms: u64) -> Option<Received> {
+        let mut st = self.lock();
+        // The path: the one bound on this socket whose peers include the source; else
+        // the first one bound on it.
+        let on_socket = |p: &PathSpec| p.local == local.ip();
+        let pi = st
+            .spec
+            .paths
+            .iter()
+            .position(|p| on_socket(p) && p.peers.iter().any(|(_, a)| *a == from))
+            .or_else(|| st.spec.paths.iter().position(on_socket))?;
+        let path = sm::PathId(pi as u8);
+        let path_name = st.spec.paths[pi].name.clone();
+        let hb = match wire::decode(datagram, &st.spec.keys) {
+            Ok(hb) => hb,
+            Err(e) => {
+                self.metrics.dropped(&path_name, e.reason());
+                return match e {
+                    DecodeError::BadMac | DecodeError::UnknownKey { .. } => {
+                        Some(Received::Rejected { path, reason: sm::RejectReason::KeyMismatch })
+                    }
+                    // Authentic, from a member, in another major version: the member is alive
+                    // (it is heard) but nothing else of its heartbeat can be read. The state
+                    // machine raises VersionMismatch and takes no automatic action against it.
+                    DecodeError::UnsupportedMajor { major, sender } if is_member(&st.spec, &sender) => {
+                        version_mismatch_advert(&sender, major).map(|advert| Received::Advert {
+                            path,
+                            advert,
+                            skew_ms: 0,
+                        })
+                    }
+                    _ => None,
+                };
+            }
+        };
+        if hb.sender == st.spec.node {
+            self.metrics.dropped(&path_name, "own");
+            return None;
+        }
+        if !is_member(&st.spec, &hb.sender) {
+            self.metrics.dropped(&path_name, "unknown_sender");
+            return Some(Received::Rejected { path, reason: sm::RejectReason::UnknownSender });
+        }
+        let timeout = st.spec.heartbeat_timeout;
+        let own_session = self.hub.session();
+        let peer = st.peers.entry(hb.sender.clone()).or_default();
+        let max_age = MAX_CLOCK_DIFFERENCE.as_millis() as u64;
+        if let Err(e) = peer.window.check(&path_name, hb.session, own_session, hb.seq, hb.timestamp_ms, now_ms, max_age)
+        {
+            self.metrics.dropped(&path_name, e.reason());
+            if !e.is_replay() {
+                return Some(Received::Rejected { path, reason: sm::RejectReason::ClockSkew });
+            }
+            // A lone replay is only counted. Every datagram of a member refused for longer
+            // than a heartbeat timeout is a member we cannot hear (e.g. it restarted and
+            // cannot prove it yet): reported, at most once per timeout.
+            let since = *peer.refused_since.get_or_insert(now);
+            let lasting = now.duration_since(since) > timeout;
+            let due = peer.reported_at.is_none_or(|t| now.duration_since(t) > timeout);
+            if lasting && due {
+                peer.reported_at = Some(now);
+                tracing::warn!(
+                    pair = %st.spec.pair, peer = %hb.sender, path = %path_name, reason = e.reason(),
+                    "every heartbeat of this member is refused as a replay"
+                );
+                return Some(Received::Rejected { path, reason: sm::RejectReason::Replay });
+            }
+            return None;
+        }
+        peer.refused_since = None;
+        let Some(advert) = from_wire(&hb) else {
+            self.metrics.dropped(&path_name, "malformed");
+            return None;
+        };
+        self.metrics.received(&path_name);
+        Some(Received::Advert { path, advert, skew_ms: now_ms as i64 - hb.timestamp_ms as i64 })
+    }
+}
+
+fn is_member(spec: &EndpointSpec, node: &str) -> bool {
+    spec.paths.iter().any(|p| p.peers.iter().any(|(n, _)| n == node))
+}
+
+/// Acquires the socket of every path (sharing one among paths on the same address).
+async fn acquire_all(
+    hub: &Arc<Hub>,
+    spec: &EndpointSpec,
+    weak: &Weak<Endpoint>,
+) -> Result<Vec<Arc<SocketLease>>, HeartbeatError> {
+    let mut out: Vec<Arc<SocketLease>> = Vec::new();
+    for p in &spec.paths {
+        let addr = SocketAddr::new(p.local, spec.port);
+        let lease = match out.iter().find(|l| l.addr == addr) {
+            Some(l) => l.clone(),
+            None => Arc::new(hub.acquire(addr, &spec.pair, weak).await?),
+        };
+        out.push(lease);
+    }
+    Ok(out)
+}
+
+fn role_to_wire(r: sm::Role) -> WireRole {
+    match r {
+        sm::Role::Init => WireRole::Init,
+        sm::Role::Active => WireRole::Active,
+        sm::Role::Standby => WireRole::Standby,
+        sm::Role::Demoting => WireRole::Demoting,
+        sm::Role::Maintenance => WireRole::Maintenance,
+        sm::Role::Fenced => WireRole::Fenced,
+        sm::Role::Unpaired => WireRole::Unpaired,
+    }
+}
+
+fn role_from_wire(r: WireRole) -> sm::Role {
+    match r {
+        WireRole::Init => sm::Role::Init,
+        WireRole::Active => sm::Role::Active,
+        WireRole::Standby => sm::Role::Standby,
+        WireRole::Demoting => sm::Role::Demoting,
+        WireRole::Maintenance => sm::Role::Maintenance,
+        WireRole::Fenced => sm::Role::Fenced,
+        WireRole::Unpaired => sm::Role::Unpaired,
+    }
+}
+
+/// The wire body of an advert.
+pub fn to_wire(a: &sm::Advert) -> Body {
+    Body {
+        role: role_to_wire(a.role),
+        epoch: a.epoch,
+        priority: a.priority,
+        holds_vips: a.holds_vips,
+        ready_all: a.ready_all,
+        maintenance: a.maintenance,
+        carrier_ok: a.carrier_ok,
+        suspended: a.suspended,
+        failback_paused: a.failback_paused,
+        gateway: match a.gateway {
+            None => WireGateway::Unknown,
+            Some(true) => WireGateway::Reachable,
+            Some(false) => WireGateway::Unreachable,
+        },
+        config_revision: a.config_revision,
+        op: a.op.as_ref().map(|op| match &op.kind {
+            sm::OpKind::Prepare { to } => WireOp::Prepare { id: op.id, to: to.as_str().to_owned() },
+            sm::OpKind::PrepareAck => WireOp::PrepareAck { id: op.id },
+            sm::OpKind::Refuse { reason } => WireOp::Refuse { id: op.id, reason: reason.code() },
+            sm::OpKind::Commit { to, epoch } => WireOp::Commit { id: op.id, to: to.as_str().to_owned(), epoch: *epoch },
+            sm::OpKind::Confirm => WireOp::Confirm { id: op.id },
+            sm::OpKind::Abort => WireOp::Abort { id: op.id },
+        }),
+    }
+}
+
+/// The advert carried by an authentic heartbeat (`None` when a name is invalid).
+pub fn from_wire(hb: &Heartbeat) -> Option<sm::Advert> {
+    let b = &hb.body;
+    let op = match &b.op {
+        None => None,
+        Some(op) => Some(match op {
+            WireOp::Prepare { id, to } => {
+                sm::OpMsg { id: *id, kind: sm::OpKind::Prepare { to: sm::NodeId::new(to.clone()).ok()? } }
+            }
+            WireOp::PrepareAck { id } => sm::OpMsg { id: *id, kind: sm::OpKind::PrepareAck },
+            WireOp::Refuse { id, reason } => {
+                sm::OpMsg { id: *id, kind: sm::OpKind::Refuse { reason: sm::RefuseReason::from_code(*reason) } }
+            }
+            WireOp::Commit { id, to, epoch } => {
+                sm::OpMsg { id: *id, kind: sm::OpKind::Commit { to: sm::NodeId::new(to.clone()).ok()?, epoch: *epoch } }
+            }
+            WireOp::Confirm { id } => sm::OpMsg { id: *id, kind: sm::OpKind::Confirm },
+            WireOp::Abort { id } => sm::OpMsg { id: *id, kind: sm::OpKind::Abort },
+        }),
+    };
+    Some(sm::Advert {
+        sender: sm::NodeId::new(hb.sender.clone()).ok()?,
+        role: role_from_wire(b.role),
+        epoch: b.epoch,
+        priority: b.priority,
+        holds_vips: b.holds_vips,
+        config_revision: b.config_revision,
+        protocol_major: u16::from(hb.major),
+        protocol_minor: u16::from(hb.minor),
+        ready_all: b.ready_all,
+        maintenance: b.maintenance,
+        carrier_ok: b.carrier_ok,
+        gateway: match b.gateway {
+            WireGateway::Unknown => None,
+            WireGateway::Reachable => Some(true),
+            WireGateway::Unreachable => Some(false),
+        },
+        suspended: b.suspended,
+        failback_paused: b.failback_paused,
+        op,
+    })
+}
+
+/// What is known of a member that speaks another protocol major version.
+fn version_mismatch_advert(sender: &str, major: u8) -> Option<sm::Advert> {
+    Some(sm::Advert {
+        sender: sm::NodeId::new(sender.to_owned()).ok()?,
+        role: sm::Role::Init,
+        epoch: 0,
+        priority: 0,
+        holds_vips: false,
+        config_revision: 0,
+        protocol_major: u16::from(major),
+        protocol_minor: 0,
+        ready_all: false,
+        maintenance: false,
+        carrier_ok: false,
+        gateway: None,
+        suspended: false,
+        failback_paused: false,
+        op: None,
+    })
+}
+
+/// Clock-skew bookkeeping for status: the largest |skew| seen per peer, decaying.
+#[derive(Default)]
+pub struct SkewTracker {
+    inner: Mutex<HashMap<String, i64>>,
+}
+
+impl SkewTracker {
+    /// Records a skew sample for `peer`.
+    pub fn record(&self, peer: &str, skew_ms: i64) {
+        let mut m = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let e = m.entry(peer.to_owned()).or_insert(0);
+        // Exponential smoothing keeps one delayed packet from dominating.
+        *e = (*e * 7 + skew_ms) / 8;
+    }
+    /// The largest absolute smoothed skew.
+    pub fn max_abs(&self) -> i64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|v| v.abs())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

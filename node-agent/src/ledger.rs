@@ -1,0 +1,151 @@
+//! The VIPs a pair has added on this node, persisted next to its state file
+//! (`<pair>.vips.json`), so that the agent can later remove exactly those of them that
+//! are no VIP of the pair any more (a FloatingIP deleted or changed while the agent was
+//! down) — and never an address of another pair, whatever its subnet or interface, nor
+//! an address havip did not add. Written before an address is added, so a crash right
+//! after the add still finds it here.
+//!
+//! A lost ledger only means a stale VIP is left in place (the safe direction); the
+//! Kubernetes agent's start-up cleanup of pairs that no longer exist reads the ledgers
+//! of every pair in the state directory.
+
+use crate::netlink::Vip;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Errors of the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The file could not be written.
+    #[error("failed to write the VIP ledger {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file exists but could not be read or parsed.
+    #[error("failed to read the VIP ledger {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    address: IpAddr,
+    prefix: u8,
+    interface: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Default)]
+struct OnDisk {
+    version: u32,
+    vips: Vec<Entry>,
+}
+
+/// The ledger of one pair.
+#[derive(Clone, Debug)]
+pub struct VipLedger {
+    path: PathBuf,
+}
+
+impl VipLedger {
+    /// The ledger of `pair` in `dir`.
+    pub fn new(dir: &Path, pair: &str) -> Self {
+        Self { path: dir.join(format!("{pair}.vips.json")) }
+    }
+
+    /// The pairs that have a ledger in `dir` (their names).
+    pub fn pairs_in(dir: &Path) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+        let mut out: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".vips.json").map(str::to_owned))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The recorded VIPs; a missing file is an empty ledger.
+    pub fn load(&self) -> Result<Vec<Vip>, LedgerError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(LedgerError::Read { path: self.path.clone(), message: e.to_string() }),
+        };
+        let d: OnDisk = serde_json::from_str(&text)
+            .map_err(|e| LedgerError::Read { path: self.path.clone(), message: e.to_string() })?;
+        Ok(d.vips.into_iter().map(|e| Vip { addr: e.address, prefix: e.prefix, ifname: e.interface }).collect())
+    }
+
+    /// Replaces the recorded VIPs with `vips`.
+    pub fn store(&self, vips: &[Vip]) -> Result<(), LedgerError> {
+        let err = |source| LedgerError::Write { path: self.path.clone(), source };
+        let mut entries: Vec<Entry> =
+            vips.iter().map(|v| Entry { address: v.addr, prefix: v.prefix, interface: v.ifname.clone() }).collect();
+        entries.sort();
+        entries.dedup();
+        let json = serde_json::to_vec_pretty(&OnDisk { version: 1, vips: entries })
+            .map_err(|e| err(std::io::Error::other(e)))?;
+        crate::state::write_atomic(&self.path, &json).map_err(err)
+    }
+
+    /// Adds `vips` to the record (before they are added to the kernel).
+    pub fn record(&self, vips: &[Vip]) -> Result<(), LedgerError> {
+        let mut all = self.load().unwrap_or_default();
+        let before = all.len();
+        for v in vips {
+            if !all.contains(v) {
+                all.push(v.clone());
+            }
+        }
+        if all.len() == before && self.path.exists() {
+            return Ok(());
+        }
+        self.store(&all)
+    }
+
+    /// Removes the ledger (the pair left this node and its VIPs are gone).
+    pub fn remove(&self) -> Result<(), LedgerError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(LedgerError::Write { path: self.path.clone(), source }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vip(a: &str, ifname: &str) -> Vip {
+        Vip { addr: a.parse().expect("ip"), prefix: 24, ifname: ifname.to_owned() }
+    }
+
+    #[test]
+    fn records_are_durable_deduplicated_and_per_pair() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let web = VipLedger::new(dir.path(), "web");
+        assert!(web.load().expect("missing is empty").is_empty());
+        web.record(&[vip("10.0.0.50", "eth0")]).expect("record");
+        web.record(&[vip("10.0.0.50", "eth0"), vip("10.0.0.51", "eth0")]).expect("record");
+        assert_eq!(web.load().expect("load"), vec![vip("10.0.0.50", "eth0"), vip("10.0.0.51", "eth0")]);
+        VipLedger::new(dir.path(), "db").record(&[vip("10.0.0.60", "eth0")]).expect("record");
+        assert_eq!(VipLedger::pairs_in(dir.path()), vec!["db".to_owned(), "web".to_owned()]);
+        web.store(&[vip("10.0.0.51", "eth0")]).expect("store");
+        assert_eq!(web.load().expect("load"), vec![vip("10.0.0.51", "eth0")]);
+        web.remove().expect("remove");
+        assert_eq!(VipLedger::pairs_in(dir.path()), vec!["db".to_owned()]);
+        std::fs::write(dir.path().join("db.vips.json"), "{torn").expect("write");
+        assert!(VipLedger::new(dir.path(), "db").load().is_err(), "a corrupt ledger is an error, not empty");
+    }
+}
