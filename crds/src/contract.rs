@@ -193,6 +193,12 @@ string_enum! {
         /// Lease: the members are partitioned from each other; this member does not take
         /// the VIPs from it.
         PeerPartition = "PeerPartition",
+        /// The pair epoch reached the top of its domain (2147483647): this member takes no
+        /// VIPs over and hands none over any more.
+        EpochExhausted = "EpochExhausted",
+        /// A peer is silent on every heartbeat path while this member's links and gateway
+        /// are fine: the peer is down, or the members are partitioned from each other.
+        PeerSilent = "PeerSilent",
     }
 }
 

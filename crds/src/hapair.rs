@@ -208,6 +208,19 @@ pub struct TakeoverSpec {
     #[schemars(length(max = 32))]
     pub boot_hold: String,
 
+    /// Link dampening: a member whose link carrier returned takes no VIPs over until its
+    /// links had carrier this long, and is no handover target for this long either — a
+    /// wait that doubles each time the link drops again before it ends (up to 32 times), so
+    /// a flapping link stops attracting the VIPs. An active whose link fails with nobody
+    /// eligible keeps the VIPs this long before it gives them up, so a short flap moves
+    /// nothing. `0s` turns dampening off.
+    /// (Left out of the configuration revision while it is the default, so members that
+    /// predate it agree on the revision.)
+    #[serde(default = "default_carrier_stable_for", skip_serializing_if = "is_default_carrier_stable_for")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32), extend("default" = crate::defaults::CARRIER_STABLE_FOR))]
+    pub carrier_stable_for: String,
+
     /// Addresses probed (ARP/NDP) to decide whether this member is cut off. Empty: the
     /// node's default gateway. When none ever answers, the gateway check is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -588,6 +601,12 @@ fn default_hold_down() -> String {
 fn default_boot_hold() -> String {
     crate::defaults::BOOT_HOLD.to_owned()
 }
+fn default_carrier_stable_for() -> String {
+    crate::defaults::CARRIER_STABLE_FOR.to_owned()
+}
+fn is_default_carrier_stable_for(v: &str) -> bool {
+    v == crate::defaults::CARRIER_STABLE_FOR
+}
 fn default_recovery_window() -> String {
     crate::defaults::RECOVERY_WINDOW.to_owned()
 }
@@ -640,6 +659,7 @@ impl Default for TakeoverSpec {
             probe_timeout: default_probe_timeout(),
             hold_down: default_hold_down(),
             boot_hold: default_boot_hold(),
+            carrier_stable_for: default_carrier_stable_for(),
             fence_targets: Vec::new(),
         }
     }

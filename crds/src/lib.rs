@@ -46,6 +46,13 @@ pub mod defaults {
     pub const HOLD_DOWN: &str = "3s";
     /// A member that never heard its peer waits this long before serving alone.
     pub const BOOT_HOLD: &str = "60s";
+    /// Link dampening: a member whose carrier returned takes no VIPs over until its links
+    /// had carrier this long and is no handover target until then (a wait that doubles
+    /// while the link keeps flapping); a holder without an eligible successor rides out a
+    /// carrier loss this short. 2 s: longer than a link renegotiation bounce (typically
+    /// 1–3 s of flapping settles within it), short next to the 3 s hold-down, so a repaired
+    /// link is back in the election at once.
+    pub const CARRIER_STABLE_FOR: &str = "2s";
     /// Failback: the preferred member must be ready this long.
     pub const RECOVERY_WINDOW: &str = "15m";
     /// Failback: the VIPs stay on the failed-over member at least this long.

@@ -66,6 +66,15 @@ mod tests {
         addrs.insert("b".to_owned(), BTreeMap::new());
         assert_ne!(r1, config_revision(&spec(), &fips, &addrs), "address change");
         assert_eq!(parse_revision(&format_revision(r1)), Some(r1));
+        // A field added later is left out while it has its default: members that predate
+        // it compute the same revision (a planned failover across an upgrade still works).
+        let base = config_revision(&spec(), &fips, &addrs);
+        let mut s3 = spec();
+        s3.takeover.carrier_stable_for = crate::defaults::CARRIER_STABLE_FOR.to_owned();
+        assert_eq!(base, config_revision(&s3, &fips, &addrs), "default carrierStableFor");
+        assert!(!serde_json::to_string(&s3).expect("json").contains("carrierStableFor"));
+        s3.takeover.carrier_stable_for = "5s".to_owned();
+        assert_ne!(base, config_revision(&s3, &fips, &addrs), "carrierStableFor change");
         // Known FNV-1a vectors: the hash must never change between builds.
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);

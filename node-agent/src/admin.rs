@@ -82,6 +82,7 @@ pub fn status_json(st: &sm::Status, paths: &[String]) -> serde_json::Value {
         "failbackPaused": st.failback_paused,
         "suspended": st.suspended,
         "alarms": st.alarms.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+        "ignoredAdverts": st.ignored_adverts,
         "lastTransition": st.last_transition.as_ref().map(|t| serde_json::json!({
             "from": t.from.as_str(), "to": t.to.as_str(), "reason": format!("{:?}", t.reason), "epoch": t.epoch,
         })),

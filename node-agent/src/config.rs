@@ -239,6 +239,7 @@ pub fn build_sm_config(settings: &SmSettings<'_>) -> Result<sm::Config, ConfigEr
     t.probe_span_ms = ms("takeover.probeSpan", &takeover.probe_span)?;
     t.hold_down_ms = ms("takeover.holdDown", &takeover.hold_down)?;
     t.boot_hold_ms = ms("takeover.bootHold", &takeover.boot_hold)?;
+    t.carrier_stable_ms = ms("takeover.carrierStableFor", &takeover.carrier_stable_for)?;
     let probe_interval = ms("takeover.probeInterval", &takeover.probe_interval)?;
     let probe_timeout = ms("takeover.probeTimeout", &takeover.probe_timeout)?;
     // A verdict must be refreshed well within its freshness window.

@@ -92,6 +92,8 @@ pub struct AgentMetrics {
     pub alarms: Family<PairNameLabel, Gauge>,
     /// Errors of I/O operations, per category.
     pub io_errors: Family<NameLabel, Counter>,
+    /// Authentic heartbeats the state machine ignored for an epoch outside the domain.
+    pub adverts_ignored: Family<PairLabel, Gauge>,
 }
 
 impl Default for AgentMetrics {
@@ -118,6 +120,7 @@ impl AgentMetrics {
             conflicts: Family::default(),
             alarms: Family::default(),
             io_errors: Family::default(),
+            adverts_ignored: Family::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -131,6 +134,11 @@ impl AgentMetrics {
         registry.register("vip_conflicts", "Foreign MACs answering for a held VIP", m.conflicts.clone());
         registry.register("alarms", "1 while an alarm is raised", m.alarms.clone());
         registry.register("io_errors", "Errors of I/O operations", m.io_errors.clone());
+        registry.register(
+            "heartbeats_ignored_epoch",
+            "Authentic heartbeats ignored for an epoch above 2147483647 (since start)",
+            m.adverts_ignored.clone(),
+        );
         *m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
         m
     }
@@ -228,6 +236,10 @@ impl PairMetrics {
     pub fn conflict(&self) {
         self.all.conflicts.get_or_create(&self.label()).inc();
     }
+    /// Authentic heartbeats ignored for an epoch outside the domain (since start).
+    pub fn set_adverts_ignored(&self, n: u64) {
+        self.all.adverts_ignored.get_or_create(&self.label()).set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
     /// Raises (1) or clears (0) an alarm gauge.
     pub fn set_alarm(&self, alarm: &str, on: bool) {
         self.all.alarms.get_or_create(&self.named(alarm)).set(i64::from(on));
@@ -243,6 +255,7 @@ impl PairMetrics {
         }
         self.all.epoch.remove(&self.label());
         self.all.vips_held.remove(&self.label());
+        self.all.adverts_ignored.remove(&self.label());
     }
 }
 

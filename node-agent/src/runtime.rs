@@ -456,19 +456,6 @@ const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance"
 /// How long a Lease write that timed out (for the machine) is still awaited, for the log.
 const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
-const ALARMS: [sm::Alarm; 10] = [
-    sm::Alarm::Suspended,
-    sm::Alarm::VersionMismatch,
-    sm::Alarm::KeyMismatch,
-    sm::Alarm::ClockSkew,
-    sm::Alarm::VipUnhealthy,
-    sm::Alarm::VipConflict,
-    sm::Alarm::Misconfigured,
-    sm::Alarm::MaintenancePending,
-    sm::Alarm::HeartbeatReplay,
-    sm::Alarm::PeerPartition,
-];
-
 impl Runtime {
     fn now(&self) -> sm::Millis {
         sm::Millis(self.origin.elapsed().as_millis() as u64)
@@ -489,7 +476,13 @@ impl Runtime {
                             "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
                         );
                     }
-                    self.queue.push_back(sm::Input::Tick);
+                    // The machine's contract after a stall: the heartbeats, Lease events
+                    // and CAS answers queued meanwhile come before its next Tick (until
+                    // then it only gives up what a newer holder claims). They are read
+                    // within the gate's settle time, so no Tick is fed before it ends.
+                    if !self.gate.blocked() {
+                        self.queue.push_back(sm::Input::Tick);
+                    }
                 }
                 ev = rx.recv() => match ev {
                     None | Some(Event::Stop) => break,
@@ -506,7 +499,7 @@ impl Runtime {
                     }
                     Some(Event::Release) => {
                         self.stop_announcer();
-                        self.metrics.forget(&ROLES, &ALARMS.map(sm::Alarm::as_str));
+                        self.metrics.forget(&ROLES, &sm::Alarm::ALL.map(sm::Alarm::as_str));
                         let mut all_gone = true;
                         for v in &self.vips {
                             if let Err(e) = self.nl.remove_vip(&v.vip).await {
@@ -627,7 +620,8 @@ impl Runtime {
             self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
             self.metrics.set_epoch(st.epoch);
             self.metrics.set_role(st.role.as_str(), &ROLES);
-            for a in ALARMS {
+            self.metrics.set_adverts_ignored(st.ignored_adverts);
+            for a in sm::Alarm::ALL {
                 self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
             }
             if **self.status_tx.borrow() != st {

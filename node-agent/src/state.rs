@@ -30,6 +30,20 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// The file holds an epoch outside the epoch's domain (`0..=`[`sm::MAX_EPOCH`]): it was
+    /// not written by havip (or was corrupted), and starting from it could reuse an epoch.
+    #[error(
+        "failed to read state file {path}: its epoch {epoch} is outside 0..={max} (the pair epoch is \
+         the Lease's 32-bit leaseTransitions); remove the file to start this member afresh (it \
+         learns the pair's epoch from its peers)",
+        max = sm::MAX_EPOCH
+    )]
+    EpochOutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// The epoch it holds.
+        epoch: u64,
+    },
     /// The file exists but could not be read or parsed.
     #[error("failed to read state file {path}: {message}")]
     Read {
@@ -92,6 +106,9 @@ impl StateFile {
         };
         let d: OnDisk = serde_json::from_str(&text)
             .map_err(|e| StateError::Read { path: self.path.clone(), message: e.to_string() })?;
+        if d.epoch > sm::MAX_EPOCH {
+            return Err(StateError::EpochOutOfRange { path: self.path.clone(), epoch: d.epoch });
+        }
         let last_role = sm::Role::ALL.into_iter().find(|r| r.as_str() == d.last_role).unwrap_or(sm::Role::Standby);
         Ok(sm::Persisted {
             epoch: d.epoch,
@@ -175,6 +192,27 @@ mod tests {
         drop(first);
         f.lock().expect("free again after the first agent is gone");
         StateFile::new(dir.path(), "db").lock().expect("another pair is independent");
+    }
+
+    #[test]
+    fn epoch_outside_the_domain_is_refused_naming_file_and_value() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        let json = |epoch: u64| {
+            format!(
+                r#"{{"version":1,"epoch":{epoch},"maintenance":false,"lastRole":"Active","failbackPaused":false,"paused":false,"suspended":false}}"#
+            )
+        };
+        for bad in [u64::MAX, sm::MAX_EPOCH + 1] {
+            std::fs::write(f.path(), json(bad)).expect("write");
+            let e = f.load().expect_err("an epoch outside the domain is refused");
+            let text = e.to_string();
+            assert!(text.contains(&f.path().display().to_string()), "{text}");
+            assert!(text.contains(&bad.to_string()), "{text}");
+            assert!(text.contains("outside 0..=2147483647"), "{text}");
+        }
+        std::fs::write(f.path(), json(sm::MAX_EPOCH)).expect("write");
+        assert_eq!(f.load().expect("the top of the domain is valid").epoch, sm::MAX_EPOCH);
     }
 
     #[test]

@@ -42,10 +42,15 @@ fn sim_invariant_codes_are_stable() {
         Invariant::SlowReplacement,
         Invariant::PolicyViolated,
         Invariant::EpochBackwards,
+        Invariant::StaleEpoch,
+        Invariant::FlappingLinkAttracts,
+        Invariant::RestartMovedVips,
+        Invariant::AnnouncedStale,
+        Invariant::SilentDualHolder,
         Invariant::NoHolderAfterHeal,
     ]
     .iter()
     .map(|i| i.code())
     .collect();
-    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "heal"]);
+    assert_eq!(codes, vec!["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "heal"]);
 }

@@ -68,13 +68,19 @@ fn handover_on_carrier_loss_to_ready_standby() {
 }
 
 #[test]
-fn handover_on_carrier_loss_without_ready_standby_gives_up() {
+fn handover_on_carrier_loss_without_ready_standby_gives_up_after_the_dampening_time() {
     let mut b = standby(B, 100, 3);
     b.ready_all = false;
-    let mut h = active_a_with(b);
+    let mut h = active_a_with(b.clone());
     h.now = 3_010;
     let out = h.carrier(false);
     assert!(first_prepare(&out).is_none());
+    // Nobody can take the VIPs: a loss shorter than the link-dampening time (2 s) moves
+    // nothing, a longer one fences.
+    assert!(removes(&out).is_empty());
+    let out = h.run(5_000, &[b.clone()], None);
+    assert!(removes(&out).is_empty() && role_changes(&out).is_empty());
+    let out = h.run(5_020, &[b], None);
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(role_changes(&out), vec![(Role::Active, Role::Fenced, Reason::CarrierLost, 3)]);
 }
@@ -195,6 +201,7 @@ fn two_actives_winner_reannounces() {
     h.now = 3_500;
     assert!(announces(&h.hear_on(0, &active(B, 100, 3))).is_empty());
     // ... but again if the loser is still heard holding a second later.
+    h.run(4_000, &[], None);
     h.now = 4_010;
     assert_eq!(announces(&h.hear_on(0, &active(B, 100, 3))), vec![AnnounceKind::Burst]);
 }
@@ -648,11 +655,11 @@ fn two_actives_foreign_holder_conflict_raises_alarm_and_reannounces() {
     // Reported again 2 s later (the next duplicate probe): re-announced, alarm still up.
     h.now = 5_010;
     let out = h.feed(conflict);
-    assert!(raised(&out).is_empty());
+    assert!(!raised(&out).contains(&Alarm::VipConflict));
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
     // Clears 10 s after the last report.
     let out = h.run(15_020, &[standby(B, 100, 3)], None);
-    assert_eq!(cleared(&out), vec![Alarm::VipConflict]);
+    assert!(cleared(&out).contains(&Alarm::VipConflict));
 }
 
 #[test]

@@ -27,20 +27,21 @@ fn first_prepare_at(h: &H) -> Option<u64> {
 
 // ---------------------------------------------------------------- flap suspension
 
-/// B takes over (1), loses carrier and fences (2), takes over again after the hold-down
-/// (3). Returns B, suspended, at 6000 ms.
+/// B takes over (1), loses carrier and fences after the link-dampening time (2), takes
+/// over again after the hold-down (3). Returns B, suspended, at 8000 ms.
 fn three_automatic_moves() -> (H, Vec<Action>) {
     let mut h = standby_b_hearing_a();
     h.run(2_300, &[], Some(false));
     h.cas(CasResult::Ok { epoch: 2 }); // move 1: takeover
     h.now = 3_000;
-    h.carrier(false); // move 2: cut off, nobody to hand over to: gives up
+    h.carrier(false);
+    h.run(5_000, &[], None); // move 2: cut off, nobody to hand over to: gives up
     assert_eq!(h.role(), Role::Fenced);
-    h.now = 3_100;
+    h.now = 5_100;
     h.carrier(true);
-    let out = h.run(6_000, &[], Some(false));
+    let out = h.run(8_000, &[], Some(false));
     assert_eq!(cas_of(&out), vec![(3, 2)]);
-    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { new_epoch: 3, .. })), Some(6_000));
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { new_epoch: 3, .. })), Some(8_000));
     let out = h.cas(CasResult::Ok { epoch: 3 }); // move 3: takeover
     (h, out)
 }
@@ -60,10 +61,12 @@ fn flap_suspension_moves_spread_over_more_than_10_minutes_do_not_suspend() {
     h.run(2_300, &[], Some(false));
     h.cas(CasResult::Ok { epoch: 2 }); // move 1 at 2_300
     h.run(400_000, &[], None);
-    h.carrier(false); // move 2 at 400_000
-    h.run(602_300, &[], Some(false));
-    let out = h.carrier(true);
-    assert_eq!(cas_of(&out), vec![(3, 2)], "takeover as soon as the link is back");
+    h.carrier(false); // move 2 at 402_000, after the link-dampening time
+    h.run(600_300, &[], Some(false));
+    h.carrier(true);
+    let out = h.run(602_300, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(3, 2)], "takeover as soon as the link is back and stable");
+    assert_eq!(h.first_at(|x| matches!(x, Action::CasLease { new_epoch: 3, .. })), Some(602_300));
     let out = h.cas(CasResult::Ok { epoch: 3 }); // move 3 at 602_300: move 1 left the window
     assert!(!raised(&out).contains(&Alarm::Suspended));
     assert!(!h.status().suspended);
@@ -105,10 +108,10 @@ fn flap_suspension_still_takes_a_provably_dead_peer() {
     let (mut h, _) = three_automatic_moves();
     // B is suspended and active. A comes back, takes the pair with a newer epoch (B yields),
     // then dies: B, still suspended, takes the provably dead peer's VIPs.
-    h.now = 6_100;
+    h.now = 8_100;
     h.hear(&active(A, 200, 4));
     assert_eq!(h.role(), Role::Standby);
-    let out = h.run(9_500, &[], Some(false));
+    let out = h.run(11_500, &[], Some(false));
     assert!(h.status().suspended);
     assert_eq!(cas_of(&out), vec![(5, 3)]);
 }
@@ -116,9 +119,9 @@ fn flap_suspension_still_takes_a_provably_dead_peer() {
 #[test]
 fn flap_suspension_clears_after_10_quiet_minutes() {
     let (mut h, _) = three_automatic_moves();
-    let out = h.run(605_990, &[], None);
+    let out = h.run(607_990, &[], None);
     assert!(cleared(&out).is_empty());
-    let out = h.run(606_020, &[], None);
+    let out = h.run(608_020, &[], None);
     assert_eq!(cleared(&out), vec![Alarm::Suspended]);
     assert!(!h.status().suspended);
 }
@@ -126,7 +129,7 @@ fn flap_suspension_clears_after_10_quiet_minutes() {
 #[test]
 fn flap_suspension_clears_on_command() {
     let (mut h, _) = three_automatic_moves();
-    h.now = 7_000;
+    h.now = 9_000;
     let out = h.cmd(Command::ClearSuspension);
     assert_eq!(cleared(&out), vec![Alarm::Suspended]);
     assert!(!last_advert(&out).suspended);

@@ -159,6 +159,7 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
         ("takeover.probeTimeout", &spec.takeover.probe_timeout),
         ("takeover.holdDown", &spec.takeover.hold_down),
         ("takeover.bootHold", &spec.takeover.boot_hold),
+        ("takeover.carrierStableFor", &spec.takeover.carrier_stable_for),
         ("failback.recoveryWindow", &spec.failback.recovery_window),
         ("failback.minimumTimeOnStandby", &spec.failback.minimum_time_on_standby),
         ("failback.quietWindow", &spec.failback.quiet_window),

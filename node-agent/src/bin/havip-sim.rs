@@ -69,6 +69,7 @@ fn main() -> ExitCode {
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut virtual_ms = 0u64;
     let (mut d_checked, mut b_checked, mut dual_max) = (0u64, 0u64, 0u64);
+    let (mut restarts, mut bursts, mut splits) = (0u64, 0u64, 0u64);
     let mut replacement: Vec<u64> = Vec::new();
     let mut reasons = std::collections::BTreeMap::<String, u64>::new();
     let mut by_invariant = std::collections::BTreeMap::<&'static str, u64>::new();
@@ -83,6 +84,9 @@ fn main() -> ExitCode {
         d_checked += o.d_checked;
         b_checked += o.b_checked;
         dual_max = dual_max.max(o.dual_max_ms);
+        restarts += o.restarts_checked;
+        bursts += o.bursts_checked;
+        splits += o.splits_checked;
         replacement.extend_from_slice(&o.replacement_ms);
         for (r, c) in &o.role_changes {
             *reasons.entry(format!("{r:?}")).or_default() += c;
@@ -136,6 +140,9 @@ fn main() -> ExitCode {
             ("takeover_deadline_checks", d_checked.into()),
             ("unplanned_acquisitions_checked", b_checked.into()),
             ("longest_connected_dual_ms", dual_max.into()),
+            ("restart_checks", restarts.into()),
+            ("stall_bursts_checked", bursts.into()),
+            ("split_alarm_checks", splits.into()),
             ("dead_active_replacement_ms", latency),
             (
                 "role_changes_by_reason",

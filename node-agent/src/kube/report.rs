@@ -302,6 +302,8 @@ fn api_alarm(a: sm::Alarm) -> MemberAlarm {
         sm::Alarm::MaintenancePending => MemberAlarm::MaintenancePending,
         sm::Alarm::HeartbeatReplay => MemberAlarm::HeartbeatReplay,
         sm::Alarm::PeerPartition => MemberAlarm::PeerPartition,
+        sm::Alarm::EpochExhausted => MemberAlarm::EpochExhausted,
+        sm::Alarm::PeerSilent => MemberAlarm::PeerSilent,
     }
 }
 
@@ -494,8 +496,9 @@ mod tests {
         for r in sm::Role::ALL {
             assert_eq!(api_role(r).as_str(), r.as_str());
         }
-        for a in [sm::Alarm::Suspended, sm::Alarm::VipConflict, sm::Alarm::MaintenancePending] {
+        for a in sm::Alarm::ALL {
             assert_eq!(api_alarm(a).as_str(), a.as_str());
+            assert!(MemberAlarm::KNOWN.contains(&api_alarm(a)), "{a:?} is a known value of the contract");
         }
         assert_eq!(api_gateway(None), GatewayState::Unknown);
         assert_eq!(api_gateway(Some(false)), GatewayState::Unreachable);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::world::{GATEWAY_INTERVAL, Snap, World, node_name};
 use super::{Invariant, MAX_NODES, MAX_VIPS, TraceKind, Violation, bounds};
-use crate::sm::{Command, FailbackPolicy, Reason, Role};
+use crate::sm::{Alarm, Command, FailbackPolicy, MAX_EPOCH, Reason, Role};
 
 /// A pending check of invariant (d): a crashed sole holder must be replaced by `deadline`.
 #[derive(Clone, Debug)]
@@ -14,6 +14,14 @@ struct PendingD {
     deadline: u64,
     dead: usize,
     standby: usize,
+}
+
+/// A pending check of invariant (i): the restarted sole holder still holds alone then.
+#[derive(Clone, Debug)]
+struct PendingI {
+    t0: u64,
+    deadline: u64,
+    n: usize,
 }
 
 /// Checker state: ground-truth timelines plus mirrors of the policy counters.
@@ -35,6 +43,13 @@ pub(super) struct Checker {
     maintenance: [bool; MAX_NODES],
     any_maintenance: bool,
     pending_d: Option<PendingD>,
+    /// When node `n`'s carrier last returned while its agent was running (for (h)).
+    carrier_back_at: [Option<u64>; MAX_NODES],
+    pending_i: Vec<PendingI>,
+    /// (j): the node whose post-stall burst is being fed, and whether it announced.
+    burst: Option<(usize, bool)>,
+    /// (k): since when node `i` hears nothing (verifiable or not) from node `j`.
+    deaf_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
     last_world: u64,
     n: usize,
     nv: usize,
@@ -71,6 +86,10 @@ impl Checker {
             maintenance: [false; MAX_NODES],
             any_maintenance: false,
             pending_d: None,
+            carrier_back_at: [None; MAX_NODES],
+            pending_i: Vec::new(),
+            burst: None,
+            deaf_since: [[None; MAX_NODES]; MAX_NODES],
             last_world: 0,
             n,
             nv,
@@ -107,6 +126,8 @@ impl Checker {
             for j in 0..n {
                 let d = w.data_reach(i, j);
                 upd(&mut w.chk.data_since[i][j], d, t);
+                let deaf = i != j && !(0..super::world::PATHS).any(|p| w.path_ok(p, j, i) && w.nodes[j].live());
+                upd(&mut w.chk.deaf_since[i][j], deaf, t);
                 if i < j {
                     let c = w.connected(i, j, false);
                     upd(&mut w.chk.conn_since[i][j], c, t);
@@ -123,12 +144,35 @@ impl Checker {
             // Another change during the window: the bound no longer applies.
             w.chk.pending_d = None;
         }
+        let t = w.t;
+        w.chk.pending_i.retain(|p| t <= p.t0);
         w.chk.last_world = w.t;
     }
 
-    /// Evaluated every few virtual ms: (a) and the deadline of (d).
+    /// Evaluated every few virtual ms: (a), (k) and the deadlines of (d) and (i).
     pub(super) fn periodic(w: &mut World) {
         Self::check_dual(w);
+        let due: Vec<PendingI> = w.chk.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
+        w.chk.pending_i.retain(|p| w.t < p.deadline);
+        for p in due {
+            w.stats.restarts_checked += 1;
+            let all = (1u8 << w.chk.nv) - 1;
+            let (full, any) = w.holders();
+            let holds = w.nodes[p.n].machine.as_ref().is_some_and(|m| m.holds_vips());
+            if !(full == vec![p.n] && any == 1 && holds) {
+                let d = format!(
+                    "{} restarted at {} ms holding every VIP alone (persisted {:?}); {} ms later \
+                     holders are {:?} (kernel {:#04b}, machine holds {holds})",
+                    node_name(p.n),
+                    p.t0,
+                    w.nodes[p.n].persisted.last_role,
+                    w.t - p.t0,
+                    full.iter().map(|&i| node_name(i)).collect::<Vec<_>>(),
+                    w.nodes[p.n].kernel & all,
+                );
+                Self::violate_w(w, Invariant::RestartMovedVips, d);
+            }
+        }
         if let Some(p) = w.chk.pending_d.clone()
             && w.t < p.deadline
             && !w.holders().0.is_empty()
@@ -198,9 +242,51 @@ impl Checker {
                         );
                         Self::violate_w(w, Invariant::DualHolders, d);
                     }
+                    Self::check_silent_dual(w, i, j, both);
+                    Self::check_silent_dual(w, j, i, both);
                 }
             }
         }
+    }
+
+    /// (k): holder `i` has heard nothing from holder `j` for a second while both hold a VIP
+    /// the client reaches: if its own links and gateway are fine (and no rejected heartbeats
+    /// explain the silence), it raises `PeerSilent`.
+    fn check_silent_dual(w: &mut World, i: usize, j: usize, both_since: u64) {
+        let t = w.t;
+        let Some(deaf) = w.chk.deaf_since[i][j] else {
+            return;
+        };
+        let node = &w.nodes[i];
+        if t.saturating_sub(both_since.max(deaf)) < 1_000
+            || !node.live()
+            || t.saturating_sub(node.agent_started) < 2_000
+        {
+            return;
+        }
+        if w.chk.gw_bad_since[i].is_some() || t.saturating_sub(w.chk.last_world) < 1_000 {
+            return;
+        }
+        let Some(m) = node.machine.as_ref() else {
+            return;
+        };
+        let alarms = m.status().alarms;
+        if alarms.contains(&Alarm::PeerSilent) {
+            w.stats.splits_checked += 1;
+            return;
+        }
+        if alarms.contains(&Alarm::KeyMismatch) || alarms.contains(&Alarm::ClockSkew) {
+            return;
+        }
+        let d = format!(
+            "{} and {} both hold a VIP the client reaches and {} has heard nothing from {} since {deaf} ms, \
+             with its links and gateway fine, but raises no PeerSilent",
+            node_name(i),
+            node_name(j),
+            node_name(i),
+            node_name(j)
+        );
+        Self::violate_w(w, Invariant::SilentDualHolder, d);
     }
 
     /// Registers the (d) check when a sole holder is powered off in a quiet moment with a
@@ -251,7 +337,7 @@ impl Checker {
         }
         let st = m.status();
         let now = w.t + node.mono_base;
-        let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now);
+        let hold_ok = st.hold_down_until.is_none_or(|u| u.0 <= now) && st.carrier_settled_at.is_none_or(|u| u.0 <= now);
         let unknown_ok = w.p.has_target || (!st.suspended && !st.paused && !st.peers.iter().any(|p| p.suspended));
         hold_ok
             && st.boot_hold_until.is_none()
@@ -259,12 +345,84 @@ impl Checker {
             && !st.maintenance
             && st.carrier_ok
             && st.gateway != Some(false)
-            && !st.alarms.contains(&crate::sm::Alarm::VersionMismatch)
+            && !st.alarms.contains(&Alarm::VersionMismatch)
+            && !st.alarms.contains(&Alarm::EpochExhausted)
             && st.operation.is_none()
             && unknown_ok
     }
 
+    /// A carrier change of node `n` (for (h): a return its running agent observes).
+    pub(super) fn on_carrier(w: &mut World, n: usize, up: bool) {
+        w.chk.carrier_back_at[n] = (up && w.nodes[n].live()).then_some(w.t);
+    }
+
+    /// Node `n`'s agent resumed after a pause: carrier changes during the pause were not
+    /// observed as such.
+    pub(super) fn on_resume(w: &mut World, n: usize) {
+        w.chk.carrier_back_at[n] = None;
+    }
+
+    /// A state file was damaged or replaced: its epoch may go backwards (a lost file starts
+    /// at 0) without that being the machine's fault.
+    pub(super) fn on_state_damage(w: &mut World, n: usize) {
+        w.chk.max_epoch[n] = w.nodes[n].persisted.epoch;
+    }
+
+    /// (j): the post-stall burst of node `n` begins.
+    pub(super) fn burst_begin(w: &mut World, n: usize) {
+        w.chk.burst = Some((n, false));
+    }
+
+    /// (j): an `Announce` by node `n`.
+    pub(super) fn on_announce(w: &mut World, n: usize) {
+        if let Some((b, announced)) = w.chk.burst.as_mut()
+            && *b == n
+        {
+            *announced = true;
+        }
+    }
+
+    /// (j): the burst is processed; an announcement in it must have been for VIPs still held.
+    pub(super) fn burst_end(w: &mut World, n: usize) {
+        w.stats.bursts_checked += 1;
+        let announced = w.chk.burst.take().is_some_and(|(b, a)| b == n && a);
+        let holds = w.nodes[n].machine.as_ref().is_some_and(|m| m.holds_vips());
+        if announced && !holds {
+            let d = format!(
+                "{} announced the VIPs while processing the inputs queued during its stall, then gave them up",
+                node_name(n)
+            );
+            Self::violate_w(w, Invariant::AnnouncedStale, d);
+        }
+    }
+
+    /// (i): registers the check that this restart moves nothing, when it must not.
+    fn register_restart_check(w: &mut World, n: usize) {
+        let all = (1u8 << w.chk.nv) - 1;
+        let node = &w.nodes[n];
+        let alone = node.kernel == all && (0..w.chk.n).all(|i| i == n || w.nodes[i].kernel == 0 || !w.nodes[i].powered);
+        let fine = node.listener && node.carrier && (!w.p.gateway_configured || node.gw) && !node.add_fails;
+        let adopts = !node.persisted.maintenance || matches!(node.persisted.last_role, Role::Active | Role::Demoting);
+        let lease_ok = w.store_holder == Some(n) || w.store_epoch == 0 || !node.store;
+        // Every peer has reached the VIP for a while (its probes say "up"): a partition that
+        // began just before the restart may rightly move the VIPs.
+        let window = bounds::stale_evidence(&w.p.timings);
+        let reached = held_for(w.chk.listener_since[n], w.t, window)
+            && (0..w.chk.n).all(|j| j == n || !w.nodes[j].powered || held_for(w.chk.data_since[j][n], w.t, window));
+        let nobody_claims = (0..w.chk.n)
+            .filter(|&i| i != n)
+            .all(|i| w.nodes[i].machine.as_ref().is_none_or(|m| m.held_epoch().is_none()) && !w.nodes[i].add_fails);
+        // Without a data-plane target a peer takes over an agent that is down for a heartbeat
+        // timeout (heartbeat and gateway decide): then a restart may find a newer holder.
+        if w.p.has_target && alone && fine && adopts && lease_ok && nobody_claims && reached {
+            let deadline = w.t + w.p.timings.init_listen_ms + 500;
+            w.chk.pending_i.push(PendingI { t0: w.t, deadline, n });
+        }
+    }
+
     pub(super) fn on_agent_start(w: &mut World, n: usize) {
+        w.chk.carrier_back_at[n] = None;
+        Self::register_restart_check(w, n);
         let e = w.nodes[n].persisted.epoch;
         if e < w.chk.max_epoch[n] {
             let d = format!("{} restarted with epoch {e} after having known {}", node_name(n), w.chk.max_epoch[n]);
@@ -348,6 +506,28 @@ impl Checker {
         }
         w.chk.max_epoch[n] = w.chk.max_epoch[n].max(after.epoch);
         let reason = w.nodes[n].machine.as_ref().and_then(|m| m.last_transition().map(|t| t.reason));
+        if after.epoch > MAX_EPOCH || after.held.is_some_and(|e| e > MAX_EPOCH) {
+            let d = format!("{} knows epoch {} (held {:?}), beyond the domain", node_name(n), after.epoch, after.held);
+            Self::violate_w(w, Invariant::StaleEpoch, d);
+        }
+        let fresh = matches!(
+            reason,
+            Some(Reason::Takeover | Reason::Election | Reason::HandoverAccepted | Reason::AutoHandoverAccepted)
+        );
+        if fresh
+            && before.role != after.role
+            && after.role == Role::Active
+            && after.held.is_none_or(|e| e <= before.epoch)
+        {
+            let d = format!(
+                "{} took the VIPs ({:?}) under epoch {:?}, not newer than the epoch {} it knew",
+                node_name(n),
+                reason,
+                after.held,
+                before.epoch
+            );
+            Self::violate_w(w, Invariant::StaleEpoch, d);
+        }
         if !before.holds && after.holds {
             if before.role == Role::Init || after.role == Role::Init {
                 return; // adoption after an agent restart: the kernel held them already
@@ -377,6 +557,17 @@ impl Checker {
         if !w.nodes[n].carrier {
             let d = format!("{} took the VIPs ({reason:?}) without carrier", node_name(n));
             Self::violate_w(w, Invariant::IsolatedTakeover, d);
+        }
+        let stable = w.p.timings.carrier_stable_ms;
+        if let Some(b) = w.chk.carrier_back_at[n]
+            && t.saturating_sub(b) < stable
+        {
+            let d = format!(
+                "{} took the VIPs ({reason:?}) {} ms after its carrier returned (dampening {stable} ms)",
+                node_name(n),
+                t - b
+            );
+            Self::violate_w(w, Invariant::FlappingLinkAttracts, d);
         }
         if held_for(w.chk.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
             let d = format!(
@@ -438,7 +629,15 @@ impl Checker {
     /// After the heal and the settle time: exactly one member holds every VIP.
     pub(super) fn final_ok(w: &World) -> bool {
         let (full, any) = w.holders();
+        if any == 0 && Self::exhausted(w) {
+            return true;
+        }
         full.len() == 1 && any == 1
+    }
+
+    /// Some running member reached the top of the epoch domain (nobody may take the VIPs).
+    fn exhausted(w: &World) -> bool {
+        w.nodes.iter().filter_map(|n| n.machine.as_ref()).any(|m| m.status().alarms.contains(&Alarm::EpochExhausted))
     }
 
     pub(super) fn final_check(w: &mut World) {

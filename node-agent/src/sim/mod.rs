@@ -7,15 +7,19 @@
 //! * **Nodes**: a kernel (which VIPs it holds), a listener (up/down), a data cable (carries
 //!   heartbeat path 0, the VIPs and the probes; its loss is a carrier loss), a management
 //!   cable (heartbeat path 1), a gateway (fence target), a client link, a Lease-store link,
-//!   a wall clock (skew → heartbeats rejected as `ClockSkew`), a heartbeat key (a mismatch →
-//!   `KeyMismatch`), and an agent process. Power off: the kernel's VIPs vanish, a later
-//!   power on is a reboot (new monotonic clock base, VIPs gone). Agent crash/restart and
-//!   SIGSTOP/SIGCONT: the kernel keeps the VIPs and the listener keeps answering; a stopped
-//!   agent gets no inputs (its inputs are lost), and after `SIGCONT` the I/O layer re-reads
-//!   links, VIPs and the Lease.
+//!   a wall clock (more than 60 s off a peer's → heartbeats rejected as `ClockSkew`; it may
+//!   step at an agent restart), a heartbeat key (a mismatch → `KeyMismatch`), a state file
+//!   (lost, replaced by one that says Standby, or corrupt — then the agent refuses to start
+//!   until an operator removes it) and an agent process. Power off: the kernel's VIPs
+//!   vanish, a later power on is a reboot (new monotonic clock base, VIPs gone). Agent
+//!   crash/restart and SIGSTOP/SIGCONT: the kernel keeps the VIPs and the listener keeps
+//!   answering; a stopped agent runs no timers or probes, while the heartbeats, Lease events
+//!   and CAS answers that arrive meanwhile queue up and are fed in one burst at `SIGCONT`,
+//!   before anything else; then the I/O layer re-reads links, VIPs and the Lease.
 //! * **Network**: per path loss and delay, heartbeat-only blocks (a firewall on the
 //!   heartbeat port: the data plane keeps working), IP-level cuts per network and direction
-//!   (asymmetric partitions), whole-node isolation.
+//!   (asymmetric partitions, partitions between the members alone), whole-node isolation,
+//!   flapping data links (a node's, or whichever node holds the VIPs at each cycle).
 //! * **Data plane**: the I/O layer's TCP probe through the VIP runs every 50 ms while the
 //!   member does not hold the VIPs: it succeeds iff some node the prober reaches on the data
 //!   network (both directions) holds the VIP in its kernel with its listener up; a holder
@@ -73,6 +77,45 @@
 //! * **(f) epochs never go backwards** — per member across steps and restarts (the epoch a
 //!   restarted agent gets from its persisted state is at least the highest it ever knew),
 //!   every `Persist`, and the Lease itself.
+//! * **(g) no epoch ties its predecessor** — a claim (takeover or election) or an accepted
+//!   handover is made under an epoch strictly newer than every epoch the member knew just
+//!   before, and no epoch beyond [`crate::sm::MAX_EPOCH`] appears in a machine, a `Persist`
+//!   or the Lease. A few schedules start a few epochs below the top of the domain; once a
+//!   pair is there nobody may take the VIPs any more (alarm `EpochExhausted`), so such a
+//!   pair may end without a holder, and its members are no "ready standby" for (d).
+//! * **(h) a flapping link does not attract the VIPs** — no member takes the VIPs (any
+//!   acquisition: takeover, election, accepted handover) less than
+//!   [`crate::sm::Timings::carrier_stable_ms`] after its carrier returned (as its running
+//!   agent observed it: a return during a pause or before the agent started does not
+//!   count). Schedules flap a node's data link, or whichever node holds the VIPs at each
+//!   cycle. A member whose link is still settling is no "ready standby" for (d).
+//! * **(i) an agent restart moves nothing** — when an agent starts while its node alone holds
+//!   every VIP (kernel), its listener answers, its links and gateway are fine, no other
+//!   member holds or claims, every peer has reached the VIP through the data plane for the
+//!   window of (b), the Lease names it (or nobody, or it cannot reach the store),
+//!   no kernel refuses addresses and the pair has a data-plane target (without one, peers
+//!   take over an agent that is down by design), then one init listen plus 500 ms later it
+//!   still holds
+//!   them alone — unless the world changed meanwhile. This holds whatever its state file
+//!   said: schedules restart agents after deleting the file, after replacing it by one that
+//!   says Standby, and with a corrupt file (the agent refuses to start until an operator
+//!   removes it, as `state.rs` does).
+//! * **(j) a resumed agent does not announce what it is about to lose** — a stopped agent
+//!   (SIGSTOP, a frozen VM) gets the heartbeats, Lease events and CAS answers that arrived
+//!   meanwhile in one burst when it resumes, before anything else (the I/O layer's
+//!   contract); an `Announce` while processing that burst is a violation if the member does
+//!   not hold the VIPs once the burst is processed.
+//! * **(k) a split nobody can resolve is flagged** — when two members hold a VIP the client
+//!   reaches while one of them hears nothing from the other (a partition between the
+//!   members, the peer stopped or dead) for a second, that one raises `PeerSilent` if its
+//!   links and gateway are fine (unless heartbeats failing verification explain the
+//!   silence). Schedules partition the members from each other on every path while the
+//!   client and the gateways still reach both.
+//! * **Clocks** — every node has a wall clock; a skewed node (or one whose clock stepped at
+//!   an agent restart) is more than 60 s off its peers, whose heartbeats are then rejected
+//!   as `ClockSkew` (not "connected" for (a)). The heartbeat layer's replay protection is
+//!   modelled per receiver, path and sender, with a sender's new session (a restarted
+//!   agent) resetting the window ([`world::World`]'s `replay_ok` is the hook).
 
 mod check;
 mod rng;
@@ -167,12 +210,27 @@ pub enum Invariant {
     PolicyViolated,
     /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it.
     EpochBackwards,
+    /// (g) a claim under an epoch that is not newer than every epoch the member knew
+    /// (it would tie with its predecessor), or an epoch beyond the domain.
+    StaleEpoch,
+    /// (h) a member took the VIPs less than the link-dampening time after its carrier
+    /// returned.
+    FlappingLinkAttracts,
+    /// (i) an agent restart (also without its state file, or with one that says Standby)
+    /// moved the VIPs away from the member that held them alone.
+    RestartMovedVips,
+    /// (j) a member resumed after a stall announced the VIPs while processing the inputs
+    /// queued during the stall, and no longer held them once it had processed them.
+    AnnouncedStale,
+    /// (k) two members held a VIP the client reaches, not hearing each other, and one of
+    /// them (links and gateway fine) did not raise `PeerSilent`.
+    SilentDualHolder,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
 }
 
 impl Invariant {
-    /// Short code: "a".."f", or "heal".
+    /// Short code: "a".."k", or "heal".
     pub fn code(self) -> &'static str {
         match self {
             Invariant::DualHolders => "a",
@@ -181,6 +239,11 @@ impl Invariant {
             Invariant::SlowReplacement => "d",
             Invariant::PolicyViolated => "e",
             Invariant::EpochBackwards => "f",
+            Invariant::StaleEpoch => "g",
+            Invariant::FlappingLinkAttracts => "h",
+            Invariant::RestartMovedVips => "i",
+            Invariant::AnnouncedStale => "j",
+            Invariant::SilentDualHolder => "k",
             Invariant::NoHolderAfterHeal => "heal",
         }
     }
@@ -335,6 +398,12 @@ pub struct Outcome {
     pub b_checked: u64,
     /// Longest connected dual-holder episode seen (ms).
     pub dual_max_ms: u64,
+    /// Agent restarts checked against invariant (i) to their deadline.
+    pub restarts_checked: u64,
+    /// Post-stall bursts of queued inputs checked against invariant (j).
+    pub bursts_checked: u64,
+    /// Split episodes (two holders, one hearing nothing of the other) checked for (k).
+    pub splits_checked: u64,
     /// Crash-to-replacement times measured by the (d) checks (ms, to 10 ms).
     pub replacement_ms: Vec<u64>,
     /// Role changes per reason.
@@ -386,6 +455,9 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         d_checked: w.stats.d_checked,
         b_checked: w.stats.b_checked,
         dual_max_ms: w.stats.dual_max_ms,
+        restarts_checked: w.stats.restarts_checked,
+        bursts_checked: w.stats.bursts_checked,
+        splits_checked: w.stats.splits_checked,
         replacement_ms: w.stats.replacement_ms.clone(),
         role_changes: ALL_REASONS.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
         violations: w.chk.violations.clone(),

@@ -1,7 +1,7 @@
 //! Random schedules: the pair's shape and a list of faults, all drawn from one seed.
 
 use super::rng::SplitMix64;
-use super::world::{CmdTarget, Fault, PATHS, Params};
+use super::world::{CmdTarget, Fault, PATHS, Params, StateDamage};
 use crate::sm::{AutoFailback, Command, FailbackPolicy, Timings, VipId, VipSpec};
 
 /// The simulator's timings: the production defaults for everything on the fast path
@@ -63,6 +63,16 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         *d = (lo, lo + r.range(0, 15));
     }
     let fault_end = r.range(6_000, 16_000);
+    let warm = if r.chance(0.5) { Some(r.index(n)) } else { None };
+    // Now and then the pair starts a few epochs below the top of the domain, so that
+    // schedules exhaust it.
+    let base_epoch = if r.chance(0.05) {
+        crate::sm::MAX_EPOCH - r.range(0, 3)
+    } else if warm.is_some() {
+        5
+    } else {
+        0
+    };
     let p = Params {
         n,
         vips,
@@ -74,7 +84,8 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         timings: sim_timings(),
         failback: if r.chance(0.4) { FailbackPolicy::Automatic(sim_failback()) } else { FailbackPolicy::Manual },
         start_alone: r.chance(0.1),
-        warm: if r.chance(0.5) { Some(r.index(n)) } else { None },
+        warm,
+        base_epoch,
         fault_end,
         settle: 8_000,
     };
@@ -107,7 +118,7 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
             out.push((s + len, off));
         }
     };
-    match r.below(144) {
+    match r.below(176) {
         0..=9 => {
             let l = r.range(300, 5_000);
             pair(Fault::PowerOff(x), l, Fault::PowerOn(x), out);
@@ -312,6 +323,55 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
                     out,
                 );
             }
+        }
+        144..=151 => {
+            // A flapping data link: a fixed node's, or whichever node holds the VIPs at each
+            // cycle (the worst case: every link that gets the VIPs starts to flap).
+            let follow = r.chance(0.5);
+            let down = r.range(50, 400);
+            let up = r.range(100, 600);
+            let until = s + r.range(1_000, 8_000);
+            out.push((s, Fault::Flap { node: x, follow, down, up, until }));
+        }
+        152..=161 => {
+            // An agent restart (often of the holder), with a damaged state file and/or a
+            // wall-clock step (NTP after the restart, a fixed RTC: up to 90 s either way).
+            let node = if r.chance(0.6) { None } else { Some(x) };
+            let damage = match r.below(10) {
+                0..=3 => Some(StateDamage::Lost),
+                4..=5 => Some(StateDamage::SaysStandby),
+                6..=7 => Some(StateDamage::Corrupt),
+                _ => None,
+            };
+            let clock_step = if r.chance(0.4) { r.range(1_000, 180_000) as i64 - 90_000 } else { 0 };
+            let after = r.range(50, 2_000);
+            out.push((s, Fault::Restart { node, damage, clock_step, after }));
+        }
+        162..=167 => {
+            // A stall (SIGSTOP, a frozen VM), often of the holder, long enough for a peer to
+            // take over meanwhile; what arrives during it is processed in a burst after.
+            let node = if r.chance(0.6) { None } else { Some(x) };
+            out.push((s, Fault::Stall { node, len: r.range(200, 4_000) }));
+        }
+        168..=175 => {
+            // A partition between the members alone, on every path: clients and gateways
+            // still reach everybody (nobody can tell it from a dead peer without an arbiter).
+            let a = subset(r, n);
+            let l = r.range(500, 5_000);
+            let mut on = Vec::new();
+            let mut off = Vec::new();
+            for i in 0..n {
+                for j in 0..n {
+                    if a[i] == a[j] {
+                        continue;
+                    }
+                    for net in 0..PATHS {
+                        on.push(Fault::Cut { net, from: i, to: j, on: true });
+                        off.push(Fault::Cut { net, from: i, to: j, on: false });
+                    }
+                }
+            }
+            pair(Fault::Many("peer-only partition", on), l, Fault::Many("peer-only partition healed", off), out);
         }
         _ => {
             let l = r.range(500, 6_000);

@@ -25,6 +25,11 @@ const LOCAL_PROBE_INTERVAL: u64 = 250;
 pub(super) const GATEWAY_INTERVAL: u64 = 200;
 const VIPS_INTERVAL: u64 = 1_000;
 const TRAFFIC_INTERVAL: u64 = 1_000;
+/// Heartbeats whose wall-clock timestamp is further than this from the receiver's clock are
+/// rejected (`ClockSkew`), as the heartbeat layer does.
+pub(super) const MAX_SKEW: u64 = 60_000;
+/// Most inputs queued for a stopped agent (its socket buffers and channel are bounded).
+const STALL_QUEUE: usize = 512;
 /// Invariants (a) and (d) are evaluated every this many virtual ms.
 pub(super) const CHECK_INTERVAL: u64 = 10;
 const TRACE_KEEP: usize = 48;
@@ -44,8 +49,10 @@ pub(super) struct Params {
     pub timings: Timings,
     pub failback: FailbackPolicy,
     pub start_alone: bool,
-    /// Warm start: this node is already active (epoch 5, VIPs on its interface).
+    /// Warm start: this node is already active (epoch `base_epoch`, VIPs on its interface).
     pub warm: Option<usize>,
+    /// Epoch every member starts with (a few schedules start at the top of the domain).
+    pub base_epoch: u64,
     /// Faults happen before this time; then everything heals.
     pub fault_end: u64,
     /// Time after the heal before the final check.
@@ -76,7 +83,22 @@ pub(super) struct Node {
     pub gw: bool,
     pub client: bool,
     pub store: bool,
-    pub skewed: bool,
+    /// Offset of this node's wall clock from true time, in ms (heartbeats carry wall-clock
+    /// timestamps: receivers reject those more than [`MAX_SKEW`] off their own clock).
+    pub wall_offset: i64,
+    /// The state file is corrupt (or holds an epoch outside the domain): the agent refuses
+    /// to start until an operator removes it ([`Fault::StateRepair`]).
+    pub state_corrupt: bool,
+    /// Inputs that arrived while the agent was stopped (heartbeats, Lease events, CAS
+    /// answers), fed in order when it resumes: the kernel and the runtime queue them.
+    pub stalled: Vec<Input>,
+    /// Heartbeat sessions: incremented at every agent start (the heartbeat layer's hook;
+    /// see [`World::replay_ok`]).
+    pub session: u64,
+    /// The heartbeat layer's replay windows of this node's agent, per path and sender.
+    pub replay: [[Option<ReplayState>; MAX_NODES]; PATHS],
+    /// Sequence number of this node's last heartbeat.
+    pub seq_sent: u64,
     pub key: u32,
     pub traffic: Option<u64>,
     /// The kernel refuses to add addresses (for example DAD failure).
@@ -90,6 +112,26 @@ impl Node {
     pub(super) fn live(&self) -> bool {
         self.powered && self.machine.is_some() && !self.paused
     }
+}
+
+/// A receiver's replay window for one sender on one path (the heartbeat layer's).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReplayState {
+    session: u64,
+    highest: u64,
+    bitmap: u64,
+}
+
+/// How a state file is damaged while its agent is down.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum StateDamage {
+    /// Deleted (a wiped state directory): the agent starts from the defaults.
+    Lost,
+    /// Replaced by one that says Standby (a restored backup) with the same epoch.
+    SaysStandby,
+    /// Unreadable, or an epoch outside the domain: the agent refuses to start until an
+    /// operator removes the file.
+    Corrupt,
 }
 
 /// Who receives an operator command.
@@ -114,6 +156,26 @@ pub(super) enum Fault {
     PowerOn(usize),
     AgentCrash(usize),
     AgentStart(usize),
+    /// The node's wall clock steps by this many ms (NTP after a restart, a fixed RTC).
+    ClockStep(usize, i64),
+    /// The agent's state file is damaged (apply while the agent is down).
+    StateDamage(usize, StateDamage),
+    /// An operator removes a corrupt state file and starts the agent.
+    StateRepair(usize),
+    /// An agent restart of `node` (or of whichever node holds the VIPs now): the agent stops,
+    /// its state file may be damaged and its node's wall clock may step, and it starts again
+    /// `after` ms later (a corrupt file: an operator removes it `after` ms later still).
+    Restart {
+        node: Option<usize>,
+        damage: Option<StateDamage>,
+        clock_step: i64,
+        after: u64,
+    },
+    /// SIGSTOP of `node` (or of the holder) for `len` ms.
+    Stall {
+        node: Option<usize>,
+        len: u64,
+    },
     Pause(usize),
     Resume(usize),
     /// Heartbeat-only block (a firewall on the heartbeat port) on `path`, one direction.
@@ -131,6 +193,16 @@ pub(super) enum Fault {
         on: bool,
     },
     Carrier(usize, bool),
+    /// One cycle of a flapping data link: the link of `node` (or, with `follow`, of
+    /// whichever node holds the VIPs now) goes down for `down` ms, then up; the next cycle
+    /// starts `down + up` ms later, until `until`.
+    Flap {
+        node: usize,
+        follow: bool,
+        down: u64,
+        up: u64,
+        until: u64,
+    },
     Mgmt(usize, bool),
     Gateway(usize, bool),
     Client(usize, bool),
@@ -169,7 +241,7 @@ enum NodeEv {
 #[derive(Clone, Debug)]
 enum Ev {
     Node { n: usize, inc: u32, ev: NodeEv },
-    Deliver { to: usize, from: usize, path: usize, msg: Rc<Advert> },
+    Deliver { to: usize, from: usize, path: usize, msg: Rc<Advert>, session: u64, seq: u64 },
     CasAtStore { n: usize, inc: u32, new_epoch: u64, expected: u64 },
     World(Fault),
     Check,
@@ -204,6 +276,7 @@ impl Ord for Sched {
 pub(super) struct Snap {
     pub holds: bool,
     pub epoch: u64,
+    pub held: Option<u64>,
     pub role: Role,
 }
 
@@ -222,6 +295,12 @@ pub(super) struct Stats {
     pub b_checked: u64,
     /// Crash-to-replacement times of the (d) checks (to the check granularity).
     pub replacement_ms: Vec<u64>,
+    /// (i) restart checks that ran to their deadline.
+    pub restarts_checked: u64,
+    /// (j) post-stall bursts checked.
+    pub bursts_checked: u64,
+    /// (k) split episodes checked (counted once per check that found the alarm raised).
+    pub splits_checked: u64,
     /// Role changes per reason (`Reason as usize`).
     pub reasons: [u64; 32],
 }
@@ -284,9 +363,8 @@ impl World {
                 cfg.start_alone = p.start_alone;
                 cfg.config_revision = 1;
                 cfg.flap = crate::sm::FlapPolicy { moves: 3, window_ms: 20_000, quiet_ms: 10_000 };
-                let warm = p.warm.is_some();
                 let persisted = Persisted {
-                    epoch: if warm { 5 } else { 0 },
+                    epoch: p.base_epoch,
                     last_role: if p.warm == Some(i) { Role::Active } else { Role::Standby },
                     ..Persisted::default()
                 };
@@ -306,7 +384,12 @@ impl World {
                     gw: true,
                     client: true,
                     store: true,
-                    skewed: false,
+                    wall_offset: 0,
+                    state_corrupt: false,
+                    stalled: Vec::new(),
+                    session: 0,
+                    replay: [[None; MAX_NODES]; PATHS],
+                    seq_sent: 0,
                     key: 0,
                     traffic: Some(1_000),
                     add_fails: false,
@@ -316,7 +399,7 @@ impl World {
             })
             .collect();
         let store_holder = p.warm;
-        let store_epoch = if p.warm.is_some() { 5 } else { 0 };
+        let store_epoch = if p.warm.is_some() { p.base_epoch } else { 0 };
         let nv = p.vips.len();
         let mut w = World {
             t: 0,
@@ -396,7 +479,7 @@ impl World {
                     self.node_event(n, ev);
                 }
             }
-            Ev::Deliver { to, from, path, msg } => self.deliver(to, from, path, &msg),
+            Ev::Deliver { to, from, path, msg, session, seq } => self.deliver(to, from, path, &msg, session, seq),
             Ev::CasAtStore { n, inc, new_epoch, expected } => self.cas_at_store(n, inc, new_epoch, expected),
             Ev::World(f) => {
                 self.trace_push(TraceKind::Fault(fault_label(&f)));
@@ -555,7 +638,7 @@ impl World {
     /// `lossless`: on a path without loss).
     pub(super) fn connected(&self, i: usize, j: usize, lossless: bool) -> bool {
         let (a, b) = (&self.nodes[i], &self.nodes[j]);
-        if !a.live() || !b.live() || a.key != b.key || a.skewed != b.skewed {
+        if !a.live() || !b.live() || a.key != b.key || a.wall_offset.abs_diff(b.wall_offset) > MAX_SKEW {
             return false;
         }
         (0..PATHS).any(|p| self.path_ok(p, i, j) && self.path_ok(p, j, i) && (!lossless || self.loss[p] == 0))
@@ -563,6 +646,9 @@ impl World {
 
     fn broadcast(&mut self, from: usize, adv: Advert) {
         let msg = Rc::new(adv);
+        let session = self.nodes[from].session;
+        self.nodes[from].seq_sent += 1;
+        let seq = self.nodes[from].seq_sent;
         for to in 0..self.p.n {
             if to == from {
                 continue;
@@ -576,24 +662,64 @@ impl World {
                 }
                 let (lo, hi) = self.p.delay[path];
                 let d = self.rng.range(lo, hi);
-                self.push(self.t + d, Ev::Deliver { to, from, path, msg: Rc::clone(&msg) });
+                self.push(self.t + d, Ev::Deliver { to, from, path, msg: Rc::clone(&msg), session, seq });
             }
         }
     }
 
-    fn deliver(&mut self, to: usize, from: usize, path: usize, msg: &Rc<Advert>) {
-        if !self.nodes[to].live() {
+    fn deliver(&mut self, to: usize, from: usize, path: usize, msg: &Rc<Advert>, session: u64, seq: u64) {
+        if !self.nodes[to].powered || self.nodes[to].machine.is_none() {
             return;
         }
         let p = crate::sm::PathId(u8::try_from(path).unwrap_or(0));
         let input = if self.nodes[from].key != self.nodes[to].key {
             Input::AdvertRejected { path: p, reason: RejectReason::KeyMismatch }
-        } else if self.nodes[from].skewed != self.nodes[to].skewed {
+        } else if self.nodes[from].wall_offset.abs_diff(self.nodes[to].wall_offset) > MAX_SKEW {
             Input::AdvertRejected { path: p, reason: RejectReason::ClockSkew }
+        } else if !self.replay_ok(to, path, from, session, seq) {
+            // Single replays are only counted by the heartbeat layer; the machine hears of
+            // replays only when every datagram of a member is refused for a heartbeat
+            // timeout, which a model whose newer session always wins never produces.
+            return;
         } else {
             Input::Advert { path: p, msg: (**msg).clone() }
         };
         self.feed(to, input);
+    }
+
+    /// The heartbeat layer's replay check (the hook for its model): a 64-wide window per
+    /// sender and path, and a sender's new session (a restarted agent) resets it, so a
+    /// restarted peer is heard at once whatever its clock did; an older session is a replay.
+    /// (The real layer takes a new session once it echoes the receiver's session id, proof
+    /// that it began later; sessions numbered in start order stand in for that proof.)
+    /// The sequence numbers themselves never depend on the wall clock here: a model whose
+    /// sequence started at the wall clock and whose window outlived the sender's restarts
+    /// would lock out a peer restarted with its clock stepped back.
+    fn replay_ok(&mut self, to: usize, path: usize, from: usize, session: u64, seq: u64) -> bool {
+        let slot = &mut self.nodes[to].replay[path][from];
+        match slot {
+            Some(w) if session < w.session => false,
+            Some(w) if session == w.session => {
+                if seq > w.highest {
+                    let shift = seq - w.highest;
+                    w.bitmap = if shift >= 64 { 1 } else { (w.bitmap << shift) | 1 };
+                    w.highest = seq;
+                    true
+                } else {
+                    let back = w.highest - seq;
+                    if back >= 64 || w.bitmap & (1 << back) != 0 {
+                        false
+                    } else {
+                        w.bitmap |= 1 << back;
+                        true
+                    }
+                }
+            }
+            _ => {
+                *slot = Some(ReplayState { session, highest: seq, bitmap: 1 });
+                true
+            }
+        }
     }
 
     fn store_delay(&mut self) -> u64 {
@@ -609,6 +735,10 @@ impl World {
             return;
         }
         let r = if self.store_epoch == expected {
+            if new_epoch > crate::sm::MAX_EPOCH {
+                let d = format!("Lease epoch {new_epoch} beyond the domain by {}", node_name(n));
+                self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
+            }
             if new_epoch < self.store_epoch {
                 let d =
                     format!("Lease epoch would go backwards: {} -> {new_epoch} by {}", self.store_epoch, node_name(n));
@@ -636,18 +766,30 @@ impl World {
     /// carries out the actions.
     pub(super) fn feed(&mut self, n: usize, input: Input) {
         let node = &mut self.nodes[n];
-        if !node.powered || node.paused {
+        if !node.powered {
+            return;
+        }
+        if node.paused {
+            // What arrives from outside waits in socket buffers and the runtime's channel;
+            // the agent's own observations (timers, probes, netlink reads) do not run.
+            let queued = matches!(
+                input,
+                Input::Advert { .. } | Input::AdvertRejected { .. } | Input::CasResult(_) | Input::LeaseObserved { .. }
+            );
+            if queued && node.machine.is_some() && node.stalled.len() < STALL_QUEUE {
+                node.stalled.push(input);
+            }
             return;
         }
         let now = Millis(self.t + node.mono_base);
         let Some(m) = node.machine.as_mut() else {
             return;
         };
-        let before = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
+        let before = Snap { holds: m.holds_vips(), epoch: m.epoch(), held: m.held_epoch(), role: m.role() };
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         m.step_into(now, input, &mut buf);
-        let after = Snap { holds: m.holds_vips(), epoch: m.epoch(), role: m.role() };
+        let after = Snap { holds: m.holds_vips(), epoch: m.epoch(), held: m.held_epoch(), role: m.role() };
         self.stats.steps += 1;
         for a in buf.drain(..) {
             self.apply(n, a);
@@ -695,7 +837,7 @@ impl World {
                 self.set_kernel(n, k);
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
             }
-            Action::Announce { .. } => {}
+            Action::Announce { .. } => Checker::on_announce(self, n),
             Action::SendAdvert(adv) => self.broadcast(n, adv),
             Action::CasLease { new_epoch, expected_epoch, .. } => {
                 if new_epoch <= expected_epoch {
@@ -723,6 +865,10 @@ impl World {
                 }
             }
             Action::Persist(p) => {
+                if p.epoch > crate::sm::MAX_EPOCH {
+                    let d = format!("{} persisted epoch {} beyond the domain", node_name(n), p.epoch);
+                    self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
+                }
                 if p.epoch < self.nodes[n].persisted.epoch {
                     let d =
                         format!("{} persisted epoch {} after {}", node_name(n), p.epoch, self.nodes[n].persisted.epoch);
@@ -754,11 +900,15 @@ impl World {
     }
 
     fn start_agent(&mut self, n: usize) {
-        if !self.nodes[n].powered || self.nodes[n].machine.is_some() {
+        if !self.nodes[n].powered || self.nodes[n].machine.is_some() || self.nodes[n].state_corrupt {
+            // (A corrupt state file: the agent exits with an error naming it.)
             return;
         }
         let node = &mut self.nodes[n];
         node.inc += 1;
+        node.session += 1;
+        node.stalled.clear();
+        node.replay = [[None; MAX_NODES]; PATHS];
         #[allow(unused_mut)]
         let mut m = Machine::new(node.cfg.clone(), node.persisted.clone());
         #[cfg(test)]
@@ -796,6 +946,7 @@ impl World {
                 node.powered = false;
                 node.machine = None;
                 node.paused = false;
+                node.stalled.clear();
                 node.inc += 1;
                 self.set_kernel(n, 0);
             }
@@ -822,28 +973,76 @@ impl World {
                 if node.machine.take().is_some() {
                     node.inc += 1;
                     node.paused = false;
+                    node.stalled.clear();
                 }
             }
             Fault::AgentStart(n) => self.start_agent(n),
+            Fault::ClockStep(n, d) => self.nodes[n].wall_offset = self.nodes[n].wall_offset.saturating_add(d),
+            Fault::StateDamage(n, damage) => {
+                let node = &mut self.nodes[n];
+                match damage {
+                    StateDamage::Lost => node.persisted = Persisted::default(),
+                    StateDamage::SaysStandby => node.persisted.last_role = Role::Standby,
+                    StateDamage::Corrupt => node.state_corrupt = true,
+                }
+                Checker::on_state_damage(self, n);
+            }
+            Fault::StateRepair(n) => self.repair_state(n),
+            Fault::Restart { node, damage, clock_step, after } => {
+                let Some(n) = node.or_else(|| self.holder()) else {
+                    return;
+                };
+                self.world(Fault::AgentCrash(n));
+                if let Some(d) = damage {
+                    self.world(Fault::StateDamage(n, d));
+                }
+                if clock_step != 0 {
+                    self.world(Fault::ClockStep(n, clock_step));
+                }
+                if self.t + after < self.p.fault_end {
+                    self.at(self.t + after, Fault::AgentStart(n));
+                    if matches!(damage, Some(StateDamage::Corrupt)) && self.t + 2 * after < self.p.fault_end {
+                        self.at(self.t + 2 * after, Fault::StateRepair(n));
+                    }
+                }
+            }
+            Fault::Stall { node, len } => {
+                let Some(n) = node.or_else(|| self.holder()) else {
+                    return;
+                };
+                self.world(Fault::Pause(n));
+                if self.t + len < self.p.fault_end {
+                    self.at(self.t + len, Fault::Resume(n));
+                }
+            }
             Fault::Pause(n) => {
                 if self.nodes[n].machine.is_some() {
                     self.nodes[n].paused = true;
                 }
             }
-            Fault::Resume(n) => {
-                if self.nodes[n].paused {
-                    self.nodes[n].paused = false;
-                    self.push_node(n, 1, NodeEv::InitFeed);
-                    self.push_node(n, 1, NodeEv::LeaseFeed);
-                }
-            }
+            Fault::Resume(n) => self.resume(n),
             Fault::HbBlock { path, from, to, on } => self.hb_block[path][from][to] = on,
             Fault::Cut { net, from, to, on } => self.cut[net][from][to] = on,
             Fault::Carrier(n, up) => {
                 if self.nodes[n].carrier != up {
                     self.nodes[n].carrier = up;
+                    Checker::on_carrier(self, n, up);
                     self.feed(n, Input::Carrier { link: Link::Data, up });
                     self.feed(n, Input::Carrier { link: Link::Vip, up });
+                }
+            }
+            Fault::Flap { node, follow, down, up, until } => {
+                let all = (1u8 << self.p.vips.len()) - 1;
+                let holder = (0..self.p.n).find(|&i| self.nodes[i].powered && self.nodes[i].kernel == all);
+                let victim = if follow { holder.unwrap_or(node) } else { node };
+                self.world(Fault::Carrier(victim, false));
+                if self.t + down < self.p.fault_end {
+                    self.at(self.t + down, Fault::Carrier(victim, true));
+                }
+                let next = self.t + down + up;
+                if next < until.min(self.p.fault_end) {
+                    // The next cycle follows the VIP from where it is then.
+                    self.at(next, Fault::Flap { node: victim, follow, down, up, until });
                 }
             }
             Fault::Mgmt(n, up) => self.nodes[n].mgmt = up,
@@ -863,7 +1062,7 @@ impl World {
                     self.push_node(n, 5, NodeEv::LocalProbe);
                 }
             }
-            Fault::Skew(n, on) => self.nodes[n].skewed = on,
+            Fault::Skew(n, on) => self.nodes[n].wall_offset = if on { 120_000 } else { 0 },
             Fault::Key(n, k) => self.nodes[n].key = k,
             Fault::Loss(p, l) => self.loss[p] = l.min(300),
             Fault::Traffic(n, t) => self.nodes[n].traffic = t,
@@ -882,6 +1081,38 @@ impl World {
             }
             Fault::HealAll => self.heal_all(),
         }
+    }
+
+    /// SIGCONT: the inputs queued during the stop are processed first, in order, at the
+    /// resume time (the I/O layer's contract: nothing the agent decides on its own timers
+    /// runs before them); then the I/O layer re-reads links, VIPs and the Lease.
+    fn resume(&mut self, n: usize) {
+        if !self.nodes[n].paused {
+            return;
+        }
+        self.nodes[n].paused = false;
+        Checker::on_resume(self, n);
+        let queued = std::mem::take(&mut self.nodes[n].stalled);
+        if !queued.is_empty() {
+            Checker::burst_begin(self, n);
+            for input in queued {
+                self.feed(n, input);
+            }
+            Checker::burst_end(self, n);
+        }
+        self.push_node(n, 1, NodeEv::InitFeed);
+        self.push_node(n, 1, NodeEv::LeaseFeed);
+    }
+
+    /// An operator removes a corrupt state file: the agent starts from the defaults.
+    fn repair_state(&mut self, n: usize) {
+        if !self.nodes[n].state_corrupt {
+            return;
+        }
+        self.nodes[n].state_corrupt = false;
+        self.nodes[n].persisted = Persisted::default();
+        Checker::on_state_damage(self, n);
+        self.start_agent(n);
     }
 
     fn command(&mut self, target: CmdTarget, cmd: Command) {
@@ -920,6 +1151,7 @@ impl World {
         for n in 0..self.p.n {
             if !self.nodes[n].carrier {
                 self.nodes[n].carrier = true;
+                Checker::on_carrier(self, n, true);
                 self.feed(n, Input::Carrier { link: Link::Data, up: true });
                 self.feed(n, Input::Carrier { link: Link::Vip, up: true });
             }
@@ -927,7 +1159,7 @@ impl World {
             node.mgmt = true;
             node.gw = true;
             node.client = true;
-            node.skewed = false;
+            node.wall_offset = 0;
             node.key = 0;
             node.add_fails = false;
             if !node.listener {
@@ -945,10 +1177,9 @@ impl World {
                 self.nodes[n].powered = true;
                 self.nodes[n].mono_base = self.rng.range(0, 1_000_000);
             }
-            if self.nodes[n].paused {
-                self.nodes[n].paused = false;
-                self.push_node(n, 1, NodeEv::InitFeed);
-                self.push_node(n, 1, NodeEv::LeaseFeed);
+            self.resume(n);
+            if self.nodes[n].state_corrupt {
+                self.repair_state(n);
             }
             if self.nodes[n].machine.is_none() {
                 self.start_agent(n);
@@ -966,6 +1197,12 @@ impl World {
                 ],
             ),
         );
+    }
+
+    /// The node whose kernel holds every VIP now (the first one, if several do).
+    pub(super) fn holder(&self) -> Option<usize> {
+        let all = (1u8 << self.p.vips.len()) - 1;
+        (0..self.p.n).find(|&i| self.nodes[i].powered && self.nodes[i].kernel == all)
     }
 
     /// Number of nodes holding every VIP and number holding any.
@@ -995,7 +1232,7 @@ impl World {
         let _ = write!(
             s,
             "members={} prios={:?} vips={} target={} gateway={} store_fast_fail={} warm={:?} \
-             start_alone={} failback={} delay={:?} store_lat={:?}",
+             base_epoch={} start_alone={} failback={} delay={:?} store_lat={:?}",
             self.p.n,
             self.nodes.iter().map(|n| n.priority).collect::<Vec<_>>(),
             self.p.vips.len(),
@@ -1003,6 +1240,7 @@ impl World {
             self.p.gateway_configured,
             self.p.store_fast_fail,
             self.p.warm,
+            self.p.base_epoch,
             self.p.start_alone,
             matches!(self.p.failback, FailbackPolicy::Automatic(_)),
             self.p.delay,

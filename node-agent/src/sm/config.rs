@@ -78,7 +78,21 @@ pub struct Timings {
     /// A Lease holder seen renewing (or claiming) within this long is alive: a member
     /// that cannot hear it does not take the VIPs from it.
     pub lease_alive_ms: u64,
+    /// Link dampening: a member whose carrier returned takes no VIPs by takeover or
+    /// election until its links have had carrier continuously for this long. As a handover
+    /// target it stays "not ready" (in its adverts, and it refuses a prepare or commit) for
+    /// this long too, and a carrier lost again before that doubles this second time for
+    /// the next return (up to [`CARRIER_STABLE_MAX_FACTOR`] times; a carrier that stayed up
+    /// for the full time resets it): a flapping link stops attracting the VIPs from a
+    /// holder, yet a pair that nobody holds is taken after the base time. A holder that
+    /// loses carrier with no eligible successor keeps the VIPs for this long before it
+    /// gives them up (a short flap moves nothing). 0 turns all of it off.
+    pub carrier_stable_ms: u64,
 }
+
+/// Most a flapping link's dampening time grows to, as a multiple of
+/// [`Timings::carrier_stable_ms`] (64 s with the default 2 s).
+pub const CARRIER_STABLE_MAX_FACTOR: u64 = 32;
 
 impl Default for Timings {
     fn default() -> Timings {
@@ -103,6 +117,7 @@ impl Default for Timings {
             reannounce_min_ms: 1_000,
             lease_renew_ms: 1_000,
             lease_alive_ms: 3_000,
+            carrier_stable_ms: 2_000,
         }
     }
 }

@@ -199,7 +199,8 @@ pub struct Persisted {
     pub epoch: u64,
     /// Maintenance requested.
     pub maintenance: bool,
-    /// Last role (an agent restart adopts the VIPs only if this was Active or Demoting).
+    /// Last role. An agent restart adopts the VIPs it finds on the interface whatever this
+    /// says, except in maintenance, where only a member that was Active or Demoting does.
     pub last_role: Role,
     /// Automatic failback paused after a manual or forced move.
     pub failback_paused: bool,
@@ -322,6 +323,15 @@ pub enum Alarm {
     Misconfigured,
     /// Maintenance requested but nobody can take the VIPs (use force).
     MaintenancePending,
+    /// The pair epoch reached the top of its domain ([`crate::sm::MAX_EPOCH`]): this
+    /// member takes no VIPs and starts no handover any more (a new epoch would tie with
+    /// its predecessor). Reset the pair's epochs (state files, Lease) to recover.
+    EpochExhausted,
+    /// A peer is silent on every heartbeat path while this member's links have carrier and
+    /// its gateway answers: the peer is down, or partitioned from this member. In
+    /// standalone mode (no Lease to arbitrate) a partition between the members alone, with
+    /// the data-plane probe failing from each side, can leave both holding the VIPs.
+    PeerSilent,
     /// Every heartbeat of a member has been refused as a replay for longer than the
     /// heartbeat timeout: it cannot be heard (e.g. it restarted and never heard us).
     HeartbeatReplay,
@@ -332,6 +342,22 @@ pub enum Alarm {
 }
 
 impl Alarm {
+    /// Every alarm, in declaration order (for metrics that export one series per alarm).
+    pub const ALL: [Alarm; 12] = [
+        Alarm::Suspended,
+        Alarm::VersionMismatch,
+        Alarm::KeyMismatch,
+        Alarm::ClockSkew,
+        Alarm::VipUnhealthy,
+        Alarm::VipConflict,
+        Alarm::Misconfigured,
+        Alarm::MaintenancePending,
+        Alarm::EpochExhausted,
+        Alarm::PeerSilent,
+        Alarm::HeartbeatReplay,
+        Alarm::PeerPartition,
+    ];
+
     /// Name for status and metrics labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -343,6 +369,8 @@ impl Alarm {
             Alarm::VipConflict => "VipConflict",
             Alarm::Misconfigured => "Misconfigured",
             Alarm::MaintenancePending => "MaintenancePending",
+            Alarm::EpochExhausted => "EpochExhausted",
+            Alarm::PeerSilent => "PeerSilent",
             Alarm::HeartbeatReplay => "HeartbeatReplay",
             Alarm::PeerPartition => "PeerPartition",
         }
@@ -454,5 +482,40 @@ impl Reason {
     /// the takeover of a provably dead peer are not discretionary).
     pub fn discretionary(self) -> bool {
         matches!(self, Reason::VipUnhealthy | Reason::ListenerDown | Reason::Failback)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Alarm;
+
+    /// Position of `a` in [`Alarm::ALL`], by an exhaustive match: a new variant does not
+    /// compile until it is placed here, and the test below then wants it in `ALL` too.
+    fn position(a: Alarm) -> usize {
+        match a {
+            Alarm::Suspended => 0,
+            Alarm::VersionMismatch => 1,
+            Alarm::KeyMismatch => 2,
+            Alarm::ClockSkew => 3,
+            Alarm::VipUnhealthy => 4,
+            Alarm::VipConflict => 5,
+            Alarm::Misconfigured => 6,
+            Alarm::MaintenancePending => 7,
+            Alarm::EpochExhausted => 8,
+            Alarm::PeerSilent => 9,
+            Alarm::HeartbeatReplay => 10,
+            Alarm::PeerPartition => 11,
+        }
+    }
+
+    #[test]
+    fn alarm_all_lists_every_alarm_once() {
+        for (i, a) in Alarm::ALL.iter().enumerate() {
+            assert_eq!(position(*a), i, "{a:?} out of place in Alarm::ALL");
+        }
+        let mut names: Vec<&str> = Alarm::ALL.iter().map(|a| a.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Alarm::ALL.len(), "alarm names are unique");
     }
 }

@@ -12,11 +12,20 @@
 //!   feed [`Input::Tick`] every [`Timings::tick_ms`]. Execute the returned actions **in
 //!   order**: a [`Action::Persist`] always precedes the actions it protects (a new epoch is
 //!   on disk before the VIPs are added under it).
+//! * After a stall (the process was stopped or starved for longer than the heartbeat
+//!   timeout), feed the inputs that queued up meanwhile (heartbeats, Lease events, CAS
+//!   answers) **before the next `Tick`**: until that Tick the machine only gives up what a
+//!   newer holder or Lease claims; it takes, announces and times out nothing (a claim the
+//!   Lease granted meanwhile is settled at the Tick), so a resumed member never announces
+//!   VIPs that a queued heartbeat is about to take away. (The agent's runtime feeds no
+//!   Tick for two heartbeat intervals after a stall, the time it gives the queued
+//!   datagrams and watch events to be read.)
 //! * At start (and after any gap in observation) feed `Carrier` for both links, `Gateway`,
 //!   `LocalVips` and, if the API is reachable, `LeaseObserved`. The machine stays in
 //!   [`Role::Init`] until the first `LocalVips` arrives: that observation decides whether
-//!   a restarted agent adopts the VIPs (persisted last role Active/Demoting and the VIPs
-//!   still on the interface).
+//!   a restarted agent adopts the VIPs (the VIPs still on the interface, whatever the
+//!   persisted last role; tentatively until the init listen ruled out a holder with a
+//!   newer or equal epoch).
 //! * Unknown carrier counts as "no carrier" for taking the VIPs (but never fences);
 //!   `Gateway { reachable: None }` (also before the first observation) turns the gateway
 //!   check off.
@@ -69,12 +78,13 @@ mod types;
 
 pub use advert::{AUTO_OP_BIT, Advert, OpKind, OpMsg, RefuseReason};
 pub use config::{
-    AutoFailback, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member, Timings, VipSpec,
+    AutoFailback, CARRIER_STABLE_MAX_FACTOR, Config, ConfigError, FailbackPolicy, FlapPolicy, MAX_MEMBERS, Member,
+    Timings, VipSpec,
 };
 pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason, RejectReason};
 pub use machine::Machine;
 pub use status::{Blocker, LeaseView, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition};
 pub use types::{
-    AnnounceKind, Link, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
+    AnnounceKind, Link, MAX_EPOCH, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
     ProtocolVersion, Role, VipId,
 };

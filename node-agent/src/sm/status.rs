@@ -39,6 +39,10 @@ pub struct Status {
     pub ready_all: bool,
     /// Own data and VIP links have carrier (unknown reads false).
     pub carrier_ok: bool,
+    /// Link dampening: the own carrier returned and counts as stable (ready as a handover
+    /// target) only from then on; `None` when no return is pending. A takeover waits only
+    /// the base time ([`crate::sm::Timings::carrier_stable_ms`]) after the return.
+    pub carrier_settled_at: Option<Millis>,
     /// Own gateway check (`None` = off).
     pub gateway: Option<bool>,
     /// Aggregate verdict of the data-plane probes through the VIPs.
@@ -59,6 +63,9 @@ pub struct Status {
     pub last_transition: Option<Transition>,
     /// The configuration is valid.
     pub config_valid: bool,
+    /// Heartbeats ignored because they carried an epoch outside the epoch's domain
+    /// (above [`crate::sm::MAX_EPOCH`]), since start.
+    pub ignored_adverts: u64,
     /// The pair VIPs the kernel holds, as last observed (`None` before the first
     /// observation).
     pub local_vips: Option<Vec<VipId>>,
@@ -138,10 +145,15 @@ pub enum Blocker {
     NotStandby,
     /// Configuration invalid.
     Misconfigured,
+    /// The pair epoch is at the top of its domain: no fresh epoch to take the VIPs under.
+    EpochExhausted,
     /// In maintenance.
     Maintenance,
     /// Own data or VIP link without carrier (or not yet observed).
     CarrierDown,
+    /// Own carrier returned less than the link-dampening time
+    /// ([`crate::sm::Timings::carrier_stable_ms`]) ago.
+    CarrierSettling,
     /// Own gateway unreachable.
     GatewayUnreachable,
     /// A peer speaks another protocol major version.

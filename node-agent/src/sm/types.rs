@@ -32,6 +32,15 @@ impl fmt::Display for Millis {
     }
 }
 
+/// Highest pair epoch there is: the Kubernetes Lease records the epoch in
+/// `leaseTransitions`, a 32-bit signed integer, so the epoch's domain is `0..=i32::MAX`
+/// in both modes. A state file or a heartbeat with an epoch above it is refused, and a
+/// member whose epoch reaches it takes no VIPs any more (alarm `EpochExhausted`) rather
+/// than reuse an epoch: a reused epoch ties with its predecessor, and a tie falls back to
+/// priority, which can hand the VIPs back to a member that lost them. At one takeover per
+/// second the domain lasts 68 years.
+pub const MAX_EPOCH: u64 = i32::MAX as u64;
+
 /// Longest node name accepted, in bytes (a Kubernetes node name label is at most 63 bytes,
 /// and the heartbeat codec relies on this bound).
 pub const MAX_NODE_NAME: usize = 63;

@@ -97,12 +97,18 @@ impl H {
     /// Like `env_ok` but without the first `LocalVips` observation (which decides whether
     /// a restarted agent adopts the VIPs).
     pub fn env_links(&mut self) -> Vec<Action> {
+        let mut out = self.env_links_standalone();
+        out.extend(self.feed(Input::LeaseObserved { holder: None, epoch: 0 }));
+        out
+    }
+
+    /// Like `env_links` without any Lease observation (standalone mode: no Lease store).
+    pub fn env_links_standalone(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         out.extend(self.feed(Input::Carrier { link: Link::Data, up: true }));
         out.extend(self.feed(Input::Carrier { link: Link::Vip, up: true }));
         out.extend(self.feed(Input::Gateway { reachable: Some(true) }));
         out.extend(self.listeners(true));
-        out.extend(self.feed(Input::LeaseObserved { holder: None, epoch: 0 }));
         out
     }
 

@@ -15,9 +15,10 @@ impl Machine {
                     self.abandon_claim(now, Reason::MaintenanceOn, out);
                 } else if self.cut_off() {
                     self.abandon_claim(now, Reason::Fenced, out);
-                } else {
-                    // Claiming: a better claimer or holder heard meanwhile wins.
-                    self.check_rival(now, out);
+                } else if !self.check_rival(now, out) {
+                    // Claiming: a better claimer or holder heard meanwhile wins (above). A
+                    // claim granted during a catch-up after a stall is settled now.
+                    self.settle_granted_claim(now, out);
                 }
             } else {
                 self.set_role(Role::Standby, Reason::ClaimAbandoned, now, out);
@@ -63,10 +64,15 @@ impl Machine {
             self.clear_alarm(Alarm::MaintenancePending, out);
         }
 
-        // Own link lost carrier: hand over if a standby is ready, else fence (give up).
+        // Own link lost carrier: hand over if a standby is ready, else fence (give up). With
+        // nobody eligible (for example the peer's own link is still settling after a flap)
+        // the VIPs stay for the dampening time first: a short loss then moves nothing.
         if self.carrier_lost() {
             if retry_ok && let Some(t) = self.best_candidate(now, Need::Urgent) {
                 self.start_op(now, None, Origin::Auto(Reason::CarrierLost), t, false, out);
+                return;
+            }
+            if self.carrier_lost_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
                 return;
             }
             let to = self.out_role(Role::Fenced);
@@ -127,6 +133,26 @@ impl Machine {
         listener_down.then_some(Reason::ListenerDown)
     }
 
+    /// A claim granted while the machine caught up after a stall: a Lease naming another
+    /// holder under a newer epoch drops it; otherwise the Lease's grant takes the VIPs, and
+    /// an unavailable store's goes through the local rules again.
+    fn settle_granted_claim(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let Some(by_lease) = self.claim_granted.take() else {
+            return;
+        };
+        let Some(c) = self.claim.clone() else {
+            return;
+        };
+        let me = self.cfg.local.clone();
+        if self.lease.as_ref().is_some_and(|l| l.holder.as_ref() != Some(&me) && l.epoch >= c.epoch) {
+            self.abandon_claim(now, Reason::NewerEpochLease, out);
+        } else if by_lease {
+            self.claim_won(now, c.reason, out);
+        } else {
+            self.on_cas_unavailable(now, out);
+        }
+    }
+
     /// Role to leave to when giving up: maintenance wins over `otherwise`, and a member
     /// that is cut off rests in Fenced rather than Standby.
     pub(super) fn out_role(&self, otherwise: Role) -> Role {
@@ -160,8 +186,16 @@ impl Machine {
             if !rival {
                 continue;
             }
-            let theirs = (a.epoch, a.priority);
-            if theirs > mine {
+            // A member re-adopting the VIPs after a restart (still in Init) can prove its
+            // epoch only from its state file, which may be lost or old: it loses a tie to a
+            // holder that is not re-adopting, and such a holder keeps the VIPs on a tie
+            // whatever the priorities. Two re-adopting members fall back to priority.
+            let theirs_win = match (self.role == Role::Init, a.role == Role::Init) {
+                (true, false) => a.epoch >= mine.0,
+                (false, true) => a.epoch > mine.0,
+                _ => (a.epoch, a.priority) > mine,
+            };
+            if theirs_win {
                 best = Some(best.map_or(a.epoch, |b: u64| b.max(a.epoch)));
             } else if a.holds_vips {
                 weaker_holder = true;
@@ -181,9 +215,10 @@ impl Machine {
             }
             return true;
         }
-        if weaker_holder && self.holding && self.role != Role::Init {
-            if tie {
-                let e = self.epoch.max(self.held_epoch).saturating_add(1);
+        if weaker_holder && self.holding && self.role != Role::Init && !self.catch_up {
+            // At the top of the epoch domain the tie stays: the loser yields on priority
+            // all the same.
+            if tie && let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) {
                 let expected = self.lease_expected(self.held_epoch);
                 self.epoch = e;
                 self.held_epoch = e;
@@ -264,8 +299,10 @@ impl Machine {
             }
             // Tie won on priority, or a Lease with no holder under our epoch: move to a
             // fresh epoch (every compare-and-swap raises the epoch; the Kubernetes
-            // admission policy refuses one that does not).
-            let e = self.epoch.max(self.held_epoch).saturating_add(1);
+            // admission policy refuses one that does not), if the domain has one left.
+            let Some(e) = Self::fresh_epoch(self.epoch.max(self.held_epoch)) else {
+                return;
+            };
             self.epoch = e;
             self.held_epoch = e;
             self.advert_now = true;

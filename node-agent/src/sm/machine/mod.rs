@@ -19,7 +19,7 @@ use super::advert::{Advert, OpMsg};
 use super::config::{Config, ConfigError, Timings};
 use super::io::{Action, Alarm, Event, Input, Persisted, Reason};
 use super::status::{LeaseView, Transition};
-use super::types::{Millis, NodeId, Role, VipId};
+use super::types::{MAX_EPOCH, Millis, NodeId, Role, VipId};
 
 /// How many operator operation ids are remembered to ignore repeats.
 const REMEMBERED_IDS: usize = 256;
@@ -161,6 +161,9 @@ pub struct Machine {
     last_now: Millis,
     last_persisted: Persisted,
     boot_last_role: Role,
+    /// Epoch from the persisted state at start: what an adopting member can prove it held
+    /// the VIPs under (never an epoch it merely heard of since).
+    boot_epoch: u64,
     adoption_decided: bool,
     maintenance: bool,
     maintenance_force: bool,
@@ -169,6 +172,13 @@ pub struct Machine {
     peers: Vec<Peer>,
     carrier_data: Option<bool>,
     carrier_vip: Option<bool>,
+    /// Link dampening: when the carrier last returned (both links up again after a loss).
+    carrier_returned_at: Option<Millis>,
+    /// Link dampening: how long the carrier must stay up after that return.
+    carrier_required_ms: u64,
+    /// When the carrier was lost, until both links have carrier again (a holder's grace
+    /// before it gives the VIPs up; a later return starts the dampening).
+    carrier_lost_at: Option<Millis>,
     gateway: Option<bool>,
     local_vips: Option<BTreeSet<VipId>>,
     probes: Vec<ProbeTrack>,
@@ -215,6 +225,15 @@ pub struct Machine {
     last_burst: Option<Millis>,
     last_transition: Option<Transition>,
     op_seq: u16,
+    /// Heartbeats ignored for an epoch outside the domain.
+    ignored_adverts: u64,
+    /// After a stall, until the next `Tick`: the inputs queued during the stall are being
+    /// processed; the machine gives up what a newer holder or Lease claims but takes,
+    /// announces and times out nothing (its view is stale until the queue is processed).
+    catch_up: bool,
+    /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
+    /// local rules (`Some(false)`) during a catch-up: settled at its end.
+    claim_granted: Option<bool>,
     /// Test-only knob for the simulator's deliberate-break test: take over without the
     /// data-plane probe condition. Not reachable from any configuration.
     #[cfg(test)]
@@ -226,6 +245,10 @@ impl Machine {
     /// pauses, suspension). It starts in [`Role::Init`] (or [`Role::Unpaired`] when the
     /// local node is not a member); the first `step` fixes the start time.
     pub fn new(config: Config, persisted: Persisted) -> Machine {
+        // The state file refuses an epoch outside the domain; a caller that passes one
+        // anyway gets the top of the domain (and the EpochExhausted alarm), never a value
+        // that would saturate into a tie.
+        let persisted = Persisted { epoch: persisted.epoch.min(MAX_EPOCH), ..persisted };
         let cfg_error = config.validate().err();
         let my_priority = config.priority_of(&config.local);
         let in_pair = my_priority.is_some();
@@ -244,6 +267,7 @@ impl Machine {
             first_step_done: false,
             last_now: Millis(0),
             boot_last_role: persisted.last_role,
+            boot_epoch: persisted.epoch,
             adoption_decided: false,
             maintenance: persisted.maintenance,
             maintenance_force: false,
@@ -251,6 +275,9 @@ impl Machine {
             failback_paused: persisted.failback_paused,
             carrier_data: None,
             carrier_vip: None,
+            carrier_returned_at: None,
+            carrier_required_ms: config.timings.carrier_stable_ms,
+            carrier_lost_at: None,
             gateway: None,
             local_vips: None,
             vip_missing_since: None,
@@ -289,6 +316,9 @@ impl Machine {
             last_burst: None,
             last_transition: None,
             op_seq: 0,
+            ignored_adverts: 0,
+            catch_up: false,
+            claim_granted: None,
             last_persisted: persisted,
             cfg: config,
             #[cfg(test)]
@@ -311,10 +341,15 @@ impl Machine {
         let now = now.max(self.last_now);
         if self.started_at.is_some() && now.since(self.last_now) > self.t().heartbeat_timeout_ms {
             // The process was stalled (SIGSTOP, a suspended VM): data-plane evidence
-            // gathered before the stall says nothing about now.
+            // gathered before the stall says nothing about now, and the inputs that queued
+            // up meanwhile come first (the I/O layer feeds them before the next Tick).
             for tr in &mut self.probes {
                 *tr = ProbeTrack::default();
             }
+            self.catch_up = true;
+        }
+        if input == Input::Tick {
+            self.catch_up = false;
         }
         self.last_now = now;
         if self.started_at.is_none() {
@@ -331,7 +366,14 @@ impl Machine {
             }
         }
         self.handle(now, input, out);
-        self.evaluate(now, out);
+        if self.catch_up {
+            // Only give up what a newer holder claims (the Lease side is in `on_lease`).
+            if self.holding || self.claim.is_some() {
+                self.check_rival(now, out);
+            }
+        } else {
+            self.evaluate(now, out);
+        }
         self.persist_if_changed(out);
         let due = self.next_advert_at.is_none_or(|t| now >= t);
         if self.role != Role::Unpaired && (self.advert_now || due) {
@@ -359,6 +401,13 @@ impl Machine {
     /// Highest pair epoch known (persisted; never goes backwards).
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Epoch under which the VIPs are held or claimed (`None` when neither).
+    pub fn held_epoch(&self) -> Option<u64> {
+        let holds_or_claims =
+            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+        holds_or_claims.then_some(self.held_epoch)
     }
 
     /// Last role change, if any.
@@ -455,6 +504,45 @@ impl Machine {
         self.carrier_data == Some(false) || self.carrier_vip == Some(false)
     }
 
+    /// Link dampening: the carrier returned less than the required time ago (not eligible
+    /// to take the VIPs yet).
+    fn carrier_settling(&self, now: Millis) -> bool {
+        self.carrier_settled_at().is_some_and(|t| now < t)
+    }
+
+    /// When the returned carrier counts as stable (`None`: no return pending).
+    fn carrier_settled_at(&self) -> Option<Millis> {
+        if !self.carrier_ok() {
+            return None;
+        }
+        self.carrier_returned_at.map(|t| t.plus(self.carrier_required_ms))
+    }
+
+    /// Folds a carrier observation into the dampening state.
+    fn on_carrier(&mut self, now: Millis, link: super::types::Link, up: bool) {
+        let (was_lost, was_settling) = (self.carrier_lost(), self.carrier_settling(now));
+        match link {
+            super::types::Link::Data => self.carrier_data = Some(up),
+            super::types::Link::Vip => self.carrier_vip = Some(up),
+        }
+        let base = self.t().carrier_stable_ms;
+        if self.carrier_lost() && !was_lost {
+            // Lost again before the last return was stable: the link flaps, so it waits
+            // twice as long next time; lost after a stable stretch: the base time again.
+            self.carrier_required_ms = if was_settling {
+                let max = base.saturating_mul(super::config::CARRIER_STABLE_MAX_FACTOR);
+                self.carrier_required_ms.saturating_mul(2).min(max)
+            } else {
+                base
+            };
+            self.carrier_returned_at = None;
+            self.carrier_lost_at = Some(now);
+        } else if self.carrier_ok() && self.carrier_lost_at.is_some() {
+            self.carrier_returned_at = Some(now);
+            self.carrier_lost_at = None;
+        }
+    }
+
     /// Cut off: a link without carrier or the gateway unreachable (fencing).
     fn cut_off(&self) -> bool {
         self.carrier_lost() || self.gateway == Some(false)
@@ -488,7 +576,19 @@ impl Machine {
     }
 
     fn bump_epoch(&mut self, e: u64) {
-        self.epoch = self.epoch.max(e);
+        self.epoch = self.epoch.max(e.min(MAX_EPOCH));
+    }
+
+    /// A fresh epoch newer than `base`, if the domain has one left. Never saturates: an
+    /// epoch equal to its predecessor would tie with it (and ties fall back to priority).
+    fn fresh_epoch(base: u64) -> Option<u64> {
+        base.checked_add(1).filter(|e| *e <= MAX_EPOCH)
+    }
+
+    /// No fresh epoch is left above what this member knows.
+    fn epoch_exhausted(&self) -> bool {
+        let lease = self.lease.as_ref().map_or(0, |l| l.epoch);
+        Self::fresh_epoch(self.epoch.max(self.held_epoch).max(lease)).is_none()
     }
 
     /// Epoch a CAS should expect: the Lease as last seen, else `fallback`.
@@ -653,6 +753,13 @@ impl Machine {
 
     /// Timers that do not depend on the role.
     fn expire(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.epoch_exhausted() {
+            let detail = format!(
+                "the pair epoch reached {MAX_EPOCH}, the top of its domain: no takeover or handover is possible \
+                 until the pair's epochs are reset"
+            );
+            self.raise(Alarm::EpochExhausted, detail, out);
+        }
         let clear = self.t().reject_alarm_clear_ms;
         if self.key_mismatch_at.is_some_and(|t| now.since(t) >= clear) {
             self.key_mismatch_at = None;
@@ -710,6 +817,7 @@ impl Machine {
         if !self.version_mismatch() {
             self.clear_alarm(Alarm::VersionMismatch, out);
         }
+        self.check_peer_silent(now, out);
         for i in 0..self.peers.len() {
             let ok = self.candidate_problem(i, now, Need::Planned).is_none();
             let p = &mut self.peers[i];
@@ -718,6 +826,44 @@ impl Machine {
             } else {
                 p.ready_since = None;
             }
+        }
+    }
+
+    /// `PeerSilent`: some peer has been silent on every path for a heartbeat timeout (since
+    /// it was last heard, or since this agent started) after the init listen, while this
+    /// member's own links and gateway are fine — so the silence is not explained by this
+    /// member being cut off. Cleared when every peer is heard again, or when this member
+    /// itself is cut off (then its own role and reason tell), or while heartbeats arrive
+    /// that fail verification (KeyMismatch, ClockSkew).
+    fn check_peer_silent(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let timeout = self.t().heartbeat_timeout_ms;
+        let started = self.started_at.unwrap_or(now);
+        // Heartbeats failing verification are no silence: KeyMismatch or ClockSkew tells.
+        let rejected = self.alarms.contains(&Alarm::KeyMismatch) || self.alarms.contains(&Alarm::ClockSkew);
+        let own_ok = self.carrier_ok() && self.gateway != Some(false) && !rejected;
+        let listening = matches!(self.role, Role::Init | Role::Unpaired);
+        let silent: Vec<(String, u64)> = if own_ok && !listening {
+            self.peers
+                .iter()
+                .filter_map(|p| {
+                    let last = p.last_heard.iter().flatten().max().copied().unwrap_or(started).max(started);
+                    let quiet = now.since(last);
+                    (quiet >= timeout).then(|| (p.node.to_string(), quiet))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if silent.is_empty() {
+            self.clear_alarm(Alarm::PeerSilent, out);
+        } else {
+            let who: Vec<String> = silent.iter().map(|(n, q)| format!("{n} for {q} ms")).collect();
+            let detail = format!(
+                "silent on every heartbeat path while this member's links and gateway are fine: {} \
+                 (down, or partitioned from this member)",
+                who.join(", ")
+            );
+            self.raise(Alarm::PeerSilent, detail, out);
         }
     }
 

@@ -7,7 +7,7 @@ use crate::sm::advert::Advert;
 use crate::sm::config::Config;
 use crate::sm::io::{Action, Alarm, CasResult, Command, Input, Reason, RejectReason};
 use crate::sm::status::LeaseView;
-use crate::sm::types::{Link, Millis, NodeId, PathId, ProbeResult, Role, VipId};
+use crate::sm::types::{MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
 
 impl Machine {
     pub(super) fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
@@ -17,10 +17,7 @@ impl Machine {
             Input::AdvertRejected { reason, .. } => self.on_rejected(now, reason, out),
             Input::PeerProbe { vip, result } => self.on_peer_probe(now, &vip, result),
             Input::LocalProbe { vip, port, up } => self.on_local_probe(now, &vip, port, up),
-            Input::Carrier { link, up } => match link {
-                Link::Data => self.carrier_data = Some(up),
-                Link::Vip => self.carrier_vip = Some(up),
-            },
+            Input::Carrier { link, up } => self.on_carrier(now, link, up),
             Input::Gateway { reachable } => self.gateway = reachable,
             Input::LocalVips { present } => self.on_local_vips(now, present, out),
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),
@@ -43,6 +40,16 @@ impl Machine {
         let Some(i) = self.peer_index(&msg.sender) else {
             return;
         };
+        let commit_epoch = match &msg.op {
+            Some(crate::sm::advert::OpMsg { kind: crate::sm::advert::OpKind::Commit { epoch, .. }, .. }) => *epoch,
+            _ => 0,
+        };
+        if msg.epoch > MAX_EPOCH || commit_epoch > MAX_EPOCH {
+            // No havip member sends such an epoch (its state file refuses one): believing it
+            // would lock the pair at the top of the domain. Not even "heard".
+            self.ignored_adverts = self.ignored_adverts.saturating_add(1);
+            return;
+        }
         let was_heard = self.peer_heard(i, now);
         {
             let p = &mut self.peers[i];
@@ -143,10 +150,17 @@ impl Machine {
             self.adoption_decided = true;
             // Agent restart on the active (rolling upgrade): the VIPs are still on the
             // interface, so keep them instead of causing an outage. A reboot finds none.
+            // The state file may be lost or say Standby (deleted, restored from a backup):
+            // the VIPs on the interface are then the evidence, and keeping them is safe
+            // because the adoption is tentative: during the init listen a holder with a
+            // newer or equal epoch (or a Lease naming another holder under a newer one)
+            // makes this member give them up, and it holds them under the epoch of its
+            // state (0 when lost), which loses against any real takeover later. Not while
+            // in maintenance: a member in maintenance holds nothing.
             let was_holder = matches!(self.boot_last_role, Role::Active | Role::Demoting);
-            if was_holder && !ours.is_empty() {
+            if !ours.is_empty() && (was_holder || !self.maintenance) {
                 self.holding = true;
-                self.held_epoch = self.epoch;
+                self.held_epoch = self.boot_epoch;
                 self.advert_now = true;
             }
         }
@@ -167,12 +181,17 @@ impl Machine {
     }
 
     fn on_lease(&mut self, now: Millis, holder: Option<NodeId>, epoch: u64, out: &mut Vec<Action>) {
+        if epoch > MAX_EPOCH {
+            // leaseTransitions is an i32: a larger value is not a Lease's.
+            return;
+        }
         self.lease = Some(LeaseView { holder: holder.clone(), epoch });
         self.lease_stale = false;
         self.bump_epoch(epoch);
         let other = holder.as_ref().is_some_and(|h| h != &self.cfg.local);
-        if self.role == Role::Init && self.holding && other && epoch > self.held_epoch {
-            // Adopting after a restart, but the pair moved on meanwhile.
+        if self.role == Role::Init && self.holding && other && epoch >= self.held_epoch {
+            // Adopting after a restart, but the pair moved on meanwhile (a re-adopting
+            // member loses ties: its epoch may come from a lost or old state file).
             self.release(now, Role::Init, Reason::NewerEpochLease, out);
             return;
         }
@@ -182,6 +201,10 @@ impl Machine {
     }
 
     fn on_cas(&mut self, now: Millis, r: CasResult, out: &mut Vec<Action>) {
+        let r = match r {
+            CasResult::Ok { epoch } | CasResult::Conflict { epoch, .. } if epoch > MAX_EPOCH => CasResult::Unavailable,
+            r => r,
+        };
         let pending = self.cas.take();
         let me = self.cfg.local.clone();
         match r {

@@ -58,6 +58,12 @@ impl Machine {
         if self.peer_heard(i, now) {
             return None;
         }
+        // Only a renewal seen after the holder fell silent proves it alive now (with three
+        // members it renews while a third one is silent, and may die right after).
+        let last_heard = self.peers[i].last_heard.iter().flatten().max().copied();
+        if last_heard.is_some_and(|t| *at <= t) {
+            return None;
+        }
         Some(h.clone())
     }
 

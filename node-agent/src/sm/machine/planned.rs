@@ -51,7 +51,13 @@ impl Machine {
 
     fn commit(&mut self, now: Millis, out: &mut Vec<Action>) {
         let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
-        let epoch = self.epoch.max(self.held_epoch).max(lease_epoch).saturating_add(1);
+        // Two fresh epochs: the commit's, and a newer one to take the VIPs back under if
+        // the target does not confirm.
+        let base = self.epoch.max(self.held_epoch).max(lease_epoch);
+        let Some(epoch) = Self::fresh_epoch(base).filter(|e| Self::fresh_epoch(*e).is_some()) else {
+            self.abort_op(now, "the pair epoch is at the top of its domain: no handover is possible", out);
+            return;
+        };
         let Some(op) = self.op.as_mut() else {
             return;
         };
@@ -89,8 +95,10 @@ impl Machine {
             // Take the VIPs back under an epoch newer than the committed one.
             let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
             let expected = self.lease_expected(self.held_epoch);
-            let e = self.epoch.max(epoch).max(lease_epoch).saturating_add(1);
-            self.epoch = e;
+            // The commit left a fresh epoch for this unless the Lease moved on meanwhile;
+            // then keep the held one (a target holding under the commit wins by epoch).
+            let e = Self::fresh_epoch(self.epoch.max(epoch).max(lease_epoch)).unwrap_or(self.held_epoch);
+            self.epoch = self.epoch.max(e);
             self.held_epoch = e;
             self.set_role(Role::Active, Reason::Aborted, now, out);
             self.last_burst = Some(now);
@@ -157,6 +165,12 @@ impl Machine {
     }
 
     pub(super) fn on_op_msg(&mut self, now: Millis, i: usize, msg: &OpMsg, out: &mut Vec<Action>) {
+        if self.catch_up && !matches!(msg.kind, OpKind::Confirm | OpKind::Abort) {
+            // Queued during a stall and maybe stale: a current operation repeats its message
+            // in every advert, so it is acted on once the queue is processed. A confirm or
+            // an abort only ever gives VIPs up.
+            return;
+        }
         let from = self.peers[i].node.clone();
         if let Some(op) = self.op.as_ref()
             && op.to == from
@@ -252,7 +266,7 @@ impl Machine {
         if a.config_revision != self.cfg.config_revision {
             return Some(RefuseReason::ConfigRevision);
         }
-        if !self.ready_all() {
+        if !self.ready_all() || self.carrier_settling(self.last_now) {
             return Some(RefuseReason::NotReady);
         }
         None
@@ -306,6 +320,8 @@ impl Machine {
             Some(RefuseReason::Maintenance)
         } else if self.cut_off() || !self.carrier_ok() {
             Some(RefuseReason::CutOff)
+        } else if self.carrier_settling(now) {
+            Some(RefuseReason::NotReady)
         } else if self.cfg_error.is_some() {
             Some(RefuseReason::Misconfigured)
         } else if initiator_major != Some(self.cfg.protocol.major) {

@@ -19,7 +19,7 @@ impl Machine {
             config_revision: self.cfg.config_revision,
             protocol_major: self.cfg.protocol.major,
             protocol_minor: self.cfg.protocol.minor,
-            ready_all: self.ready_all() && !self.cut_off(),
+            ready_all: self.ready_all() && !self.cut_off() && !self.carrier_settling(self.last_now),
             maintenance: self.maintenance,
             carrier_ok: self.carrier_ok(),
             gateway: self.gateway,
@@ -117,6 +117,7 @@ impl Machine {
             boot_hold_until: self.boot_hold_until().filter(|u| now < *u),
             ready_all: self.ready_all(),
             carrier_ok: self.carrier_ok(),
+            carrier_settled_at: self.carrier_settled_at().filter(|t| now < *t),
             gateway: self.gateway,
             probe: self.probe_state(now),
             blocker: self.current_blocker(now),
@@ -127,6 +128,7 @@ impl Machine {
             operation,
             last_transition: self.last_transition.clone(),
             config_valid: self.cfg_error.is_none(),
+            ignored_adverts: self.ignored_adverts,
             local_vips: self
                 .local_vips
                 .as_ref()

@@ -115,11 +115,20 @@ impl Machine {
         if self.cfg_error.is_some() {
             return Err(Blocker::Misconfigured);
         }
+        if !as_claimer && self.epoch_exhausted() {
+            return Err(Blocker::EpochExhausted);
+        }
         if self.maintenance {
             return Err(Blocker::Maintenance);
         }
         if !self.carrier_ok() {
             return Err(Blocker::CarrierDown);
+        }
+        if self.carrier_returned_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
+            // Only the base time here, however often the link flapped: when nobody holds the
+            // VIPs, a member serving them beats none (the doubling keeps a flapping member
+            // from being chosen as a handover target while a stable one holds them).
+            return Err(Blocker::CarrierSettling);
         }
         if self.gateway == Some(false) {
             return Err(Blocker::GatewayUnreachable);
@@ -266,7 +275,9 @@ impl Machine {
     fn claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
         let expected = self.lease_expected(self.epoch);
-        let new_epoch = self.epoch.max(lease_epoch).saturating_add(1);
+        let Some(new_epoch) = Self::fresh_epoch(self.epoch.max(lease_epoch)) else {
+            return;
+        };
         self.epoch = new_epoch;
         self.held_epoch = new_epoch;
         self.claim = Some(Claim { epoch: new_epoch, reason });
@@ -296,6 +307,10 @@ impl Machine {
         let Some(c) = self.claim.clone() else {
             return;
         };
+        if self.catch_up {
+            self.claim_granted = Some(false);
+            return;
+        }
         match self.takeover_conditions(now, true) {
             Ok(_) => self.claim_won(now, c.reason, out),
             Err(_) => self.abandon_claim(now, Reason::ClaimAbandoned, out),
@@ -306,6 +321,11 @@ impl Machine {
     /// unfit meanwhile (maintenance, cut off): then the Lease is left to be overwritten by
     /// the next claimer.
     pub(super) fn claim_won(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
+        if self.catch_up {
+            // Settled after the catch-up: a newer holder or Lease may still be queued.
+            self.claim_granted = Some(true);
+            return;
+        }
         if self.maintenance {
             self.abandon_claim(now, Reason::MaintenanceOn, out);
         } else if !self.carrier_ok() || self.gateway == Some(false) {
@@ -317,6 +337,7 @@ impl Machine {
 
     pub(super) fn abandon_claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         self.claim = None;
+        self.claim_granted = None;
         if reason == Reason::LeaseConflict {
             self.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
         }
