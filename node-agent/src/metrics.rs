@@ -53,6 +53,15 @@ pub struct NameLabel {
     pub name: String,
 }
 
+/// Labels: a watch event the Kubernetes agent received.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The kind watched (`HAPair`, `FloatingIP`, `Node`, `Secret`, `Lease`).
+    pub kind: String,
+    /// `applied` or `deleted` (a watch event), `listed` (an object of a list).
+    pub event: String,
+}
+
 /// Labels: a probe result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
@@ -92,6 +101,8 @@ pub struct AgentMetrics {
     pub alarms: Family<PairNameLabel, Gauge>,
     /// Errors of I/O operations, per category.
     pub io_errors: Family<NameLabel, Counter>,
+    /// Objects the Kubernetes agent's watches delivered, per kind and event.
+    pub watch_events: Family<WatchLabels, Counter>,
 }
 
 impl Default for AgentMetrics {
@@ -118,6 +129,7 @@ impl AgentMetrics {
             conflicts: Family::default(),
             alarms: Family::default(),
             io_errors: Family::default(),
+            watch_events: Family::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -131,6 +143,11 @@ impl AgentMetrics {
         registry.register("vip_conflicts", "Foreign MACs answering for a held VIP", m.conflicts.clone());
         registry.register("alarms", "1 while an alarm is raised", m.alarms.clone());
         registry.register("io_errors", "Errors of I/O operations", m.io_errors.clone());
+        registry.register(
+            "watch_events",
+            "Objects delivered by the Kubernetes watches (applied, deleted, listed)",
+            m.watch_events.clone(),
+        );
         *m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
         m
     }
@@ -155,6 +172,11 @@ impl AgentMetrics {
     /// Counts an I/O error.
     pub fn io_error(&self, category: &str) {
         self.io_errors.get_or_create(&NameLabel { name: category.to_owned() }).inc();
+    }
+
+    /// Counts an object a watch delivered.
+    pub fn watch_event(&self, kind: &str, event: &str) {
+        self.watch_events.get_or_create(&WatchLabels { kind: kind.to_owned(), event: event.to_owned() }).inc();
     }
 
     /// The metrics of one pair.

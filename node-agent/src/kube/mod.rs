@@ -1,8 +1,11 @@
 //! The agent in Kubernetes mode: one [`runtime`] per HAPair that names this node.
 //!
-//! This module is the loop: it watches HAPairs, FloatingIPs, Nodes, Secrets and Leases
-//! into one [`Stores`], and on every change starts, reconfigures or releases the pairs'
-//! runtimes and feeds them what the objects say. The rooms around it: [`config`] turns
+//! This module is the loop: it watches this node's HAPairs, FloatingIPs, key Secrets and
+//! pair Leases (selected by its member label, see [`havip_crds::membership`]) and its own
+//! Node into [`Stores`], and on every change starts, reconfigures or releases the
+//! pairs' runtimes and feeds them what the objects say. Until the operator has labelled
+//! every object of this node's pairs (the first start after an upgrade from a release
+//! without member labels), it watches every object of those kinds, as before. The rooms around it: [`config`] turns
 //! the objects into an agent configuration (pure), [`lease`] is the fencing record's
 //! compare-and-swap, [`report`] writes the member entry, the FloatingIP status and the
 //! Events, [`commands`] hands maintenance, pause and the operator's commands to the
@@ -19,7 +22,8 @@ mod report;
 
 pub use commands::op_id;
 pub use config::{
-    ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret, pick_path_address,
+    ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret,
+    pick_path_address, skipped_floating_ips,
 };
 pub use lease::{KubeLease, lease_name, lease_view};
 
@@ -31,11 +35,15 @@ use crate::sm;
 use crate::state::StateFile;
 use commands::PairInputs;
 use futures::StreamExt;
+use havip_crds::membership;
 use havip_crds::wire::Keyring;
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
+use kube::api::ListParams;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -46,6 +54,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -71,6 +80,9 @@ pub enum KubeAgentError {
         /// The kind, plural.
         what: &'static str,
     },
+    /// The check for pairs the operator has not labelled yet could not list the pairs.
+    #[error("failed to list the HAPairs (to find those not labelled for this node yet): {0}")]
+    Unlabelled(#[source] kube::Error),
     /// The SIGTERM/SIGINT handlers could not be installed.
     #[error("failed to install the signal handlers: {0}")]
     Signals(#[source] std::io::Error),
@@ -79,19 +91,40 @@ pub enum KubeAgentError {
 /// Runs the Kubernetes mode until SIGTERM/SIGINT.
 pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetrics>) -> Result<(), KubeAgentError> {
     let notify = Arc::new(Notify::new());
-    let stores = Stores::spawn(&client, &opts.namespace, &notify);
+    let own = Watches::own(&client, &opts.namespace, &opts.node, &notify, &metrics);
     // Configure nothing before every watch has listed once: a pair started from a
-    // partial view (a peer's Node not seen yet) would restart moments later with another
-    // configuration revision.
-    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
-    stores.wait_until_ready().await?;
+    // partial view (its key Secret not seen yet) would restart moments later with
+    // another configuration revision.
+    tracing::info!(selector = %membership::selector(&opts.node), "waiting for the initial lists of this node's pairs, FloatingIPs, Secrets, Leases and its Node");
+    own.wait_until_ready().await?;
+    // An operator that has not labelled every object of this node's pairs yet (the
+    // first start after an upgrade from a release without member labels): watch
+    // everything, as earlier releases did, until it has.
+    let every = match unlabelled_pairs(&client, &opts.node).await {
+        Ok(missing) if missing.is_empty() => None,
+        Ok(missing) => {
+            tracing::warn!(pairs = ?missing, "pairs naming this node carry no member label yet (the operator has not labelled them): watching every pair, FloatingIP, Node, Secret and Lease until it has");
+            let every = Watches::every(&client, &opts.namespace, &notify, &metrics);
+            every.wait_until_ready().await?;
+            Some(every)
+        }
+        Err(e) => return Err(KubeAgentError::Unlabelled(e)),
+    };
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
-    let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new() };
+    let mut agent = Agent {
+        client,
+        opts,
+        metrics,
+        hub,
+        stores: Stores { own, every, notify: notify.clone() },
+        running: BTreeMap::new(),
+        skipped: BTreeMap::new(),
+    };
     loop {
         tokio::select! {
             _ = notify.notified() => {},
@@ -107,26 +140,180 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     Ok(())
 }
 
-/// The agent's view of the cluster: one reflector per kind, each fed by a watch that
-/// never gives up. Agents read Leases and Secrets only in the operator namespace.
+/// The pairs naming `node` that do not carry its member label, from a paged list of
+/// every HAPair (pages of 100, so that a big cluster never arrives in one answer).
+/// Retries a failing list a few times before giving up.
+async fn unlabelled_pairs(client: &Client, node: &str) -> Result<Vec<String>, kube::Error> {
+    let api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
+    let key = membership::label_key(node);
+    let mut attempt = 0u32;
+    'again: loop {
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(100);
+        loop {
+            let page = match api.list(&params).await {
+                Ok(p) => p,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "failed to list the HAPairs; retrying");
+                    tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+                    continue 'again;
+                }
+                Err(e) => return Err(e),
+            };
+            for p in &page.items {
+                if let Ok(pair) = &p.0
+                    && pair.spec.members.iter().any(|m| m.node == node)
+                    && !pair.labels().contains_key(&key)
+                {
+                    out.push(pair.name_any());
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => params = params.continue_token(&c),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// The agent's view of the cluster: the watches of this node's own objects, and while
+/// the operator has not labelled them all, watches of everything.
 struct Stores {
+    /// Selected by this node's member label (its Node by name): what the agent runs on
+    /// once the operator has labelled everything.
+    own: Watches,
+    /// Every pair, FloatingIP, Node, Secret and Lease, as earlier releases watched them:
+    /// only while the operator has not labelled this node's objects yet.
+    every: Option<Watches>,
+    notify: Arc<Notify>,
+}
+
+impl Stores {
+    /// The view to configure from: every object while those watches run (and have
+    /// listed once), else this node's own.
+    fn view(&self) -> &Watches {
+        match &self.every {
+            Some(e) if e.ready() => e,
+            _ => &self.own,
+        }
+    }
+}
+
+/// One reflector per kind, each fed by a watch that never gives up. Agents read Leases
+/// and Secrets only in the operator namespace. The caches keep what the agent reads
+/// (no managedFields; of a Node only its addresses and whether it is cordoned).
+struct Watches {
     pairs: Store<DeserializeGuard<HAPair>>,
     fips: Store<DeserializeGuard<FloatingIP>>,
     nodes: Store<Node>,
     secrets: Store<Secret>,
     leases: Store<Lease>,
+    listed: Vec<Arc<AtomicBool>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl Stores {
-    /// Starts the watches; each change notifies `notify`.
-    fn spawn(client: &Client, namespace: &str, notify: &Arc<Notify>) -> Stores {
-        Stores {
-            pairs: spawn_store(Api::all(client.clone()), notify.clone()),
-            fips: spawn_store(Api::all(client.clone()), notify.clone()),
-            nodes: spawn_store(Api::all(client.clone()), notify.clone()),
-            secrets: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
-            leases: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
         }
+    }
+}
+
+impl Watches {
+    /// The objects that concern `node`: pairs, FloatingIPs, Leases and key Secrets
+    /// carrying its member label, and its own Node. Lists come from the API server's
+    /// watch cache (the cheapest list; a watch then follows every change).
+    fn own(client: &Client, namespace: &str, node: &str, notify: &Arc<Notify>, metrics: &Arc<AgentMetrics>) -> Watches {
+        let labelled = watcher::Config::default().any_semantic().labels(&membership::selector(node));
+        let mine = watcher::Config::default().any_semantic().fields(&format!("metadata.name={node}"));
+        let mut w = Watches::empty();
+        let n = notify.clone();
+        w.pairs = w.spawn("HAPair", Api::all(client.clone()), labelled.clone(), slim_pair, &n, metrics);
+        w.fips = w.spawn("FloatingIP", Api::all(client.clone()), labelled.clone(), slim_fip, &n, metrics);
+        w.nodes = w.spawn("Node", Api::all(client.clone()), mine, slim_node, &n, metrics);
+        w.secrets =
+            w.spawn("Secret", Api::namespaced(client.clone(), namespace), labelled.clone(), slim_meta, &n, metrics);
+        w.leases = w.spawn("Lease", Api::namespaced(client.clone(), namespace), labelled, slim_meta, &n, metrics);
+        w
+    }
+
+    /// Every pair, FloatingIP, Node, Secret and Lease (of the operator namespace), as
+    /// releases before member labels watched them. Nodes are listed in pages of 50.
+    fn every(client: &Client, namespace: &str, notify: &Arc<Notify>, metrics: &Arc<AgentMetrics>) -> Watches {
+        let all = watcher::Config::default().any_semantic();
+        let paged = watcher::Config::default().page_size(50);
+        let mut w = Watches::empty();
+        let n = notify.clone();
+        w.pairs = w.spawn("HAPair", Api::all(client.clone()), all.clone(), slim_pair, &n, metrics);
+        w.fips = w.spawn("FloatingIP", Api::all(client.clone()), all.clone(), slim_fip, &n, metrics);
+        w.nodes = w.spawn("Node", Api::all(client.clone()), paged, slim_node, &n, metrics);
+        w.secrets = w.spawn("Secret", Api::namespaced(client.clone(), namespace), all.clone(), slim_meta, &n, metrics);
+        w.leases = w.spawn("Lease", Api::namespaced(client.clone(), namespace), all, slim_meta, &n, metrics);
+        w
+    }
+
+    fn empty() -> Watches {
+        Watches {
+            pairs: reflector::store().0,
+            fips: reflector::store().0,
+            nodes: reflector::store().0,
+            secrets: reflector::store().0,
+            leases: reflector::store().0,
+            listed: Vec::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// A reflector store fed by a watcher that never gives up (errors back off and
+    /// retry); every object it delivers is slimmed, counted and notifies `notify`.
+    fn spawn<K>(
+        &mut self,
+        kind: &'static str,
+        api: Api<K>,
+        config: watcher::Config,
+        slim: fn(&mut K),
+        notify: &Arc<Notify>,
+        metrics: &Arc<AgentMetrics>,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    {
+        let (store, writer) = reflector::store();
+        let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(slim));
+        let listed = Arc::new(AtomicBool::new(false));
+        self.listed.push(listed.clone());
+        let (notify, metrics) = (notify.clone(), metrics.clone());
+        self.tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                let event = match ev {
+                    Ok(watcher::Event::Apply(_)) => "applied",
+                    Ok(watcher::Event::Delete(_)) => "deleted",
+                    Ok(watcher::Event::InitApply(_)) => "listed",
+                    Ok(watcher::Event::Init) => continue,
+                    Ok(watcher::Event::InitDone) => {
+                        listed.store(true, Ordering::SeqCst);
+                        notify.notify_one();
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(kind, error = %e, "watch error (retrying)");
+                        continue;
+                    }
+                };
+                metrics.watch_event(kind, event);
+                notify.notify_one();
+            }
+        }));
+        store
+    }
+
+    /// Whether every watch has listed once.
+    fn ready(&self) -> bool {
+        self.listed.iter().all(|l| l.load(Ordering::SeqCst))
     }
 
     /// Waits until every watch has listed once.
@@ -155,11 +342,6 @@ impl Stores {
         out
     }
 
-    /// The FloatingIPs naming `pair` (malformed objects are skipped).
-    fn fips_of(&self, pair: &str) -> Vec<FloatingIP> {
-        self.fips.state().iter().filter_map(|f| f.0.as_ref().ok()).filter(|f| f.spec.pair == pair).cloned().collect()
-    }
-
     /// The pair's Lease as the machine reads it, if the Lease exists.
     fn lease_of(&self, pair: &str) -> Option<(Option<sm::NodeId>, u64)> {
         let name = lease_name(pair);
@@ -175,27 +357,78 @@ impl Stores {
             .and_then(|n| n.spec.as_ref().and_then(|s| s.unschedulable))
             .unwrap_or(false)
     }
+
+    /// The configuration of each of `pairs` from this view (see [`agent_config`]).
+    fn configs(
+        &self,
+        node: &str,
+        namespace: &str,
+        pairs: &BTreeMap<String, HAPair>,
+        local_interfaces: &BTreeMap<String, IpAddr>,
+    ) -> BTreeMap<String, PairConfigs> {
+        let nodes = self.nodes.state();
+        let secrets = self.secrets.state();
+        let fips = self.fips.state();
+        let fips: Vec<&FloatingIP> = fips.iter().filter_map(|f| f.0.as_ref().ok()).collect();
+        let view = ClusterView { node, namespace, nodes: &nodes, fips: &fips, secrets: &secrets, local_interfaces };
+        pairs
+            .iter()
+            .map(|(name, pair)| (name.clone(), (agent_config(pair, &view), skipped_floating_ips(pair, &view))))
+            .collect()
+    }
 }
 
-/// A reflector store fed by a watcher that never gives up (errors back off and retry).
-fn spawn_store<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => tracing::debug!(error = %e, "watch error (retrying)"),
-            }
+/// Of a pair, what the agent never reads: managedFields, annotations, the operator's
+/// conditions and records.
+fn slim_pair(p: &mut DeserializeGuard<HAPair>) {
+    p.meta_mut().managed_fields = None;
+    if let Ok(pair) = &mut p.0 {
+        pair.metadata.annotations = None;
+        if let Some(s) = &mut pair.status {
+            s.conditions.clear();
+            s.last_transition = None;
+            s.last_operation = None;
+            s.key_rotation = None;
         }
-    });
-    store
+    }
 }
+
+/// Of a FloatingIP, what the agent never reads: managedFields, annotations, conditions.
+fn slim_fip(f: &mut DeserializeGuard<FloatingIP>) {
+    f.meta_mut().managed_fields = None;
+    if let Ok(fip) = &mut f.0 {
+        fip.metadata.annotations = None;
+        if let Some(s) = &mut fip.status {
+            s.conditions.clear();
+        }
+    }
+}
+
+/// Of a Node, only its name, addresses and whether it is cordoned (a Node's status,
+/// with its images and conditions, is ~20 KB).
+fn slim_node(n: &mut Node) {
+    let addresses = n.status.as_ref().and_then(|s| s.addresses.clone());
+    let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable);
+    *n = Node {
+        metadata: ObjectMeta {
+            name: n.metadata.name.take(),
+            uid: n.metadata.uid.take(),
+            resource_version: n.metadata.resource_version.take(),
+            ..ObjectMeta::default()
+        },
+        spec: unschedulable.map(|u| NodeSpec { unschedulable: Some(u), ..NodeSpec::default() }),
+        status: Some(NodeStatus { addresses, ..NodeStatus::default() }),
+    };
+}
+
+/// Drops managedFields (Secrets and Leases have several managers).
+fn slim_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// A pair's configuration (or why it has none) and the FloatingIPs it skips, each with
+/// the reason.
+type PairConfigs = (Result<AgentConfig, PairConfigError>, BTreeMap<String, String>);
 
 /// One pair this agent runs.
 struct PairRun {
@@ -227,35 +460,105 @@ struct Agent {
     hub: Arc<Hub>,
     stores: Stores,
     running: BTreeMap<String, PairRun>,
+    /// The FloatingIPs skipped per pair, as last logged.
+    skipped: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Whether this node is still a member of a pair, read from the API server.
+enum Membership {
+    /// The pair is gone, unreadable, or no longer names this node.
+    Left,
+    /// The pair still names this node.
+    Member,
+    /// The API server did not answer.
+    Unknown(kube::Error),
+}
+
+/// Reads pair `pair` by name to tell whether it still names `node`.
+async fn membership_of(client: &Client, pair: &str, node: &str) -> Membership {
+    let api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
+    match api.get_opt(pair).await {
+        Ok(Some(p)) if p.0.as_ref().is_ok_and(|p| p.spec.members.iter().any(|m| m.node == node)) => Membership::Member,
+        Ok(_) => Membership::Left,
+        Err(e) => Membership::Unknown(e),
+    }
 }
 
 impl Agent {
     /// Brings the running pairs in line with the stores.
     async fn reconcile(&mut self) {
-        let wanted = self.stores.pairs_of(&self.opts.node);
+        let node = self.opts.node.clone();
+        let catching_up = self.stores.every.as_ref().is_some_and(Watches::ready);
+        let wanted = self.stores.view().pairs_of(&node);
         // Pairs this node left (or that were deleted): the runtime gives the VIPs up.
         let gone: Vec<String> = self.running.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
         for name in gone {
+            // A pair that leaves the labelled view is read once more by name before its
+            // VIPs are given up: a pair that still names this node but lost (or never
+            // had) its member label keeps running, and the agent watches everything
+            // until the operator labels it.
+            if !catching_up {
+                match membership_of(&self.client, &name, &node).await {
+                    Membership::Left => {}
+                    Membership::Member => {
+                        if self.stores.every.is_none() {
+                            tracing::warn!(pair = %name, "the pair still names this node but carries no member label for it: keeping it, and watching every object until the operator labels it");
+                            self.stores.every = Some(Watches::every(
+                                &self.client,
+                                &self.opts.namespace,
+                                &self.stores.notify,
+                                &self.metrics,
+                            ));
+                        }
+                        continue;
+                    }
+                    Membership::Unknown(e) => {
+                        tracing::warn!(pair = %name, error = %e, "cannot confirm that this node left the pair; keeping it for now");
+                        continue;
+                    }
+                }
+            }
             if let Some(run) = self.running.remove(&name) {
                 tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
                 run.handle.release().await;
                 run.finish().await;
             }
+            self.skipped.remove(&name);
         }
         let ifnames: Vec<String> =
             wanted.values().flat_map(|p| p.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone())).collect();
         let local_interfaces = interface_addresses(&ifnames).await;
-        let nodes = self.stores.nodes.state();
-        let secrets = self.stores.secrets.state();
-        let view = ClusterView {
-            node: &self.opts.node,
-            namespace: &self.opts.namespace,
-            nodes: &nodes,
-            secrets: &secrets,
-            local_interfaces: &local_interfaces,
-        };
+        let (ns, view) = (&self.opts.namespace, self.stores.view());
+        let mut configs = view.configs(&node, ns, &wanted, &local_interfaces);
+        let leases: BTreeMap<String, _> = wanted.keys().map(|n| (n.clone(), view.lease_of(n))).collect();
+        // Catching up: once this node's own (labelled) objects give every pair the very
+        // configuration the complete view gives, the complete watches go.
+        if catching_up {
+            let own = self.stores.own.pairs_of(&node);
+            let same = own.keys().eq(wanted.keys()) && {
+                let own_configs = self.stores.own.configs(&node, ns, &own, &local_interfaces);
+                configs.iter().all(|(name, (cfg, _))| match (cfg, own_configs.get(name).map(|c| &c.0)) {
+                    (Ok(a), Some(Ok(b))) => a.sm.config_revision == b.sm.config_revision && a.keys == b.keys,
+                    _ => false,
+                })
+            };
+            if same {
+                tracing::info!(
+                    pairs = own.len(),
+                    "every object of this node's pairs carries its member label: watching only those from now on"
+                );
+                self.stores.every = None;
+            }
+        }
         for (name, pair) in wanted {
-            let cfg = match agent_config(&pair, &self.stores.fips_of(&name), &view) {
+            let Some((cfg, skipped)) = configs.remove(&name) else { continue };
+            if self.skipped.get(&name) != Some(&skipped) {
+                for (fip, why) in &skipped {
+                    tracing::warn!(pair = %name, floatingip = %fip, reason = %why, "FloatingIP not configured");
+                }
+                self.skipped.insert(name.clone(), skipped);
+            }
+            let cfg = match cfg {
                 Ok(c) => c,
                 Err(why) => {
                     tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet");
@@ -279,7 +582,7 @@ impl Agent {
                     }
                 }
             };
-            run.lease.feed(&run.handle, self.stores.lease_of(&name)).await;
+            run.lease.feed(&run.handle, leases.get(&name).cloned().flatten()).await;
             run.inputs.feed(&pair, &run.handle, &run.reporter).await;
         }
     }
@@ -287,7 +590,7 @@ impl Agent {
     /// SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining)
     /// node hands them over first.
     async fn shutdown(self) {
-        let cordoned = self.stores.cordoned(&self.opts.node);
+        let cordoned = self.stores.own.cordoned(&self.opts.node);
         for (name, run) in &self.running {
             if cordoned && self.opts.handover_when_cordoned && run.handle.status().holds_vips {
                 tracing::info!(pair = %name, "node is cordoned: handing the VIPs over before exiting");
