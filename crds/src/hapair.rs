@@ -509,6 +509,11 @@ pub struct MemberStatus {
     /// Reachable, Unreachable or Unknown (no fence target ever answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayState>,
+    /// Why this member cannot apply the pair's current configuration revision (it keeps
+    /// running the last one it applied, `appliedRevision`, and retries); absent when it
+    /// applied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
     /// The configRevision this member applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<String>,

@@ -92,7 +92,7 @@ enum Event {
     Input(sm::Input),
     ObserveVips,
     SetKeys(havip_crds::wire::Keyring),
-    Reconfigure(Box<AgentConfig>),
+    Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
     Release,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
@@ -132,9 +132,14 @@ impl Handle {
     }
     /// Applies a new configuration without a restart: the machine keeps its role, epoch
     /// and peers (no Init period); VIPs added or removed are added or removed, the
-    /// heartbeat sockets and probes are rebuilt.
-    pub async fn reconfigure(&self, cfg: AgentConfig) {
-        let _ = self.tx.send(Event::Reconfigure(Box::new(cfg))).await;
+    /// heartbeat sockets and probes are rebuilt. Returns once it was applied; on error
+    /// the last configuration keeps running, unchanged.
+    pub async fn reconfigure(&self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Event::Reconfigure(Box::new(cfg), tx)).await.is_err() {
+            return Err(RuntimeError::Stopped);
+        }
+        rx.await.unwrap_or(Err(RuntimeError::Stopped))
     }
     /// Removes the pair's VIPs from this node and stops (the node left the pair).
     pub async fn release(&self) {
@@ -160,6 +165,9 @@ pub enum RuntimeError {
     /// Something in the configuration does not match this node.
     #[error("invalid configuration for this node: {0}")]
     Config(String),
+    /// The runtime is not running any more.
+    #[error("the pair's runtime has stopped")]
+    Stopped,
 }
 
 #[derive(Clone)]
@@ -477,7 +485,14 @@ impl Runtime {
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
-                    Some(Event::Reconfigure(cfg)) => self.reconfigure(*cfg).await,
+                    Some(Event::Reconfigure(cfg, done)) => {
+                        let r = self.reconfigure(*cfg).await;
+                        if let Err(e) = &r {
+                            self.metrics.io_error("reconfigure");
+                            tracing::warn!(error = %e, "failed to apply the new configuration; the last one keeps running");
+                        }
+                        let _ = done.send(r);
+                    }
                     Some(Event::Release) => {
                         self.stop_announcer();
                         self.metrics.forget(&ROLES, &ALARMS.map(sm::Alarm::as_str));
@@ -509,20 +524,10 @@ impl Runtime {
         }
     }
 
-    async fn reconfigure(&mut self, cfg: AgentConfig) {
-        let io = match build_io(&cfg, &self.nl, &self.arp).await {
-            Ok(io) => io,
-            Err(e) => {
-                self.metrics.io_error("reconfigure");
-                tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
-                return;
-            }
-        };
-        if let Err(e) = self.hb.update(io.hb.clone()).await {
-            self.metrics.io_error("reconfigure");
-            tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
-            return;
-        }
+    /// Applies `cfg`, or leaves everything as it was and says why.
+    async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let io = build_io(&cfg, &self.nl, &self.arp).await?;
+        self.hb.update(io.hb.clone()).await?;
         // VIPs of the old configuration are the machine's to remove (below); only what the
         // ledger holds beyond both is stale.
         let old: Vec<ResolvedVip> =
@@ -550,6 +555,7 @@ impl Runtime {
         self.drain().await;
         self.vips = io.vips;
         self.observe_local_vips().await;
+        Ok(())
     }
 
     fn received(&mut self, r: Received) {
@@ -648,6 +654,8 @@ impl Runtime {
             }
             sm::Action::RemoveVips(ids) => {
                 self.stop_announcer();
+                // At once, not after the step: an announcement schedule checks it.
+                self.holding.store(false, Ordering::Relaxed);
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.remove_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
@@ -657,6 +665,9 @@ impl Runtime {
                 true
             }
             sm::Action::Announce { kind } => {
+                // The machine announces only what it holds; the flag the schedule checks
+                // is otherwise updated after the whole step.
+                self.holding.store(true, Ordering::Relaxed);
                 self.announce(kind);
                 false
             }

@@ -536,10 +536,12 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
     let mut config_pending = Vec::new();
     for m in &members {
-        match member_status(&o.status, &m.node).and_then(|s| s.applied_revision.as_deref()) {
+        let st = member_status(&o.status, &m.node);
+        let why = st.and_then(|s| s.config_error.as_deref()).map(|e| format!(" ({e})")).unwrap_or_default();
+        match st.and_then(|s| s.applied_revision.as_deref()) {
             Some(r) if r == revision => {}
-            Some(r) => config_pending.push(format!("{} applied {r}", m.node)),
-            None => config_pending.push(format!("{} has applied no revision", m.node)),
+            Some(r) => config_pending.push(format!("{} applied {r}{why}", m.node)),
+            None => config_pending.push(format!("{} has applied no revision{why}", m.node)),
         }
     }
     let stale_config: Vec<&String> =

@@ -26,6 +26,13 @@ impl KubeLease {
     }
 }
 
+impl KubeLease {
+    /// The Lease as it is now (holder, epoch), read from the API server.
+    pub async fn read(&self) -> Result<(Option<sm::NodeId>, u64), kube::Error> {
+        self.api.get(&self.name).await.map(|l| lease_view(&l))
+    }
+}
+
 #[async_trait::async_trait]
 impl LeaseStore for KubeLease {
     async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult {

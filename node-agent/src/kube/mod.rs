@@ -18,6 +18,7 @@
 mod commands;
 mod config;
 mod lease;
+mod leftovers;
 mod report;
 
 pub use commands::op_id;
@@ -69,6 +70,10 @@ pub struct KubeAgentOptions {
     pub state_dir: PathBuf,
     /// Hand the VIPs over before exiting when the node is cordoned.
     pub handover_when_cordoned: bool,
+    /// The agent's DaemonSet in `namespace`: on SIGTERM, if it is gone, being deleted or
+    /// no longer selects this node, the VIPs are removed (an uninstall leaves none);
+    /// otherwise (a rolling update, a restarted pod) they stay. `None`: they always stay.
+    pub daemonset: Option<String>,
 }
 
 /// Why the Kubernetes agent could not run.
@@ -90,41 +95,62 @@ pub enum KubeAgentError {
 
 /// Runs the Kubernetes mode until SIGTERM/SIGINT.
 pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetrics>) -> Result<(), KubeAgentError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     let notify = Arc::new(Notify::new());
     let own = Watches::own(&client, &opts.namespace, &opts.node, &notify, &metrics);
     // Configure nothing before every watch has listed once: a pair started from a
     // partial view (its key Secret not seen yet) would restart moments later with
-    // another configuration revision.
+    // another configuration revision. An operator that has not labelled every object of
+    // this node's pairs yet (the first start after an upgrade from a release without
+    // member labels): watch everything, as earlier releases did, until it has.
     tracing::info!(selector = %membership::selector(&opts.node), "waiting for the initial lists of this node's pairs, FloatingIPs, Secrets, Leases and its Node");
-    own.wait_until_ready().await?;
-    // An operator that has not labelled every object of this node's pairs yet (the
-    // first start after an upgrade from a release without member labels): watch
-    // everything, as earlier releases did, until it has.
-    let every = match unlabelled_pairs(&client, &opts.node).await {
-        Ok(missing) if missing.is_empty() => None,
-        Ok(missing) => {
-            tracing::warn!(pairs = ?missing, "pairs naming this node carry no member label yet (the operator has not labelled them): watching every pair, FloatingIP, Node, Secret and Lease until it has");
-            let every = Watches::every(&client, &opts.namespace, &notify, &metrics);
-            every.wait_until_ready().await?;
-            Some(every)
+    let start = async {
+        own.wait_until_ready().await?;
+        match unlabelled_pairs(&client, &opts.node).await {
+            Ok(missing) if missing.is_empty() => Ok(None),
+            Ok(missing) => {
+                tracing::warn!(pairs = ?missing, "pairs naming this node carry no member label yet (the operator has not labelled them): watching every pair, FloatingIP, Node, Secret and Lease until it has");
+                let every = Watches::every(&client, &opts.namespace, &notify, &metrics);
+                every.wait_until_ready().await?;
+                Ok(Some(every))
+            }
+            Err(e) => Err(KubeAgentError::Unlabelled(e)),
         }
-        Err(e) => return Err(KubeAgentError::Unlabelled(e)),
     };
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
+    let started = tokio::select! {
+        r = start => Some(r),
+        _ = term.recv() => None,
+        _ = int.recv() => None,
+    };
+    let Some(started) = started else {
+        // Stopped before it ran anything: an uninstall still leaves no VIP behind.
+        let agent = Agent {
+            client,
+            opts,
+            metrics: metrics.clone(),
+            hub: Hub::new(metrics),
+            stores: Stores { own, every: None, notify: notify.clone() },
+            running: BTreeMap::new(),
+            skipped: BTreeMap::new(),
+        };
+        agent.shutdown().await;
+        return Ok(());
+    };
+    let every = started?;
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
-    let mut agent = Agent {
-        client,
-        opts,
-        metrics,
-        hub,
-        stores: Stores { own, every, notify: notify.clone() },
-        running: BTreeMap::new(),
-        skipped: BTreeMap::new(),
-    };
+    let stores = Stores { own, every, notify: notify.clone() };
+    // Pairs that left this node while the agent was down (deleted, or this node removed
+    // from them) left their VIPs and state behind: removed now that the lists succeeded
+    // (the view holds every pair naming this node: labelled, or all of them while some
+    // are not).
+    let mut present: std::collections::BTreeSet<String> = stores.view().pairs_of(&opts.node).into_keys().collect();
+    present.extend(stores.view().unreadable_pairs().into_keys());
+    leftovers::remove_gone_pairs(&opts.state_dir, &present).await;
+    let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new(), skipped: BTreeMap::new() };
     loop {
         tokio::select! {
             _ = notify.notified() => {},
@@ -202,7 +228,7 @@ impl Stores {
 
 /// One reflector per kind, each fed by a watch that never gives up. Agents read Leases
 /// and Secrets only in the operator namespace. The caches keep what the agent reads
-/// (no managedFields; of a Node only its addresses and whether it is cordoned).
+/// (no managedFields; of a Node only its labels, addresses and whether it is cordoned).
 struct Watches {
     pairs: Store<DeserializeGuard<HAPair>>,
     fips: Store<DeserializeGuard<FloatingIP>>,
@@ -335,17 +361,34 @@ impl Watches {
                 Ok(pair) if pair.spec.members.iter().any(|m| m.node == node) => {
                     out.insert(pair.name_any(), pair.clone());
                 }
-                Ok(_) => {}
-                Err(invalid) => tracing::debug!(error = %invalid.error, "ignoring a malformed HAPair"),
+                Ok(_) | Err(_) => {}
             }
         }
         out
+    }
+
+    /// HAPairs that exist but cannot be read by this version (a newer schema, a value
+    /// it does not know): name → why. A running pair among them keeps running on its
+    /// last configuration rather than being taken for deleted.
+    fn unreadable_pairs(&self) -> BTreeMap<String, String> {
+        unreadable(&self.pairs)
+    }
+
+    /// FloatingIPs that exist but cannot be read: name → why. A pair that runs a VIP of
+    /// that name keeps its last configuration (the VIP is not dropped).
+    fn unreadable_fips(&self) -> BTreeMap<String, String> {
+        unreadable(&self.fips)
     }
 
     /// The pair's Lease as the machine reads it, if the Lease exists.
     fn lease_of(&self, pair: &str) -> Option<(Option<sm::NodeId>, u64)> {
         let name = lease_name(pair);
         self.leases.state().iter().find(|l| l.name_any() == name).map(|l| lease_view(l))
+    }
+
+    /// The labels of `node`, if it is known.
+    fn node_labels(&self, node: &str) -> Option<BTreeMap<String, String>> {
+        self.nodes.state().iter().find(|n| n.name_any() == node).map(|n| n.labels().clone())
     }
 
     /// Whether `node` is cordoned (`spec.unschedulable`).
@@ -378,6 +421,20 @@ impl Watches {
     }
 }
 
+/// The objects of a store that could not be decoded: name → the decode error.
+fn unreadable<K>(store: &Store<DeserializeGuard<K>>) -> BTreeMap<String, String>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|o| o.0.as_ref().err())
+        .filter_map(|i| i.metadata.name.clone().map(|n| (n, i.error.clone())))
+        .collect()
+}
+
 /// Of a pair, what the agent never reads: managedFields, annotations, the operator's
 /// conditions and records.
 fn slim_pair(p: &mut DeserializeGuard<HAPair>) {
@@ -404,14 +461,16 @@ fn slim_fip(f: &mut DeserializeGuard<FloatingIP>) {
     }
 }
 
-/// Of a Node, only its name, addresses and whether it is cordoned (a Node's status,
-/// with its images and conditions, is ~20 KB).
+/// Of a Node, only its name, labels (the DaemonSet's node selector is matched against
+/// them at shutdown), addresses and whether it is cordoned (a Node's status, with its
+/// images and conditions, is ~20 KB).
 fn slim_node(n: &mut Node) {
     let addresses = n.status.as_ref().and_then(|s| s.addresses.clone());
     let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable);
     *n = Node {
         metadata: ObjectMeta {
             name: n.metadata.name.take(),
+            labels: n.metadata.labels.take(),
             uid: n.metadata.uid.take(),
             resource_version: n.metadata.resource_version.take(),
             ..ObjectMeta::default()
@@ -439,6 +498,8 @@ struct PairRun {
     aux: Vec<tokio::task::JoinHandle<()>>,
     reporter: Arc<KubeReporter>,
     lease: LeaseFeed,
+    /// The Lease itself, read directly while a peer cannot be heard.
+    lease_store: Arc<KubeLease>,
     inputs: PairInputs,
 }
 
@@ -490,8 +551,21 @@ impl Agent {
         let node = self.opts.node.clone();
         let catching_up = self.stores.every.as_ref().is_some_and(Watches::ready);
         let wanted = self.stores.view().pairs_of(&node);
+        let unreadable = self.stores.view().unreadable_pairs();
+        let unreadable_fips = self.stores.view().unreadable_fips();
+        // A running pair whose object cannot be read (version skew) is not gone: it keeps
+        // its last configuration, and says why it cannot take the new one.
+        for (name, why) in &unreadable {
+            if let Some(run) = self.running.get(name) {
+                let msg = format!("cannot read the HAPair: {why}");
+                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                    tracing::warn!(pair = %name, error = %why, "cannot read the HAPair; keeping the last configuration");
+                }
+            }
+        }
         // Pairs this node left (or that were deleted): the runtime gives the VIPs up.
-        let gone: Vec<String> = self.running.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        let gone: Vec<String> =
+            self.running.keys().filter(|k| !wanted.contains_key(*k) && !unreadable.contains_key(*k)).cloned().collect();
         for name in gone {
             // A pair that leaves the labelled view is read once more by name before its
             // VIPs are given up: a pair that still names this node but lost (or never
@@ -551,6 +625,17 @@ impl Agent {
             }
         }
         for (name, pair) in wanted {
+            // A VIP of the running configuration whose FloatingIP cannot be read is not
+            // dropped: the last configuration stays until the object reads again.
+            if let Some(run) = self.running.get(&name)
+                && let Some((fip, why)) = unreadable_fips.iter().find(|(f, _)| run.reporter.runs_vip(f))
+            {
+                let msg = format!("cannot read FloatingIP {fip}: {why}");
+                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                    tracing::warn!(pair = %name, fip = %fip, error = %why, "cannot read a FloatingIP of the pair; keeping the last configuration");
+                }
+                continue;
+            }
             let Some((cfg, skipped)) = configs.remove(&name) else { continue };
             if self.skipped.get(&name) != Some(&skipped) {
                 for (fip, why) in &skipped {
@@ -561,7 +646,17 @@ impl Agent {
             let cfg = match cfg {
                 Ok(c) => c,
                 Err(why) => {
-                    tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet");
+                    match self.running.get(&name) {
+                        // Running: it keeps its last configuration; say why the new one
+                        // cannot be built.
+                        Some(run) => {
+                            let msg = format!("cannot build the new configuration: {why}");
+                            if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
+                                tracing::warn!(pair = %name, reason = %why, "keeping the last applied configuration");
+                            }
+                        }
+                        None => tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet"),
+                    }
                     continue;
                 }
             };
@@ -583,13 +678,39 @@ impl Agent {
                 }
             };
             run.lease.feed(&run.handle, leases.get(&name).cloned().flatten()).await;
+            // While it holds the VIPs and cannot hear a peer, the active reads the Lease
+            // itself every pass (about once a second) rather than trusting the watch: a
+            // peer that took the pair over is then learnt within a second even if the
+            // watch connection went silently stale.
+            let st = run.handle.status();
+            if st.holds_vips && st.peers.iter().any(|p| p.heard_paths.is_empty()) {
+                match tokio::time::timeout(Duration::from_millis(500), run.lease_store.read()).await {
+                    Ok(Ok(view)) => run.lease.feed(&run.handle, Some(view)).await,
+                    Ok(Err(e)) => tracing::debug!(pair = %name, error = %e, "Lease read failed"),
+                    Err(_) => tracing::debug!(pair = %name, "Lease read timed out"),
+                }
+            }
             run.inputs.feed(&pair, &run.handle, &run.reporter).await;
         }
     }
 
     /// SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining)
-    /// node hands them over first.
+    /// node hands them over first; an uninstall (the DaemonSet gone or deleting, or no
+    /// longer selecting this node) removes them.
     async fn shutdown(self) {
+        if let Some(why) = self.leaving().await {
+            tracing::warn!(reason = %why, "the agent is being removed from this node: removing its VIPs");
+            for (name, run) in self.running {
+                tracing::info!(pair = %name, "giving up the pair's VIPs");
+                run.handle.release().await;
+                run.finish().await;
+            }
+            // Also what no runtime runs now (pairs not started yet, or a stop during the
+            // start): every VIP recorded in a ledger here. State files stay (an epoch
+            // never goes back, even across a reinstall).
+            leftovers::remove_all_vips(&self.opts.state_dir).await;
+            return;
+        }
         let cordoned = self.stores.own.cordoned(&self.opts.node);
         for (name, run) in &self.running {
             if cordoned && self.opts.handover_when_cordoned && run.handle.status().holds_vips {
@@ -606,15 +727,75 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Why this agent will not be replaced on this node (so its VIPs must go), if so: its
+    /// DaemonSet is gone or being deleted, or its node selector no longer matches this
+    /// node. When the API server cannot say, the VIPs stay (they are never dropped on a
+    /// guess).
+    async fn leaving(&self) -> Option<String> {
+        let name = self.opts.daemonset.as_deref()?;
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), &self.opts.namespace);
+        let ds = match tokio::time::timeout(Duration::from_secs(5), api.get_opt(name)).await {
+            Ok(Ok(Some(ds))) => ds,
+            Ok(Ok(None)) => return Some(format!("DaemonSet {name} is gone")),
+            // `helm uninstall` deletes the DaemonSet, then (while its pods are still
+            // terminating) the ServiceAccount and its Role: a token that no longer
+            // authenticates, or a permission the chart always grants that is gone, means
+            // the installation is being removed.
+            Ok(Err(kube::Error::Api(e))) if e.code == 401 || e.code == 403 => {
+                return Some(format!(
+                    "the agent's ServiceAccount or its permissions are gone ({} reading DaemonSet {name})",
+                    e.code
+                ));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the agent's DaemonSet; keeping the VIPs");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!("cannot read the agent's DaemonSet in time; keeping the VIPs");
+                return None;
+            }
+        };
+        if ds.metadata.deletion_timestamp.is_some() {
+            return Some(format!("DaemonSet {name} is being deleted"));
+        }
+        let selector = ds.spec.template.spec.as_ref().and_then(|p| p.node_selector.clone());
+        let labels = self.stores.own.node_labels(&self.opts.node)?;
+        match selector {
+            Some(sel) if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) => {
+                Some(format!("DaemonSet {name} no longer selects this node (nodeSelector)"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Applies a changed configuration to a running pair in place: role, epoch and peers
 /// are kept (no Init period); a key change alone only swaps the keys.
 async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
     if run.revision != cfg.sm.config_revision {
         tracing::info!(pair = %name, revision = cfg.sm.config_revision, "configuration changed");
-        run.revision = cfg.sm.config_revision;
-        run.keys = cfg.keys.clone();
-        run.reporter.set_config(&cfg);
-        run.handle.reconfigure(cfg).await;
+        // Recorded (and reported as applied) only once the runtime applied it; a failure
+        // is reported in the member entry and retried on the next pass.
+        match run.handle.reconfigure(cfg.clone()).await {
+            Ok(()) => {
+                run.revision = cfg.sm.config_revision;
+                run.keys = cfg.keys.clone();
+                run.reporter.set_config(&cfg);
+                run.reporter.set_config_error(None, &run.handle.status());
+            }
+            Err(e) => {
+                let msg = format!(
+                    "cannot apply revision {}: {e}",
+                    havip_crds::revision::format_revision(cfg.sm.config_revision)
+                );
+                if run.reporter.set_config_error(Some(msg.clone()), &run.handle.status()) {
+                    tracing::warn!(pair = %name, error = %msg, "keeping the last applied configuration; retrying");
+                }
+            }
+        }
     } else if run.keys != cfg.keys {
         tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
         run.handle.set_keys(cfg.keys.clone()).await;
@@ -634,7 +815,9 @@ async fn start_pair(
     let name = pair.name_any();
     let (reporter, outlets) = KubeReporter::new(&opts.node, &cfg);
     let reporter = Arc::new(reporter);
+    leftovers::check_incarnation(&opts.state_dir, &name, pair.metadata.uid.as_deref()).await;
     let lease = Arc::new(KubeLease::new(Api::namespaced(client.clone(), &opts.namespace), &name));
+    let lease_store = lease.clone();
     let keys = cfg.keys.clone();
     let revision = cfg.sm.config_revision;
     let (handle, task) = runtime::start(
@@ -657,6 +840,7 @@ async fn start_pair(
         aux,
         reporter,
         lease: LeaseFeed::default(),
+        lease_store,
         inputs: PairInputs::default(),
     })
 }

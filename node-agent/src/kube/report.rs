@@ -55,6 +55,9 @@ struct ReporterView {
     revision: String,
     key_id: i64,
     path_addresses: Vec<(String, String)>,
+    /// Why the current configuration could not be applied (the view above is the last
+    /// one that was).
+    config_error: Option<String>,
 }
 
 impl ReporterView {
@@ -69,6 +72,7 @@ impl ReporterView {
                 .iter()
                 .filter_map(|p| cfg.local_member().and_then(|m| m.addresses.get(p)).map(|a| (p.clone(), a.to_string())))
                 .collect(),
+            config_error: None,
         }
     }
 }
@@ -111,9 +115,30 @@ impl KubeReporter {
         &self.node
     }
 
-    /// Takes a new configuration into account (paths, VIPs, revision, key id).
+    /// Whether the applied configuration has a VIP of FloatingIP `name`.
+    pub(super) fn runs_vip(&self, name: &str) -> bool {
+        lock(&self.view).vips.iter().any(|v| v.id == name)
+    }
+
+    /// Takes a new configuration into account (paths, VIPs, revision, key id): called
+    /// once the runtime applied it, never before.
     pub(super) fn set_config(&self, cfg: &AgentConfig) {
         *lock(&self.view) = ReporterView::of(cfg);
+    }
+
+    /// Records why the current configuration cannot be applied (`None`: it was), and
+    /// publishes the entry when that changed. Returns whether it changed.
+    pub(super) fn set_config_error(&self, error: Option<String>, status: &sm::Status) -> bool {
+        let changed = {
+            let mut v = lock(&self.view);
+            let changed = v.config_error != error;
+            v.config_error = error;
+            changed
+        };
+        if changed {
+            self.publish(status);
+        }
+        changed
     }
 
     /// Remembers the failover command `id` handed to the machine as operation `op`: the
@@ -179,6 +204,7 @@ impl KubeReporter {
             carrier: Some(st.carrier_ok),
             gateway: Some(api_gateway(st.gateway)),
             applied_revision: Some(view.revision.clone()),
+            config_error: view.config_error.clone(),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             protocol_version: Some(format!("{}.{}", sm::PROTOCOL.major, sm::PROTOCOL.minor)),
             clock_skew_ms: None,
