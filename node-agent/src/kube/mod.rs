@@ -606,10 +606,12 @@ impl Agent {
         let mut configs = view.configs(&node, ns, &wanted, &local_interfaces);
         let leases: BTreeMap<String, _> = wanted.keys().map(|n| (n.clone(), view.lease_of(n))).collect();
         // Catching up: once this node's own (labelled) objects give every pair the very
-        // configuration the complete view gives, the complete watches go.
+        // configuration the complete view gives, the complete watches go. Not while the
+        // node has no pair at all: nothing then shows that the operator labels, and a
+        // pair an unlabelling operator creates later would go unseen.
         if catching_up {
             let own = self.stores.own.pairs_of(&node);
-            let same = own.keys().eq(wanted.keys()) && {
+            let same = !own.is_empty() && own.keys().eq(wanted.keys()) && {
                 let own_configs = self.stores.own.configs(&node, ns, &own, &local_interfaces);
                 configs.iter().all(|(name, (cfg, _))| match (cfg, own_configs.get(name).map(|c| &c.0)) {
                     (Ok(a), Some(Ok(b))) => a.sm.config_revision == b.sm.config_revision && a.keys == b.keys,
