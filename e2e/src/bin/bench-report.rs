@@ -666,6 +666,14 @@ fn goal(v: &Value) -> &'static str {
 
 fn scale_section(out: &mut String, files: &[RunFile]) {
     out.push_str("## havip in a big cluster (measured here)\n\n");
+    out.push_str(
+        "How many pairs a node may carry: there is no fixed limit. One agent serves every pair of its node over one \
+UDP socket per (local address, heartbeat port), so pairs may share a port (the default 7946) or use different ones; \
+a second process on the same address and port refuses to start. Each pair costs the agent its heartbeats (pairs × \
+peers × paths × 10 datagrams/s at the default interval), its probes and about 1 MiB; the end-to-end suites run two \
+and three pairs per node (README, \"Many pairs on the same nodes\"). An agent watches only its own node's objects, \
+so what it receives grows with its own pairs, not with the cluster:\n\n",
+    );
     let Some(f) = newest(files, Kind::ScaleAgent).or_else(|| newest(files, Kind::ScaleOperator)) else {
         out.push_str("No results yet: run `make bench` (or `make bench-scale`).\n\n");
         return;
@@ -847,6 +855,13 @@ not json at all
         let files: Vec<RunFile> = parse_file("scale-2026-11-30.jsonl", SCALE).into_iter().collect();
         let md = render(&files);
         assert!(md.contains("## havip in a big cluster (measured here)"), "{md}");
+        assert!(
+            md.contains(
+                "the end-to-end suites run two \
+and three pairs per node"
+            ),
+            "{md}"
+        );
         assert!(md.contains("5000 synthetic Nodes with 20610 bytes of status"), "{md}");
         assert!(md.contains("| operator (release build) | idle with the Nodes 40.0 MiB; all pairs Live 60.0 MiB; largest 68.4 MiB | 1000 of 1000 pairs Live 88.8 s after they were created (1000 converged after 40.5 s) | ≤ 256 MiB: met |"), "{md}");
         assert!(md.contains("| agent on n0 (2 pairs, release build) | 20.0 MiB; largest in the window 21.0 MiB | 6.5 watch events/min (FloatingIP 0.5, HAPair 6.0) while the cluster wrote 1996 HAPair statuses/min; 7 objects in its start-up lists | ≤ 32 MiB: **missed** |"), "{md}");
