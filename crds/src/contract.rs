@@ -189,6 +189,10 @@ string_enum! {
         /// timeout: the peer restarted and cannot prove its new session (it cannot hear
         /// this member).
         HeartbeatReplay = "HeartbeatReplay",
+        /// The Lease's holder is silent on every heartbeat path but keeps renewing the
+        /// Lease: the members are partitioned from each other; this member does not take
+        /// the VIPs from it.
+        PeerPartition = "PeerPartition",
     }
 }
 

@@ -1280,6 +1280,23 @@ impl Topology {
         self.install_filter(node, table, &[format!("udp dport {port}"), format!("udp sport {port}")], links)
     }
 
+    /// A partition between two nodes only, as a switch fault would make it: on `node`'s
+    /// interfaces every frame from or to a MAC of node `peer` is dropped (ARP, heartbeats,
+    /// probes through the VIP), in both directions; the gateway, the client and the API
+    /// server stay reachable (table `hvfault_peer<peer>`). Install it on both nodes for a
+    /// symmetric partition.
+    pub fn partition_peer(&self, node: usize, peer: usize) -> Result<Fault> {
+        let p = self.node_checked(peer)?;
+        let macs = format!("{{ {}, {} }}", p.data_mac, p.mgmt_mac);
+        let table = format!("{FAULT_TABLE_PREFIX}peer{peer}");
+        self.install_filter(
+            node,
+            table,
+            &[format!("ether saddr {macs}"), format!("ether daddr {macs}")],
+            &[Link::Data, Link::Mgmt],
+        )
+    }
+
     /// Drops TCP to or from `port` on the node's `links` (table `hvfault_tcp_…`).
     pub fn block_tcp_port(&self, node: usize, port: u16, links: &[Link]) -> Result<Fault> {
         let table = format!("{FAULT_TABLE_PREFIX}tcp_{port}_{}", Self::links_tag(links));

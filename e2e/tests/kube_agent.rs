@@ -436,3 +436,56 @@ fn an_uninstall_leaves_no_vip_while_a_restart_keeps_it() {
         );
     }
 }
+
+#[test]
+fn a_partition_between_the_members_settles_on_one_holder() {
+    let Some(lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    // Frames between n0 and n1 dropped at both nodes; both still reach the API server
+    // and the client.
+    let faults = [lab.topo.partition_peer(0, 1).expect("partition"), lab.topo.partition_peer(1, 0).expect("partition")];
+    let start = std::time::Instant::now();
+    let mut samples: Vec<Vec<usize>> = Vec::new();
+    let mut alarm_seen = false;
+    while start.elapsed() < Duration::from_secs(15) {
+        samples.push(lab.holders().expect("holders"));
+        if !alarm_seen && samples.len().is_multiple_of(10) {
+            alarm_seen = lab.block_on(async {
+                lab.pair("web").await.ok().and_then(|p| p.status).is_some_and(|s| {
+                    s.members.iter().any(|m| m.alarms.contains(&havip_crds::MemberAlarm::PeerPartition))
+                })
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for f in &faults {
+        lab.topo.heal(f).expect("heal");
+    }
+    let report = prober.stop().expect("report");
+    // One holder for the whole partition: at most one move, no lasting double holder.
+    let mut moves = 0;
+    let mut last: Option<usize> = None;
+    let mut double_streak = 0;
+    let mut longest_double = 0;
+    for s in &samples {
+        if s.len() > 1 {
+            double_streak += 1;
+            longest_double = longest_double.max(double_streak);
+            continue;
+        }
+        double_streak = 0;
+        if let [h] = s.as_slice() {
+            if last.is_some_and(|l| l != *h) {
+                moves += 1;
+            }
+            last = Some(*h);
+        }
+    }
+    let summary = format!("holders every 100 ms: {samples:?}\n{}\n{}", report.summary(), lab.logs_tail(40));
+    assert!(moves <= 1, "{moves} moves during the partition\n{summary}");
+    assert!(longest_double <= 3, "two holders for {longest_double} samples in a row\n{summary}");
+    assert!(samples.last().is_some_and(|s| s.len() == 1), "one holder at the end\n{summary}");
+    assert!(report.holder_changes() <= 1, "{summary}");
+    assert!(alarm_seen, "a member reported PeerPartition\n{summary}");
+}

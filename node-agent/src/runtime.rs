@@ -29,6 +29,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub trait LeaseStore: Send + Sync + 'static {
     /// Compare-and-swap: set holder and epoch if the Lease's epoch is `expected_epoch`.
     async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult;
+
+    /// Renews the Lease (a fresh renew time, same holder and epoch) if it still names
+    /// `holder` under `epoch`; returns the Lease's holder and epoch as read, `None` when
+    /// the store could not be read.
+    async fn renew(&self, _holder: &str, _epoch: u64) -> Option<(Option<sm::NodeId>, u64)> {
+        None
+    }
 }
 
 /// Receives what the runtime reports (Kubernetes mode writes status and Events).
@@ -446,7 +453,10 @@ pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
-const ALARMS: [sm::Alarm; 9] = [
+/// How long a Lease write that timed out (for the machine) is still awaited, for the log.
+const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
+
+const ALARMS: [sm::Alarm; 10] = [
     sm::Alarm::Suspended,
     sm::Alarm::VersionMismatch,
     sm::Alarm::KeyMismatch,
@@ -456,6 +466,7 @@ const ALARMS: [sm::Alarm; 9] = [
     sm::Alarm::Misconfigured,
     sm::Alarm::MaintenancePending,
     sm::Alarm::HeartbeatReplay,
+    sm::Alarm::PeerPartition,
 ];
 
 impl Runtime {
@@ -681,14 +692,59 @@ impl Runtime {
                     None => self.queue.push_back(sm::Input::CasResult(sm::CasResult::Unavailable)),
                     Some(store) => {
                         let timeout = Duration::from_millis(self.cfg.sm.timings.cas_timeout_ms);
+                        let metrics = self.metrics.clone();
                         tokio::spawn(async move {
-                            let r =
-                                tokio::time::timeout(timeout, store.cas(holder.as_str(), new_epoch, expected_epoch))
-                                    .await
-                                    .unwrap_or(sm::CasResult::Unavailable);
+                            let cas = store.cas(holder.as_str(), new_epoch, expected_epoch);
+                            let mut cas = std::pin::pin!(cas);
+                            let r = match tokio::time::timeout(timeout, &mut cas).await {
+                                Ok(r) => r,
+                                Err(_) => {
+                                    // No answer in time: the machine goes on under the
+                                    // standalone rules. The write is not abandoned (a
+                                    // dropped request may still land): it runs to its
+                                    // end, and what the Lease became arrives through the
+                                    // watch like any other write.
+                                    let _ =
+                                        tx.send(Event::Input(sm::Input::CasResult(sm::CasResult::Unavailable))).await;
+                                    let late = tokio::time::timeout(LATE_CAS_LIMIT, cas).await;
+                                    metrics.io_error("lease_cas_late");
+                                    match late {
+                                        Ok(sm::CasResult::Ok { epoch }) => tracing::warn!(
+                                            epoch,
+                                            "a Lease write that timed out landed afterwards; the pair settles it from the Lease"
+                                        ),
+                                        Ok(other) => {
+                                            tracing::info!(result = ?other, "a Lease write that timed out ended")
+                                        }
+                                        Err(_) => {
+                                            tracing::warn!("a Lease write is still unanswered after its time limit")
+                                        }
+                                    }
+                                    return;
+                                }
+                            };
                             let _ = tx.send(Event::Input(sm::Input::CasResult(r))).await;
                         });
                     }
+                }
+                false
+            }
+            sm::Action::RenewLease { holder, epoch } => {
+                if let Some(store) = self.lease.clone() {
+                    let tx = self.tx.clone();
+                    // A renewal is due about once a second; one that takes longer is moot.
+                    let limit = Duration::from_millis(self.cfg.sm.timings.lease_renew_ms);
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(limit, store.renew(holder.as_str(), epoch)).await {
+                            // The Lease moved on (a peer took the pair): tell the machine
+                            // now rather than when the watch catches up.
+                            Ok(Some((h, e))) if (h.as_ref(), e) != (Some(&holder), epoch) => {
+                                let _ = tx.send(Event::Input(sm::Input::LeaseObserved { holder: h, epoch: e })).await;
+                            }
+                            Ok(_) => {}
+                            Err(_) => tracing::debug!("Lease renewal timed out"),
+                        }
+                    });
                 }
                 false
             }

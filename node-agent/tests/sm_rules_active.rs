@@ -234,6 +234,9 @@ fn two_actives_holder_does_not_yield_to_a_mere_claimer() {
 fn two_actives_lease_naming_a_newer_holder_demotes_the_active() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;
+    // B claims (its adverts say Active before it writes the Lease); a B heard as a mere
+    // standby would not demote A at once (see sm_rules_partition).
+    h.hear(&adv(B, 100, Role::Active, 5, false));
     let out = h.lease(Some(B), 5);
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(role_changes(&out), vec![(Role::Active, Role::Standby, Reason::NewerEpochLease, 5)]);

@@ -26,13 +26,6 @@ impl KubeLease {
     }
 }
 
-impl KubeLease {
-    /// The Lease as it is now (holder, epoch), read from the API server.
-    pub async fn read(&self) -> Result<(Option<sm::NodeId>, u64), kube::Error> {
-        self.api.get(&self.name).await.map(|l| lease_view(&l))
-    }
-}
-
 #[async_trait::async_trait]
 impl LeaseStore for KubeLease {
     async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult {
@@ -71,6 +64,53 @@ impl LeaseStore for KubeLease {
             }
         }
     }
+
+    async fn renew(&self, holder: &str, epoch: u64) -> Option<(Option<sm::NodeId>, u64)> {
+        let current = match self.api.get(&self.name).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(lease = %self.name, error = %e, "Lease read for a renewal failed");
+                return None;
+            }
+        };
+        let view = lease_view(&current);
+        if view.0.as_ref().map(sm::NodeId::as_str) != Some(holder) || view.1 != epoch {
+            return Some(view);
+        }
+        let mut next = current;
+        let spec = next.spec.get_or_insert_with(Default::default);
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        match self.api.replace(&self.name, &PostParams::default(), &next).await {
+            Ok(l) => Some(lease_view(&l)),
+            // Written in between: whatever it reads now.
+            Err(kube::Error::Api(s)) if s.code == 409 => self.api.get(&self.name).await.ok().map(|l| lease_view(&l)),
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %e, "Lease renewal refused");
+                Some(view)
+            }
+        }
+    }
+}
+
+/// What the agent reads of a pair Lease: holder and epoch (the fencing record) and the
+/// renew time (a write by the holder that changes neither: a renewal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSnapshot {
+    /// Holder (none or empty: `None`).
+    pub holder: Option<sm::NodeId>,
+    /// `leaseTransitions`.
+    pub epoch: u64,
+    /// `renewTime` as written.
+    pub renewed: Option<String>,
+}
+
+impl LeaseSnapshot {
+    /// The snapshot of `l`.
+    pub fn of(l: &Lease) -> LeaseSnapshot {
+        let (holder, epoch) = lease_view(l);
+        let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0.to_string());
+        LeaseSnapshot { holder, epoch, renewed }
+    }
 }
 
 /// Holder and epoch of a Lease as the machine reads them (no or an empty holder: none).
@@ -85,20 +125,24 @@ pub fn lease_view(l: &Lease) -> (Option<sm::NodeId>, u64) {
 /// What of the Lease watch one pair's machine was last told.
 #[derive(Default)]
 pub(super) struct LeaseFeed {
-    seen: Option<(Option<sm::NodeId>, u64)>,
+    seen: Option<LeaseSnapshot>,
 }
 
 impl LeaseFeed {
-    /// Feeds the Lease to the machine when it changed, and again while the machine
-    /// knows the Lease is behind (a CAS that timed out during an API outage): that is
-    /// when it reconciles the Lease.
-    pub(super) async fn feed(&mut self, handle: &Handle, lease: Option<(Option<sm::NodeId>, u64)>) {
-        let Some((holder, epoch)) = lease else { return };
-        let seen = (holder, epoch);
-        if self.seen.as_ref() != Some(&seen) || handle.status().lease_stale {
-            let (holder, epoch) = seen.clone();
-            self.seen = Some(seen);
-            handle.input(sm::Input::LeaseObserved { holder, epoch }).await;
+    /// Feeds the Lease to the machine when holder or epoch changed, and again while the
+    /// machine knows the Lease is behind (a CAS that timed out during an API outage):
+    /// that is when it reconciles the Lease. A new renew time under the same holder and
+    /// epoch is a renewal.
+    pub(super) async fn feed(&mut self, handle: &Handle, lease: Option<LeaseSnapshot>) {
+        let Some(now) = lease else { return };
+        let before = self.seen.replace(now.clone());
+        let same_record = before.as_ref().is_some_and(|b| b.holder == now.holder && b.epoch == now.epoch);
+        if !same_record || handle.status().lease_stale {
+            handle.input(sm::Input::LeaseObserved { holder: now.holder, epoch: now.epoch }).await;
+        } else if before.is_some_and(|b| b.renewed != now.renewed)
+            && let Some(holder) = now.holder
+        {
+            handle.input(sm::Input::LeaseRenewed { holder, epoch: now.epoch }).await;
         }
     }
 }

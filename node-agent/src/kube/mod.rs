@@ -26,7 +26,7 @@ pub use config::{
     ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret,
     pick_path_address, skipped_floating_ips,
 };
-pub use lease::{KubeLease, lease_name, lease_view};
+pub use lease::{KubeLease, LeaseSnapshot, lease_name, lease_view};
 
 use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
@@ -381,9 +381,9 @@ impl Watches {
     }
 
     /// The pair's Lease as the machine reads it, if the Lease exists.
-    fn lease_of(&self, pair: &str) -> Option<(Option<sm::NodeId>, u64)> {
+    fn lease_of(&self, pair: &str) -> Option<LeaseSnapshot> {
         let name = lease_name(pair);
-        self.leases.state().iter().find(|l| l.name_any() == name).map(|l| lease_view(l))
+        self.leases.state().iter().find(|l| l.name_any() == name).map(|l| LeaseSnapshot::of(l))
     }
 
     /// The labels of `node`, if it is known.
@@ -499,7 +499,6 @@ struct PairRun {
     reporter: Arc<KubeReporter>,
     lease: LeaseFeed,
     /// The Lease itself, read directly while a peer cannot be heard.
-    lease_store: Arc<KubeLease>,
     inputs: PairInputs,
 }
 
@@ -679,19 +678,10 @@ impl Agent {
                     }
                 }
             };
+            // (While it holds the VIPs and cannot hear a peer, the active also reads the
+            // Lease itself about once a second, when it renews it: a peer that took the
+            // pair over is learnt within a second even if this watch went stale.)
             run.lease.feed(&run.handle, leases.get(&name).cloned().flatten()).await;
-            // While it holds the VIPs and cannot hear a peer, the active reads the Lease
-            // itself every pass (about once a second) rather than trusting the watch: a
-            // peer that took the pair over is then learnt within a second even if the
-            // watch connection went silently stale.
-            let st = run.handle.status();
-            if st.holds_vips && st.peers.iter().any(|p| p.heard_paths.is_empty()) {
-                match tokio::time::timeout(Duration::from_millis(500), run.lease_store.read()).await {
-                    Ok(Ok(view)) => run.lease.feed(&run.handle, Some(view)).await,
-                    Ok(Err(e)) => tracing::debug!(pair = %name, error = %e, "Lease read failed"),
-                    Err(_) => tracing::debug!(pair = %name, "Lease read timed out"),
-                }
-            }
             run.inputs.feed(&pair, &run.handle, &run.reporter).await;
         }
     }
@@ -819,7 +809,6 @@ async fn start_pair(
     let reporter = Arc::new(reporter);
     leftovers::check_incarnation(&opts.state_dir, &name, pair.metadata.uid.as_deref()).await;
     let lease = Arc::new(KubeLease::new(Api::namespaced(client.clone(), &opts.namespace), &name));
-    let lease_store = lease.clone();
     let keys = cfg.keys.clone();
     let revision = cfg.sm.config_revision;
     let (handle, task) = runtime::start(
@@ -842,7 +831,6 @@ async fn start_pair(
         aux,
         reporter,
         lease: LeaseFeed::default(),
-        lease_store,
         inputs: PairInputs::default(),
     })
 }

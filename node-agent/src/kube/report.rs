@@ -301,6 +301,7 @@ fn api_alarm(a: sm::Alarm) -> MemberAlarm {
         sm::Alarm::Misconfigured => MemberAlarm::Misconfigured,
         sm::Alarm::MaintenancePending => MemberAlarm::MaintenancePending,
         sm::Alarm::HeartbeatReplay => MemberAlarm::HeartbeatReplay,
+        sm::Alarm::PeerPartition => MemberAlarm::PeerPartition,
     }
 }
 

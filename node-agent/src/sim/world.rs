@@ -162,6 +162,7 @@ enum NodeEv {
     TrafficFeed,
     InitFeed,
     LeaseFeed,
+    LeaseRenewed { holder: usize, epoch: u64 },
     CasReply(CasResult),
 }
 
@@ -452,6 +453,11 @@ impl World {
                     self.feed(n, Input::LeaseObserved { holder, epoch });
                 }
             }
+            NodeEv::LeaseRenewed { holder, epoch } => {
+                if self.nodes[n].store {
+                    self.feed(n, Input::LeaseRenewed { holder: node_name(holder), epoch });
+                }
+            }
             NodeEv::CasReply(r) => self.feed(n, Input::CasResult(r)),
         }
     }
@@ -702,6 +708,18 @@ impl World {
                     self.push(self.t + d, Ev::CasAtStore { n, inc, new_epoch, expected: expected_epoch });
                 } else if self.p.store_fast_fail {
                     self.push_node(n, 1, NodeEv::CasReply(CasResult::Unavailable));
+                }
+            }
+            Action::RenewLease { epoch, .. } => {
+                // The store takes the renewal if it still names n under `epoch`; the
+                // members that reach it see it through their watch.
+                if self.nodes[n].store && self.store_holder == Some(n) && self.store_epoch == epoch {
+                    for m in 0..self.p.n {
+                        if m != n && self.nodes[m].store && self.nodes[m].machine.is_some() {
+                            let d = self.store_delay() + self.store_delay();
+                            self.push_node(m, d, NodeEv::LeaseRenewed { holder: n, epoch });
+                        }
+                    }
                 }
             }
             Action::Persist(p) => {

@@ -73,6 +73,11 @@ pub struct Timings {
     pub handover_retry_ms: u64,
     /// A winner of a two-actives conflict re-announces at most this often.
     pub reannounce_min_ms: u64,
+    /// A holder that cannot hear a peer renews the Lease this often.
+    pub lease_renew_ms: u64,
+    /// A Lease holder seen renewing (or claiming) within this long is alive: a member
+    /// that cannot hear it does not take the VIPs from it.
+    pub lease_alive_ms: u64,
 }
 
 impl Default for Timings {
@@ -96,6 +101,8 @@ impl Default for Timings {
             reject_alarm_clear_ms: 5_000,
             handover_retry_ms: 3_000,
             reannounce_min_ms: 1_000,
+            lease_renew_ms: 1_000,
+            lease_alive_ms: 3_000,
         }
     }
 }
@@ -255,6 +262,9 @@ impl Config {
         }
         if t.confirm_timeout_ms == 0 || t.cas_timeout_ms == 0 {
             return bad("confirm and CAS timeouts must be positive");
+        }
+        if t.lease_renew_ms == 0 || t.lease_alive_ms <= t.lease_renew_ms {
+            return bad("the Lease renewal interval must be positive and below the Lease alive window");
         }
         if let FailbackPolicy::Automatic(a) = &self.failback
             && a.quarantine_failovers == 0

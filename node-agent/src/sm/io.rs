@@ -77,6 +77,14 @@ pub enum Input {
         /// Current epoch.
         epoch: u64,
     },
+    /// The holder named by the Lease wrote it again without changing holder or epoch (a
+    /// renewal: see [`Action::RenewLease`]): it is alive and reaches the API server.
+    LeaseRenewed {
+        /// The holder that renewed.
+        holder: NodeId,
+        /// The epoch it renewed under.
+        epoch: u64,
+    },
     /// Answer to the last [`Action::CasLease`].
     CasResult(CasResult),
     /// Traffic through the VIPs on this member (`None` = unknown).
@@ -239,6 +247,16 @@ pub enum Action {
         /// Epoch the Lease must have now.
         expected_epoch: u64,
     },
+    /// Rewrite the Lease's renew time, keeping holder and epoch, if it still names
+    /// `holder` under `epoch` (no answer; a Lease that moved on arrives as
+    /// [`Input::LeaseObserved`]). Sent by a holder that cannot hear a peer, so that the
+    /// peer can tell "alive but unheard" from "dead".
+    RenewLease {
+        /// This node.
+        holder: NodeId,
+        /// The epoch it holds under.
+        epoch: u64,
+    },
     /// Write this durably before executing the following actions.
     Persist(Persisted),
     /// Report an event (status, Kubernetes Event, metrics).
@@ -307,6 +325,10 @@ pub enum Alarm {
     /// Every heartbeat of a member has been refused as a replay for longer than the
     /// heartbeat timeout: it cannot be heard (e.g. it restarted and never heard us).
     HeartbeatReplay,
+    /// The Lease's holder is silent on every heartbeat path but renews the Lease (it is
+    /// alive and reaches the API server): a partition between the members. This member
+    /// does not take the VIPs from it.
+    PeerPartition,
 }
 
 impl Alarm {
@@ -322,6 +344,7 @@ impl Alarm {
             Alarm::Misconfigured => "Misconfigured",
             Alarm::MaintenancePending => "MaintenancePending",
             Alarm::HeartbeatReplay => "HeartbeatReplay",
+            Alarm::PeerPartition => "PeerPartition",
         }
     }
 }

@@ -153,6 +153,9 @@ pub enum Blocker {
     LeaseConflictBackoff,
     /// A peer is heard being active or holding the VIPs.
     PeerActive,
+    /// The Lease's holder cannot be heard but renews the Lease: it is alive (a
+    /// partition between the members), and keeps the VIPs.
+    PeerAliveViaLease,
     /// A planned handover to this member is in progress.
     OperationInProgress,
     /// Never heard a peer, boot hold not over.

@@ -1,6 +1,7 @@
 //! What a member holding the VIPs decides: two actives, Lease reconcile, maintenance,
 //! carrier and gateway moves (fencing), unhealthy VIPs and listeners, automatic failback.
 
+use super::partition::NewerLease;
 use super::{CasPurpose, Machine, Need, OpPhase, Origin};
 use crate::sm::config::FailbackPolicy;
 use crate::sm::io::{Action, Alarm, Reason};
@@ -25,6 +26,13 @@ impl Machine {
         }
         if self.check_rival(now, out) {
             return;
+        }
+        if self.lease_disowned_since.is_some() {
+            // Waiting to see whether the peer a newer Lease names acts on it.
+            self.reconcile_lease(now, out);
+            if !self.holding {
+                return;
+            }
         }
         if self.op.is_some() {
             self.op_timeouts(now, out);
@@ -82,15 +90,8 @@ impl Machine {
         }
 
         // Discretionary: a VIP missing from the kernel or a listener down for too long.
-        let t = self.t();
-        let unhealthy = self.vip_missing_since.is_some_and(|s| now.since(s) >= t.vip_unhealthy_ms);
-        let listener_down = self
-            .listeners
-            .iter()
-            .flatten()
-            .any(|l| l.is_some_and(|l| !l.up && now.since(l.since) >= t.listener_down_ms));
-        if unhealthy || listener_down {
-            let reason = if unhealthy { Reason::VipUnhealthy } else { Reason::ListenerDown };
+        if let Some(reason) = self.unhealthy_reason(now) {
+            let unhealthy = reason == Reason::VipUnhealthy;
             let allowed = !self.pair_suspended(now) && !self.paused && retry_ok;
             if allowed && let Some(t) = self.best_candidate(now, Need::Urgent) {
                 self.start_op(now, None, Origin::Auto(reason), t, false, out);
@@ -109,6 +110,21 @@ impl Machine {
         if retry_ok && let Some(t) = self.failback_target(now) {
             self.start_op(now, None, Origin::Auto(Reason::Failback), t, false, out);
         }
+    }
+
+    /// Why the held VIPs are unhealthy, if they are: one missing from the kernel, or a
+    /// listener down, for too long.
+    pub(super) fn unhealthy_reason(&self, now: Millis) -> Option<Reason> {
+        let t = self.t();
+        if self.vip_missing_since.is_some_and(|s| now.since(s) >= t.vip_unhealthy_ms) {
+            return Some(Reason::VipUnhealthy);
+        }
+        let listener_down = self
+            .listeners
+            .iter()
+            .flatten()
+            .any(|l| l.is_some_and(|l| !l.up && now.since(l.since) >= t.listener_down_ms));
+        listener_down.then_some(Reason::ListenerDown)
     }
 
     /// Role to leave to when giving up: maintenance wins over `otherwise`, and a member
@@ -199,6 +215,9 @@ impl Machine {
         };
         let me = self.cfg.local.clone();
         let mine = l.holder.as_ref() == Some(&me);
+        if mine || l.epoch <= self.held_epoch {
+            self.lease_disowned_since = None;
+        }
         if mine && l.epoch == self.held_epoch {
             return;
         }
@@ -212,6 +231,15 @@ impl Machine {
             return;
         }
         if !mine && l.epoch > self.held_epoch {
+            match self.newer_lease(now, &l) {
+                NewerLease::Wait => return,
+                NewerLease::Reclaim => {
+                    self.reclaim_lease(now, &l, out);
+                    return;
+                }
+                NewerLease::Yield => {}
+            }
+            self.lease_disowned_since = None;
             self.bump_epoch(l.epoch);
             self.abort_op_superseded(out);
             let to = self.out_role(Role::Standby);

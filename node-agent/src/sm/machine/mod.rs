@@ -3,10 +3,12 @@
 //! Layout: `observe` folds inputs into the state, `standby` decides acquisitions (election
 //! and takeover, with the Lease claim), `active` decides what a holder does (handovers,
 //! fencing, two actives, Lease reconcile, failback), `planned` runs the make-before-break
-//! handover protocol on both sides, `report` builds adverts and status.
+//! handover protocol on both sides, `partition` settles a partition between the members
+//! through the Lease, `report` builds adverts and status.
 
 mod active;
 mod observe;
+mod partition;
 mod planned;
 mod report;
 mod standby;
@@ -177,6 +179,14 @@ pub struct Machine {
     quiet_since: Option<Millis>,
     lease: Option<LeaseView>,
     lease_stale: bool,
+    /// The Lease's holder and when it was last seen writing the Lease (a claim or a
+    /// renewal): proof through the API server that it is alive.
+    lease_written: Option<(NodeId, Millis)>,
+    /// Last renewal this holder sent (while a peer was silent).
+    last_renew: Option<Millis>,
+    /// Since when this holder has seen the Lease name a peer that is heard but does not
+    /// act as its holder (a claim that landed after its sender gave up).
+    lease_disowned_since: Option<Millis>,
     cas: Option<CasPending>,
     claim: Option<Claim>,
     candidate_since: Option<Millis>,
@@ -249,6 +259,9 @@ impl Machine {
             quiet_since: None,
             lease: None,
             lease_stale: false,
+            lease_written: None,
+            last_renew: None,
+            lease_disowned_since: None,
             cas: None,
             claim: None,
             candidate_since: None,
@@ -635,6 +648,7 @@ impl Machine {
                 break;
             }
         }
+        self.settle_partition(now, out);
     }
 
     /// Timers that do not depend on the role.

@@ -24,6 +24,7 @@ impl Machine {
             Input::Gateway { reachable } => self.gateway = reachable,
             Input::LocalVips { present } => self.on_local_vips(now, present, out),
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),
+            Input::LeaseRenewed { holder, epoch } => self.on_lease_renewed(now, holder, epoch),
             Input::CasResult(r) => self.on_cas(now, r, out),
             Input::Traffic { bytes_per_sec } => self.on_traffic(now, bytes_per_sec),
             Input::Conflict { vip, foreign_mac } => self.on_conflict(now, &vip, foreign_mac, out),

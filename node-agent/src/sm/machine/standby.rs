@@ -140,6 +140,9 @@ impl Machine {
                 return Err(Blocker::PeerActive);
             }
         }
+        if self.holder_alive_unheard(now).is_some() {
+            return Err(Blocker::PeerAliveViaLease);
+        }
         if !as_claimer && self.tgt.is_some() {
             return Err(Blocker::OperationInProgress);
         }
