@@ -6,7 +6,7 @@ SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-e2e kind-up kind-run kind-down
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench bench-report e2e lab-up lab-down demo demo-down clean
+.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -60,9 +60,16 @@ bench-k8s: testbin ## API-server cost per pair and apply-to-serving time (root):
 	$(CARGO) build --workspace --bins
 	./target/debug/bench-k8s
 
+SCALE_NODES ?= 5000
+SCALE_PAIRS ?= 1000
+bench-scale: testbin ## havip in a big cluster (root; release builds): SCALE_NODES=5000 Nodes of ~20 KB, SCALE_PAIRS=1000 pairs; JSON lines
+	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-operator --bin havip-operator -p havip-e2e --bin bench-scale
+	HAVIP_AGENT_BIN=$(REL)/havip-agent HAVIP_OPERATOR_BIN=$(REL)/havip-operator \
+	  $(REL)/bench-scale --nodes $(SCALE_NODES) --pairs $(SCALE_PAIRS)
+
 # `make bench`: every benchmark once, each writing docs/bench/<name>-<date>[-N].jsonl (the
 # first line records the command, the time and the machine), then docs/benchmarks.md.
-# CPU heavy (about 15-20 minutes on 2 cores); check `uptime` first on a shared machine.
+# CPU heavy (about 30-40 minutes on 2 cores, half of it bench-scale); check `uptime` first on a shared machine.
 BENCH_DATE := $(shell date -u +%Y-%m-%d)
 BENCH_RUNS = $(or $(RUNS),5)
 BENCH_PAIRS ?= 1000
@@ -71,7 +78,7 @@ bench_file = $(shell n=docs/bench/$(1)-$(BENCH_DATE); f=$$n.jsonl; i=2; while [ 
 REL = $(CURDIR)/target/release
 
 bench: testbin ## Every benchmark (root; RUNS=5 per failover scenario, BENCH_PAIRS=1000), then docs/benchmarks.md
-	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover --bin bench-k8s --bin bench-report
+	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover --bin bench-k8s --bin bench-scale --bin bench-report
 	$(CARGO) build --release -p havip-operator --features bench --bin havip-operator --bin bench-operator
 	@set -eo pipefail; f=$(call bench_file,failover); echo "bench: failover gaps and agent footprint → $$f"; \
 	  cmd="target/release/bench-failover --runs $(BENCH_RUNS) --footprint-vips 1,10,100"; \
@@ -85,6 +92,10 @@ bench: testbin ## Every benchmark (root; RUNS=5 per failover scenario, BENCH_PAI
 	  cmd="target/release/bench-operator --pairs $(BENCH_PAIRS)"; \
 	  $(REL)/bench-report meta --name operator --command "$$cmd" > $$f; \
 	  BENCH_OPERATOR_BIN=$(REL)/havip-operator ./$$cmd >> $$f
+	@set -eo pipefail; f=$(call bench_file,scale); echo "bench: $(SCALE_NODES) Nodes, $(SCALE_PAIRS) pairs → $$f"; \
+	  cmd="target/release/bench-scale --nodes $(SCALE_NODES) --pairs $(SCALE_PAIRS)"; \
+	  $(REL)/bench-report meta --name scale --command "$$cmd" > $$f; \
+	  HAVIP_AGENT_BIN=$(REL)/havip-agent HAVIP_OPERATOR_BIN=$(REL)/havip-operator ./$$cmd >> $$f
 	$(REL)/bench-report render --dir docs/bench --out docs/benchmarks.md
 
 bench-report: ## Re-render docs/benchmarks.md from docs/bench/*.jsonl (no benchmark runs)

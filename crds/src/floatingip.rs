@@ -171,3 +171,103 @@ pub enum VipState {
     /// A foreign host answers for the address.
     Conflict,
 }
+
+/// The address of a FloatingIP without its prefix length (`192.0.2.10/24` →
+/// `192.0.2.10`), if it parses. Two spellings of one IPv6 address give the same value.
+pub fn vip_address(address: &str) -> Option<std::net::IpAddr> {
+    address.split('/').next()?.trim().parse().ok()
+}
+
+/// Which FloatingIPs lose their address to an older one: refused name → the name of
+/// the FloatingIP that keeps the address.
+///
+/// Two FloatingIPs conflict when their addresses are equal, prefix lengths ignored (one
+/// address cannot be held by two pairs, nor twice by one). The oldest by
+/// `metadata.creationTimestamp`, then by name, keeps it; every other one is refused.
+/// The operator refuses those (a condition and an Event, and it never hands them to an
+/// agent), and an agent skips them with this same function over the FloatingIPs it
+/// sees, so both always agree on the winner. A FloatingIP without a creation time (not
+/// yet stored by the API server) counts as the newest. Unparsable addresses conflict
+/// with nothing (the schema refuses them).
+pub fn address_conflicts<'a>(
+    fips: impl IntoIterator<Item = &'a FloatingIP>,
+) -> std::collections::BTreeMap<String, String> {
+    use kube::ResourceExt;
+    let mut by_address: std::collections::BTreeMap<std::net::IpAddr, Vec<&FloatingIP>> = Default::default();
+    for f in fips {
+        if let Some(a) = vip_address(&f.spec.address) {
+            by_address.entry(a).or_default().push(f);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for mut group in by_address.into_values().filter(|g| g.len() > 1) {
+        group.sort_by_key(|f| {
+            let created = f.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            (created.is_none(), created, f.name_any())
+        });
+        let winner = group[0].name_any();
+        for f in &group[1..] {
+            if f.name_any() != winner {
+                out.insert(f.name_any(), winner.clone());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+
+    fn fip(name: &str, address: &str, created: Option<&str>) -> FloatingIP {
+        let mut v = serde_json::json!({
+            "apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": name},
+            "spec": {"pair": "p", "address": address},
+        });
+        if let Some(t) = created {
+            v["metadata"]["creationTimestamp"] = serde_json::json!(t);
+        }
+        serde_json::from_value(v).expect("fip")
+    }
+
+    #[test]
+    fn the_older_floating_ip_keeps_the_address_prefix_ignored() {
+        let fips = [
+            fip("new", "192.0.2.10/24", Some("2026-01-02T00:00:00Z")),
+            fip("old", "192.0.2.10/32", Some("2026-01-01T00:00:00Z")),
+            fip("other", "192.0.2.11/24", Some("2026-01-03T00:00:00Z")),
+        ];
+        let c = address_conflicts(&fips);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c.get("new").map(String::as_str), Some("old"));
+        // The input order does not matter.
+        let reversed: Vec<FloatingIP> = fips.iter().rev().cloned().collect();
+        assert_eq!(address_conflicts(&reversed), c);
+    }
+
+    #[test]
+    fn equal_creation_times_are_decided_by_name_and_unstored_objects_are_newest() {
+        let t = Some("2026-01-01T00:00:00Z");
+        let c = address_conflicts(&[fip("b", "2001:db8::10/64", t), fip("a", "2001:db8:0::10/128", t)]);
+        assert_eq!(c.get("b").map(String::as_str), Some("a"), "two spellings of one IPv6 address: {c:?}");
+        let c = address_conflicts(&[fip("a", "10.0.0.1/24", None), fip("z", "10.0.0.1/24", t)]);
+        assert_eq!(c.get("a").map(String::as_str), Some("z"), "{c:?}");
+        // Three of a kind: both newer ones lose to the oldest.
+        let c = address_conflicts(&[
+            fip("x", "10.0.0.2/24", Some("2026-01-03T00:00:00Z")),
+            fip("y", "10.0.0.2/24", Some("2026-01-01T00:00:00Z")),
+            fip("z", "10.0.0.2/24", Some("2026-01-02T00:00:00Z")),
+        ]);
+        assert_eq!(c.len(), 2);
+        assert!(c.values().all(|w| w == "y"), "{c:?}");
+    }
+
+    #[test]
+    fn unparsable_addresses_conflict_with_nothing() {
+        assert!(address_conflicts(&[fip("a", "not-an-ip/24", None), fip("b", "not-an-ip/24", None)]).is_empty());
+        assert_eq!(vip_address("192.0.2.10/24"), Some("192.0.2.10".parse().expect("ip")));
+        assert_eq!(vip_address("192.0.2.300/24"), None);
+    }
+}

@@ -362,10 +362,39 @@ pub struct HAPairStatus {
     /// The heartbeat key rotation in progress, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_rotation: Option<KeyRotation>,
+    /// Each member's heartbeat address on each path, as the operator resolves them
+    /// (from the Node's addresses for `addressType` paths, from the member's published
+    /// `pathAddresses` for interface paths). Agents send their heartbeats there, so that
+    /// no agent needs to watch other Nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["node".into()]))]
+    pub member_addresses: Vec<MemberAddresses>,
     /// One entry per member, each written by that member's agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["node".into()]))]
     pub members: Vec<MemberStatus>,
+}
+
+/// One member's heartbeat addresses (written by the operator).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberAddresses {
+    /// The member node.
+    pub node: String,
+    /// Its address on each heartbeat path it has one on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathAddress>,
+}
+
+impl HAPairStatus {
+    /// The published heartbeat address of `node` on `path`, if any.
+    pub fn member_address(&self, node: &str, path: &str) -> Option<&str> {
+        self.member_addresses
+            .iter()
+            .find(|m| m.node == node)
+            .and_then(|m| m.paths.iter().find(|p| p.path == path))
+            .map(|p| p.address.as_str())
+    }
 }
 
 /// A command the operator passes to the agents.

@@ -7,6 +7,7 @@ pub mod duration;
 pub mod floatingip;
 pub mod hapair;
 pub mod httpd;
+pub mod membership;
 pub mod revision;
 pub mod wire;
 
@@ -14,8 +15,8 @@ pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, Operati
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
 pub use hapair::{
     FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
-    KeyRotation, Member, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec, SecretRef,
-    TakeoverSpec, Transition,
+    KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec,
+    SecretRef, TakeoverSpec, Transition,
 };
 
 use kube::CustomResourceExt;
@@ -97,6 +98,9 @@ pub mod condition {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// A foreign host answers for a VIP.
     pub const CONFLICT: &str = "Conflict";
+    /// The operator accepted the FloatingIP: it is handed to the pair's agents (False:
+    /// refused, the message says why, and no agent configures it).
+    pub const ACCEPTED: &str = "Accepted";
 }
 
 /// CamelCase reasons for conditions, Events and transitions.
@@ -143,6 +147,10 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Everything is as it should be.
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// A FloatingIP's address is already used by an older FloatingIP.
+    pub const ADDRESS_IN_USE: &str = "AddressInUse";
+    /// A FloatingIP's address is an address of a member Node of its pair.
+    pub const NODE_ADDRESS: &str = "NodeAddress";
 }
 
 /// Server-side-apply field managers: one per writer, never two owners of a field.
@@ -155,6 +163,13 @@ pub mod manager {
     }
     /// The kubectl plugin's field manager (annotations only).
     pub const PLUGIN: &str = "kubectl-havip";
+    /// The operator's field manager for the `Accepted` condition of FloatingIPs. A manager
+    /// of its own: the FloatingIP controller applies `PairFound` as [`OPERATOR`], and a
+    /// server-side apply removes what its manager owned but left out.
+    pub const OPERATOR_ADMISSION: &str = "havip-operator-admission";
+    /// The operator's field manager for the member labels
+    /// ([`crate::membership`]) it keeps on pairs, FloatingIPs, Leases and Secrets.
+    pub const OPERATOR_LABELS: &str = "havip-operator-labels";
 }
 
 /// Names of the per-pair Leases.

@@ -33,3 +33,13 @@ fn the_chart_policy_spells_the_pair_lease_prefix() {
     let rule = format!("object.metadata.name.startsWith('{}')", havip_crds::lease::PAIR_PREFIX);
     assert!(chart.contains(&rule), "{} has no {rule}", path.display());
 }
+
+/// The chart's admission policy lets the operator change only the member labels of pairs
+/// and FloatingIPs: it must spell the prefix the binaries use.
+#[test]
+fn the_chart_policy_spells_the_member_label_prefix() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/havip/templates/rbac-operator.yaml");
+    let chart = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let rule = format!("!k.startsWith('{}')", havip_crds::membership::PREFIX);
+    assert_eq!(chart.matches(&rule).count(), 2, "{} must test {rule} for set and removed labels", path.display());
+}

@@ -94,6 +94,36 @@ pub trait Cluster {
     /// The operator's and agents' recent logs (for failure messages).
     fn logs_tail(&self, lines: usize) -> String;
 
+    /// Several pairs on the same nodes: pair `name` over the nodes `members` (first =
+    /// preferred), with one VIP (`<name>-vip`, the cluster's VIP number `vip`) probed on
+    /// `port`, each member answering on `port`. Providers that cannot give pairs their
+    /// own VIPs and ports say so.
+    fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String> {
+        let _ = (name, members, vip, port);
+        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+    }
+    /// The nodes whose kernel holds VIP number `vip`.
+    fn holders_of(&self, vip: u8) -> Result<Vec<usize>> {
+        let _ = vip;
+        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+    }
+    /// A client against VIP number `vip` on `port`.
+    fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>> {
+        let _ = (vip, port);
+        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+    }
+    /// Stops (false) or restarts (true) node `i`'s service on `port`.
+    fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()> {
+        let _ = (i, port, up);
+        Err(ClusterError("this provider cannot stop a service".to_owned()))
+    }
+    /// The sum of the samples of node `i`'s agent metric `name` whose line contains
+    /// every `filters` substring.
+    fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
+        let _ = (i, name, filters);
+        Err(ClusterError("this provider does not read agent metrics".to_owned()))
+    }
+
     /// Runs a future on a fresh current-thread runtime (scenarios are synchronous).
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output
     where
@@ -122,7 +152,7 @@ pub trait Cluster {
         self.block_on(async { apply_documents(&self.kube_client().await?, yaml).await })
     }
 
-    /// Deletes pair `name` and its FloatingIP `<name>-vip` (between scenarios).
+    /// Deletes pair `name` and every FloatingIP naming it (between scenarios).
     fn delete_pair(&self, name: &str) -> Result<()>
     where
         Self: Sized,
@@ -130,10 +160,23 @@ pub trait Cluster {
         self.block_on(async {
             let client = self.kube_client().await?;
             let dp = DeleteParams::default();
-            for r in [
-                Api::<FloatingIP>::all(client.clone()).delete(&format!("{name}-vip"), &dp).await.map(drop),
-                Api::<HAPair>::all(client).delete(name, &dp).await.map(drop),
-            ] {
+            let fips = Api::<FloatingIP>::all(client.clone());
+            let mut names = vec![format!("{name}-vip")];
+            if let Ok(list) = fips.list(&ListParams::default()).await {
+                names.extend(
+                    list.items
+                        .into_iter()
+                        .filter(|f| f.spec.pair == name)
+                        .filter_map(|f| f.metadata.name)
+                        .filter(|n| *n != format!("{name}-vip")),
+                );
+            }
+            let mut results = Vec::new();
+            for f in &names {
+                results.push(fips.delete(f, &dp).await.map(drop));
+            }
+            results.push(Api::<HAPair>::all(client).delete(name, &dp).await.map(drop));
+            for r in results {
                 match r {
                     Ok(()) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -208,6 +251,33 @@ pub trait Cluster {
             Ok(o) => (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned()),
             Err(e) => (false, e.to_string()),
         }
+    }
+
+    /// The FloatingIP `name`.
+    fn floating_ip(&self, name: &str) -> Result<FloatingIP>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            Api::<FloatingIP>::all(self.kube_client().await?)
+                .get(name)
+                .await
+                .map_err(|e| ClusterError(format!("get FloatingIP {name}: {e}")))
+        })
+    }
+
+    /// Deletes FloatingIP `name` (absent is fine).
+    fn delete_floating_ip(&self, name: &str) -> Result<()>
+    where
+        Self: Sized,
+    {
+        self.block_on(async {
+            match Api::<FloatingIP>::all(self.kube_client().await?).delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(ClusterError(format!("delete FloatingIP {name}: {e}"))),
+            }
+        })
     }
 
     /// The Events about object `name` as "Reason message".
@@ -361,5 +431,31 @@ impl Cluster for LocalCluster {
     }
     fn logs_tail(&self, lines: usize) -> String {
         self.lab.logs_tail(lines)
+    }
+    fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String> {
+        for i in members {
+            self.lab.serve(*i, port)?;
+        }
+        Ok(self.lab.pair_yaml_on(name, members, vip, port))
+    }
+    fn holders_of(&self, vip: u8) -> Result<Vec<usize>> {
+        Ok(self.lab.holders_of(vip)?)
+    }
+    fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>> {
+        let target = std::net::SocketAddr::new(std::net::IpAddr::V4(self.lab.topo.vip(vip)), port);
+        Ok(Box::new(LocalClient(Prober::on_client(&self.lab.topo, target)?)))
+    }
+    fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()> {
+        if up {
+            self.lab.serve(i, port)?;
+        } else {
+            self.lab.stop_serving(i, port);
+        }
+        Ok(())
+    }
+    fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
+        self.lab
+            .agent_metric_sum(i, name, filters)
+            .ok_or_else(|| ClusterError(format!("the agent of node {i} does not serve its metrics")))
     }
 }

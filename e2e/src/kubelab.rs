@@ -25,6 +25,9 @@ pub const NAMESPACE: &str = "havip-system";
 /// The agents' DaemonSet (as the chart names it).
 pub const AGENT_DAEMONSET: &str = "havip-agent";
 
+/// Where each node's agent serves its metrics (inside the node's namespace).
+pub const AGENT_METRICS_PORT: u16 = 9797;
+
 /// Errors of the Kubernetes lab.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeLabError {
@@ -93,6 +96,8 @@ pub struct KubeLab {
     pub operator: Option<ManagedProcess>,
     /// Listeners per node (answer with the node's name on `[::]:8080`).
     pub listeners: Vec<Listener>,
+    /// Listeners on other ports, by (node, port) (started by [`KubeLab::serve`]).
+    pub extra_listeners: BTreeMap<(usize, u16), Listener>,
     /// The control plane.
     pub cp: ControlPlane,
     /// The topology.
@@ -155,6 +160,7 @@ impl KubeLab {
             agents: (0..opts.nodes).map(|_| None).collect(),
             operator: None,
             listeners,
+            extra_listeners: BTreeMap::new(),
             cp,
             topo,
             dir,
@@ -377,7 +383,7 @@ impl KubeLab {
             "--state-dir".to_owned(),
             self.dir.join(format!("state-{i}")).display().to_string(),
             "--metrics-address".to_owned(),
-            "127.0.0.1:9797".to_owned(),
+            format!("127.0.0.1:{AGENT_METRICS_PORT}"),
             "--daemonset".to_owned(),
             AGENT_DAEMONSET.to_owned(),
         ];
@@ -433,6 +439,99 @@ impl KubeLab {
             self.topo.vip(0)
         ));
         y
+    }
+
+    /// A pair `name` over the nodes `members` (priorities 200, 190, … in that order)
+    /// with the paths of [`KubeLab::pair_yaml`] and one VIP, `vip(vip)/24` on eth0 probed
+    /// on `port` (FloatingIP `<name>-vip`). Start the nodes' listeners on `port` with
+    /// [`KubeLab::serve`].
+    pub fn pair_yaml_on(&self, name: &str, members: &[usize], vip: u8, port: u16) -> String {
+        let mut y =
+            format!("apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: {name}\nspec:\n  members:\n");
+        for (rank, i) in members.iter().enumerate() {
+            y.push_str(&format!("    - node: {}\n      priority: {}\n", self.topo.node(*i).name, 200 - 10 * rank));
+        }
+        y.push_str(
+            "  heartbeat:\n    paths:\n      - name: data\n        addressType: InternalIP\n      - name: mgmt\n        addressType: ExternalIP\n",
+        );
+        y.push_str(&format!(
+            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {}/24\n  interface: eth0\n  probe:\n    ports: [{port}]\n",
+            self.topo.vip(vip)
+        ));
+        y
+    }
+
+    /// Makes node `i` answer on `[::]:port` (the standard listener for
+    /// [`SERVICE_PORT`], another one started once per port otherwise), running.
+    pub fn serve(&mut self, i: usize, port: u16) -> Result<()> {
+        if port == SERVICE_PORT {
+            if !self.listeners[i].is_running() {
+                self.listeners[i].start_again()?;
+            }
+            return Ok(());
+        }
+        match self.extra_listeners.get_mut(&(i, port)) {
+            Some(l) if l.is_running() => {}
+            Some(l) => l.start_again()?,
+            None => {
+                let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
+                let l = Listener::start(&self.topo.node(i).ns, &format!("n{i}"), bind)?;
+                self.extra_listeners.insert((i, port), l);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops node `i`'s listener on `port` (a service outage on that node).
+    pub fn stop_serving(&mut self, i: usize, port: u16) {
+        if port == SERVICE_PORT {
+            self.listeners[i].stop();
+        } else if let Some(l) = self.extra_listeners.get_mut(&(i, port)) {
+            l.stop();
+        }
+    }
+
+    /// The nodes whose kernel holds VIP `j`.
+    pub fn holders_of(&self, j: u8) -> Result<Vec<usize>> {
+        let vip = IpAddr::V4(self.topo.vip(j));
+        let mut out = Vec::new();
+        for (i, n) in self.topo.nodes().iter().enumerate() {
+            if netns::has_address(&n.ns, &n.data_if, vip)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Node `i`'s agent's Prometheus metrics (empty when it does not answer).
+    pub fn agent_metrics(&self, i: usize) -> String {
+        let ns = self.topo.node(i).ns.clone();
+        netns::in_netns(&ns, || {
+            use std::io::{Read, Write};
+            let mut out = String::new();
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", AGENT_METRICS_PORT)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+                let _ = s.read_to_string(&mut out);
+            }
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// The sum of the samples of metric `name` of node `i`'s agent whose line contains
+    /// every `filters` substring; None when the agent's metrics cannot be read.
+    pub fn agent_metric_sum(&self, i: usize, name: &str, filters: &[&str]) -> Option<f64> {
+        let text = self.agent_metrics(i);
+        if text.is_empty() {
+            return None;
+        }
+        Some(
+            text.lines()
+                .filter(|l| l.starts_with(name) && filters.iter().all(|f| l.contains(f)))
+                .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+                .sum(),
+        )
     }
 
     /// The pair.

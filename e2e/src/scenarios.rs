@@ -59,6 +59,30 @@ pub fn all<C: Cluster>() -> Vec<Scenario<C>> {
             nodes: 3,
             run: member_replacement,
         },
+        Scenario {
+            name: "a_floating_ip_on_an_address_in_use_is_refused_and_nothing_moves",
+            nodes: 2,
+            run: floating_ip_address_conflict,
+        },
+    ]
+}
+
+/// The scenarios with several pairs on shared nodes: they need a provider that gives
+/// each pair its own VIP and service port, stops a service and reads the agents'
+/// metrics ([`Cluster::pair_yaml_on`] and the methods after it); the local provider
+/// does.
+pub fn shared_nodes<C: Cluster>() -> Vec<Scenario<C>> {
+    vec![
+        Scenario {
+            name: "two_pairs_on_the_same_two_nodes_and_port_stay_apart_and_move_together",
+            nodes: 2,
+            run: two_pairs_on_two_nodes,
+        },
+        Scenario {
+            name: "three_pairs_on_three_nodes_two_sharing_only_one_node_all_leave_the_cut_node",
+            nodes: 3,
+            run: three_pairs_on_three_nodes,
+        },
     ]
 }
 
@@ -407,4 +431,230 @@ pub fn member_replacement<C: Cluster>(c: &mut C) {
         .expect("replaced");
     assert_eq!(active(&p).as_deref(), Some(n0.as_str()), "the VIPs stayed on the survivor");
     assert_eq!(c.holders().expect("holders"), vec![0]);
+}
+
+/// One pair of the shared-node scenarios.
+struct PairOn {
+    name: &'static str,
+    /// Member node indices; the first is the preferred active, the second takes over.
+    members: &'static [usize],
+    /// The cluster's VIP number.
+    vip: u8,
+    /// The service port its VIP is probed on.
+    port: u16,
+}
+
+/// Two pairs on the same two nodes and the same heartbeat port (the default), each with
+/// its own VIP and service.
+pub fn two_pairs_on_two_nodes<C: Cluster>(c: &mut C) {
+    pairs_on_shared_nodes(
+        c,
+        &[
+            PairOn { name: "web", members: &[0, 1], vip: 0, port: 8080 },
+            PairOn { name: "db", members: &[0, 1], vip: 1, port: 8081 },
+        ],
+    );
+}
+
+/// Three pairs on three nodes: web and api on n0/n1, db on n0/n2 (db shares only n0
+/// with each of the others); n0 is preferred by all three.
+pub fn three_pairs_on_three_nodes<C: Cluster>(c: &mut C) {
+    pairs_on_shared_nodes(
+        c,
+        &[
+            PairOn { name: "web", members: &[0, 1], vip: 0, port: 8080 },
+            PairOn { name: "api", members: &[0, 1], vip: 1, port: 8081 },
+            PairOn { name: "db", members: &[0, 2], vip: 2, port: 8082 },
+        ],
+    );
+}
+
+/// Every pair Live with every member hearing its peers on every path, no heartbeat
+/// charged to the wrong pair; one pair's service blips on the common active for 1.5 s →
+/// nothing moves; the common active is cut → every pair moves to its standby, each VIP
+/// with exactly one holder; back, it rejoins every pair as standby.
+fn pairs_on_shared_nodes<C: Cluster>(c: &mut C, pairs: &[PairOn]) {
+    let names = c.nodes();
+    let name_of = |i: usize| names.get(i).cloned().unwrap_or_else(|| panic!("the cluster has no node {i}"));
+    let mut yaml = String::new();
+    for p in pairs {
+        yaml.push_str(&c.pair_yaml_on(p.name, p.members, p.vip, p.port).expect("pair YAML"));
+        yaml.push_str("---\n");
+    }
+    c.apply_yaml(&yaml).expect("apply the pairs");
+    for p in pairs {
+        let (first, size) = (name_of(p.members[0]), p.members.len());
+        c.wait_pair(p.name, Duration::from_secs(30), "Live, every member hearing its peers on every path", |x| {
+            let Some(s) = x.status.as_ref() else { return false };
+            s.phase == Some(Phase::Live)
+                && s.active.as_deref() == Some(first.as_str())
+                && s.members.len() == size
+                && s.members.iter().all(|m| m.heard.len() == 2 && m.heard.iter().all(|h| h.heard))
+        })
+        .unwrap_or_else(|e| panic!("pair {}: {e}", p.name));
+    }
+    let used: std::collections::BTreeSet<usize> = pairs.iter().flat_map(|p| p.members.iter().copied()).collect();
+    for &i in &used {
+        for reason in ["bad_mac", "unknown_key"] {
+            let n = c
+                .agent_metric(i, "havip_agent_heartbeats_dropped", &[&format!("reason=\"{reason}\"")])
+                .expect("agent metrics");
+            assert_eq!(n, 0.0, "{}: {reason} drops — a pair was charged another pair's heartbeats", name_of(i));
+        }
+    }
+    let epochs: Vec<Option<i64>> =
+        pairs.iter().map(|p| c.pair(p.name).ok().and_then(|x| x.status.and_then(|s| s.epoch))).collect();
+
+    // The first pair's service blips on its active: its standby still hears the active's
+    // heartbeats, so nothing moves, in any pair.
+    let (blip, common) = (&pairs[0], pairs[0].members[0]);
+    let client = c.client_to(blip.vip, blip.port).expect("client");
+    client.wait_for_responder(&name_of(common), Duration::from_secs(5)).expect("the active answers");
+    c.set_service(common, blip.port, false).expect("stop the service");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        for p in pairs {
+            assert_eq!(
+                c.holders_of(p.vip).expect("holders"),
+                vec![p.members[0]],
+                "pair {} moved during the blip of {}'s service\n{}",
+                p.name,
+                blip.name,
+                c.logs_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.set_service(common, blip.port, true).expect("restart the service");
+    client.wait_for_responder(&name_of(common), Duration::from_secs(5)).expect("the active answers again");
+    let report = client.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec![name_of(common).as_str()], "{}", report.summary());
+    for (p, before) in pairs.iter().zip(&epochs) {
+        let now = c.pair(p.name).ok().and_then(|x| x.status.and_then(|s| s.epoch));
+        assert_eq!(now, *before, "pair {}: no role change", p.name);
+    }
+
+    // The common active is cut: every pair moves to its standby, one holder each.
+    c.cut_node(common).expect("cut");
+    for p in pairs {
+        let to = name_of(p.members[1]);
+        let next = epochs[pairs.iter().position(|x| x.name == p.name).unwrap_or(0)].unwrap_or(1) + 1;
+        c.wait_pair(p.name, Duration::from_secs(15), &format!("{to} active under epoch {next}"), |x| {
+            active(x).as_deref() == Some(to.as_str()) && x.status.as_ref().and_then(|s| s.epoch) == Some(next)
+        })
+        .unwrap_or_else(|e| panic!("pair {}: {e}", p.name));
+        wait_holders(c, p, vec![p.members[1]], Duration::from_secs(10));
+    }
+    c.restore_node(common).expect("restore");
+    let back = name_of(common);
+    for p in pairs {
+        c.wait_pair(p.name, Duration::from_secs(20), &format!("{back} back as standby"), |x| {
+            member_role(x, &back) == Some(MemberRole::Standby)
+        })
+        .unwrap_or_else(|e| panic!("pair {}: {e}", p.name));
+        wait_holders(c, p, vec![p.members[1]], Duration::from_secs(5));
+    }
+}
+
+/// Waits until exactly `want` hold pair `p`'s VIP.
+fn wait_holders<C: Cluster>(c: &C, p: &PairOn, want: Vec<usize>, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        let h = c.holders_of(p.vip).expect("holders");
+        if h == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "pair {}: VIP held by {h:?}, expected exactly {want:?}\n{}",
+            p.name,
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The status of FloatingIP `name`'s `Accepted` condition: (status, reason, message).
+fn accepted<C: Cluster>(c: &C, name: &str) -> Option<(String, String, String)> {
+    let f = c.floating_ip(name).ok()?;
+    let cond = f.status?.conditions.into_iter().find(|x| x.type_ == havip_crds::condition::ACCEPTED)?;
+    Some((cond.status, cond.reason, cond.message))
+}
+
+fn wait_accepted<C: Cluster>(c: &C, name: &str, want: &str, timeout: Duration) -> (String, String, String) {
+    let start = Instant::now();
+    loop {
+        let a = accepted(c, name);
+        if let Some(a) = a.as_ref().filter(|a| a.0 == want) {
+            return a.clone();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "FloatingIP {name}: Accepted is {a:?}, expected {want}\n{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A second FloatingIP with the address of the pair's VIP (another prefix length): the
+/// newer one is refused (condition, Event), the pair keeps serving, its revision and
+/// holder unchanged. With the older one deleted, the newer is accepted and served.
+pub fn floating_ip_address_conflict<C: Cluster>(c: &mut C) {
+    live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let before = c.pair(PAIR).expect("pair");
+    let revision = before.status.as_ref().and_then(|s| s.config_revision.clone());
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let yaml = c.pair_yaml(PAIR, 2);
+    let address = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("address: "))
+        .and_then(|a| a.split('/').next())
+        .expect("the standard pair's VIP address")
+        .to_owned();
+    let dup = format!("{PAIR}-dup");
+    let dup_yaml = format!(
+        "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {dup}\nspec:\n  pair: {PAIR}\n  address: {address}/32\n  interface: eth0\n"
+    );
+    c.apply_yaml(&dup_yaml).expect("apply the duplicate");
+    let (_, why, message) = wait_accepted(c, &dup, "False", Duration::from_secs(10));
+    assert_eq!(why, havip_crds::reason::ADDRESS_IN_USE, "{message}");
+    assert!(message.contains(&format!("{PAIR}-vip")), "names the FloatingIP that keeps the address: {message}");
+    wait_accepted(c, &format!("{PAIR}-vip"), "True", Duration::from_secs(10));
+    let start = Instant::now();
+    while !c.events_about(&dup).iter().any(|e| e.starts_with(havip_crds::reason::ADDRESS_IN_USE)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no AddressInUse Event about {dup}: {:?}",
+            c.events_about(&dup)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Nothing else moves: same holder, same revision, same epoch, one VIP counted.
+    std::thread::sleep(Duration::from_secs(2));
+    let p = c.pair(PAIR).expect("pair");
+    let st = p.status.as_ref().expect("status");
+    assert_eq!(st.phase, Some(Phase::Live), "{st:?}");
+    assert_eq!(st.config_revision, revision, "the refused FloatingIP is in no revision");
+    assert_eq!(st.epoch, before.status.as_ref().and_then(|s| s.epoch));
+    assert_eq!(st.vips, Some(1));
+    assert!(st.members.iter().all(|m| m.applied_revision == revision), "every agent kept the revision: {st:?}");
+    assert_eq!(c.holders().expect("holders"), vec![0]);
+    assert!(c.floating_ip(&dup).expect("dup").status.and_then(|s| s.holder).is_none(), "nobody holds the refused one");
+    let report = client.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "{}", report.summary());
+    assert_eq!(report.failed, 0, "{}", report.summary());
+
+    // The older one goes: the newer is accepted and served by the active.
+    c.delete_floating_ip(&format!("{PAIR}-vip")).expect("delete the older");
+    wait_accepted(c, &dup, "True", Duration::from_secs(10));
+    let start = Instant::now();
+    while c.floating_ip(&dup).ok().and_then(|f| f.status.and_then(|s| s.holder)).as_deref() != Some(n0.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(15), "{n0} never held {dup}\n{}", c.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(c.holders().expect("holders"), vec![0]);
+    c.delete_floating_ip(&dup).expect("clean up");
 }

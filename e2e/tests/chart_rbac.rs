@@ -119,8 +119,39 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         );
         assert!(m.contains("forbidden"), "{m}");
         let m = refused(
-            Api::<Secret>::namespaced(operator, "other").get("db-password").await,
+            Api::<Secret>::namespaced(operator.clone(), "other").get("db-password").await,
             "operator reads a Secret of another namespace",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        // It labels pairs and FloatingIPs with their members (what the agents select on),
+        // and no other label.
+        let fips = Api::<havip_crds::FloatingIP>::all(operator.clone());
+        let label = |k: &str, v: serde_json::Value| Patch::Merge(serde_json::json!({"metadata": {"labels": {k: v}}}));
+        let member = havip_crds::membership::label_key("extra-node");
+        fips.patch("web-vip", &PatchParams::default(), &label(&member, "true".into()))
+            .await
+            .expect("the operator sets a member label");
+        fips.patch("web-vip", &PatchParams::default(), &label(&member, serde_json::Value::Null))
+            .await
+            .expect("the operator removes a member label");
+        let m = refused(
+            fips.patch("web-vip", &PatchParams::default(), &label("app", "x".into())).await,
+            "operator sets another label on a FloatingIP",
+        );
+        assert!(m.contains("only the member labels"), "{m}");
+        let m = refused(
+            Api::<HAPair>::all(operator)
+                .patch("web", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"paused": true}})))
+                .await,
+            "operator changes a HAPair's spec",
+        );
+        assert!(m.contains("forbidden") && m.contains("may not change the spec"), "{m}");
+        // The agents cannot label anything.
+        let m = refused(
+            Api::<havip_crds::FloatingIP>::all(agent.clone())
+                .patch("web-vip", &PatchParams::default(), &label(&member, "true".into()))
+                .await,
+            "agent labels a FloatingIP",
         );
         assert!(m.contains("forbidden"), "{m}");
     });

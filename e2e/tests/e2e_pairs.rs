@@ -44,12 +44,19 @@ scenario!(
     3,
     scenarios::member_replacement
 );
+scenario!(a_floating_ip_on_an_address_in_use_is_refused_and_nothing_moves, 2, scenarios::floating_ip_address_conflict);
+scenario!(two_pairs_on_the_same_two_nodes_and_port_stay_apart_and_move_together, 2, scenarios::two_pairs_on_two_nodes);
+scenario!(
+    three_pairs_on_three_nodes_two_sharing_only_one_node_all_leave_the_cut_node,
+    3,
+    scenarios::three_pairs_on_three_nodes
+);
 
 /// Every shared scenario has a local test above (the kind suite runs the same list).
 #[test]
 fn every_shared_scenario_runs_locally() {
     let src = include_str!("e2e_pairs.rs");
-    for s in scenarios::all::<LocalCluster>() {
+    for s in scenarios::all::<LocalCluster>().into_iter().chain(scenarios::shared_nodes::<LocalCluster>()) {
         assert!(
             src.contains(&format!("scenario!({}", s.name)) || src.contains(&format!("    {},\n", s.name)),
             "{} has no local test",

@@ -53,6 +53,15 @@ pub struct NameLabel {
     pub name: String,
 }
 
+/// Labels: a watch event the Kubernetes agent received.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The kind watched (`HAPair`, `FloatingIP`, `Node`, `Secret`, `Lease`).
+    pub kind: String,
+    /// `applied` or `deleted` (a watch event), `listed` (an object of a list).
+    pub event: String,
+}
+
 /// Labels: a probe result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
@@ -94,6 +103,8 @@ pub struct AgentMetrics {
     pub io_errors: Family<NameLabel, Counter>,
     /// Authentic heartbeats the state machine ignored for an epoch outside the domain.
     pub adverts_ignored: Family<PairLabel, Gauge>,
+    /// Objects the Kubernetes agent's watches delivered, per kind and event.
+    pub watch_events: Family<WatchLabels, Counter>,
 }
 
 impl Default for AgentMetrics {
@@ -121,6 +132,7 @@ impl AgentMetrics {
             alarms: Family::default(),
             io_errors: Family::default(),
             adverts_ignored: Family::default(),
+            watch_events: Family::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -138,6 +150,11 @@ impl AgentMetrics {
             "heartbeats_ignored_epoch",
             "Authentic heartbeats ignored for an epoch above 2147483647 (since start)",
             m.adverts_ignored.clone(),
+        );
+        registry.register(
+            "watch_events",
+            "Objects delivered by the Kubernetes watches (applied, deleted, listed)",
+            m.watch_events.clone(),
         );
         *m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
         m
@@ -163,6 +180,11 @@ impl AgentMetrics {
     /// Counts an I/O error.
     pub fn io_error(&self, category: &str) {
         self.io_errors.get_or_create(&NameLabel { name: category.to_owned() }).inc();
+    }
+
+    /// Counts an object a watch delivered.
+    pub fn watch_event(&self, kind: &str, event: &str) {
+        self.watch_events.get_or_create(&WatchLabels { kind: kind.to_owned(), event: event.to_owned() }).inc();
     }
 
     /// The metrics of one pair.

@@ -47,6 +47,10 @@ pub struct PairMemory {
     /// Request ids acted on by this process (per request kind key), in case the cache
     /// does not show the operator's own record yet when the pair is reconciled again.
     pub handled: BTreeMap<String, String>,
+    /// Of a FloatingIP: the `Accepted` condition (status and message) this process last
+    /// applied, so that a reconcile that runs before the cache shows it neither writes
+    /// it nor announces it again.
+    pub admission: Option<(bool, String)>,
 }
 
 /// Everything a reconcile needs.
@@ -197,8 +201,27 @@ fn slim_node(n: &mut Node) {
     };
 }
 
+/// Nodes per page of the operator's Node list.
+const NODE_PAGE: u32 = 100;
+
+/// Drops what the operator never reads of a Secret: managedFields always, and the data
+/// of every Secret it did not create (a Secret named by `keySecretRef` is only labelled;
+/// release records and the like only cost memory).
+fn slim_secret(s: &mut Secret) {
+    s.metadata.managed_fields = None;
+    let ours = s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY.0)).map(String::as_str) == Some(MANAGED_BY.1);
+    if !ours {
+        s.data = None;
+        s.string_data = None;
+        s.metadata.annotations = None;
+    }
+}
+
 /// A Node's addresses as (type, address).
 type NodeAddresses = Vec<(String, String)>;
+
+/// A FloatingIP's pair and its address (None: unparsable).
+type FipPair = (String, Option<std::net::IpAddr>);
 
 fn node_addresses(n: &Node) -> NodeAddresses {
     n.status
@@ -347,8 +370,11 @@ pub async fn run_controllers(
         ready: vec![pairs_ready_rx, fips_ready_rx, nodes_ready_rx, leases_ready_rx, secrets_ready_rx],
     });
 
-    // FloatingIP → its pair (and the pair it named before, when it moved).
-    let fip_pairs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    // FloatingIP → its pair (and the pair it named before, when it moved), and the pairs
+    // of every FloatingIP with the same address (now or before): which of them is
+    // refused may have changed.
+    let fip_pairs: Arc<Mutex<HashMap<String, FipPair>>> = Arc::default();
+    let fips_for_fips = fips.clone();
     let mut tasks = Vec::new();
     let fip_stream = drive(
         reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields)),
@@ -363,21 +389,39 @@ pub async fn run_controllers(
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        if let Ok(fip) = &f.0 {
-            if let Some(old) = map.insert(name, fip.spec.pair.clone())
-                && old != fip.spec.pair
-            {
-                out.push(ObjectRef::new(&old));
-            }
-            out.push(ObjectRef::new(&fip.spec.pair));
-        } else if let Some(old) = map.remove(&name) {
-            out.push(ObjectRef::new(&old));
+        let mut addresses = Vec::new();
+        let now =
+            f.0.as_ref()
+                .ok()
+                .map(|fip| (fip.spec.pair.clone(), havip_crds::floatingip::vip_address(&fip.spec.address)));
+        let before = match &now {
+            Some(n) => map.insert(name, n.clone()),
+            None => map.remove(&name),
+        };
+        for (pair, address) in before.into_iter().chain(now) {
+            out.push(ObjectRef::new(&pair));
+            addresses.extend(address);
         }
+        drop(map);
+        if !addresses.is_empty() {
+            for other in fips_for_fips.state().iter().filter_map(|o| o.0.as_ref().ok()) {
+                if havip_crds::floatingip::vip_address(&other.spec.address).is_some_and(|a| addresses.contains(&a)) {
+                    out.push(ObjectRef::new(&other.spec.pair));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out.dedup_by(|a, b| a.name == b.name);
         out
     };
     // Node → the pairs naming it.
+    // Nodes are listed in pages, not from the watch cache at once: a cluster's Nodes
+    // carry ~20 KB of status each (5,000 of them would be a 100 MB answer).
     let node_stream = drive(
-        watcher(nodes_api, wc.clone()).default_backoff().modify(slim_node).reflect(nodes_w),
+        watcher(nodes_api, watcher::Config::default().page_size(NODE_PAGE))
+            .default_backoff()
+            .modify(slim_node)
+            .reflect(nodes_w),
         Filter::Changed(Box::new(node_addresses)),
         nodes_ready,
         &mut tasks,
@@ -405,21 +449,32 @@ pub async fn run_controllers(
         &mut tasks,
     );
     let lease_mapper = |l: Lease| pair_of_lease(&l.name_any()).map(ObjectRef::new);
-    // Key Secret → pair, by label.
+    // Key Secret → pair: the operator's own by label, a Secret named by keySecretRef →
+    // the pairs naming it (the operator keeps their member labels on it). Every Secret of
+    // the namespace is watched; only havip's own keep their data in the cache.
     let secret_stream = drive(
-        reflector(
-            secrets_w,
-            watcher(secrets_api, wc.clone().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)))
-                .default_backoff()
-                .modify(|s: &mut Secret| {
-                    s.metadata.managed_fields = None;
-                }),
-        ),
+        reflector(secrets_w, watcher(secrets_api, wc.clone()).default_backoff().modify(slim_secret)),
         Filter::<_, ()>::Touched,
         secrets_ready,
         &mut tasks,
     );
-    let secret_mapper = |s: Secret| s.labels().get(PAIR_LABEL).map(|p| ObjectRef::new(p));
+    let pairs_for_secrets = pair_store.clone();
+    let secret_mapper = move |s: Secret| {
+        if let Some(p) = s.labels().get(PAIR_LABEL)
+            && s.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+        {
+            return vec![ObjectRef::new(p)];
+        }
+        let name = s.name_any();
+        pairs_for_secrets
+            .state()
+            .iter()
+            .filter(|p| {
+                p.0.as_ref().is_ok_and(|p| p.spec.heartbeat.key_secret_ref.as_ref().is_some_and(|r| r.name == name))
+            })
+            .map(|p| ObjectRef::new(&p.name_any()))
+            .collect::<Vec<_>>()
+    };
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
     let pair_stream = drive(
         watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),

@@ -85,6 +85,17 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// Setting an object's member labels failed.
+    #[error("failed to label {kind} {name} with its member nodes: {source}")]
+    Label {
+        /// The kind.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// Reading an object failed.
     #[error("failed to get {kind} {name}: {source}")]
     Get {
@@ -179,6 +190,7 @@ impl Error {
             Error::ApplyStatus { .. } => "apply_status",
             Error::Annotate { .. } => "annotate",
             Error::PatchSpec { .. } => "patch_spec",
+            Error::Label { .. } => "label",
             Error::Get { .. } => "get",
             Error::List { .. } => "list",
             Error::Watch { .. } => "watch",

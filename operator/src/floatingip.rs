@@ -110,5 +110,11 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
             ctx.event(fip, Ev::normal(reason, "Resolve", message)).await;
         }
     }
+    // Without its pair no agent must see it: drop the member labels it kept from a pair
+    // it named before (the pair's reconcile sets them while the pair exists).
+    if !found {
+        let api: Api<FloatingIP> = Api::all(ctx.client.clone());
+        crate::hapair::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
+    }
     Ok(Action::requeue(ctx.settings.resync * 5))
 }

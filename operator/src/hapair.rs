@@ -170,10 +170,14 @@ fn owned_meta(pair: &HAPair, name: String, ns: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: Some(ns.to_owned()),
-        labels: Some(BTreeMap::from([
-            (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-            (PAIR_LABEL.to_owned(), pair.name_any()),
-        ])),
+        labels: Some(
+            [(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()), (PAIR_LABEL.to_owned(), pair.name_any())]
+                .into_iter()
+                .chain(
+                    model::member_labels(&pair.spec).into_iter().map(|k| (k, havip_crds::membership::VALUE.to_owned())),
+                )
+                .collect(),
+        ),
         owner_references: pair.controller_owner_ref(&()).map(|r| vec![r]),
         ..ObjectMeta::default()
     }
@@ -322,7 +326,7 @@ async fn record_members(ctx: &Context, pair: &HAPair, secret: &Secret) -> Result
 
 fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyInfo>, now: Timestamp) -> Observed {
     let name = pair.name_any();
-    let nodes = pair
+    let nodes: BTreeMap<String, Option<model::NodeInfo>> = pair
         .spec
         .members
         .iter()
@@ -338,21 +342,27 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
             (m.node.clone(), info)
         })
         .collect();
-    let mut vips: Vec<model::VipInfo> = ctx
-        .fips
-        .state()
-        .iter()
-        .filter_map(|f| match &f.0 {
-            Ok(fip) if fip.spec.pair == name => Some(model::VipInfo {
-                name: fip.name_any(),
-                spec: Some(fip.spec.clone()),
-                state: fip.status.as_ref().and_then(|s| s.state),
-            }),
-            _ => None,
-        })
-        .collect();
+    let all = ctx.fips.state();
+    let readable: Vec<&havip_crds::FloatingIP> = all.iter().filter_map(|f| f.0.as_ref().ok()).collect();
+    let conflicts = havip_crds::floatingip::address_conflicts(readable.iter().copied());
+    let pair_of = |n: &str| readable.iter().find(|f| f.name_any() == n).map(|f| f.spec.pair.clone());
+    let mut vips = Vec::new();
+    let mut refused = Vec::new();
+    for fip in readable.iter().filter(|f| f.spec.pair == name) {
+        let info = model::VipInfo {
+            name: fip.name_any(),
+            spec: Some(fip.spec.clone()),
+            state: fip.status.as_ref().and_then(|s| s.state),
+        };
+        match model::refusal(&info.name, &fip.spec.address, &conflicts, pair_of, &nodes) {
+            None => vips.push(info),
+            Some(r) => refused.push((info, r)),
+        }
+    }
     vips.sort_by(|a, b| a.name.cmp(&b.name));
+    refused.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Observed {
+        refused,
         spec_problems: model::validate_spec(&name, &pair.spec),
         name,
         spec: pair.spec.clone(),
@@ -480,6 +490,12 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
         o.annotations
             .insert(model::HANDLED_ANNOTATION.to_owned(), serde_json::to_string(&handled_ids).unwrap_or_default());
     }
+    // Which FloatingIPs the agents get: each gets its Accepted condition, and the accepted
+    // ones (only those) carry the members' labels the agents select on. The Lease and the
+    // key Secret carry them too; the pair itself last, so that an agent that sees the pair
+    // finds everything the pair needs.
+    admit_floating_ips(ctx, pair, &o).await?;
+    label_lease_and_secret(ctx, pair, lease.as_ref(), secret.as_ref()).await?;
     let revision = model::revision(&o);
     let assessment = model::assess(&o, &revision);
     let (transition, new_transition) = model::last_transition(&o);
@@ -728,6 +744,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     for ev in events {
         ctx.event(pair, ev).await;
     }
+    let pairs: Api<HAPair> = Api::all(ctx.client.clone());
+    label_members(ctx, &pairs, "HAPair", &name, pair.labels(), &model::member_labels(&pair.spec)).await?;
     if let Some(d) = model::next_staleness(&o) {
         requeue = requeue.min(d + Duration::from_secs(1));
     }
@@ -735,6 +753,164 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
         requeue = requeue.min(d + Duration::from_millis(100));
     }
     Ok(Action::requeue(requeue))
+}
+
+/// Makes `name`'s member labels the `desired` ones (a merge patch under the
+/// operator's label field manager, only when they differ). An object deleted meanwhile
+/// is not an error. Returns whether it patched.
+pub async fn label_members<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    current: &BTreeMap<String, String>,
+    desired: &BTreeSet<String>,
+) -> Result<bool, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(patch) = model::member_label_patch(current, desired) else { return Ok(false) };
+    ctx.guard("labels")?;
+    let pp = PatchParams { field_manager: Some(manager::OPERATOR_LABELS.to_owned()), ..PatchParams::default() };
+    match api.patch(name, &pp, &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            tracing::debug!(kind, object = %name, patch = %patch, "member labels set");
+            Ok(true)
+        }
+        Err(e) if is_status(&e, 404) => Ok(false),
+        Err(source) => Err(Error::Label { kind, name: name.to_owned(), source: Box::new(source) }),
+    }
+}
+
+/// The `Accepted` condition and the member labels of each FloatingIP of the pair, and an
+/// Event when one is refused or accepted again.
+async fn admit_floating_ips(ctx: &Context, pair: &HAPair, o: &Observed) -> Result<(), Error> {
+    let members = model::member_labels(&pair.spec);
+    let none = BTreeSet::new();
+    let api: Api<havip_crds::FloatingIP> = Api::all(ctx.client.clone());
+    let verdicts =
+        o.vips.iter().map(|v| (v.name.as_str(), None)).chain(o.refused.iter().map(|(v, r)| (v.name.as_str(), Some(r))));
+    for (name, refusal) in verdicts {
+        let Some(fip) = ctx.fips.get(&ObjectRef::new(name)) else { continue };
+        let Ok(fip) = &fip.0 else { continue };
+        set_accepted(ctx, fip, refusal).await?;
+        let desired = if refusal.is_none() { &members } else { &none };
+        label_members(ctx, &api, "FloatingIP", name, fip.labels(), desired).await?;
+    }
+    Ok(())
+}
+
+/// Applies a FloatingIP's `Accepted` condition when it changed (its own field manager),
+/// with an Event on a refusal and on an acceptance after one.
+async fn set_accepted(
+    ctx: &Context,
+    fip: &havip_crds::FloatingIP,
+    refusal: Option<&model::Refusal>,
+) -> Result<(), Error> {
+    let name = fip.name_any();
+    let accepted = refusal.is_none();
+    let (why, message) = match refusal {
+        None => (
+            reason::AS_EXPECTED,
+            format!("address {} is handed to the agents of pair {}", fip.spec.address, fip.spec.pair),
+        ),
+        Some(r) => (r.reason(), r.message(&fip.spec.address)),
+    };
+    let previous = fip.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let current = previous.iter().find(|c| c.type_ == havip_crds::condition::ACCEPTED);
+    let generation = fip.meta().generation;
+    let status = if accepted { "True" } else { "False" };
+    let key = format!("fip/{name}");
+    let verdict = (accepted, message.clone());
+    if current.is_some_and(|c| {
+        c.status == status && c.reason == why && c.message == message && c.observed_generation == generation
+    }) {
+        ctx.with_memory(&key, |m| m.admission = Some(verdict));
+        return Ok(());
+    }
+    if ctx.with_memory(&key, |m| m.admission.as_ref() == Some(&verdict))
+        && current.is_none_or(|c| c.observed_generation == generation)
+    {
+        // Applied by this process already; the cache has not caught up yet.
+        return Ok(());
+    }
+    ctx.guard("status")?;
+    let cond = model::condition(
+        previous,
+        havip_crds::condition::ACCEPTED,
+        accepted,
+        why,
+        message.clone(),
+        generation,
+        Timestamp::now(),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": havip_crds::FloatingIP::api_version(&()),
+        "kind": havip_crds::FloatingIP::kind(&()),
+        "status": {"conditions": [cond]},
+    });
+    let api: Api<havip_crds::FloatingIP> = Api::all(ctx.client.clone());
+    match api.patch_status(&name, &PatchParams::apply(manager::OPERATOR_ADMISSION).force(), &Patch::Apply(&patch)).await
+    {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 404) => return Ok(()),
+        Err(source) => {
+            return Err(Error::ApplyStatus { kind: "FloatingIP", name, source: Box::new(source) });
+        }
+    }
+    ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind: "FloatingIP" }).inc();
+    ctx.with_memory(&key, |m| m.admission = Some(verdict));
+    let was = current.map(|c| c.status.as_str());
+    if !accepted && was != Some("False") {
+        tracing::warn!(floatingip = %name, reason = why, %message, "FloatingIP refused");
+        ctx.event(fip, Ev::warning(why, "Validate", message)).await;
+    } else if accepted && was == Some("False") {
+        ctx.event(fip, Ev::normal("Accepted", "Validate", message)).await;
+    }
+    Ok(())
+}
+
+/// The member labels of the pair's Lease and key Secret: its own Secret carries the
+/// pair's members; a Secret named by `keySecretRef` in the operator's namespace carries
+/// the members of every pair that names it.
+async fn label_lease_and_secret(
+    ctx: &Context,
+    pair: &HAPair,
+    lease: Option<&Lease>,
+    own_secret: Option<&Secret>,
+) -> Result<(), Error> {
+    let ns = &ctx.settings.namespace;
+    let members = model::member_labels(&pair.spec);
+    if let Some(l) = lease {
+        let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+        label_members(ctx, &api, "Lease", &l.name_any(), l.labels(), &members).await?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    if let Some(s) = own_secret {
+        label_members(ctx, &secrets, "Secret", &s.name_any(), s.labels(), &members).await?;
+    }
+    if let Some(r) = &pair.spec.heartbeat.key_secret_ref
+        && r.namespace.as_deref().is_none_or(|n| n == ns)
+        && let Some(s) = ctx.secrets.get(&ObjectRef::new(&r.name).within(ns))
+    {
+        let desired: BTreeSet<String> = ctx
+            .pairs
+            .state()
+            .iter()
+            .filter_map(|p| p.0.as_ref().ok())
+            .filter(|p| {
+                p.spec
+                    .heartbeat
+                    .key_secret_ref
+                    .as_ref()
+                    .is_some_and(|x| x.name == r.name && x.namespace.as_deref().is_none_or(|n| n == ns))
+            })
+            .flat_map(|p| model::member_labels(&p.spec))
+            .chain(members.iter().cloned())
+            .collect();
+        label_members(ctx, &secrets, "Secret", &r.name, s.labels(), &desired).await?;
+    }
+    Ok(())
 }
 
 fn refused(kind: RequestKind, id: &str, why: String, now: Timestamp) -> Operation {

@@ -113,12 +113,106 @@ pub struct Observed {
     pub lease: Option<LeaseInfo>,
     /// The key Secret (None: unknown — not created yet, or named by keySecretRef).
     pub key: Option<KeyInfo>,
-    /// The FloatingIPs naming the pair, sorted by name.
+    /// The FloatingIPs naming the pair that the operator accepted, sorted by name (the
+    /// refused ones are in `refused`: no agent configures them, they count nowhere).
     pub vips: Vec<VipInfo>,
+    /// The FloatingIPs naming the pair that the operator refused, sorted by name.
+    pub refused: Vec<(VipInfo, Refusal)>,
     /// Problems with the spec that the schema did not catch.
     pub spec_problems: Vec<String>,
     /// The current time.
     pub now: Timestamp,
+}
+
+/// Why the operator refuses a FloatingIP: it gets `Accepted=False` and an Event, and no
+/// agent ever configures it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// An older FloatingIP (by creation time, then name) has the same address.
+    AddressInUse {
+        /// The FloatingIP that keeps the address.
+        holder: String,
+        /// That FloatingIP's pair.
+        pair: String,
+    },
+    /// The address is one of a member Node's own addresses: adding it as a VIP would
+    /// take the node's address over, and giving it up would remove it from the node.
+    NodeAddress {
+        /// The member node.
+        node: String,
+        /// Which of its addresses (`InternalIP`, `ExternalIP`, …).
+        kind: String,
+    },
+}
+
+impl Refusal {
+    /// The condition's and the Event's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::AddressInUse { .. } => reason::ADDRESS_IN_USE,
+            Refusal::NodeAddress { .. } => reason::NODE_ADDRESS,
+        }
+    }
+
+    /// A sentence for `address` (the FloatingIP's `spec.address`).
+    pub fn message(&self, address: &str) -> String {
+        match self {
+            Refusal::AddressInUse { holder, pair } => format!(
+                "address {address} is already used by FloatingIP {holder} (pair {pair}), which is older: this \
+                 FloatingIP is not served; give it another address, or delete one of the two"
+            ),
+            Refusal::NodeAddress { node, kind } => format!(
+                "address {address} is the {kind} of member node {node}: a VIP must not be a node's own \
+                 address; this FloatingIP is not served"
+            ),
+        }
+    }
+}
+
+/// Whether the operator refuses FloatingIP `name` (address `address`) of a pair whose
+/// member Nodes are `nodes`. `conflicts` comes from
+/// [`havip_crds::floatingip::address_conflicts`] over every FloatingIP; `pair_of` names
+/// the pair of another FloatingIP.
+pub fn refusal(
+    name: &str,
+    address: &str,
+    conflicts: &BTreeMap<String, String>,
+    pair_of: impl Fn(&str) -> Option<String>,
+    nodes: &BTreeMap<String, Option<NodeInfo>>,
+) -> Option<Refusal> {
+    if let Some(holder) = conflicts.get(name) {
+        let pair = pair_of(holder).unwrap_or_default();
+        return Some(Refusal::AddressInUse { holder: holder.clone(), pair });
+    }
+    let ip = havip_crds::floatingip::vip_address(address)?;
+    for (node, info) in nodes {
+        let Some(info) = info else { continue };
+        if let Some((kind, _)) = info.addresses.iter().find(|(_, a)| a.parse::<std::net::IpAddr>().ok() == Some(ip)) {
+            return Some(Refusal::NodeAddress { node: node.clone(), kind: kind.clone() });
+        }
+    }
+    None
+}
+
+/// The merge patch that makes an object's member labels (`member.havip.io/<node>`) the
+/// `desired` ones: adds the missing, removes (`null`) the others; other labels are left
+/// alone. None when they already are.
+pub fn member_label_patch(current: &BTreeMap<String, String>, desired: &BTreeSet<String>) -> Option<serde_json::Value> {
+    let mut labels = serde_json::Map::new();
+    for key in desired {
+        if current.get(key).map(String::as_str) != Some(havip_crds::membership::VALUE) {
+            labels.insert(key.clone(), serde_json::Value::String(havip_crds::membership::VALUE.to_owned()));
+        }
+    }
+    for key in current.keys().filter(|k| havip_crds::membership::is_member_label(k) && !desired.contains(*k)) {
+        labels.insert(key.clone(), serde_json::Value::Null);
+    }
+    (!labels.is_empty()).then(|| serde_json::json!({"metadata": {"labels": labels}}))
+}
+
+/// The member label keys of the pair's members.
+pub fn member_labels(spec: &HAPairSpec) -> BTreeSet<String> {
+    havip_crds::membership::label_keys(spec.members.iter().map(|m| m.node.as_str()))
 }
 
 /// Checks a spec for what CEL should have refused, plus what only the operator can
@@ -1154,6 +1248,7 @@ pub fn operator_status(
         epoch: Some(a.epoch),
         vips: Some(i32::try_from(o.vips.len()).unwrap_or(i32::MAX)),
         conditions: conditions(o, a, revision),
+        member_addresses: published_addresses(o),
         last_transition: transition,
         last_operation,
         config_revision: Some(revision.to_owned()),
@@ -1162,6 +1257,20 @@ pub fn operator_status(
         key_rotation,
         members: Vec::new(),
     }
+}
+
+/// `status.memberAddresses`: every member's heartbeat address per path (see
+/// [`member_addresses`]), members without any left out.
+pub fn published_addresses(o: &Observed) -> Vec<havip_crds::MemberAddresses> {
+    let (table, _) = member_addresses(o);
+    table
+        .into_iter()
+        .filter(|(_, paths)| !paths.is_empty())
+        .map(|(node, paths)| havip_crds::MemberAddresses {
+            node,
+            paths: paths.into_iter().map(|(path, address)| havip_crds::hapair::PathAddress { path, address }).collect(),
+        })
+        .collect()
 }
 
 /// The operator's part of a status with every timestamp removed: two statuses that

@@ -44,6 +44,7 @@ fn operator_against_a_real_api_server() {
         key_rotation(&client).await;
         invalid_objects(&client, &op).await;
         floating_ip_pair_found(&client).await;
+        admission_and_member_labels(&client).await;
         plugin_end_to_end(&client, &cp).await;
         member_replacement(&client).await;
         eprintln!(
@@ -460,6 +461,104 @@ async fn floating_ip_pair_found(client: &Client) {
     eventually("PairFound=True", Duration::from_secs(20), found("True")).await;
     wait_pair(client, "s6", "counts its VIP", |p| p.status.as_ref().and_then(|s| s.vips) == Some(1)).await;
     eprintln!("FloatingIP PairFound ✓");
+}
+
+/// The member labels of an object (`member.havip.io/<node>` → nodes).
+fn members_labelled(labels: &BTreeMap<String, String>) -> Vec<String> {
+    labels.keys().filter_map(|k| k.strip_prefix(havip_crds::membership::PREFIX)).map(str::to_owned).collect()
+}
+
+async fn fip_accepted(client: &Client, name: &str) -> Option<(String, String, String, Vec<String>)> {
+    let f = Api::<havip_crds::FloatingIP>::all(client.clone()).get(name).await.ok()?;
+    let members = members_labelled(f.labels());
+    let c = f.status?.conditions.into_iter().find(|c| c.type_ == condition::ACCEPTED)?;
+    Some((c.status, c.reason, c.message, members))
+}
+
+/// Every object of a pair carries its members' labels (the agents select by them), the
+/// status publishes the members' addresses; a FloatingIP on an address an older one uses,
+/// or on a member Node's own address, is refused (condition, Event, no label, in no
+/// revision); the older one deleted, the newer is accepted; a member change moves the
+/// labels.
+async fn admission_and_member_labels(client: &Client) {
+    apply_yaml(client, &fip_yaml("s8-a", "s8", "10.0.0.80/24")).await;
+    apply_yaml(client, &pair_yaml("s8", "n1", "n2")).await;
+    let p = wait_pair(client, "s8", "labelled for n1 and n2, addresses published", |p| {
+        members_labelled(p.labels()) == ["n1", "n2"]
+            && p.status.as_ref().and_then(|s| s.member_address("n2", "internal")) == Some("10.0.0.2")
+    })
+    .await;
+    assert_eq!(p.status.as_ref().and_then(|s| s.member_address("n1", "internal")), Some("10.0.0.1"));
+    let lease = Api::<Lease>::namespaced(client.clone(), NS).get("hapair-s8").await.expect("Lease");
+    assert_eq!(members_labelled(lease.labels()), ["n1", "n2"]);
+    let key = secret(client, "s8").await;
+    assert_eq!(members_labelled(key.labels()), ["n1", "n2"]);
+    let a = eventually("s8-a accepted and labelled", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-a").await.filter(|a| a.0 == "True" && a.3 == ["n1", "n2"])
+    })
+    .await;
+    assert_eq!(a.1, "AsExpected", "{a:?}");
+
+    // The same address again, later (another prefix length): refused.
+    apply_yaml(client, &fip_yaml("s8-b", "s8", "10.0.0.80/32")).await;
+    let b = eventually("s8-b refused", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-b").await.filter(|a| a.0 == "False")
+    })
+    .await;
+    assert_eq!(b.1, "AddressInUse", "{b:?}");
+    assert!(b.2.contains("FloatingIP s8-a (pair s8)"), "{b:?}");
+    assert!(b.3.is_empty(), "a refused FloatingIP carries no member label: {b:?}");
+    let ev = wait_event(client, "s8-b", "AddressInUse", "s8-a").await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // A member Node's own address: refused.
+    apply_yaml(client, &fip_yaml("s8-n", "s8", "10.0.0.2/24")).await;
+    let n = eventually("s8-n refused", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-n").await.filter(|a| a.0 == "False")
+    })
+    .await;
+    assert_eq!(n.1, "NodeAddress", "{n:?}");
+    assert!(n.2.contains("InternalIP of member node n2"), "{n:?}");
+    wait_event(client, "s8-n", "NodeAddress", "n2").await;
+    // The pair counts and hashes only the accepted one.
+    let fips = BTreeMap::from([(
+        "s8-a".to_owned(),
+        serde_json::from_value::<FloatingIPSpec>(serde_json::json!({"pair": "s8", "address": "10.0.0.80/24"})).unwrap(),
+    )]);
+    let addrs = BTreeMap::from([
+        ("n1".to_owned(), BTreeMap::from([("internal".to_owned(), "10.0.0.1".to_owned())])),
+        ("n2".to_owned(), BTreeMap::from([("internal".to_owned(), "10.0.0.2".to_owned())])),
+    ]);
+    let want = format_revision(config_revision(&p.spec, &fips, &addrs));
+    let p = wait_pair(client, "s8", "one VIP counted", |p| p.status.as_ref().and_then(|s| s.vips) == Some(1)).await;
+    assert_eq!(revision_of(&p), want, "the refused FloatingIPs are in no revision");
+
+    // The older one goes: the newer is accepted, labelled, in the revision.
+    Api::<havip_crds::FloatingIP>::all(client.clone()).delete("s8-a", &Default::default()).await.expect("delete s8-a");
+    eventually("s8-b accepted and labelled", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-b").await.filter(|a| a.0 == "True" && a.3 == ["n1", "n2"])
+    })
+    .await;
+    wait_event(client, "s8-b", "Accepted", "s8").await;
+
+    // n2 leaves, n3 joins: every label follows.
+    apply_yaml(client, &pair_yaml("s8", "n1", "n3")).await;
+    wait_pair(client, "s8", "labelled for n1 and n3", |p| members_labelled(p.labels()) == ["n1", "n3"]).await;
+    eventually("the FloatingIP, Lease and Secret relabelled", Duration::from_secs(20), || async {
+        let f = fip_accepted(client, "s8-b").await?;
+        let l = Api::<Lease>::namespaced(client.clone(), NS).get("hapair-s8").await.ok()?;
+        let s = Api::<Secret>::namespaced(client.clone(), NS).get("havip-s8-key").await.ok()?;
+        (f.3 == ["n1", "n3"]
+            && members_labelled(l.labels()) == ["n1", "n3"]
+            && members_labelled(s.labels()) == ["n1", "n3"])
+        .then_some(())
+    })
+    .await;
+    // s8-n is no member's address any more: accepted.
+    eventually("s8-n accepted once n2 left", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-n").await.filter(|a| a.0 == "True")
+    })
+    .await;
+    eprintln!("FloatingIP admission and member labels ✓");
 }
 
 fn plugin(cp: &ControlPlane, args: &[&str]) -> (i32, String, String) {

@@ -8,7 +8,7 @@
 //!   the newest file that has it, with its command, date and machine, then a summary of
 //!   the earlier files.
 //!
-//! The inputs are the JSON lines that `bench-failover`, `bench-k8s` and `bench-operator`
+//! The inputs are the JSON lines that `bench-failover`, `bench-k8s`, `bench-operator` and `bench-scale`
 //! print; lines of unknown shape are ignored. Rows computed from other projects'
 //! documented defaults (`computed_from_documented_defaults`) are labelled as such.
 //! `make bench` runs every benchmark and then this.
@@ -191,6 +191,12 @@ enum Kind {
     LeaseReference,
     /// bench-operator: one stage.
     OperatorStage,
+    /// bench-scale: what was created.
+    ScaleSetup,
+    /// bench-scale: the operator in the big cluster.
+    ScaleOperator,
+    /// bench-scale: the agent of a node with two pairs in the big cluster.
+    ScaleAgent,
 }
 
 fn kind(v: &Value) -> Option<Kind> {
@@ -209,6 +215,9 @@ fn kind(v: &Value) -> Option<Kind> {
         "api_requests_steady" => Some(Kind::ApiSteady),
         "api_requests_failover" => Some(Kind::ApiFailover),
         "lease_renewal_reference" => Some(Kind::LeaseReference),
+        "scale_setup" => Some(Kind::ScaleSetup),
+        "scale_operator" => Some(Kind::ScaleOperator),
+        "scale_agent" => Some(Kind::ScaleAgent),
         _ => None,
     }
 }
@@ -646,6 +655,91 @@ API requests on havip's resources in the window (every client): {}.\n",
     }
 }
 
+/// "yes" / "no (…)" for a goal.
+fn goal(v: &Value) -> &'static str {
+    match v.get("goal_met").and_then(Value::as_bool) {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "–",
+    }
+}
+
+fn scale_section(out: &mut String, files: &[RunFile]) {
+    out.push_str("## havip in a big cluster (measured here)\n\n");
+    out.push_str(
+        "How many pairs a node may carry: there is no fixed limit. One agent serves every pair of its node over one \
+UDP socket per (local address, heartbeat port), so pairs may share a port (the default 7946) or use different ones; \
+a second process on the same address and port refuses to start. Each pair costs the agent its heartbeats (pairs × \
+peers × paths × 10 datagrams/s at the default interval), its probes and about 1 MiB; the end-to-end suites run two \
+and three pairs per node (README, \"Many pairs on the same nodes\"). An agent watches only its own node's objects, \
+so what it receives grows with its own pairs, not with the cluster:\n\n",
+    );
+    let Some(f) = newest(files, Kind::ScaleAgent).or_else(|| newest(files, Kind::ScaleOperator)) else {
+        out.push_str("No results yet: run `make bench` (or `make bench-scale`).\n\n");
+        return;
+    };
+    let _ = writeln!(out, "{}\n", provenance(f));
+    for v in rows(f, Kind::ScaleSetup) {
+        let _ = writeln!(
+            out,
+            "`bench-scale` on a local control plane (real kube-apiserver and etcd): {} synthetic Nodes with {} bytes of \
+status each (addresses, capacity, conditions, node info, an image list — what a kubelet reports), created in {} s; {} \
+pairs, {} of them on the lab's two network-namespace nodes with real agents (each pair its own VIP and service), the \
+others over the synthetic Nodes with one FloatingIP each, created in {} s. Simulated agents take those pairs' Leases \
+and report, then keep refreshing each member entry once a minute, as real agents do. The measured agent restarts once \
+the cluster is full (its start-up path), then serves its two pairs through the steady window. RSS from `/proc`; the \
+agent's watch events from its own `havip_agent_watch_events_total` (applied and deleted objects).\n",
+            text(v, "nodes"),
+            text(v, "node_status_bytes"),
+            text(v, "create_nodes_s"),
+            text(v, "pairs"),
+            text(v, "real_pairs"),
+            text(v, "create_pairs_s"),
+        );
+    }
+    let mut body = Vec::new();
+    for v in rows(f, Kind::ScaleOperator) {
+        body.push(vec![
+            format!("operator ({} build)", text(v, "build")),
+            format!(
+                "idle with the Nodes {} MiB; all pairs Live {} MiB; largest {} MiB",
+                mib(num(v, "rss_kib_idle_with_nodes")),
+                mib(num(v, "rss_kib_live")),
+                mib(num(v, "rss_kib_max"))
+            ),
+            format!(
+                "{} of {} pairs Live {} s after they were created ({} converged after {} s)",
+                text(v, "pairs_live"),
+                text(v, "pairs"),
+                text(v, "time_to_live_all_s"),
+                text(v, "pairs_converged"),
+                text(v, "converged_s")
+            ),
+            format!("≤ {} MiB: {}", text(v, "goal_rss_mib"), goal(v)),
+        ]);
+    }
+    for v in rows(f, Kind::ScaleAgent) {
+        let kinds: Vec<String> = v
+            .get("watch_events_per_minute_by_kind")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, n)| format!("{k} {}", fmt(n.as_f64(), 1))).collect())
+            .unwrap_or_default();
+        body.push(vec![
+            format!("agent on {} ({} pairs, {} build)", text(v, "node"), text(v, "own_pairs"), text(v, "build")),
+            format!("{} MiB; largest in the window {} MiB", mib(num(v, "rss_kib")), mib(num(v, "rss_kib_max"))),
+            format!(
+                "{} watch events/min ({}) while the cluster wrote {} HAPair statuses/min; {} objects in its start-up lists",
+                fmt(num(v, "watch_events_per_minute"), 1),
+                if kinds.is_empty() { "none".to_owned() } else { kinds.join(", ") },
+                fmt(num(v, "cluster_hapair_status_writes_per_minute"), 0),
+                text(v, "objects_listed_at_start")
+            ),
+            format!("≤ {} MiB: {}", text(v, "goal_rss_mib"), goal(v)),
+        ]);
+    }
+    table(out, &["process", "RSS", "work", "goal"], body);
+}
+
 fn history_section(out: &mut String, files: &[RunFile]) {
     out.push_str("## Every results file\n\n");
     out.push_str(
@@ -676,6 +770,22 @@ havip's and keepalived's p50 gap per scenario):\n\n",
         for v in rows(f, Kind::OperatorStage).into_iter().filter(|v| text(v, "stage") == "steady") {
             summary.push(format!("{} pairs: operator {} MiB", text(v, "pairs"), mib(num(v, "rss_kib"))));
         }
+        for v in rows(f, Kind::ScaleAgent) {
+            summary.push(format!(
+                "{} Nodes, {} pairs: agent {} MiB, {} watch events/min",
+                text(v, "nodes"),
+                text(v, "pairs"),
+                mib(num(v, "rss_kib_max")),
+                fmt(num(v, "watch_events_per_minute"), 1)
+            ));
+        }
+        for v in rows(f, Kind::ScaleOperator) {
+            summary.push(format!(
+                "operator {} MiB, Live in {} s",
+                mib(num(v, "rss_kib_max")),
+                text(v, "time_to_live_all_s")
+            ));
+        }
         let runs = f.meta.as_ref().map(|m| format!(" — `{}`", text(m, "command"))).unwrap_or_default();
         let _ = writeln!(out, "- [`{0}`](bench/{0}){runs}: {1}", f.file, summary.join("; "));
     }
@@ -701,6 +811,7 @@ bounds and gaps include some scheduling noise.\n\n",
     footprint_section(&mut out, files);
     api_section(&mut out, files);
     operator_section(&mut out, files);
+    scale_section(&mut out, files);
     out.push_str("## What the others document (not measured here)\n\n");
     out.push_str(DOCUMENTED);
     out.push('\n');
@@ -732,6 +843,30 @@ not json at all
     const OPERATOR: &str = r#"{"stage":"created","seconds":12.5,"rss_kib":40960,"cpu_seconds":3.2,"reconciles":900.0,"reconcile_mean_ms":4.1,"reconcile_p50_ms_le":5.0,"reconcile_p99_ms_le":50.0,"status_writes":800.0,"errors":0.0,"pairs":1000}
 {"stage":"steady","seconds":95.0,"rss_kib":61440,"cpu_seconds":20.5,"reconciles":5000.0,"reconcile_mean_ms":3.3,"reconcile_p50_ms_le":5.0,"reconcile_p99_ms_le":25.0,"status_writes":3000.0,"errors":0.0,"pairs":1000,"window_seconds":30.0,"reconciles_per_second":16.67,"reconcile_mean_ms_in_window":1.25,"status_writes_in_window":0.0,"cpu_seconds_in_window":0.8,"apiserver_requests_in_window":{"leases:GET":3.0}}
 "#;
+
+    const SCALE: &str = r#"{"meta":{"name":"scale","command":"target/release/bench-scale --nodes 5000 --pairs 1000","started":"2026-11-30T11:00:00Z","nproc":2,"kernel":"6.18.0","cpu":"","loadavg":[]}}
+{"bench":"scale_setup","nodes":5000,"node_status_bytes":20610,"pairs":1000,"real_pairs":2,"create_nodes_s":95.2,"create_pairs_s":31.0}
+{"bench":"scale_operator","nodes":5000,"pairs":1000,"build":"release","rss_kib_idle_with_nodes":40960,"rss_kib_live":61440,"rss_kib_end":61440,"rss_kib_max":70000,"pairs_converged":1000,"converged_s":40.5,"pairs_live":1000,"time_to_live_all_s":88.8,"goal_rss_mib":256,"goal_met":true}
+{"bench":"scale_agent","node":"n0","own_pairs":2,"nodes":5000,"pairs":1000,"build":"release","restarted_and_live":true,"rss_kib":20480,"rss_kib_max":21504,"window_seconds":120,"watch_events_per_minute":6.5,"watch_events_per_minute_by_kind":{"HAPair":6.0,"FloatingIP":0.5},"objects_listed_at_start":7,"cluster_hapair_status_writes_per_minute":1996,"goal_rss_mib":32,"goal_met":false}
+"#;
+
+    #[test]
+    fn the_scale_section_shows_both_processes_and_their_goals() {
+        let files: Vec<RunFile> = parse_file("scale-2026-11-30.jsonl", SCALE).into_iter().collect();
+        let md = render(&files);
+        assert!(md.contains("## havip in a big cluster (measured here)"), "{md}");
+        assert!(
+            md.contains(
+                "the end-to-end suites run two \
+and three pairs per node"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("5000 synthetic Nodes with 20610 bytes of status"), "{md}");
+        assert!(md.contains("| operator (release build) | idle with the Nodes 40.0 MiB; all pairs Live 60.0 MiB; largest 68.4 MiB | 1000 of 1000 pairs Live 88.8 s after they were created (1000 converged after 40.5 s) | ≤ 256 MiB: met |"), "{md}");
+        assert!(md.contains("| agent on n0 (2 pairs, release build) | 20.0 MiB; largest in the window 21.0 MiB | 6.5 watch events/min (FloatingIP 0.5, HAPair 6.0) while the cluster wrote 1996 HAPair statuses/min; 7 objects in its start-up lists | ≤ 32 MiB: **missed** |"), "{md}");
+        assert!(md.contains("5000 Nodes, 1000 pairs: agent 21.0 MiB, 6.5 watch events/min"), "{md}");
+    }
 
     fn sample() -> Vec<RunFile> {
         let mut files = vec![

@@ -1,8 +1,19 @@
 //! One pair's agent configuration from the cluster objects: the HAPair, its
-//! FloatingIPs, the members' Node addresses (or, for interface paths, this node's own
-//! address and the peers' published ones) and the heartbeat-key Secret. Pure: the
+//! FloatingIPs, the members' heartbeat addresses and the heartbeat-key Secret. Pure: the
 //! caller passes what the watches and the kernel show, and gets a configuration or a
 //! typed reason to wait. No I/O, no clock.
+//!
+//! Addresses: this node's own from its Node object (or, for an interface path, from the
+//! kernel); a peer's from what the operator publishes in the pair's
+//! `status.memberAddresses` (agents do not watch other Nodes), else from the peer's Node
+//! when the caller has it (an agent that watches every Node while the operator has not
+//! labelled its objects yet), and for an interface path from the peer's own
+//! `status.members[].pathAddresses`.
+//!
+//! FloatingIPs the operator refuses are skipped here too, with the same rules: one whose
+//! address an older FloatingIP uses ([`havip_crds::floatingip::address_conflicts`] over
+//! every FloatingIP the agent sees), and one whose address is a member's heartbeat
+//! address (a node's own address).
 
 use crate::config::{
     AgentConfig, AnnounceSchedule, ConfigError, MemberConfig, ProbeConfig, SmSettings, VipConfig, build_sm_config,
@@ -119,8 +130,11 @@ pub struct ClusterView<'a> {
     pub node: &'a str,
     /// The operator namespace (where the key Secrets are).
     pub namespace: &'a str,
-    /// The Nodes.
+    /// The Nodes the agent sees: its own (always, once listed), every other one only
+    /// while it watches them all.
     pub nodes: &'a [Arc<Node>],
+    /// Every FloatingIP the agent sees (of every pair), for the address conflicts.
+    pub fips: &'a [&'a FloatingIP],
     /// The Secrets of the operator namespace.
     pub secrets: &'a [Arc<Secret>],
     /// This node's address on each interface named by an `interface:` heartbeat path
@@ -128,52 +142,82 @@ pub struct ClusterView<'a> {
     pub local_interfaces: &'a BTreeMap<String, IpAddr>,
 }
 
-/// Builds the agent configuration of `pair` (with `fips`, the FloatingIPs naming it).
-///
-/// The peers' addresses on `interface:` paths come from their
-/// `status.members[].pathAddresses`; this node's from [`ClusterView::local_interfaces`].
-pub fn agent_config(
-    pair: &HAPair,
-    fips: &[FloatingIP],
-    view: &ClusterView<'_>,
-) -> Result<AgentConfig, PairConfigError> {
+/// The FloatingIPs of `pair` that the agent sees and does not configure, with why: the
+/// operator refuses them (and does not hand them to the agents; this is the defense in
+/// depth should one reach the agent anyway).
+pub fn skipped_floating_ips(pair: &HAPair, view: &ClusterView<'_>) -> BTreeMap<String, String> {
     let name = pair.name_any();
+    let conflicts = havip_crds::floatingip::address_conflicts(view.fips.iter().copied());
+    let own: Vec<IpAddr> = member_table(pair, view).values().flat_map(|a| a.values().copied()).collect();
+    let mut out = BTreeMap::new();
+    for f in view.fips.iter().filter(|f| f.spec.pair == name) {
+        let fname = f.name_any();
+        if let Some(holder) = conflicts.get(&fname) {
+            out.insert(fname, format!("address {} is used by the older FloatingIP {holder}", f.spec.address));
+        } else if let Some(a) = havip_crds::floatingip::vip_address(&f.spec.address).filter(|a| own.contains(a)) {
+            out.insert(fname, format!("address {a} is a member's own heartbeat address"));
+        }
+    }
+    out
+}
+
+/// Each member's address per heartbeat path (`node → path → address`), as far as known:
+/// see the module documentation for where each comes from.
+fn member_table(pair: &HAPair, view: &ClusterView<'_>) -> BTreeMap<String, BTreeMap<String, IpAddr>> {
     let spec = &pair.spec;
-    let paths: Vec<String> = spec.heartbeat.paths.iter().map(|p| p.name.clone()).collect();
-    // What each member published for its interface paths.
-    let reported: BTreeMap<&str, BTreeMap<&str, &str>> = pair
-        .status
+    let status = pair.status.as_ref();
+    let reported: BTreeMap<&str, BTreeMap<&str, &str>> = status
         .iter()
         .flat_map(|s| &s.members)
         .map(|m| (m.node.as_str(), m.path_addresses.iter().map(|a| (a.path.as_str(), a.address.as_str())).collect()))
         .collect();
-    let mut members = Vec::new();
-    let mut addr_table: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for m in &spec.members {
         let node = view.nodes.iter().find(|n| n.name_any() == m.node);
         let local = m.node == view.node;
         let mut addresses = BTreeMap::new();
         for p in &spec.heartbeat.paths {
             let addr = match (&p.address_type, &p.interface) {
-                (Some(t), _) => node.and_then(|n| node_address(n, *t)),
+                (Some(t), _) if local => node.and_then(|n| node_address(n, *t)),
+                (Some(t), _) => status
+                    .and_then(|s| s.member_address(&m.node, &p.name))
+                    .and_then(|a| a.parse().ok())
+                    .or_else(|| node.and_then(|n| node_address(n, *t))),
                 (None, Some(ifname)) if local => view.local_interfaces.get(ifname).copied(),
                 (None, Some(_)) => {
                     reported.get(m.node.as_str()).and_then(|r| r.get(p.name.as_str())).and_then(|a| a.parse().ok())
                 }
                 (None, None) => None,
             };
-            match (addr, &p.interface) {
-                (Some(a), _) => {
-                    addresses.insert(p.name.clone(), a);
-                }
-                // A peer without an address on a path is heard on the others; this
-                // node cannot run the pair without its own.
-                (None, _) if !local => {}
-                (None, Some(i)) => {
-                    return Err(PairConfigError::NoInterfaceAddress { interface: i.clone(), path: p.name.clone() });
-                }
-                (None, None) => return Err(PairConfigError::NoNodeAddress { path: p.name.clone() }),
+            if let Some(a) = addr {
+                addresses.insert(p.name.clone(), a);
             }
+        }
+        out.insert(m.node.clone(), addresses);
+    }
+    out
+}
+
+/// Builds the agent configuration of `pair` from the FloatingIPs naming it (less those
+/// [`skipped_floating_ips`] names) and the rest of `view`.
+pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig, PairConfigError> {
+    let name = pair.name_any();
+    let spec = &pair.spec;
+    let paths: Vec<String> = spec.heartbeat.paths.iter().map(|p| p.name.clone()).collect();
+    let mut table = member_table(pair, view);
+    let mut members = Vec::new();
+    let mut addr_table: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for m in &spec.members {
+        let addresses = table.remove(&m.node).unwrap_or_default();
+        // A peer without an address on a path is heard on the others; this node cannot
+        // run the pair without its own.
+        if m.node == view.node
+            && let Some(p) = spec.heartbeat.paths.iter().find(|p| !addresses.contains_key(&p.name))
+        {
+            return Err(match &p.interface {
+                Some(i) => PairConfigError::NoInterfaceAddress { interface: i.clone(), path: p.name.clone() },
+                None => PairConfigError::NoNodeAddress { path: p.name.clone() },
+            });
         }
         addr_table.insert(m.node.clone(), addresses.iter().map(|(k, v)| (k.clone(), v.to_string())).collect());
         let priority = u8::try_from(m.priority)
@@ -183,7 +227,8 @@ pub fn agent_config(
     let keys = pair_keys(pair, view)?;
     let mut vips = Vec::new();
     let mut fip_specs = BTreeMap::new();
-    for f in fips {
+    let skipped = skipped_floating_ips(pair, view);
+    for f in view.fips.iter().filter(|f| f.spec.pair == name && !skipped.contains_key(&f.name_any())) {
         let fip_error = |source| PairConfigError::FloatingIp { name: f.name_any(), source };
         let (addr, prefix) = parse_cidr(&f.spec.address).map_err(fip_error)?;
         vips.push(VipConfig {
@@ -385,16 +430,25 @@ mod tests {
                 node: "a",
                 namespace: "havip-system",
                 nodes: &self.nodes,
+                fips: &[],
                 secrets: &self.secrets,
                 local_interfaces: &self.interfaces,
             }
         }
     }
 
+    /// `agent_config` of `pair` with `fips` as every FloatingIP the agent sees.
+    fn config(w: &World, pair: &HAPair, fips: &[FloatingIP]) -> Result<AgentConfig, PairConfigError> {
+        let refs: Vec<&FloatingIP> = fips.iter().collect();
+        let mut view = w.view();
+        view.fips = &refs;
+        agent_config(pair, &view)
+    }
+
     #[test]
     fn a_pair_with_its_secret_and_addresses_is_configured() {
         let w = World::new();
-        let cfg = agent_config(&internal_pair(), &[fip("vip", "192.0.2.10/24")], &w.view()).expect("config");
+        let cfg = config(&w, &internal_pair(), &[fip("vip", "192.0.2.10/24")]).expect("config");
         assert_eq!((cfg.pair.as_str(), cfg.node.as_str()), ("web", "a"));
         assert_eq!(cfg.keys.current.id, 3);
         let b = cfg.members.iter().find(|m| m.node == "b").expect("b");
@@ -407,14 +461,14 @@ mod tests {
     fn a_missing_secret_is_waited_for() {
         let mut w = World::new();
         w.secrets = vec![secret("havip-web-key", "elsewhere", KEY)];
-        let e = agent_config(&internal_pair(), &[], &w.view()).expect_err("no secret");
+        let e = config(&w, &internal_pair(), &[]).expect_err("no secret");
         assert!(
             matches!(&e, PairConfigError::SecretMissing { namespace, name }
             if namespace == "havip-system" && name == "havip-web-key"),
             "{e}"
         );
         w.secrets = vec![secret("havip-web-key", "havip-system", "not hex")];
-        let e = agent_config(&internal_pair(), &[], &w.view()).expect_err("bad key");
+        let e = config(&w, &internal_pair(), &[]).expect_err("bad key");
         assert!(
             matches!(&e, PairConfigError::Secret { source: KeySecretError::BadKey { field: "key", .. }, .. }),
             "{e}"
@@ -425,11 +479,11 @@ mod tests {
     fn this_node_needs_its_own_address_a_peer_does_not() {
         let mut w = World::new();
         w.nodes = vec![node("a", None), node("b", Some("10.0.0.2"))];
-        let e = agent_config(&internal_pair(), &[], &w.view()).expect_err("no own address");
+        let e = config(&w, &internal_pair(), &[]).expect_err("no own address");
         assert!(matches!(&e, PairConfigError::NoNodeAddress { path } if path == "internal"), "{e}");
         // The peer's missing Node leaves it without an address on the path; the pair runs.
         w.nodes = vec![node("a", Some("10.0.0.1"))];
-        let cfg = agent_config(&internal_pair(), &[], &w.view()).expect("config");
+        let cfg = config(&w, &internal_pair(), &[]).expect("config");
         assert!(cfg.members.iter().find(|m| m.node == "b").expect("b").addresses.is_empty());
     }
 
@@ -440,14 +494,14 @@ mod tests {
             serde_json::json!({"members": [{"node": "b", "pathAddresses": [{"path": "mgmt", "address": "172.16.0.2"}]}]}),
         );
         let mut w = World::new();
-        let e = agent_config(&p, &[], &w.view()).expect_err("no eth1 address");
+        let e = config(&w, &p, &[]).expect_err("no eth1 address");
         assert!(
             matches!(&e, PairConfigError::NoInterfaceAddress { interface, path }
             if interface == "eth1" && path == "mgmt"),
             "{e}"
         );
         w.interfaces.insert("eth1".to_owned(), "172.16.0.1".parse().expect("ip"));
-        let cfg = agent_config(&p, &[], &w.view()).expect("config");
+        let cfg = config(&w, &p, &[]).expect("config");
         let addr = |n: &str| cfg.members.iter().find(|m| m.node == n).and_then(|m| m.addresses.get("mgmt")).copied();
         assert_eq!(addr("a"), Some("172.16.0.1".parse().expect("ip")));
         assert_eq!(addr("b"), Some("172.16.0.2".parse().expect("ip")));
@@ -456,9 +510,80 @@ mod tests {
     #[test]
     fn a_bad_floating_ip_address_names_the_floating_ip() {
         let w = World::new();
-        let e = agent_config(&internal_pair(), &[fip("broken", "192.0.2.300/24")], &w.view()).expect_err("bad");
+        let e = config(&w, &internal_pair(), &[fip("broken", "192.0.2.300/24")]).expect_err("bad");
         assert!(matches!(&e, PairConfigError::FloatingIp { name, .. } if name == "broken"), "{e}");
         assert!(e.to_string().contains("not an IP address"), "{e}");
+    }
+
+    fn fip_at(name: &str, pair: &str, address: &str, created: &str) -> FloatingIP {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"pair": pair, "address": address},
+        }))
+        .expect("fip")
+    }
+
+    #[test]
+    fn peers_addresses_come_from_the_published_status_else_from_their_node() {
+        let published = pair(
+            serde_json::json!([{"name": "internal", "addressType": "InternalIP"}]),
+            serde_json::json!({"memberAddresses": [
+                {"node": "a", "paths": [{"path": "internal", "address": "10.9.9.9"}]},
+                {"node": "b", "paths": [{"path": "internal", "address": "10.0.0.22"}]},
+            ]}),
+        );
+        let mut w = World::new();
+        // Only its own Node, as an agent that watches nothing else.
+        w.nodes = vec![node("a", Some("10.0.0.1"))];
+        let cfg = config(&w, &published, &[]).expect("config");
+        let addr = |c: &AgentConfig, n: &str| {
+            c.members.iter().find(|m| m.node == n).and_then(|m| m.addresses.get("internal")).copied()
+        };
+        assert_eq!(addr(&cfg, "b"), Some("10.0.0.22".parse().expect("ip")), "the published address");
+        assert_eq!(addr(&cfg, "a"), Some("10.0.0.1".parse().expect("ip")), "its own from its own Node");
+        // Nothing published (an operator that does not publish yet): the peer's Node,
+        // when the agent watches it.
+        w.nodes = vec![node("a", Some("10.0.0.1")), node("b", Some("10.0.0.2"))];
+        let cfg = config(&w, &internal_pair(), &[]).expect("config");
+        assert_eq!(addr(&cfg, "b"), Some("10.0.0.2".parse().expect("ip")));
+        // The revision covers the addresses: a moved peer is a new revision.
+        let moved = config(&w, &published, &[]).expect("config");
+        assert_ne!(moved.sm.config_revision, cfg.sm.config_revision);
+    }
+
+    #[test]
+    fn a_floating_ip_whose_address_an_older_one_holds_is_skipped_deterministically() {
+        let w = World::new();
+        let old_other_pair = fip_at("db-vip", "db", "192.0.2.10/32", "2026-01-01T00:00:00Z");
+        let new_own = fip_at("web-dup", "web", "192.0.2.10/24", "2026-01-02T00:00:00Z");
+        let own = fip_at("web-vip", "web", "192.0.2.11/24", "2026-01-03T00:00:00Z");
+        let skipped = {
+            let fips = [old_other_pair.clone(), new_own.clone(), own.clone()];
+            let refs: Vec<&FloatingIP> = fips.iter().collect();
+            let mut view = w.view();
+            view.fips = &refs;
+            skipped_floating_ips(&internal_pair(), &view)
+        };
+        assert_eq!(skipped.keys().collect::<Vec<_>>(), ["web-dup"], "{skipped:?}");
+        let cfg = config(&w, &internal_pair(), &[old_other_pair.clone(), new_own.clone(), own.clone()]).expect("cfg");
+        assert_eq!(cfg.vips.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["web-vip"]);
+        // The same configuration (and revision) as if the refused one did not exist, which
+        // is what the operator's revision counts.
+        let without = config(&w, &internal_pair(), &[old_other_pair, own.clone()]).expect("cfg");
+        assert_eq!(cfg.sm.config_revision, without.sm.config_revision);
+        // The older of two in the same pair is kept whatever the order.
+        let older_own = fip_at("web-z", "web", "192.0.2.11/24", "2025-12-31T00:00:00Z");
+        let cfg = config(&w, &internal_pair(), &[own, older_own]).expect("cfg");
+        assert_eq!(cfg.vips.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["web-z"]);
+    }
+
+    #[test]
+    fn a_floating_ip_on_a_members_own_address_is_skipped() {
+        let w = World::new();
+        let cfg = config(&w, &internal_pair(), &[fip("peer-ip", "10.0.0.2/24"), fip("vip", "192.0.2.10/24")])
+            .expect("config");
+        assert_eq!(cfg.vips.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["vip"]);
     }
 
     fn a(addr: &str, label: Option<&str>) -> AddrInfo {

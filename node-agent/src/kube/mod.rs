@@ -1,8 +1,11 @@
 //! The agent in Kubernetes mode: one [`runtime`] per HAPair that names this node.
 //!
-//! This module is the loop: it watches HAPairs, FloatingIPs, Nodes, Secrets and Leases
-//! into one [`Stores`], and on every change starts, reconfigures or releases the pairs'
-//! runtimes and feeds them what the objects say. The rooms around it: [`config`] turns
+//! This module is the loop: it watches this node's HAPairs, FloatingIPs, key Secrets and
+//! pair Leases (selected by its member label, see [`havip_crds::membership`]) and its own
+//! Node into [`Stores`], and on every change starts, reconfigures or releases the
+//! pairs' runtimes and feeds them what the objects say. Until the operator has labelled
+//! every object of this node's pairs (the first start after an upgrade from a release
+//! without member labels), it watches every object of those kinds, as before. The rooms around it: [`config`] turns
 //! the objects into an agent configuration (pure), [`lease`] is the fencing record's
 //! compare-and-swap, [`report`] writes the member entry, the FloatingIP status and the
 //! Events, [`commands`] hands maintenance, pause and the operator's commands to the
@@ -21,7 +24,8 @@ mod snapshot;
 
 pub use commands::op_id;
 pub use config::{
-    ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret, pick_path_address,
+    ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret,
+    pick_path_address, skipped_floating_ips,
 };
 pub use lease::{KubeLease, LeaseSnapshot, lease_name, lease_view};
 
@@ -33,11 +37,15 @@ use crate::sm;
 use crate::state::StateFile;
 use commands::PairInputs;
 use futures::StreamExt;
+use havip_crds::membership;
 use havip_crds::wire::Keyring;
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
+use kube::api::ListParams;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -48,6 +56,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -77,6 +86,9 @@ pub enum KubeAgentError {
         /// The kind, plural.
         what: &'static str,
     },
+    /// The check for pairs the operator has not labelled yet could not list the pairs.
+    #[error("failed to list the HAPairs (to find those not labelled for this node yet): {0}")]
+    Unlabelled(#[source] kube::Error),
     /// The SIGTERM/SIGINT handlers could not be installed.
     #[error("failed to install the signal handlers: {0}")]
     Signals(#[source] std::io::Error),
@@ -88,50 +100,75 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let mut term = signal(SignalKind::terminate()).map_err(KubeAgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     let notify = Arc::new(Notify::new());
-    let stores = Stores::spawn(&client, &opts.namespace, &notify);
-    let lists = stores.clone();
+    let own = Watches::own(&client, &opts.namespace, &opts.node, &notify, &metrics);
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
-    let mut agent = Agent { client, opts, metrics, hub, stores, running: BTreeMap::new() };
     // Configure nothing before every watch has listed once: a pair started from a
-    // partial view (a peer's Node not seen yet) would restart moments later with another
-    // configuration revision. Unless the API server does not answer: then the pairs
-    // resume from their last applied configuration (a restart must not leave the VIPs in
-    // the kernel with nobody heartbeating for them).
-    tracing::info!("waiting for the initial lists of pairs, FloatingIPs, Nodes, Secrets and Leases");
-    let ready = lists.wait_until_ready();
-    let mut ready = std::pin::pin!(ready);
-    let offline = tokio::time::sleep(OFFLINE_AFTER);
-    let mut offline = std::pin::pin!(offline);
-    let mut offline_started = false;
-    loop {
-        tokio::select! {
-            r = &mut ready => {
-                r?;
-                break;
+    // partial view (its key Secret not seen yet) would restart moments later with
+    // another configuration revision. An operator that has not labelled every object of
+    // this node's pairs yet (the first start after an upgrade from a release without
+    // member labels): watch everything, as earlier releases did, until it has. And when
+    // the API server does not answer, the pairs resume from their last applied
+    // configuration after OFFLINE_AFTER (a restart must not leave the VIPs in the kernel
+    // with nobody heartbeating for them).
+    tracing::info!(selector = %membership::selector(&opts.node), "waiting for the initial lists of this node's pairs, FloatingIPs, Secrets, Leases and its Node");
+    let (started, running) = {
+        let start = async {
+            own.wait_until_ready().await?;
+            match unlabelled_pairs(&client, &opts.node).await {
+                Ok(missing) if missing.is_empty() => Ok(None),
+                Ok(missing) => {
+                    tracing::warn!(pairs = ?missing, "pairs naming this node carry no member label yet (the operator has not labelled them): watching every pair, FloatingIP, Node, Secret and Lease until it has");
+                    let every = Watches::every(&client, &opts.namespace, &notify, &metrics);
+                    every.wait_until_ready().await?;
+                    Ok(Some(every))
+                }
+                Err(e) => Err(KubeAgentError::Unlabelled(e)),
             }
-            _ = &mut offline, if !offline_started => {
-                offline_started = true;
-                agent.start_from_snapshots().await;
+        };
+        let mut start = std::pin::pin!(start);
+        let offline = tokio::time::sleep(OFFLINE_AFTER);
+        let mut offline = std::pin::pin!(offline);
+        let mut resumed: Option<BTreeMap<String, PairRun>> = None;
+        let started = loop {
+            tokio::select! {
+                r = &mut start => break Some(r),
+                _ = &mut offline, if resumed.is_none() => {
+                    resumed = Some(start_from_snapshots(&client, &opts, &metrics, &hub).await);
+                }
+                _ = term.recv() => break None,
+                _ = int.recv() => break None,
             }
-            // Stopped before the lists: an uninstall still leaves no VIP behind.
-            _ = term.recv() => {
-                agent.shutdown().await;
-                return Ok(());
-            }
-            _ = int.recv() => {
-                agent.shutdown().await;
-                return Ok(());
-            }
-        }
-    }
-    tracing::info!(node = %agent.opts.node, namespace = %agent.opts.namespace, "havip-agent running (kubernetes)");
+        };
+        (started, resumed.unwrap_or_default())
+    };
+    let Some(started) = started else {
+        // Stopped before the lists: an uninstall still leaves no VIP behind.
+        let agent = Agent {
+            client,
+            opts,
+            metrics,
+            hub,
+            stores: Stores { own, every: None, notify: notify.clone() },
+            running,
+            skipped: BTreeMap::new(),
+        };
+        agent.shutdown().await;
+        return Ok(());
+    };
+    let every = started?;
+    tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
+    let stores = Stores { own, every, notify: notify.clone() };
+    let mut agent = Agent { client, opts, metrics, hub, stores, running, skipped: BTreeMap::new() };
     // Pairs that left this node while the agent was down (deleted, or this node removed
     // from them) left their VIPs and state behind: removed now that the lists succeeded
-    // (pairs started from a snapshot that are gone are given up by the first reconcile).
+    // (the view holds every pair naming this node: labelled, or all of them while some
+    // are not; pairs resumed from a snapshot that are gone are given up by the first
+    // reconcile).
     agent.reconcile().await;
-    let mut present: std::collections::BTreeSet<String> = agent.stores.pairs_of(&agent.opts.node).into_keys().collect();
-    present.extend(agent.stores.unreadable_pairs().into_keys());
+    let mut present: std::collections::BTreeSet<String> =
+        agent.stores.view().pairs_of(&agent.opts.node).into_keys().collect();
+    present.extend(agent.stores.view().unreadable_pairs().into_keys());
     leftovers::remove_gone_pairs(&agent.opts.state_dir, &present).await;
     loop {
         tokio::select! {
@@ -152,27 +189,180 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
 /// last applied configuration.
 const OFFLINE_AFTER: Duration = Duration::from_secs(10);
 
-/// The agent's view of the cluster: one reflector per kind, each fed by a watch that
-/// never gives up. Agents read Leases and Secrets only in the operator namespace.
-#[derive(Clone)]
+/// The pairs naming `node` that do not carry its member label, from a paged list of
+/// every HAPair (pages of 100, so that a big cluster never arrives in one answer).
+/// Retries a failing list a few times before giving up.
+async fn unlabelled_pairs(client: &Client, node: &str) -> Result<Vec<String>, kube::Error> {
+    let api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
+    let key = membership::label_key(node);
+    let mut attempt = 0u32;
+    'again: loop {
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(100);
+        loop {
+            let page = match api.list(&params).await {
+                Ok(p) => p,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "failed to list the HAPairs; retrying");
+                    tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+                    continue 'again;
+                }
+                Err(e) => return Err(e),
+            };
+            for p in &page.items {
+                if let Ok(pair) = &p.0
+                    && pair.spec.members.iter().any(|m| m.node == node)
+                    && !pair.labels().contains_key(&key)
+                {
+                    out.push(pair.name_any());
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => params = params.continue_token(&c),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// The agent's view of the cluster: the watches of this node's own objects, and while
+/// the operator has not labelled them all, watches of everything.
 struct Stores {
+    /// Selected by this node's member label (its Node by name): what the agent runs on
+    /// once the operator has labelled everything.
+    own: Watches,
+    /// Every pair, FloatingIP, Node, Secret and Lease, as earlier releases watched them:
+    /// only while the operator has not labelled this node's objects yet.
+    every: Option<Watches>,
+    notify: Arc<Notify>,
+}
+
+impl Stores {
+    /// The view to configure from: every object while those watches run (and have
+    /// listed once), else this node's own.
+    fn view(&self) -> &Watches {
+        match &self.every {
+            Some(e) if e.ready() => e,
+            _ => &self.own,
+        }
+    }
+}
+
+/// One reflector per kind, each fed by a watch that never gives up. Agents read Leases
+/// and Secrets only in the operator namespace. The caches keep what the agent reads
+/// (no managedFields; of a Node only its labels, addresses and whether it is cordoned).
+struct Watches {
     pairs: Store<DeserializeGuard<HAPair>>,
     fips: Store<DeserializeGuard<FloatingIP>>,
     nodes: Store<Node>,
     secrets: Store<Secret>,
     leases: Store<Lease>,
+    listed: Vec<Arc<AtomicBool>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl Stores {
-    /// Starts the watches; each change notifies `notify`.
-    fn spawn(client: &Client, namespace: &str, notify: &Arc<Notify>) -> Stores {
-        Stores {
-            pairs: spawn_store(Api::all(client.clone()), notify.clone()),
-            fips: spawn_store(Api::all(client.clone()), notify.clone()),
-            nodes: spawn_store(Api::all(client.clone()), notify.clone()),
-            secrets: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
-            leases: spawn_store(Api::namespaced(client.clone(), namespace), notify.clone()),
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
         }
+    }
+}
+
+impl Watches {
+    /// The objects that concern `node`: pairs, FloatingIPs, Leases and key Secrets
+    /// carrying its member label, and its own Node. Lists come from the API server's
+    /// watch cache (the cheapest list; a watch then follows every change).
+    fn own(client: &Client, namespace: &str, node: &str, notify: &Arc<Notify>, metrics: &Arc<AgentMetrics>) -> Watches {
+        let labelled = watcher::Config::default().any_semantic().labels(&membership::selector(node));
+        let mine = watcher::Config::default().any_semantic().fields(&format!("metadata.name={node}"));
+        let mut w = Watches::empty();
+        let n = notify.clone();
+        w.pairs = w.spawn("HAPair", Api::all(client.clone()), labelled.clone(), slim_pair, &n, metrics);
+        w.fips = w.spawn("FloatingIP", Api::all(client.clone()), labelled.clone(), slim_fip, &n, metrics);
+        w.nodes = w.spawn("Node", Api::all(client.clone()), mine, slim_node, &n, metrics);
+        w.secrets =
+            w.spawn("Secret", Api::namespaced(client.clone(), namespace), labelled.clone(), slim_meta, &n, metrics);
+        w.leases = w.spawn("Lease", Api::namespaced(client.clone(), namespace), labelled, slim_meta, &n, metrics);
+        w
+    }
+
+    /// Every pair, FloatingIP, Node, Secret and Lease (of the operator namespace), as
+    /// releases before member labels watched them. Nodes are listed in pages of 50.
+    fn every(client: &Client, namespace: &str, notify: &Arc<Notify>, metrics: &Arc<AgentMetrics>) -> Watches {
+        let all = watcher::Config::default().any_semantic();
+        let paged = watcher::Config::default().page_size(50);
+        let mut w = Watches::empty();
+        let n = notify.clone();
+        w.pairs = w.spawn("HAPair", Api::all(client.clone()), all.clone(), slim_pair, &n, metrics);
+        w.fips = w.spawn("FloatingIP", Api::all(client.clone()), all.clone(), slim_fip, &n, metrics);
+        w.nodes = w.spawn("Node", Api::all(client.clone()), paged, slim_node, &n, metrics);
+        w.secrets = w.spawn("Secret", Api::namespaced(client.clone(), namespace), all.clone(), slim_meta, &n, metrics);
+        w.leases = w.spawn("Lease", Api::namespaced(client.clone(), namespace), all, slim_meta, &n, metrics);
+        w
+    }
+
+    fn empty() -> Watches {
+        Watches {
+            pairs: reflector::store().0,
+            fips: reflector::store().0,
+            nodes: reflector::store().0,
+            secrets: reflector::store().0,
+            leases: reflector::store().0,
+            listed: Vec::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// A reflector store fed by a watcher that never gives up (errors back off and
+    /// retry); every object it delivers is slimmed, counted and notifies `notify`.
+    fn spawn<K>(
+        &mut self,
+        kind: &'static str,
+        api: Api<K>,
+        config: watcher::Config,
+        slim: fn(&mut K),
+        notify: &Arc<Notify>,
+        metrics: &Arc<AgentMetrics>,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    {
+        let (store, writer) = reflector::store();
+        let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(slim));
+        let listed = Arc::new(AtomicBool::new(false));
+        self.listed.push(listed.clone());
+        let (notify, metrics) = (notify.clone(), metrics.clone());
+        self.tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                let event = match ev {
+                    Ok(watcher::Event::Apply(_)) => "applied",
+                    Ok(watcher::Event::Delete(_)) => "deleted",
+                    Ok(watcher::Event::InitApply(_)) => "listed",
+                    Ok(watcher::Event::Init) => continue,
+                    Ok(watcher::Event::InitDone) => {
+                        listed.store(true, Ordering::SeqCst);
+                        notify.notify_one();
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(kind, error = %e, "watch error (retrying)");
+                        continue;
+                    }
+                };
+                metrics.watch_event(kind, event);
+                notify.notify_one();
+            }
+        }));
+        store
+    }
+
+    /// Whether every watch has listed once.
+    fn ready(&self) -> bool {
+        self.listed.iter().all(|l| l.load(Ordering::SeqCst))
     }
 
     /// Waits until every watch has listed once.
@@ -213,11 +403,6 @@ impl Stores {
         unreadable(&self.fips)
     }
 
-    /// The FloatingIPs naming `pair` (malformed objects are skipped).
-    fn fips_of(&self, pair: &str) -> Vec<FloatingIP> {
-        self.fips.state().iter().filter_map(|f| f.0.as_ref().ok()).filter(|f| f.spec.pair == pair).cloned().collect()
-    }
-
     /// The pair's Lease as the machine reads it, if the Lease exists.
     fn lease_of(&self, pair: &str) -> Option<LeaseSnapshot> {
         let name = lease_name(pair);
@@ -238,6 +423,40 @@ impl Stores {
             .and_then(|n| n.spec.as_ref().and_then(|s| s.unschedulable))
             .unwrap_or(false)
     }
+
+    /// The configuration of each of `pairs` from this view (see [`agent_config`]).
+    fn configs(
+        &self,
+        node: &str,
+        namespace: &str,
+        pairs: &BTreeMap<String, HAPair>,
+        local_interfaces: &BTreeMap<String, IpAddr>,
+    ) -> BTreeMap<String, PairConfigs> {
+        let nodes = self.nodes.state();
+        let secrets = self.secrets.state();
+        let fips = self.fips.state();
+        let fips: Vec<&FloatingIP> = fips.iter().filter_map(|f| f.0.as_ref().ok()).collect();
+        let view = ClusterView { node, namespace, nodes: &nodes, fips: &fips, secrets: &secrets, local_interfaces };
+        pairs
+            .iter()
+            .map(|(name, pair)| (name.clone(), (agent_config(pair, &view), skipped_floating_ips(pair, &view))))
+            .collect()
+    }
+
+    /// What the configuration of `pair` is built from, for its snapshot.
+    fn snapshot(&self, node: &str, namespace: &str, pair: &HAPair) -> snapshot::PairSnapshot {
+        let nodes = self.nodes.state();
+        let secrets = self.secrets.state();
+        let all = self.fips.state();
+        let fips: Vec<&FloatingIP> = all.iter().filter_map(|f| f.0.as_ref().ok()).collect();
+        let none = BTreeMap::new();
+        let view =
+            ClusterView { node, namespace, nodes: &nodes, fips: &fips, secrets: &secrets, local_interfaces: &none };
+        let secret = config::pair_key_secret(pair, &view).ok().map(|s| s.as_ref());
+        let name = pair.name_any();
+        let mine: Vec<FloatingIP> = fips.iter().filter(|f| f.spec.pair == name).map(|f| (*f).clone()).collect();
+        snapshot::PairSnapshot::new(pair, &mine, &nodes, secret)
+    }
 }
 
 /// The objects of a store that could not be decoded: name → the decode error.
@@ -254,25 +473,59 @@ where
         .collect()
 }
 
-/// A reflector store fed by a watcher that never gives up (errors back off and retry).
-fn spawn_store<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => tracing::debug!(error = %e, "watch error (retrying)"),
-            }
+/// Of a pair, what the agent never reads: managedFields, annotations, the operator's
+/// conditions and records.
+fn slim_pair(p: &mut DeserializeGuard<HAPair>) {
+    p.meta_mut().managed_fields = None;
+    if let Ok(pair) = &mut p.0 {
+        pair.metadata.annotations = None;
+        if let Some(s) = &mut pair.status {
+            s.conditions.clear();
+            s.last_transition = None;
+            s.last_operation = None;
+            s.key_rotation = None;
         }
-    });
-    store
+    }
 }
+
+/// Of a FloatingIP, what the agent never reads: managedFields, annotations, conditions.
+fn slim_fip(f: &mut DeserializeGuard<FloatingIP>) {
+    f.meta_mut().managed_fields = None;
+    if let Ok(fip) = &mut f.0 {
+        fip.metadata.annotations = None;
+        if let Some(s) = &mut fip.status {
+            s.conditions.clear();
+        }
+    }
+}
+
+/// Of a Node, only its name, labels (the DaemonSet's node selector is matched against
+/// them at shutdown), addresses and whether it is cordoned (a Node's status, with its
+/// images and conditions, is ~20 KB).
+fn slim_node(n: &mut Node) {
+    let addresses = n.status.as_ref().and_then(|s| s.addresses.clone());
+    let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable);
+    *n = Node {
+        metadata: ObjectMeta {
+            name: n.metadata.name.take(),
+            labels: n.metadata.labels.take(),
+            uid: n.metadata.uid.take(),
+            resource_version: n.metadata.resource_version.take(),
+            ..ObjectMeta::default()
+        },
+        spec: unschedulable.map(|u| NodeSpec { unschedulable: Some(u), ..NodeSpec::default() }),
+        status: Some(NodeStatus { addresses, ..NodeStatus::default() }),
+    };
+}
+
+/// Drops managedFields (Secrets and Leases have several managers).
+fn slim_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// A pair's configuration (or why it has none) and the FloatingIPs it skips, each with
+/// the reason.
+type PairConfigs = (Result<AgentConfig, PairConfigError>, BTreeMap<String, String>);
 
 /// One pair this agent runs.
 struct PairRun {
@@ -308,14 +561,38 @@ struct Agent {
     hub: Arc<Hub>,
     stores: Stores,
     running: BTreeMap<String, PairRun>,
+    /// The FloatingIPs skipped per pair, as last logged.
+    skipped: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Whether this node is still a member of a pair, read from the API server.
+enum Membership {
+    /// The pair is gone, unreadable, or no longer names this node.
+    Left,
+    /// The pair still names this node.
+    Member,
+    /// The API server did not answer.
+    Unknown(kube::Error),
+}
+
+/// Reads pair `pair` by name to tell whether it still names `node`.
+async fn membership_of(client: &Client, pair: &str, node: &str) -> Membership {
+    let api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
+    match api.get_opt(pair).await {
+        Ok(Some(p)) if p.0.as_ref().is_ok_and(|p| p.spec.members.iter().any(|m| m.node == node)) => Membership::Member,
+        Ok(_) => Membership::Left,
+        Err(e) => Membership::Unknown(e),
+    }
 }
 
 impl Agent {
     /// Brings the running pairs in line with the stores.
     async fn reconcile(&mut self) {
-        let wanted = self.stores.pairs_of(&self.opts.node);
-        let unreadable = self.stores.unreadable_pairs();
-        let unreadable_fips = self.stores.unreadable_fips();
+        let node = self.opts.node.clone();
+        let catching_up = self.stores.every.as_ref().is_some_and(Watches::ready);
+        let wanted = self.stores.view().pairs_of(&node);
+        let unreadable = self.stores.view().unreadable_pairs();
+        let unreadable_fips = self.stores.view().unreadable_fips();
         // A running pair whose object cannot be read (version skew) is not gone: it keeps
         // its last configuration, and says why it cannot take the new one.
         for (name, why) in &unreadable {
@@ -330,6 +607,31 @@ impl Agent {
         let gone: Vec<String> =
             self.running.keys().filter(|k| !wanted.contains_key(*k) && !unreadable.contains_key(*k)).cloned().collect();
         for name in gone {
+            // A pair that leaves the labelled view is read once more by name before its
+            // VIPs are given up: a pair that still names this node but lost (or never
+            // had) its member label keeps running, and the agent watches everything
+            // until the operator labels it.
+            if !catching_up {
+                match membership_of(&self.client, &name, &node).await {
+                    Membership::Left => {}
+                    Membership::Member => {
+                        if self.stores.every.is_none() {
+                            tracing::warn!(pair = %name, "the pair still names this node but carries no member label for it: keeping it, and watching every object until the operator labels it");
+                            self.stores.every = Some(Watches::every(
+                                &self.client,
+                                &self.opts.namespace,
+                                &self.stores.notify,
+                                &self.metrics,
+                            ));
+                        }
+                        continue;
+                    }
+                    Membership::Unknown(e) => {
+                        tracing::warn!(pair = %name, error = %e, "cannot confirm that this node left the pair; keeping it for now");
+                        continue;
+                    }
+                }
+            }
             if let Some(run) = self.running.remove(&name) {
                 tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
                 run.handle.release().await;
@@ -337,19 +639,35 @@ impl Agent {
                 // Its files too: a later start must not resume it from its snapshot.
                 leftovers::remove_pair_leftovers(&self.opts.state_dir, &name).await;
             }
+            self.skipped.remove(&name);
         }
         let ifnames: Vec<String> =
             wanted.values().flat_map(|p| p.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone())).collect();
         let local_interfaces = interface_addresses(&ifnames).await;
-        let nodes = self.stores.nodes.state();
-        let secrets = self.stores.secrets.state();
-        let view = ClusterView {
-            node: &self.opts.node,
-            namespace: &self.opts.namespace,
-            nodes: &nodes,
-            secrets: &secrets,
-            local_interfaces: &local_interfaces,
-        };
+        let (ns, view) = (&self.opts.namespace, self.stores.view());
+        let mut configs = view.configs(&node, ns, &wanted, &local_interfaces);
+        let leases: BTreeMap<String, _> = wanted.keys().map(|n| (n.clone(), view.lease_of(n))).collect();
+        // Catching up: once this node's own (labelled) objects give every pair the very
+        // configuration the complete view gives, the complete watches go. Not while the
+        // node has no pair at all: nothing then shows that the operator labels, and a
+        // pair an unlabelling operator creates later would go unseen.
+        if catching_up {
+            let own = self.stores.own.pairs_of(&node);
+            let same = !own.is_empty() && own.keys().eq(wanted.keys()) && {
+                let own_configs = self.stores.own.configs(&node, ns, &own, &local_interfaces);
+                configs.iter().all(|(name, (cfg, _))| match (cfg, own_configs.get(name).map(|c| &c.0)) {
+                    (Ok(a), Some(Ok(b))) => a.sm.config_revision == b.sm.config_revision && a.keys == b.keys,
+                    _ => false,
+                })
+            };
+            if same {
+                tracing::info!(
+                    pairs = own.len(),
+                    "every object of this node's pairs carries its member label: watching only those from now on"
+                );
+                self.stores.every = None;
+            }
+        }
         for (name, pair) in wanted {
             // A VIP of the running configuration whose FloatingIP cannot be read is not
             // dropped: the last configuration stays until the object reads again.
@@ -362,7 +680,14 @@ impl Agent {
                 }
                 continue;
             }
-            let cfg = match agent_config(&pair, &self.stores.fips_of(&name), &view) {
+            let Some((cfg, skipped)) = configs.remove(&name) else { continue };
+            if self.skipped.get(&name) != Some(&skipped) {
+                for (fip, why) in &skipped {
+                    tracing::warn!(pair = %name, floatingip = %fip, reason = %why, "FloatingIP not configured");
+                }
+                self.skipped.insert(name.clone(), skipped);
+            }
+            let cfg = match cfg {
                 Ok(c) => c,
                 Err(why) => {
                     match self.running.get(&name) {
@@ -398,8 +723,7 @@ impl Agent {
                 }
             };
             if run.revision == cfg_revision {
-                let secret = config::pair_key_secret(&pair, &view).ok().map(|s| s.as_ref());
-                let snap = snapshot::PairSnapshot::new(&pair, &self.stores.fips_of(&name), &nodes, secret);
+                let snap = self.stores.view().snapshot(&node, &self.opts.namespace, &pair);
                 let digest = snap.digest();
                 if run.snapshot != Some(digest) {
                     match snap.save(&self.opts.state_dir) {
@@ -413,7 +737,7 @@ impl Agent {
             // (While it holds the VIPs and cannot hear a peer, the active also reads the
             // Lease itself about once a second, when it renews it: a peer that took the
             // pair over is learnt within a second even if this watch went stale.)
-            run.lease.feed(&run.handle, self.stores.lease_of(&name)).await;
+            run.lease.feed(&run.handle, leases.get(&name).cloned().flatten()).await;
             run.inputs.feed(&pair, &run.handle, &run.reporter).await;
         }
     }
@@ -435,7 +759,7 @@ impl Agent {
             leftovers::remove_all_vips(&self.opts.state_dir).await;
             return;
         }
-        let cordoned = self.stores.cordoned(&self.opts.node);
+        let cordoned = self.stores.own.cordoned(&self.opts.node);
         for (name, run) in &self.running {
             if cordoned && self.opts.handover_when_cordoned && run.handle.status().holds_vips {
                 tracing::info!(pair = %name, "node is cordoned: handing the VIPs over before exiting");
@@ -452,62 +776,6 @@ impl Agent {
 }
 
 impl Agent {
-    /// The API server has not answered the first lists in time: every pair with a
-    /// configuration snapshot here that names this node resumes from it. Its Lease
-    /// writes fail meanwhile, so it acts under the standalone rules; the first
-    /// successful lists bring it in line (or give it up, if it is gone).
-    async fn start_from_snapshots(&mut self) {
-        let dir = self.opts.state_dir.clone();
-        let names = snapshot::PairSnapshot::pairs_in(&dir);
-        if names.is_empty() {
-            tracing::warn!(after = ?OFFLINE_AFTER, "the API server has not answered; no pair to resume from a snapshot");
-            return;
-        }
-        for name in names {
-            let snap = match snapshot::PairSnapshot::load(&dir, &name) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(pair = %name, error = %e, "cannot resume the pair from its snapshot");
-                    continue;
-                }
-            };
-            if !snap.pair.spec.members.iter().any(|m| m.node == self.opts.node) {
-                continue;
-            }
-            let ifnames: Vec<String> =
-                snap.pair.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone()).collect();
-            let local_interfaces = interface_addresses(&ifnames).await;
-            let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = snap.nodes.iter().cloned().map(Arc::new).collect();
-            let secrets: Vec<Arc<k8s_openapi::api::core::v1::Secret>> =
-                snap.secrets.iter().cloned().map(Arc::new).collect();
-            let view = ClusterView {
-                node: &self.opts.node,
-                namespace: &self.opts.namespace,
-                nodes: &nodes,
-                secrets: &secrets,
-                local_interfaces: &local_interfaces,
-            };
-            let cfg = match agent_config(&snap.pair, &snap.fips, &view) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(pair = %name, error = %e, "cannot build the pair's configuration from its snapshot");
-                    continue;
-                }
-            };
-            match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &snap.pair, cfg).await {
-                Ok(mut run) => {
-                    run.snapshot = Some(snap.digest());
-                    tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
-                    self.running.insert(name, run);
-                }
-                Err(e) => {
-                    self.metrics.io_error("pair_start");
-                    tracing::error!(pair = %name, error = %e, "failed to resume the pair from its snapshot");
-                }
-            }
-        }
-    }
-
     /// Why this agent will not be replaced on this node (so its VIPs must go), if so: its
     /// DaemonSet is gone or being deleted, or its node selector no longer matches this
     /// node. When the API server cannot say, the VIPs stay (they are never dropped on a
@@ -542,7 +810,7 @@ impl Agent {
             return Some(format!("DaemonSet {name} is being deleted"));
         }
         let selector = ds.spec.template.spec.as_ref().and_then(|p| p.node_selector.clone());
-        let labels = self.stores.node_labels(&self.opts.node)?;
+        let labels = self.stores.own.node_labels(&self.opts.node)?;
         match selector {
             Some(sel) if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) => {
                 Some(format!("DaemonSet {name} no longer selects this node (nodeSelector)"))
@@ -606,6 +874,70 @@ async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
         run.keys = cfg.keys;
         run.key_switch = None;
     }
+}
+
+/// The API server has not answered the first lists in time: every pair with a
+/// configuration snapshot here that names this node resumes from it. Its Lease
+/// writes fail meanwhile, so it acts under the standalone rules; the first
+/// successful lists bring it in line (or give it up, if it is gone).
+async fn start_from_snapshots(
+    client: &Client,
+    opts: &KubeAgentOptions,
+    metrics: &Arc<AgentMetrics>,
+    hub: &Arc<Hub>,
+) -> BTreeMap<String, PairRun> {
+    let mut running = BTreeMap::new();
+    let dir = opts.state_dir.clone();
+    let names = snapshot::PairSnapshot::pairs_in(&dir);
+    if names.is_empty() {
+        tracing::warn!(after = ?OFFLINE_AFTER, "the API server has not answered; no pair to resume from a snapshot");
+        return running;
+    }
+    for name in names {
+        let snap = match snapshot::PairSnapshot::load(&dir, &name) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(pair = %name, error = %e, "cannot resume the pair from its snapshot");
+                continue;
+            }
+        };
+        if !snap.pair.spec.members.iter().any(|m| m.node == opts.node) {
+            continue;
+        }
+        let ifnames: Vec<String> = snap.pair.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone()).collect();
+        let local_interfaces = interface_addresses(&ifnames).await;
+        let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = snap.nodes.iter().cloned().map(Arc::new).collect();
+        let secrets: Vec<Arc<k8s_openapi::api::core::v1::Secret>> =
+            snap.secrets.iter().cloned().map(Arc::new).collect();
+        let fips: Vec<&FloatingIP> = snap.fips.iter().collect();
+        let view = ClusterView {
+            node: &opts.node,
+            namespace: &opts.namespace,
+            nodes: &nodes,
+            fips: &fips,
+            secrets: &secrets,
+            local_interfaces: &local_interfaces,
+        };
+        let cfg = match agent_config(&snap.pair, &view) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(pair = %name, error = %e, "cannot build the pair's configuration from its snapshot");
+                continue;
+            }
+        };
+        match start_pair(client, opts, metrics, hub, &snap.pair, cfg).await {
+            Ok(mut run) => {
+                run.snapshot = Some(snap.digest());
+                tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
+                running.insert(name, run);
+            }
+            Err(e) => {
+                metrics.io_error("pair_start");
+                tracing::error!(pair = %name, error = %e, "failed to resume the pair from its snapshot");
+            }
+        }
+    }
+    running
 }
 
 /// How long after a key rotation reaches it an agent keeps signing with the old key

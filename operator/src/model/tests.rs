@@ -57,6 +57,7 @@ fn healthy() -> Observed {
             spec: Some(fip("10.0.0.10/24")),
             state: Some(VipState::Announced),
         }],
+        refused: Vec::new(),
         spec_problems: Vec::new(),
         now,
     };
@@ -669,4 +670,88 @@ fn the_demoting_old_active_is_not_a_missing_standby() {
     m(&mut o, "b").role = Some(MemberRole::Fenced);
     let a = run(&o);
     assert_eq!(a.phase, Phase::Degraded, "{}", a.phase_message);
+}
+
+#[test]
+fn a_floating_ip_whose_address_an_older_one_uses_is_refused() {
+    let o = healthy();
+    let conflicts = BTreeMap::from([("new".to_owned(), "old".to_owned())]);
+    let pair_of = |n: &str| (n == "old").then(|| "web".to_owned());
+    let r = refusal("new", "10.0.0.20/24", &conflicts, pair_of, &o.nodes).expect("refused");
+    assert_eq!(r, Refusal::AddressInUse { holder: "old".to_owned(), pair: "web".to_owned() });
+    assert_eq!(r.reason(), reason::ADDRESS_IN_USE);
+    assert!(r.message("10.0.0.20/24").contains("already used by FloatingIP old (pair web)"), "{}", r.message("x"));
+    // The older one is not refused, nor an unrelated one.
+    assert_eq!(refusal("old", "10.0.0.20/24", &conflicts, pair_of, &o.nodes), None);
+    assert_eq!(refusal("vip", "10.0.0.10/24", &conflicts, pair_of, &o.nodes), None);
+}
+
+#[test]
+fn a_floating_ip_on_a_member_nodes_own_address_is_refused() {
+    let mut o = healthy();
+    o.nodes.insert(
+        "b".to_owned(),
+        Some(NodeInfo {
+            addresses: vec![
+                ("InternalIP".to_owned(), "10.0.0.2".to_owned()),
+                ("ExternalIP".to_owned(), "2001:db8::2".to_owned()),
+                ("Hostname".to_owned(), "b".to_owned()),
+            ],
+        }),
+    );
+    let none = BTreeMap::new();
+    let r = refusal("vip", "10.0.0.2/24", &none, |_| None, &o.nodes).expect("refused");
+    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "InternalIP".to_owned() });
+    assert_eq!(r.reason(), reason::NODE_ADDRESS);
+    // Another spelling of the node's IPv6 address, another prefix.
+    let r = refusal("vip", "2001:db8:0::2/64", &none, |_| None, &o.nodes).expect("refused");
+    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "ExternalIP".to_owned() });
+    assert_eq!(refusal("vip", "10.0.0.3/24", &none, |_| None, &o.nodes), None);
+    // A member whose Node is missing has no addresses to collide with.
+    o.nodes.insert("b".to_owned(), None);
+    assert_eq!(refusal("vip", "10.0.0.2/24", &none, |_| None, &o.nodes), None);
+}
+
+#[test]
+fn member_labels_are_patched_to_the_desired_set_and_other_labels_are_left_alone() {
+    let desired = member_labels(&spec());
+    assert_eq!(desired.iter().map(String::as_str).collect::<Vec<_>>(), ["member.havip.io/a", "member.havip.io/b"]);
+    let current = BTreeMap::from([
+        ("app".to_owned(), "x".to_owned()),
+        ("member.havip.io/a".to_owned(), "true".to_owned()),
+        ("member.havip.io/gone".to_owned(), "true".to_owned()),
+    ]);
+    let patch = member_label_patch(&current, &desired).expect("a patch");
+    assert_eq!(
+        patch,
+        serde_json::json!({"metadata": {"labels": {"member.havip.io/b": "true", "member.havip.io/gone": null}}})
+    );
+    let done = BTreeMap::from([
+        ("app".to_owned(), "x".to_owned()),
+        ("member.havip.io/a".to_owned(), "true".to_owned()),
+        ("member.havip.io/b".to_owned(), "true".to_owned()),
+    ]);
+    assert_eq!(member_label_patch(&done, &desired), None, "nothing to do");
+    // Refused: no member label at all.
+    assert_eq!(
+        member_label_patch(&done, &BTreeSet::new()),
+        Some(serde_json::json!({"metadata": {"labels": {"member.havip.io/a": null, "member.havip.io/b": null}}}))
+    );
+}
+
+#[test]
+fn the_status_publishes_every_members_heartbeat_addresses() {
+    let mut o = healthy();
+    o.nodes.insert("b".to_owned(), None);
+    let a = run(&o);
+    let st = operator_status(&o, &a, &revision(&o), None, None, None, None);
+    assert_eq!(st.member_addresses.len(), 1, "b has no Node, hence no address: {:?}", st.member_addresses);
+    assert_eq!(st.member_address("a", "internal"), Some("10.0.0.1"));
+    assert_eq!(st.member_address("b", "internal"), None);
+    // The published addresses are what the revision hashes: an address change is a new
+    // revision and a new publication in the same write.
+    let before = revision(&o);
+    o.nodes.insert("a".to_owned(), node("10.0.0.9"));
+    assert_ne!(revision(&o), before);
+    assert_eq!(published_addresses(&o)[0].paths[0].address, "10.0.0.9");
 }

@@ -380,7 +380,7 @@ pub async fn install_operator_rbac(client: &Client, user: &str) {
         "metadata": {"name": "havip-operator"},
         "rules": [
             {"apiGroups": ["havip.io"], "resources": ["hapairs", "floatingips"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["havip.io"], "resources": ["hapairs"], "verbs": ["patch"]},
+            {"apiGroups": ["havip.io"], "resources": ["hapairs", "floatingips"], "verbs": ["patch"]},
             {"apiGroups": ["havip.io"], "resources": ["hapairs/status", "floatingips/status"], "verbs": ["get", "patch", "update"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}
