@@ -123,7 +123,18 @@ impl KubeReporter {
     /// Takes a new configuration into account (paths, VIPs, revision, key id): called
     /// once the runtime applied it, never before.
     pub(super) fn set_config(&self, cfg: &AgentConfig) {
-        *lock(&self.view) = ReporterView::of(cfg);
+        let next = ReporterView::of(cfg);
+        let vips_changed = {
+            let mut v = lock(&self.view);
+            let changed = v.vips != next.vips;
+            *v = next;
+            changed
+        };
+        // A VIP added to (or changed in) a held configuration needs its FloatingIP's
+        // holder fields written, though role and epoch stay what they were.
+        if vips_changed {
+            self.fip.send_if_modified(|cur| cur.is_some());
+        }
     }
 
     /// Records why the current configuration cannot be applied (`None`: it was), and
