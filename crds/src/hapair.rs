@@ -4,6 +4,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
+
 /// Desired state of an HA pair: its members, heartbeat, takeover rules and policies.
 ///
 /// The VIPs of the pair are the `FloatingIP` objects whose `spec.pair` names it; the
@@ -360,7 +362,7 @@ pub struct PairCommand {
     /// The request id (from the annotation).
     pub id: String,
     /// PlannedFailover, ForcedFailover, ClearSuspension or ResumeFailback.
-    pub kind: String,
+    pub kind: OperationKind,
     /// For failovers: the member that should take the VIPs (empty: the best standby).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
@@ -400,6 +402,20 @@ pub enum Phase {
     Failed,
 }
 
+impl Phase {
+    /// The name, as in the schema (and as Event reasons and conditions use it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Live => "Live",
+            Phase::FailedOver => "FailedOver",
+            Phase::Degraded => "Degraded",
+            Phase::Suspended => "Suspended",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
 /// A role change.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -411,7 +427,7 @@ pub struct Transition {
     #[serde(default)]
     pub to: String,
     /// Why, as a CamelCase reason (see the reasons in the havip-crds crate).
-    pub reason: String,
+    pub reason: TransitionReason,
     /// Epoch after the change.
     pub epoch: i64,
     /// When it happened.
@@ -426,9 +442,9 @@ pub struct Operation {
     /// The request id of the annotation that asked for it.
     pub id: String,
     /// PlannedFailover, ForcedFailover, ClearSuspension or RotateKey.
-    pub kind: String,
+    pub kind: OperationKind,
     /// Succeeded, Refused, Failed or InProgress.
-    pub result: String,
+    pub result: OperationResult,
     /// A sentence for people.
     #[serde(default)]
     pub message: String,
@@ -445,7 +461,7 @@ pub struct MemberStatus {
     pub node: String,
     /// Init, Active, Standby, Demoting, Maintenance, Fenced or Unpaired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<MemberRole>,
     /// The epoch this member last acted under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<i64>,
@@ -463,7 +479,12 @@ pub struct MemberStatus {
     pub carrier: Option<bool>,
     /// Reachable, Unreachable or Unknown (no fence target ever answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gateway: Option<String>,
+    pub gateway: Option<GatewayState>,
+    /// Why this member cannot apply the pair's current configuration revision (it keeps
+    /// running the last one it applied, `appliedRevision`, and retries); absent when it
+    /// applied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
     /// The configRevision this member applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<String>,
@@ -481,7 +502,7 @@ pub struct MemberStatus {
     pub maintenance: Option<bool>,
     /// Alarms raised by this member (Suspended, VersionMismatch, KeyMismatch, ClockSkew, VipUnhealthy, VipConflict, Misconfigured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub alarms: Vec<String>,
+    pub alarms: Vec<MemberAlarm>,
     /// Last role change of this member and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition: Option<Transition>,

@@ -2,6 +2,7 @@
 //! resources, their defaults, condition types and reasons, field managers and
 //! annotations, and CRD generation.
 
+pub mod contract;
 pub mod duration;
 pub mod floatingip;
 pub mod hapair;
@@ -9,6 +10,7 @@ pub mod httpd;
 pub mod revision;
 pub mod wire;
 
+pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};
 pub use hapair::{
     FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// The operator namespace in the lab.
 pub const NAMESPACE: &str = "havip-system";
+/// The agents' DaemonSet (as the chart names it).
+pub const AGENT_DAEMONSET: &str = "havip-agent";
 
 /// Errors of the Kubernetes lab.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +165,8 @@ impl KubeLab {
         lab.block_on(lab.prepare_cluster())?;
         if opts.chart_rbac {
             lab.install_chart_identities()?;
+        } else {
+            lab.block_on(lab.create_agent_daemonset())?;
         }
         if opts.operator {
             lab.start_operator()?;
@@ -215,6 +219,35 @@ impl KubeLab {
                 .await
                 .map_err(kerr(format!("set addresses of node {}", n.name)))?;
         }
+        Ok(())
+    }
+
+    /// The agents' DaemonSet object (no controller runs here, so it starts no pods): the
+    /// agents check it on SIGTERM to tell an uninstall from a rolling update, as they do
+    /// under the chart. The chart's own DaemonSet serves when the chart is installed.
+    async fn create_agent_daemonset(&self) -> Result<()> {
+        let client = self.client().await?;
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client, NAMESPACE);
+        let labels = serde_json::json!({"app.kubernetes.io/name": "havip", "app.kubernetes.io/component": "agent"});
+        let ds = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": AGENT_DAEMONSET, "namespace": NAMESPACE},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "agent", "image": "havip/havip-agent:lab"}]},
+                },
+            },
+        }))
+        .map_err(|e| KubeLabError::Other(e.to_string()))?;
+        api.create(&PostParams::default(), &ds).await.map_err(kerr("create the agents' DaemonSet"))?;
+        Ok(())
+    }
+
+    /// Deletes the agents' DaemonSet (what `helm uninstall` does).
+    pub async fn delete_agent_daemonset(&self) -> Result<()> {
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(self.client().await?, NAMESPACE);
+        api.delete(AGENT_DAEMONSET, &Default::default()).await.map_err(kerr("delete the agents' DaemonSet"))?;
         Ok(())
     }
 
@@ -345,6 +378,8 @@ impl KubeLab {
             self.dir.join(format!("state-{i}")).display().to_string(),
             "--metrics-address".to_owned(),
             "127.0.0.1:9797".to_owned(),
+            "--daemonset".to_owned(),
+            AGENT_DAEMONSET.to_owned(),
         ];
         let envs = vec![
             ("KUBECONFIG".to_owned(), self.agent_kubeconfigs[i].display().to_string()),

@@ -4,7 +4,7 @@
 //! status and the logs) when something is wrong.
 
 use crate::cluster::Cluster;
-use havip_crds::{HAPair, Phase};
+use havip_crds::{HAPair, MemberRole, OperationResult, Phase};
 use std::time::{Duration, Instant};
 
 /// The pair every scenario uses.
@@ -96,7 +96,7 @@ fn node<C: Cluster>(c: &C, i: usize) -> String {
     c.nodes().get(i).cloned().unwrap_or_else(|| panic!("the cluster has no node {i}"))
 }
 
-fn member_role(p: &HAPair, node: &str) -> Option<String> {
+fn member_role(p: &HAPair, node: &str) -> Option<MemberRole> {
     p.status.as_ref().and_then(|s| s.members.iter().find(|m| m.node == node).and_then(|m| m.role.clone()))
 }
 
@@ -207,7 +207,7 @@ pub fn planned_failover<C: Cluster>(c: &mut C) {
     let report = client.stop().expect("report");
     assert_eq!(report.failed, 0, "{}", report.summary());
     let op = c.pair(PAIR).expect("pair").status.and_then(|s| s.last_operation).expect("lastOperation");
-    assert_eq!(op.result, "Succeeded", "{op:?}");
+    assert_eq!(op.result, OperationResult::Succeeded, "{op:?}");
 }
 
 /// `kubectl havip failover --force` moves the VIPs without the readiness checks.
@@ -235,19 +235,19 @@ pub fn maintenance<C: Cluster>(c: &mut C) {
         "no standby while n0 is in maintenance: {st:?}"
     );
     c.wait_pair(PAIR, Duration::from_secs(10), "n0 in Maintenance", |p| {
-        member_role(p, &n0).as_deref() == Some("Maintenance")
+        member_role(p, &n0) == Some(MemberRole::Maintenance)
     })
     .expect("n0 in maintenance");
     // Off: n0 comes back as standby; the VIPs stay on n1 (failback is Manual).
     let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "off"]);
     assert!(ok, "{out}");
-    c.wait_pair(PAIR, Duration::from_secs(10), "n0 Standby", |p| member_role(p, &n0).as_deref() == Some("Standby"))
+    c.wait_pair(PAIR, Duration::from_secs(10), "n0 Standby", |p| member_role(p, &n0) == Some(MemberRole::Standby))
         .expect("n0 standby");
     // Maintenance on the standby: if the active dies, nobody takes over.
     let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "on"]);
     assert!(ok, "{out}");
     c.wait_pair(PAIR, Duration::from_secs(10), "n0 Maintenance", |p| {
-        member_role(p, &n0).as_deref() == Some("Maintenance")
+        member_role(p, &n0) == Some(MemberRole::Maintenance)
     })
     .expect("n0 maintenance");
     c.cut_node(1).expect("cut");
@@ -311,7 +311,7 @@ pub fn api_outage<C: Cluster>(c: &mut C) {
     wait_lease(c, &n1, 2, Duration::from_secs(20));
     c.wait_pair(PAIR, Duration::from_secs(20), "n1's status caught up", |p| {
         p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == n1 && m.role.as_deref() == Some("Active") && m.epoch == Some(2))
+            s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Active) && m.epoch == Some(2))
         })
     })
     .expect("status caught up");
@@ -327,7 +327,7 @@ pub fn agent_restart<C: Cluster>(c: &mut C) {
     c.restart_agent(0).expect("restart the agent");
     c.wait_pair(PAIR, Duration::from_secs(30), "n0 Active again under epoch 1", |p| {
         p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == n0 && m.role.as_deref() == Some("Active") && m.epoch == Some(1))
+            s.members.iter().any(|m| m.node == n0 && m.role == Some(MemberRole::Active) && m.epoch == Some(1))
         })
     })
     .expect("n0 adopted the VIPs");
@@ -399,7 +399,7 @@ pub fn member_replacement<C: Cluster>(c: &mut C) {
     c.apply_yaml(&replaced).expect("replacement");
     let p = c
         .wait_pair(PAIR, Duration::from_secs(20), "n2 standby, key rotated", |p| {
-            member_role(p, &n2).as_deref() == Some("Standby")
+            member_role(p, &n2) == Some(MemberRole::Standby)
                 && p.status
                     .as_ref()
                     .is_some_and(|s| s.members.iter().any(|m| m.node == n0 && m.key_id.is_some_and(|k| k > key_before)))

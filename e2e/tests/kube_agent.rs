@@ -1,6 +1,7 @@
 //! The agent's Kubernetes mode against a real API server, without the operator (the
 //! test creates what the operator would: the pair Lease and the key Secret).
 
+use havip_crds::MemberRole;
 use havip_e2e::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
 use havip_e2e::netns;
 use havip_e2e::traffic::Prober;
@@ -40,8 +41,8 @@ fn agents_elect_record_the_lease_and_report_status() {
         let p = lab
             .wait_pair("web", Duration::from_secs(20), "both member entries, n0 Active", |p| {
                 let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
-                m.iter().any(|e| e.node == "n0" && e.role.as_deref() == Some("Active"))
-                    && m.iter().any(|e| e.node == "n1" && e.role.as_deref() == Some("Standby"))
+                m.iter().any(|e| e.node == "n0" && e.role == Some(MemberRole::Active))
+                    && m.iter().any(|e| e.node == "n1" && e.role == Some(MemberRole::Standby))
             })
             .await
             .expect("members reported");
@@ -49,8 +50,12 @@ fn agents_elect_record_the_lease_and_report_status() {
         let n1 = st.members.iter().find(|m| m.node == "n1").expect("n1");
         assert!(n1.heard.iter().all(|h| h.heard), "n1 hears n0 on every path: {:?}", n1.heard);
         assert!(n1.applied_revision.is_some());
-        assert_eq!(lab.holders().expect("holders"), vec![0]);
     });
+    // The role reads Active from the claim on; the VIP follows the Lease write.
+    netns::wait_until("n0 to hold the VIP alone", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(lab.holders().is_ok_and(|h| h == vec![0]))
+    })
+    .expect("n0 holds the VIP");
     // The Lease names the active, leaseTransitions is the epoch.
     wait_lease(&lab, "n0", 1, Duration::from_secs(5));
     // A client reaches the VIP; cutting n0 moves it to n1 and bumps the Lease.
@@ -77,8 +82,8 @@ fn lab_with_pair() -> Option<KubeLab> {
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {
             let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
-            m.iter().any(|e| e.node == "n0" && e.role.as_deref() == Some("Active"))
-                && m.iter().any(|e| e.node == "n1" && e.role.as_deref() == Some("Standby"))
+            m.iter().any(|e| e.node == "n0" && e.role == Some(MemberRole::Active))
+                && m.iter().any(|e| e.node == "n1" && e.role == Some(MemberRole::Standby))
         })
         .await
         .expect("pair up");
@@ -126,7 +131,7 @@ fn api_server_down_then_active_cut_still_takes_over_and_the_lease_catches_up() {
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(20), "n1's status caught up", |p| {
             p.status.as_ref().is_some_and(|s| {
-                s.members.iter().any(|m| m.node == "n1" && m.role.as_deref() == Some("Active") && m.epoch == Some(2))
+                s.members.iter().any(|m| m.node == "n1" && m.role == Some(MemberRole::Active) && m.epoch == Some(2))
             })
         })
         .await
@@ -147,7 +152,7 @@ fn agent_restart_on_the_active_loses_no_connect_and_moves_nothing() {
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(15), "n0 Active again", |p| {
             p.status.as_ref().is_some_and(|s| {
-                s.members.iter().any(|m| m.node == "n0" && m.role.as_deref() == Some("Active") && m.epoch == Some(1))
+                s.members.iter().any(|m| m.node == "n0" && m.role == Some(MemberRole::Active) && m.epoch == Some(1))
             })
         })
         .await
@@ -211,4 +216,223 @@ fn key_rotation_in_the_secret_misses_no_heartbeat() {
     assert_eq!(report.failed, 0, "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec!["n0"]);
     lab.stop_agent(1);
+}
+
+#[test]
+fn a_configuration_that_cannot_be_applied_is_reported_kept_out_and_retried() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(1);
+    lab.block_on(async {
+        let before = lab.pair("web").await.expect("pair");
+        let applied = |p: &havip_crds::HAPair| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.members.iter().find(|m| m.node == "n0").cloned())
+                .map(|m| (m.applied_revision, m.config_error))
+        };
+        let (rev_before, _) = applied(&before).expect("n0 reported");
+        // A second VIP on an interface n0 does not have: the configuration builds, but the
+        // runtime cannot apply it.
+        let fip = format!(
+            "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: web-vip2\nspec:\n  pair: web\n  address: {vip}/24\n  interface: nope0\n"
+        );
+        lab.apply(&fip).await.expect("apply");
+        let p = lab
+            .wait_pair("web", Duration::from_secs(20), "n0 to report why it cannot apply", |p| {
+                applied(p).is_some_and(|(_, e)| e.is_some_and(|e| e.contains("nope0")))
+            })
+            .await
+            .expect("config error reported");
+        let (rev, err) = applied(&p).expect("n0");
+        assert_eq!(rev, rev_before, "the failed revision is not reported as applied ({err:?})");
+        assert!(!netns::has_address(&lab.topo.node(0).ns, "eth0", vip.into()).expect("addresses"));
+        assert_eq!(lab.holders().expect("holders"), vec![0], "the pair keeps serving its first VIP");
+        let fips: kube::Api<havip_crds::FloatingIP> = kube::Api::all(lab.client().await.expect("client"));
+        let f = fips.get("web-vip2").await.expect("fip");
+        assert!(
+            f.status.as_ref().and_then(|s| s.holder.as_ref()).is_none(),
+            "a VIP never added is not announced: {:?}",
+            f.status
+        );
+        // Fixed: applied on the next pass, the error cleared, the VIP added.
+        lab.apply(&fip.replace("  interface: nope0\n", "  interface: eth0\n")).await.expect("apply");
+        lab.wait_pair("web", Duration::from_secs(20), "n0 to apply the fixed revision", |p| {
+            applied(p).is_some_and(|(r, e)| e.is_none() && r != rev_before)
+        })
+        .await
+        .expect("applied");
+    });
+    netns::wait_until("n0 to add the second VIP", Duration::from_secs(10), Duration::from_millis(20), || {
+        netns::has_address(&lab.topo.node(0).ns, "eth0", vip.into())
+    })
+    .expect("second VIP added");
+    lab.stop_agent(1);
+}
+
+/// Deletes the pair and its FloatingIP.
+async fn delete_pair(lab: &KubeLab) {
+    let client = lab.client().await.expect("client");
+    let pairs: Api<havip_crds::HAPair> = Api::all(client.clone());
+    let fips: Api<havip_crds::FloatingIP> = Api::all(client);
+    let dp = kube::api::DeleteParams::default();
+    fips.delete("web-vip", &dp).await.expect("delete fip");
+    pairs.delete("web", &dp).await.expect("delete pair");
+}
+
+#[test]
+fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    // The active's agent is stopped (its VIP stays, as in a rolling upgrade) and the pair
+    // is deleted meanwhile.
+    lab.stop_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGTERM keeps the VIP");
+    lab.block_on(delete_pair(&lab));
+    lab.start_agent(0).expect("restart");
+    netns::wait_until("n0 to remove the gone pair's VIP", Duration::from_secs(20), Duration::from_millis(50), || {
+        Ok(!netns::has_address(&n0, "eth0", vip.into())?)
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    let state = lab.dir().join("state-0");
+    for f in ["web.state.json", "web.vips.json"] {
+        assert!(!state.join(f).exists(), "{f} removed with the pair");
+    }
+    lab.stop_agent(1);
+}
+
+#[test]
+fn a_re_created_pair_starts_fresh_instead_of_inheriting_the_old_ones_state() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    // Move the pair to epoch 2 (a takeover through the Lease).
+    lab.topo.cut_cable(0, netns::Link::Mgmt).expect("cut");
+    lab.topo.cut_cable(0, netns::Link::Data).expect("cut");
+    wait_lease(&lab, "n1", 2, Duration::from_secs(10));
+    lab.topo.heal_all().expect("heal");
+    lab.block_on(async {
+        lab.wait_pair("web", Duration::from_secs(20), "both members back at epoch 2", |p| {
+            p.status.as_ref().is_some_and(|s| s.members.iter().all(|m| m.epoch == Some(2)) && s.members.len() == 2)
+        })
+        .await
+        .expect("settled");
+        // Deleted while both agents run (they give the VIP up), then created again: a
+        // new object (another UID), a new Lease at epoch 0.
+        delete_pair(&lab).await;
+    });
+    netns::wait_until("the VIP to be gone", Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(lab.holders().is_ok_and(|h| h.is_empty()))
+    })
+    .expect("released");
+    lab.block_on(async {
+        let leases: Api<Lease> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
+        leases
+            .delete(&havip_crds::lease::pair_lease_name("web"), &kube::api::DeleteParams::default())
+            .await
+            .expect("delete lease");
+        let secrets: Api<Secret> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
+        secrets.delete("havip-web-key", &kube::api::DeleteParams::default()).await.expect("delete secret");
+        operator_objects(&lab, "web").await;
+        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
+        // The new pair's election is epoch 1: nothing of the old pair's state (epoch 2)
+        // carried over.
+        let p = lab
+            .wait_pair("web", Duration::from_secs(20), "a fresh election", |p| {
+                p.status.as_ref().is_some_and(|s| s.members.iter().any(|m| m.role == Some(MemberRole::Active)))
+            })
+            .await
+            .expect("elected");
+        let active = p.status.expect("status").members.into_iter().find(|m| m.role == Some(MemberRole::Active));
+        assert_eq!(active.and_then(|m| m.epoch), Some(1), "the re-created pair starts at epoch 1");
+    });
+    lab.stop_agent(1);
+}
+
+#[test]
+fn an_hapair_this_version_cannot_read_keeps_the_pair_running_and_says_why() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers");
+    lab.block_on(async {
+        let client = lab.client().await.expect("client");
+        // A newer havip's CRD allows a failback mode this agent does not know, and the
+        // pair uses it: the agent cannot decode the object any more.
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(client.clone());
+        let mut crd = crds.get("hapairs.havip.io").await.expect("crd");
+        let mut v = serde_json::to_value(&crd.spec.versions[0]).expect("json");
+        let modes = v
+            .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties/failback/properties/mode/enum")
+            .and_then(|e| e.as_array_mut())
+            .expect("the failback mode is an enum in the schema");
+        modes.push(serde_json::json!("Adaptive"));
+        crd.spec.versions[0] = serde_json::from_value(v).expect("version");
+        crds.replace("hapairs.havip.io", &PostParams::default(), &crd).await.expect("newer CRD");
+        // Patched and read back untyped: this version cannot decode the object any more.
+        let raw: Api<kube::api::DynamicObject> =
+            Api::all_with(client, &kube::api::ApiResource::erase::<havip_crds::HAPair>(&()));
+        let patch = serde_json::json!({"spec": {"failback": {"mode": "Adaptive"}}});
+        let mut tries = 0;
+        // The API server takes a moment to serve the new schema.
+        while let Err(e) = raw.patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+        {
+            tries += 1;
+            assert!(tries < 50, "the newer value is refused: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The agent says why it keeps its last configuration.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let o = raw.get("web").await.expect("raw pair");
+            let err = o.data.pointer("/status/members").and_then(|m| m.as_array()).and_then(|m| {
+                m.iter().find(|e| e["node"] == "n0").and_then(|e| e["configError"].as_str().map(str::to_owned))
+            });
+            if err.as_deref().is_some_and(|e| e.contains("cannot read the HAPair")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no configError reported: {:?}\n{}", err, lab.logs_tail(20));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // Nothing was dropped: the pair keeps serving on n0.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lab.holders().expect("holders"), vec![0], "the VIP stays");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "never moved: {}", report.summary());
+    lab.stop_agent(1);
+}
+
+#[test]
+fn an_uninstall_leaves_no_vip_while_a_restart_keeps_it() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    // A restart (the DaemonSet is still there): the VIP stays for the next agent.
+    lab.stop_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "a restart keeps the VIP");
+    lab.start_agent(0).expect("restart");
+    lab.block_on(async {
+        // The restarted agent adopts the VIP (the entry of the previous one said Elected).
+        lab.wait_pair("web", Duration::from_secs(15), "the restarted n0 Active again", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members.iter().any(|m| {
+                    m.node == "n0"
+                        && m.role == Some(MemberRole::Active)
+                        && m.last_transition.as_ref().is_some_and(|t| t.reason == havip_crds::TransitionReason::Adopted)
+                })
+            })
+        })
+        .await
+        .expect("adopted");
+        // helm uninstall: the DaemonSet goes, then its pods get SIGTERM.
+        lab.delete_agent_daemonset().await.expect("delete the DaemonSet");
+    });
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+    for i in 0..2 {
+        assert!(
+            !netns::has_address(&lab.topo.node(i).ns, "eth0", vip.into()).expect("addresses"),
+            "n{i} keeps no VIP after the uninstall\n{}",
+            lab.logs_tail(20)
+        );
+    }
 }

@@ -167,21 +167,49 @@ impl AgentConfig {
     }
 }
 
+/// What the state machine's configuration is built from: the resolved members, paths
+/// and VIPs, and the schema sections both modes share (HAPair spec / standalone file).
+#[derive(Clone, Copy, Debug)]
+pub struct SmSettings<'a> {
+    /// This node.
+    pub node: &'a str,
+    /// All members, this node included.
+    pub members: &'a [MemberConfig],
+    /// Heartbeat path names, in order.
+    pub paths: &'a [String],
+    /// The VIPs.
+    pub vips: &'a [VipConfig],
+    /// `heartbeat.interval`.
+    pub heartbeat_interval: &'a str,
+    /// `heartbeat.timeout`.
+    pub heartbeat_timeout: &'a str,
+    /// `takeover`.
+    pub takeover: &'a TakeoverSpec,
+    /// `failback`.
+    pub failback: &'a FailbackSpec,
+    /// `flapSuspension`.
+    pub flap: &'a FlapSuspensionSpec,
+    /// Serve alone without the boot hold (standalone `startAlone`).
+    pub start_alone: bool,
+    /// The pair-wide configuration revision.
+    pub config_revision: u64,
+}
+
 /// Builds the state machine's configuration from the shared schema sections.
-#[allow(clippy::too_many_arguments)]
-pub fn build_sm_config(
-    node: &str,
-    members: &[MemberConfig],
-    paths: &[String],
-    vips: &[VipConfig],
-    heartbeat_interval: &str,
-    heartbeat_timeout: &str,
-    takeover: &TakeoverSpec,
-    failback: &FailbackSpec,
-    flap: &FlapSuspensionSpec,
-    start_alone: bool,
-    config_revision: u64,
-) -> Result<sm::Config, ConfigError> {
+pub fn build_sm_config(settings: &SmSettings<'_>) -> Result<sm::Config, ConfigError> {
+    let SmSettings {
+        node,
+        members,
+        paths,
+        vips,
+        heartbeat_interval,
+        heartbeat_timeout,
+        takeover,
+        failback,
+        flap,
+        start_alone,
+        config_revision,
+    } = *settings;
     let node_id = |n: &str| sm::NodeId::new(n).map_err(|e| invalid(format!("node name {n:?}: {e}")));
     let sm_members = members
         .iter()
@@ -519,19 +547,19 @@ impl StandaloneFile {
             self.failback,
             self.flap_suspension
         );
-        let sm = build_sm_config(
-            &node,
-            &members,
-            &paths,
-            &vips,
-            &self.heartbeat.interval,
-            &self.heartbeat.timeout,
-            &self.takeover,
-            &self.failback,
-            &self.flap_suspension,
-            self.start_alone,
-            revision_of(&canonical),
-        )?;
+        let sm = build_sm_config(&SmSettings {
+            node: &node,
+            members: &members,
+            paths: &paths,
+            vips: &vips,
+            heartbeat_interval: &self.heartbeat.interval,
+            heartbeat_timeout: &self.heartbeat.timeout,
+            takeover: &self.takeover,
+            failback: &self.failback,
+            flap: &self.flap_suspension,
+            start_alone: self.start_alone,
+            config_revision: revision_of(&canonical),
+        })?;
         Ok(AgentConfig {
             pair: self.pair,
             node,

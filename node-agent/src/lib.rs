@@ -2,14 +2,15 @@
 //! simulator ([`sim`]), and the agent's I/O around it: VIP addresses through
 //! rtnetlink ([`netlink`]), announcements and ARP probes ([`announce`]), the heartbeat
 //! ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
-//! ([`config`]), the runtime that ties them together ([`runtime`]), the standalone admin
-//! socket ([`admin`]) and metrics ([`metrics`]).
+//! ([`config`]), the runtime that ties them together ([`runtime`]), the Kubernetes mode
+//! around the runtimes ([`kube`]), the standalone admin socket ([`admin`]) and metrics
+//! ([`metrics`]).
 
 pub mod admin;
 pub mod announce;
 pub mod config;
 pub mod heartbeat;
-pub mod kube_agent;
+pub mod kube;
 pub mod ledger;
 pub mod metrics;
 pub mod netlink;

@@ -69,6 +69,11 @@ enum Cmd {
         /// Do not hand the VIPs over before exiting on a cordoned node.
         #[arg(long, env = "HAVIP_NO_HANDOVER_WHEN_CORDONED")]
         no_handover_when_cordoned: bool,
+        /// The agent's DaemonSet (in the namespace): on SIGTERM, if it is gone or being
+        /// deleted (an uninstall), or no longer selects this node, the agent removes its
+        /// VIPs instead of keeping them for its successor. Empty: always keep them.
+        #[arg(long, env = "HAVIP_DAEMONSET", default_value = "")]
+        daemonset: String,
     },
     /// Send a command to a standalone agent.
     Admin {
@@ -145,9 +150,16 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Kubernetes { node_name, namespace, state_dir, metrics_address, no_handover_when_cordoned } => {
+        Cmd::Kubernetes { node_name, namespace, state_dir, metrics_address, no_handover_when_cordoned, daemonset } => {
             init_logging(&args.log_format);
-            let r = kubernetes(node_name, namespace, state_dir, metrics_address, !no_handover_when_cordoned).await;
+            let opts = havip_node_agent::kube::KubeAgentOptions {
+                node: node_name,
+                namespace,
+                state_dir,
+                handover_when_cordoned: !no_handover_when_cordoned,
+                daemonset: Some(daemonset).filter(|d| !d.is_empty()),
+            };
+            let r = kubernetes(opts, metrics_address).await;
             match r {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -345,13 +357,7 @@ async fn standalone(
     Ok(())
 }
 
-async fn kubernetes(
-    node: String,
-    namespace: String,
-    state_dir: PathBuf,
-    metrics_address: String,
-    handover_when_cordoned: bool,
-) -> Result<(), String> {
+async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_address: String) -> Result<(), String> {
     let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
     let metrics = Arc::new(AgentMetrics::new());
     let _http = if metrics_address == "off" {
@@ -365,12 +371,7 @@ async fn kubernetes(
         tracing::info!(address = %bound, "metrics and health endpoints");
         Some(t)
     };
-    havip_node_agent::kube_agent::run(
-        client,
-        havip_node_agent::kube_agent::KubeAgentOptions { node, namespace, state_dir, handover_when_cordoned },
-        metrics,
-    )
-    .await
+    havip_node_agent::kube::run(client, opts, metrics).await.map_err(|e| e.to_string())
 }
 
 struct MetricsOnly(Arc<AgentMetrics>);

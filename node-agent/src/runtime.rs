@@ -7,7 +7,7 @@
 //! it inputs through a channel. The machine's time is monotonic milliseconds since the
 //! agent started.
 
-use crate::announce::L2Sender;
+use crate::announce::{AnnounceGate, L2Sender, spawn_schedule};
 use crate::config::{AgentConfig, AnnounceSchedule};
 use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
 use crate::ledger::VipLedger;
@@ -92,7 +92,7 @@ enum Event {
     Input(sm::Input),
     ObserveVips,
     SetKeys(havip_crds::wire::Keyring),
-    Reconfigure(Box<AgentConfig>),
+    Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
     Release,
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
@@ -132,9 +132,14 @@ impl Handle {
     }
     /// Applies a new configuration without a restart: the machine keeps its role, epoch
     /// and peers (no Init period); VIPs added or removed are added or removed, the
-    /// heartbeat sockets and probes are rebuilt.
-    pub async fn reconfigure(&self, cfg: AgentConfig) {
-        let _ = self.tx.send(Event::Reconfigure(Box::new(cfg))).await;
+    /// heartbeat sockets and probes are rebuilt. Returns once it was applied; on error
+    /// the last configuration keeps running, unchanged.
+    pub async fn reconfigure(&self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Event::Reconfigure(Box::new(cfg), tx)).await.is_err() {
+            return Err(RuntimeError::Stopped);
+        }
+        rx.await.unwrap_or(Err(RuntimeError::Stopped))
     }
     /// Removes the pair's VIPs from this node and stops (the node left the pair).
     pub async fn release(&self) {
@@ -160,6 +165,9 @@ pub enum RuntimeError {
     /// Something in the configuration does not match this node.
     #[error("invalid configuration for this node: {0}")]
     Config(String),
+    /// The runtime is not running any more.
+    #[error("the pair's runtime has stopped")]
+    Stopped,
 }
 
 #[derive(Clone)]
@@ -224,6 +232,15 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let origin = Instant::now();
 
     let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
+    // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
+    // stalls cannot have let a peer take over); announcements then wait two heartbeat
+    // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
+    let t = &cfg.sm.timings;
+    let gate = AnnounceGate::new(
+        Duration::from_millis(t.tick_ms.max(5)),
+        Duration::from_millis((t.heartbeat_timeout_ms / 2).max(50)),
+        Duration::from_millis((2 * t.heartbeat_interval_ms).max(200)),
+    );
     let metrics = opts.metrics.clone();
     let mut rt = Runtime {
         tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
@@ -250,6 +267,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         tasks: Vec::new(),
         relay,
         ledger,
+        gate,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -416,6 +434,8 @@ struct Runtime {
     relay: tokio::task::JoinHandle<()>,
     /// The VIPs this pair added on this node.
     ledger: VipLedger,
+    /// Holds announcements back after a stall.
+    gate: Arc<AnnounceGate>,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -451,13 +471,28 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
-                _ = ticker.tick() => self.queue.push_back(sm::Input::Tick),
+                _ = ticker.tick() => {
+                    if let Some(gap) = self.gate.tick() {
+                        tracing::warn!(
+                            stalled_ms = gap.as_millis() as u64,
+                            "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
+                        );
+                    }
+                    self.queue.push_back(sm::Input::Tick);
+                }
                 ev = rx.recv() => match ev {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
-                    Some(Event::Reconfigure(cfg)) => self.reconfigure(*cfg).await,
+                    Some(Event::Reconfigure(cfg, done)) => {
+                        let r = self.reconfigure(*cfg).await;
+                        if let Err(e) = &r {
+                            self.metrics.io_error("reconfigure");
+                            tracing::warn!(error = %e, "failed to apply the new configuration; the last one keeps running");
+                        }
+                        let _ = done.send(r);
+                    }
                     Some(Event::Release) => {
                         self.stop_announcer();
                         self.metrics.forget(&ROLES, &ALARMS.map(sm::Alarm::as_str));
@@ -489,20 +524,10 @@ impl Runtime {
         }
     }
 
-    async fn reconfigure(&mut self, cfg: AgentConfig) {
-        let io = match build_io(&cfg, &self.nl, &self.arp).await {
-            Ok(io) => io,
-            Err(e) => {
-                self.metrics.io_error("reconfigure");
-                tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
-                return;
-            }
-        };
-        if let Err(e) = self.hb.update(io.hb.clone()).await {
-            self.metrics.io_error("reconfigure");
-            tracing::error!(error = %e, "failed to apply the new configuration; keeping the old one");
-            return;
-        }
+    /// Applies `cfg`, or leaves everything as it was and says why.
+    async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let io = build_io(&cfg, &self.nl, &self.arp).await?;
+        self.hb.update(io.hb.clone()).await?;
         // VIPs of the old configuration are the machine's to remove (below); only what the
         // ledger holds beyond both is stale.
         let old: Vec<ResolvedVip> =
@@ -530,6 +555,7 @@ impl Runtime {
         self.drain().await;
         self.vips = io.vips;
         self.observe_local_vips().await;
+        Ok(())
     }
 
     fn received(&mut self, r: Received) {
@@ -628,6 +654,8 @@ impl Runtime {
             }
             sm::Action::RemoveVips(ids) => {
                 self.stop_announcer();
+                // At once, not after the step: an announcement schedule checks it.
+                self.holding.store(false, Ordering::Relaxed);
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.remove_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
@@ -637,6 +665,9 @@ impl Runtime {
                 true
             }
             sm::Action::Announce { kind } => {
+                // The machine announces only what it holds; the flag the schedule checks
+                // is otherwise updated after the whole step.
+                self.holding.store(true, Ordering::Relaxed);
                 self.announce(kind);
                 false
             }
@@ -664,7 +695,7 @@ impl Runtime {
             sm::Action::Report(ev) => {
                 let st = self.machine.status();
                 if let sm::Event::RoleChanged { reason, .. } = &ev {
-                    self.metrics.transition(&format!("{reason:?}"));
+                    self.metrics.transition(reason.as_str());
                 }
                 if let sm::Event::OperationResult { id, ok, message } = &ev
                     && let Some(w) = self.waiters.remove(id)
@@ -719,47 +750,27 @@ impl Runtime {
         self.stop_announcer();
         let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
             self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let Some((first, _)) = vips.first() else { return };
+        let sched = first.announce.clone();
         let metrics = self.metrics.clone();
-        self.announcer = Some(tokio::spawn(async move {
-            let send_all = |count: u32| {
-                for (v, port) in &vips {
-                    for _ in 0..count {
-                        let r = match v.vip.addr {
-                            IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
-                            IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
-                        };
-                        match r {
-                            Ok(k) => {
-                                metrics.announced(k);
-                            }
-                            Err(e) => {
-                                metrics.io_error("announce");
-                                tracing::warn!(error = %e, "announcement failed");
-                            }
+        let send_all = move |count: u32| {
+            for (v, port) in &vips {
+                for _ in 0..count {
+                    let r = match v.vip.addr {
+                        IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
+                        IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
+                    };
+                    match r {
+                        Ok(k) => metrics.announced(k),
+                        Err(e) => {
+                            metrics.io_error("announce");
+                            tracing::warn!(error = %e, "announcement failed");
                         }
                     }
                 }
-            };
-            let Some((first, _)) = vips.first() else { return };
-            let sched = first.announce.clone();
-            match kind {
-                sm::AnnounceKind::Burst => {
-                    send_all(sched.burst);
-                    for _ in 0..sched.repeats {
-                        tokio::time::sleep(sched.repeat_interval).await;
-                        send_all(1);
-                    }
-                }
-                sm::AnnounceKind::Refresh => send_all(1),
             }
-            if sched.refresh_interval.is_zero() {
-                return;
-            }
-            loop {
-                tokio::time::sleep(sched.refresh_interval).await;
-                send_all(1);
-            }
-        }));
+        };
+        self.announcer = Some(spawn_schedule(kind, sched, self.gate.clone(), self.holding.clone(), send_all));
     }
 
     /// After a takeover: the VIPs are read back, the local listeners probed, and a

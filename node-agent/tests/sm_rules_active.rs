@@ -447,6 +447,39 @@ fn forced_failover_skips_readiness_checks() {
 }
 
 #[test]
+fn pair_failover_is_executed_by_the_holder_alone() {
+    let pair_failover =
+        |id, target: Option<&str>, forced| Command::PairFailover { id, target: target.map(node), forced };
+    // The holder executes it: planned (prepare first) …
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(7, None, false));
+    assert_eq!(first_prepare(&out), Some((7, node(B))));
+    // … or forced (commit at once).
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(8, Some(B), true));
+    assert!(first_prepare(&out).is_none());
+    assert_eq!(last_commit(&out), Some((8, node(B), 4)));
+    // A member that does not hold the VIPs stays silent: the holder answers for the pair
+    // (the same command sent to it alone is refused: planned_failover_preconditions).
+    for forced in [false, true] {
+        let mut h = standby_b_hearing_a();
+        for (id, target) in [(9, None), (10, Some(B)), (11, Some(A))] {
+            let out = h.cmd(pair_failover(id, target, forced));
+            assert!(results(&out).is_empty() && ops(&out).is_empty(), "{id} {forced}: {out:?}");
+            assert_eq!(h.role(), Role::Standby);
+        }
+    }
+    // A holder named as the target sees the command after the handover it asked for.
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.cmd(pair_failover(12, Some(A), false));
+    assert!(results(&out).is_empty() && ops(&out).is_empty(), "{out:?}");
+    assert_eq!(h.role(), Role::Active);
+}
+
+#[test]
 fn planned_failover_repeated_id_is_reported_once() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;

@@ -36,7 +36,7 @@ pub const PAIR_LABEL: &str = "havip.io/pair";
 #[derive(Default, Debug)]
 pub struct PairMemory {
     /// Member roles last seen (for role-change Events).
-    pub roles: BTreeMap<String, String>,
+    pub roles: BTreeMap<String, havip_crds::MemberRole>,
     /// Consecutive reconcile failures (for the backoff).
     pub failures: u32,
     /// The generation of an unreadable object already warned about.

@@ -6,7 +6,9 @@ use crate::Error;
 use crate::controller::{Context, Ev, MANAGED_BY, PAIR_LABEL, Timer, backoff, lease_info};
 use crate::error::is_status;
 use crate::model::{self, Decision, KeyAction, KeyInfo, Observed, RequestKind};
-use havip_crds::{HAPair, HAPairStatus, KeyRotation, Operation, Phase, manager, reason};
+use havip_crds::{
+    HAPair, HAPairStatus, KeyRotation, Operation, OperationResult, Phase, TransitionReason, manager, reason,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
@@ -365,25 +367,29 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
     }
 }
 
-fn is_warning_transition(reason: &str) -> bool {
-    [
-        reason::PEER_LOST,
-        reason::CARRIER_LOST,
-        reason::GATEWAY_LOST,
-        reason::VIP_UNHEALTHY,
-        reason::FENCED,
-        reason::DUAL_ACTIVE_RESOLVED,
-    ]
-    .contains(&reason)
+/// Role changes that are news somebody must look at: the VIPs moved because something
+/// broke.
+fn is_warning_transition(reason: &TransitionReason) -> bool {
+    matches!(
+        reason,
+        TransitionReason::PeerLost
+            | TransitionReason::CarrierLost
+            | TransitionReason::GatewayLost
+            | TransitionReason::VipUnhealthy
+            | TransitionReason::Fenced
+            | TransitionReason::DualActiveResolved
+    )
 }
 
 fn operation_event(op: &Operation) -> Ev {
     let note = format!("{} {}: {}", op.kind, op.id, op.message);
-    match op.result.as_str() {
-        "Succeeded" => Ev::normal(format!("{}Succeeded", op.kind), "Answer", note),
-        "InProgress" => Ev::normal(format!("{}Started", op.kind), "Act", note),
-        "Refused" => Ev::warning(format!("{}Refused", op.kind), "Refuse", note),
-        _ => Ev::warning(format!("{}Failed", op.kind), "Answer", note),
+    match op.result {
+        OperationResult::Succeeded => Ev::normal(format!("{}Succeeded", op.kind), "Answer", note),
+        OperationResult::InProgress => Ev::normal(format!("{}Started", op.kind), "Act", note),
+        OperationResult::Refused => Ev::warning(format!("{}Refused", op.kind), "Refuse", note),
+        OperationResult::Failed | OperationResult::Other(_) => {
+            Ev::warning(format!("{}Failed", op.kind), "Answer", note)
+        }
     }
 }
 
@@ -513,8 +519,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                 if !id.is_empty() && !id.starts_with(MEMBER_REMOVAL) {
                     last_op = Some(Operation {
                         id,
-                        kind: RequestKind::RotateKey.operation().to_owned(),
-                        result: "Succeeded".to_owned(),
+                        kind: RequestKind::RotateKey.operation(),
+                        result: OperationResult::Succeeded,
                         message: note,
                         time: Some(Time(now)),
                     });
@@ -556,7 +562,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
             }
             Ok(req) => {
                 let decision = model::decide(&o, &assessment, &revision, &req);
-                tracing::info!(pair = %name, id = %req.id, kind = req.kind.operation(), decision = ?decision, "request");
+                tracing::info!(pair = %name, id = %req.id, kind = %req.kind.operation(), decision = ?decision, "request");
                 match decision {
                     Decision::Refuse(why) => {
                         let op = refused(req.kind, &req.id, why, now);
@@ -571,7 +577,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                                 "{} {}: asked {}{}",
                                 c.kind,
                                 c.id,
-                                if c.kind.ends_with("Failover") { "the active member" } else { "every member" },
+                                if c.kind.is_failover() { "the active member" } else { "every member" },
                                 c.target.as_deref().map(|t| format!(" (target {t})")).unwrap_or_default()
                             ),
                         ));
@@ -584,8 +590,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
                             o.key = key_info(&started).ok();
                             let op = Operation {
                                 id: req.id.clone(),
-                                kind: req.kind.operation().to_owned(),
-                                result: "InProgress".to_owned(),
+                                kind: req.kind.operation(),
+                                result: OperationResult::InProgress,
                                 message: format!(
                                     "key {key_id} is in use; key {} stays accepted until every member signs with key {key_id}",
                                     key_id - 1
@@ -641,12 +647,12 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     if previous.phase != desired.phase {
         let phase = desired.phase.unwrap_or(Phase::Pending);
         let bad = matches!(phase, Phase::Degraded | Phase::Failed | Phase::Suspended);
-        let from = previous.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "(none)".to_owned());
-        let note = format!("{from} → {phase:?}: {}", assessment.phase_message);
+        let from = previous.phase.map(Phase::as_str).unwrap_or("(none)");
+        let note = format!("{from} → {}: {}", phase.as_str(), assessment.phase_message);
         events.push(if bad {
-            Ev::warning(format!("{phase:?}"), "Assess", note)
+            Ev::warning(phase.as_str(), "Assess", note)
         } else {
-            Ev::normal(format!("{phase:?}"), "Assess", note)
+            Ev::normal(phase.as_str(), "Assess", note)
         });
     }
     // A role change is announced once its cause is known (the new active reports it),
@@ -660,7 +666,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     {
         let since = t.time.as_ref().map(|x| now.as_millisecond() - x.0.as_millisecond()).unwrap_or(0);
         let grace = i64::try_from(ROLE_CHANGE_GRACE.as_millis()).unwrap_or(i64::MAX);
-        if t.reason != model::local_reason::ROLE_CHANGE || since >= grace {
+        if t.reason != TransitionReason::RoleChange || since >= grace {
             ctx.with_memory(&name, |m| m.unannounced_epoch = None);
             let note = format!(
                 "{} → {} (epoch {}): {}",
@@ -671,9 +677,9 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
             );
             tracing::info!(pair = %name, from = %t.from, to = %t.to, epoch = t.epoch, reason = %t.reason, "role change");
             events.push(if is_warning_transition(&t.reason) || t.to.is_empty() {
-                Ev::warning(t.reason.clone(), "ObserveRoleChange", note)
+                Ev::warning(t.reason.as_str(), "ObserveRoleChange", note)
             } else {
-                Ev::normal(t.reason.clone(), "ObserveRoleChange", note)
+                Ev::normal(t.reason.as_str(), "ObserveRoleChange", note)
             });
         } else {
             let left = u64::try_from(grace - since).unwrap_or(0);
@@ -734,8 +740,8 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
 fn refused(kind: RequestKind, id: &str, why: String, now: Timestamp) -> Operation {
     Operation {
         id: id.to_owned(),
-        kind: kind.operation().to_owned(),
-        result: "Refused".to_owned(),
+        kind: kind.operation(),
+        result: OperationResult::Refused,
         message: why,
         time: Some(Time(now)),
     }

@@ -6,7 +6,10 @@
 
 use havip_crds::hapair::{MemberStatus, NodeAddressType};
 use havip_crds::revision::{config_revision, format_revision};
-use havip_crds::{FloatingIPSpec, HAPairSpec, HAPairStatus, KeyRotation, Operation, PairCommand, Phase, VipState};
+use havip_crds::{
+    FloatingIPSpec, HAPairSpec, HAPairStatus, KeyRotation, MemberAlarm, MemberRole, Operation, OperationKind,
+    OperationResult, PairCommand, Phase, TransitionReason, VipState,
+};
 use havip_crds::{annotation, condition, reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -32,8 +35,6 @@ pub mod local_reason {
     pub const MEMBER_ALARM: &str = "MemberAlarm";
     /// Nobody holds the VIPs.
     pub const NO_ACTIVE: &str = "NoActive";
-    /// The role change's cause is not (yet) reported by the agent.
-    pub const ROLE_CHANGE: &str = "RoleChange";
     /// The pair is waiting for its first report or election.
     pub const PENDING: &str = "Pending";
     /// The FloatingIP names a pair that does not exist.
@@ -48,16 +49,6 @@ pub const CONDITION_PAIR_FOUND: &str = "PairFound";
 /// Annotation on the HAPair (owned by the operator) that remembers, per request
 /// annotation, the last request id acted on: `{"failover":"<id>",…}`.
 pub const HANDLED_ANNOTATION: &str = "havip.io/handled";
-
-/// The roles agents report.
-pub mod role {
-    /// Holds the VIPs.
-    pub const ACTIVE: &str = "Active";
-    /// Ready to take over.
-    pub const STANDBY: &str = "Standby";
-    /// Giving the VIPs up.
-    pub const DEMOTING: &str = "Demoting";
-}
 
 /// One member Node as the operator sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -350,8 +341,8 @@ pub fn standby_problem(o: &Observed, node: &str, active: Option<&str>) -> Option
     let Some(s) = s.filter(|_| is_reporting(s, o.now)) else {
         return Some(format!("{node} is not reporting"));
     };
-    let role = s.role.as_deref().unwrap_or("unknown");
-    if role != role::STANDBY {
+    if s.role != Some(MemberRole::Standby) {
+        let role = s.role.as_ref().map(MemberRole::as_str).unwrap_or("unknown");
         return Some(format!("{node} reports role {role}"));
     }
     if let Some(r) = s.ready.iter().find(|r| !r.ready) {
@@ -426,16 +417,16 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             acc.entry(v).or_default().push(n);
             acc
         });
-    let alarm_nodes = |alarm: &str| {
-        reporting.iter().filter(|s| s.alarms.iter().any(|a| a == alarm)).map(|s| s.node.clone()).collect::<Vec<_>>()
+    let alarm_nodes = |alarm: MemberAlarm| {
+        reporting.iter().filter(|s| s.alarms.contains(&alarm)).map(|s| s.node.clone()).collect::<Vec<_>>()
     };
     if protocols.len() > 1 {
         let list: Vec<String> = protocols.iter().map(|(v, ns)| format!("{v}.x on {}", ns.join(", "))).collect();
         push(reason::VERSION_MISMATCH, format!("members run incompatible heartbeat protocols: {}", list.join("; ")));
-    } else if !alarm_nodes("VersionMismatch").is_empty() {
+    } else if !alarm_nodes(MemberAlarm::VersionMismatch).is_empty() {
         push(
             reason::VERSION_MISMATCH,
-            format!("{} report(s) a heartbeat protocol mismatch", alarm_nodes("VersionMismatch").join(", ")),
+            format!("{} report(s) a heartbeat protocol mismatch", alarm_nodes(MemberAlarm::VersionMismatch).join(", ")),
         );
     }
     let versions: BTreeMap<&str, Vec<&str>> = reporting
@@ -451,10 +442,12 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
     let mut config_pending = Vec::new();
     for m in &members {
-        match member_status(&o.status, &m.node).and_then(|s| s.applied_revision.as_deref()) {
+        let st = member_status(&o.status, &m.node);
+        let why = st.and_then(|s| s.config_error.as_deref()).map(|e| format!(" ({e})")).unwrap_or_default();
+        match st.and_then(|s| s.applied_revision.as_deref()) {
             Some(r) if r == revision => {}
-            Some(r) => config_pending.push(format!("{} applied {r}", m.node)),
-            None => config_pending.push(format!("{} has applied no revision", m.node)),
+            Some(r) => config_pending.push(format!("{} applied {r}{why}", m.node)),
+            None => config_pending.push(format!("{} has applied no revision{why}", m.node)),
         }
     }
     let stale_config: Vec<&String> =
@@ -468,7 +461,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             ),
         );
     }
-    let key_alarms = alarm_nodes("KeyMismatch");
+    let key_alarms = alarm_nodes(MemberAlarm::KeyMismatch);
     if !key_alarms.is_empty() {
         push(
             reason::KEY_MISMATCH,
@@ -485,7 +478,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
     // The old active of a planned handover reports Demoting until it has removed the
     // VIPs, then Standby: not a missing standby.
-    let demoting = reporting.iter().any(|s| s.role.as_deref() == Some(role::DEMOTING));
+    let demoting = reporting.iter().any(|s| s.role == Some(MemberRole::Demoting));
     if active.is_some() && standbys.is_empty() && !demoting {
         push(local_reason::NO_READY_STANDBY, format!("no ready standby: {}", not_ready.join("; ")));
     }
@@ -495,7 +488,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
         .filter(|v| v.state == Some(VipState::Unhealthy))
         .map(|v| format!("{} ({})", v.name, v.spec.as_ref().map(|s| s.address.as_str()).unwrap_or("?")))
         .collect();
-    let unhealthy_alarm = alarm_nodes("VipUnhealthy");
+    let unhealthy_alarm = alarm_nodes(MemberAlarm::VipUnhealthy);
     if !unhealthy.is_empty() {
         push(reason::VIP_UNHEALTHY, format!("VIP unhealthy: {}", unhealthy.join(", ")));
     } else if !unhealthy_alarm.is_empty() {
@@ -507,7 +500,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
         .filter(|v| v.state == Some(VipState::Conflict))
         .map(|v| format!("{} ({})", v.name, v.spec.as_ref().map(|s| s.address.as_str()).unwrap_or("?")))
         .collect();
-    let conflict_alarm = alarm_nodes("VipConflict");
+    let conflict_alarm = alarm_nodes(MemberAlarm::VipConflict);
     if !conflict.is_empty() {
         push(reason::VIP_CONFLICT, format!("a foreign host answers for VIP {}", conflict.join(", ")));
     } else if !conflict_alarm.is_empty() {
@@ -518,15 +511,24 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
     for s in &reporting {
         for a in &s.alarms {
-            if !["Suspended", "VersionMismatch", "KeyMismatch", "VipUnhealthy", "VipConflict"].contains(&a.as_str()) {
+            // These have causes of their own above.
+            let covered = matches!(
+                a,
+                MemberAlarm::Suspended
+                    | MemberAlarm::VersionMismatch
+                    | MemberAlarm::KeyMismatch
+                    | MemberAlarm::VipUnhealthy
+                    | MemberAlarm::VipConflict
+            );
+            if !covered {
                 push(local_reason::MEMBER_ALARM, format!("{} raises alarm {a}", s.node));
             }
         }
     }
-    let suspended = alarm_nodes("Suspended");
+    let suspended = alarm_nodes(MemberAlarm::Suspended);
 
     let any_reported = members.iter().any(|m| member_status(&o.status, &m.node).is_some());
-    let someone_active_reported = reporting.iter().any(|s| s.role.as_deref() == Some(role::ACTIVE));
+    let someone_active_reported = reporting.iter().any(|s| s.role == Some(MemberRole::Active));
     // A handover in flight: the old active is demoting (both hold the VIPs, make before
     // break), or the Lease changed a moment ago and the new holder has not reported yet.
     let settling = demoting || next_settle(o).is_some();
@@ -546,8 +548,8 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
         )
     } else if let Some(a) = active.as_deref()
         && let Some(r) = member_status(&o.status, a)
-            .and_then(|s| s.role.as_deref())
-            .filter(|r| ![role::ACTIVE, role::DEMOTING].contains(r))
+            .and_then(|s| s.role.as_ref())
+            .filter(|r| !matches!(r, MemberRole::Active | MemberRole::Demoting))
         && !someone_active_reported
         && !settling
     {
@@ -593,17 +595,6 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
 }
 
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Pending => "Pending",
-        Phase::Live => "Live",
-        Phase::FailedOver => "FailedOver",
-        Phase::Degraded => "Degraded",
-        Phase::Suspended => "Suspended",
-        Phase::Failed => "Failed",
-    }
-}
-
 /// A condition, keeping `lastTransitionTime` from `previous` when the status did not
 /// change.
 pub fn condition(
@@ -639,7 +630,7 @@ pub fn conditions(o: &Observed, a: &Assessment, revision: &str) -> Vec<Condition
     let paused = if o.spec.paused { "; automatic policy moves are paused (spec.paused)" } else { "" };
     let serving = matches!(a.phase, Phase::Live | Phase::FailedOver | Phase::Degraded | Phase::Suspended);
     let ready = serving && a.active.is_some() && !a.standbys.is_empty();
-    let ready_reason = if ready || !serving { phase_name(a.phase) } else { local_reason::NO_READY_STANDBY };
+    let ready_reason = if ready || !serving { a.phase.as_str() } else { local_reason::NO_READY_STANDBY };
     let ready_msg = if serving {
         format!(
             "{} is active; ready standby: {}{paused}",
@@ -708,27 +699,9 @@ pub fn conditions(o: &Observed, a: &Assessment, revision: &str) -> Vec<Condition
     out
 }
 
-/// The pair-level reason (the documented `reason` constants, which the Events and
-/// `status.lastTransition` use) for the reason the new active's agent reported (its
-/// state machine's names). Unknown names pass through unchanged.
-pub fn documented_reason(agent: &str) -> String {
-    match agent {
-        "Takeover" => reason::PEER_LOST,
-        "Election" => reason::ELECTED,
-        "HandoverAccepted" | "PlannedFailover" => reason::PLANNED_FAILOVER,
-        "ForcedFailover" => reason::FORCED_FAILOVER,
-        "Failback" => reason::FAILBACK,
-        "MaintenanceOn" => reason::MAINTENANCE,
-        "Fenced" => reason::FENCED,
-        "NewerEpochPeer" | "NewerEpochLease" | "LeaseConflict" => reason::DUAL_ACTIVE_RESOLVED,
-        "ListenerDown" => reason::VIP_UNHEALTHY,
-        other => other,
-    }
-    .to_owned()
-}
-
 /// The pair's last transition: kept while the Lease's holder and epoch are unchanged
-/// (its reason refined once the new active reports it), a new one when they changed.
+/// (its reason refined once the new active reports it: agents report the pair's
+/// reasons), a new one when they changed.
 /// The flag says whether it is new (an Event is due).
 pub fn last_transition(o: &Observed) -> (Option<havip_crds::Transition>, bool) {
     let Some(lease) = &o.lease else {
@@ -741,13 +714,13 @@ pub fn last_transition(o: &Observed) -> (Option<havip_crds::Transition>, bool) {
     let reported = member_status(&o.status, &holder)
         .and_then(|s| s.last_transition.as_ref())
         .filter(|t| t.epoch == lease.transitions && t.to == holder)
-        .map(|t| documented_reason(&t.reason));
+        .map(|t| t.reason.clone());
     if let Some(prev) = &o.status.last_transition
         && prev.epoch == lease.transitions
         && prev.to == holder
     {
         let mut t = prev.clone();
-        if t.reason == local_reason::ROLE_CHANGE
+        if t.reason == TransitionReason::RoleChange
             && let Some(r) = reported
         {
             t.reason = r;
@@ -756,9 +729,8 @@ pub fn last_transition(o: &Observed) -> (Option<havip_crds::Transition>, bool) {
     }
     let from =
         o.status.active.clone().or_else(|| o.status.last_transition.as_ref().map(|t| t.to.clone())).unwrap_or_default();
-    let reason = reported.unwrap_or_else(|| {
-        if from.is_empty() { reason::ELECTED.to_owned() } else { local_reason::ROLE_CHANGE.to_owned() }
-    });
+    let reason =
+        reported.unwrap_or(if from.is_empty() { TransitionReason::Elected } else { TransitionReason::RoleChange });
     let time = lease.renew_time.map(Time).unwrap_or(Time(o.now));
     (Some(havip_crds::Transition { from, to: holder, reason, epoch: lease.transitions, time: Some(time) }), true)
 }
@@ -805,13 +777,13 @@ impl RequestKind {
     }
 
     /// The operation kind in `command` and `lastOperation`.
-    pub fn operation(self) -> &'static str {
+    pub fn operation(self) -> OperationKind {
         match self {
-            RequestKind::Failover => "PlannedFailover",
-            RequestKind::ForceFailover => "ForcedFailover",
-            RequestKind::Clear => "ClearSuspension",
-            RequestKind::RotateKey => "RotateKey",
-            RequestKind::ResumeFailback => "ResumeFailback",
+            RequestKind::Failover => OperationKind::PlannedFailover,
+            RequestKind::ForceFailover => OperationKind::ForcedFailover,
+            RequestKind::Clear => OperationKind::ClearSuspension,
+            RequestKind::RotateKey => OperationKind::RotateKey,
+            RequestKind::ResumeFailback => OperationKind::ResumeFailback,
         }
     }
 
@@ -914,7 +886,7 @@ pub fn decide(o: &Observed, a: &Assessment, revision: &str, req: &Request) -> De
     let command = |target: Option<String>| {
         Decision::Command(PairCommand {
             id: req.id.clone(),
-            kind: req.kind.operation().to_owned(),
+            kind: req.kind.operation(),
             target,
             issued: Some(Time(o.now)),
         })
@@ -1100,20 +1072,14 @@ pub fn command_answer(o: &Observed, cmd: &PairCommand) -> Option<Operation> {
         .iter()
         .filter_map(|m| member_status(&o.status, &m.node))
         .filter_map(|s| s.last_operation.as_ref().map(|op| (s.node.as_str(), op)))
-        .filter(|(_, op)| op.id == cmd.id && op.result != "InProgress")
+        .filter(|(_, op)| op.id == cmd.id && op.result != OperationResult::InProgress)
         .collect();
-    let answer = |result: &str, message: String| {
-        Some(Operation {
-            id: cmd.id.clone(),
-            kind: cmd.kind.clone(),
-            result: result.to_owned(),
-            message,
-            time: Some(Time(o.now)),
-        })
+    let answer = |result: OperationResult, message: String| {
+        Some(Operation { id: cmd.id.clone(), kind: cmd.kind.clone(), result, message, time: Some(Time(o.now)) })
     };
-    let failover = cmd.kind == "PlannedFailover" || cmd.kind == "ForcedFailover";
+    let failover = cmd.kind.is_failover();
     if failover && let Some((node, op)) = answers.first() {
-        let result = if op.result == "Succeeded" { "Succeeded" } else { "Failed" };
+        let result = OperationResult::from_ok(op.result == OperationResult::Succeeded);
         return answer(result, format!("{node}: {}", op.message));
     }
     let expected: Vec<&str> = o
@@ -1127,17 +1093,17 @@ pub fn command_answer(o: &Observed, cmd: &PairCommand) -> Option<Operation> {
     let all_in = !failover && !expected.is_empty() && expected.iter().all(|n| answered.contains(n));
     let timed_out = cmd.issued.as_ref().is_some_and(|t| age(o.now, t) >= COMMAND_TIMEOUT);
     if all_in {
-        let failed = answers.iter().any(|(_, op)| op.result != "Succeeded");
+        let ok = answers.iter().all(|(_, op)| op.result == OperationResult::Succeeded);
         let msg = answers.iter().map(|(n, op)| format!("{n}: {}", op.message)).collect::<Vec<_>>().join("; ");
-        return answer(if failed { "Failed" } else { "Succeeded" }, msg);
+        return answer(OperationResult::from_ok(ok), msg);
     }
     if timed_out {
         if answers.is_empty() {
-            return answer("Failed", "no agent answered; check the roles before retrying".to_owned());
+            return answer(OperationResult::Failed, "no agent answered; check the roles before retrying".to_owned());
         }
         let missing: Vec<&str> = expected.iter().filter(|n| !answered.contains(*n)).copied().collect();
         let msg = answers.iter().map(|(n, op)| format!("{n}: {}", op.message)).collect::<Vec<_>>().join("; ");
-        return answer("Failed", format!("{msg}; no answer from {}", missing.join(", ")));
+        return answer(OperationResult::Failed, format!("{msg}; no answer from {}", missing.join(", ")));
     }
     None
 }

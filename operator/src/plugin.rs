@@ -5,7 +5,7 @@
 use crate::Error;
 use crate::model::{self, RequestKind};
 use futures::StreamExt;
-use havip_crds::{HAPair, Operation, condition, manager};
+use havip_crds::{HAPair, MemberAlarm, Operation, OperationResult, Phase, condition, manager};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -46,7 +46,7 @@ pub async fn annotate(api: &Api<HAPair>, pair: &str, kind: RequestKind, value: &
 
 /// Whether an answer is final (not `InProgress`).
 pub fn is_final(op: &Operation) -> bool {
-    op.result != "InProgress"
+    op.result != OperationResult::InProgress
 }
 
 /// Watches `pair` until `status.lastOperation.id == id` with a final result, or the
@@ -167,7 +167,7 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
     let name = pair.name_any();
     let st = pair.status.clone().unwrap_or_default();
     let mut out = String::new();
-    let phase = st.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "Unknown".to_owned());
+    let phase = st.phase.map(Phase::as_str).unwrap_or("Unknown");
     let _ = writeln!(
         out,
         "HAPair {name}: {phase}, active {}, epoch {}, {} VIP(s), revision {}{}",
@@ -238,10 +238,7 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
     let mut whys = Vec::new();
     for m in &members {
         let s = model::member_status(&st, &m.node);
-        let role = match s.and_then(|s| s.role.clone()) {
-            Some(r) => r,
-            None => "(no report)".to_owned(),
-        };
+        let role = s.and_then(|s| s.role.as_ref()).map(|r| r.as_str()).unwrap_or("(no report)").to_owned();
         let role = if m.maintenance { format!("{role}+maint") } else { role };
         let Some(s) = s else {
             rows.push(vec![
@@ -273,7 +270,11 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
             (Some(a), _) => format!("old {a}"),
             (None, _) => "-".to_owned(),
         };
-        let alarms = if s.alarms.is_empty() { "-".to_owned() } else { s.alarms.join(",") };
+        let alarms = if s.alarms.is_empty() {
+            "-".to_owned()
+        } else {
+            s.alarms.iter().map(MemberAlarm::as_str).collect::<Vec<_>>().join(",")
+        };
         rows.push(vec![
             m.node.clone(),
             m.priority.to_string(),
@@ -310,7 +311,7 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
         rows.push(vec![
             s.node.clone(),
             "-".into(),
-            format!("{} (not a member)", s.role.as_deref().unwrap_or("?")),
+            format!("{} (not a member)", s.role.as_ref().map(|r| r.as_str()).unwrap_or("?")),
             s.epoch.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
             "-".into(),
             "-".into(),

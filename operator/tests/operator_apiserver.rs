@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use havip_crds::revision::{config_revision, format_revision};
-use havip_crds::{FloatingIPSpec, HAPair, HAPairSpec, Phase, condition};
+use havip_crds::{FloatingIPSpec, HAPair, HAPairSpec, Phase, TransitionReason, condition};
 use havip_e2e::controlplane::ControlPlane;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -197,7 +197,7 @@ async fn annotate(client: &Client, pair: &str, key: &str, value: &str) {
 }
 
 fn last_op(p: &HAPair) -> Option<(String, String, String)> {
-    p.status.as_ref()?.last_operation.as_ref().map(|o| (o.id.clone(), o.result.clone(), o.message.clone()))
+    p.status.as_ref()?.last_operation.as_ref().map(|o| (o.id.clone(), o.result.to_string(), o.message.clone()))
 }
 
 async fn wait_answer(client: &Client, pair: &str, id: &str) -> (String, String) {
@@ -244,7 +244,7 @@ async fn commands(client: &Client, op: &Operator) {
             .unwrap()
             .last_transition
             .as_ref()
-            .is_some_and(|t| t.to == "n2" && t.reason == "PlannedFailover")
+            .is_some_and(|t| t.to == "n2" && t.reason == TransitionReason::PlannedFailover)
     })
     .await;
 

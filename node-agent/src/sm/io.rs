@@ -151,6 +151,20 @@ pub enum Command {
         /// Target, or `None` for the best candidate.
         target: Option<NodeId>,
     },
+    /// A failover addressed to every member of the pair at once (Kubernetes mode: the
+    /// operator's `status.command`). Only the member that holds the VIPs executes it,
+    /// exactly as [`Command::PlannedFailover`] or [`Command::ForcedFailover`]; every other
+    /// member ignores it without a result, so that the pair's one answer is the holder's.
+    /// A holder that is itself the target ignores it too: it can only hold the VIPs
+    /// because the handover the command asked for has happened, and sees it late.
+    PairFailover {
+        /// Operation id.
+        id: u64,
+        /// Target, or `None` for the best candidate.
+        target: Option<NodeId>,
+        /// Skip the readiness checks and the prepare ack, as [`Command::ForcedFailover`].
+        forced: bool,
+    },
     /// Maintenance on/off for this member (declarative; persisted). An active member hands
     /// over first; `force` lets it leave even when nobody can take the VIPs.
     Maintenance {
@@ -368,6 +382,37 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Name for logs, agent Events and metric labels (`"Takeover"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Startup => "Startup",
+            Reason::Adopted => "Adopted",
+            Reason::Election => "Election",
+            Reason::Takeover => "Takeover",
+            Reason::LeaseConflict => "LeaseConflict",
+            Reason::ClaimAbandoned => "ClaimAbandoned",
+            Reason::PlannedFailover => "PlannedFailover",
+            Reason::ForcedFailover => "ForcedFailover",
+            Reason::HandoverAccepted => "HandoverAccepted",
+            Reason::AutoHandoverAccepted => "AutoHandoverAccepted",
+            Reason::CarrierLost => "CarrierLost",
+            Reason::GatewayLost => "GatewayLost",
+            Reason::VipUnhealthy => "VipUnhealthy",
+            Reason::ListenerDown => "ListenerDown",
+            Reason::Failback => "Failback",
+            Reason::MaintenanceOn => "MaintenanceOn",
+            Reason::MaintenanceOff => "MaintenanceOff",
+            Reason::Fenced => "Fenced",
+            Reason::Unfenced => "Unfenced",
+            Reason::NewerEpochPeer => "NewerEpochPeer",
+            Reason::NewerEpochLease => "NewerEpochLease",
+            Reason::Aborted => "Aborted",
+            Reason::AbortedByPeer => "AbortedByPeer",
+            Reason::Unpaired => "Unpaired",
+            Reason::Paired => "Paired",
+        }
+    }
+
     /// Role changes with these reasons count towards flap suspension.
     pub fn automatic(self) -> bool {
         matches!(

@@ -29,8 +29,10 @@
 //!   [`Input::CasResult`] (standalone mode: `Unavailable` at once); there is at most one
 //!   CAS in flight; no answer within [`Timings::cas_timeout_ms`] counts as unavailable.
 //! * Operator operation ids must be below [`AUTO_OP_BIT`]. Commands for the pair
-//!   (planned/forced failover) go to the active member; `ResumeFailback`, `SetPaused`,
-//!   `ClearSuspension` to every member (standbys follow the active's failback pause).
+//!   (planned/forced failover) go to the active member, or as [`Command::PairFailover`] to
+//!   every member (the holder alone executes and answers it); `ResumeFailback`,
+//!   `SetPaused`, `ClearSuspension` to every member (standbys follow the active's failback
+//!   pause).
 //!
 //! # Decisions the machine makes (beyond the seeds)
 //!

@@ -5,7 +5,7 @@
 //! 0 on `Succeeded`, 1 on `Refused` or `Failed`, 2 on a timeout, 3 on other errors.
 
 use clap::{Parser, Subcommand};
-use havip_crds::HAPair;
+use havip_crds::{HAPair, OperationResult};
 use havip_operator::model::RequestKind;
 use havip_operator::{Error, plugin};
 use k8s_openapi::jiff::Timestamp;
@@ -141,7 +141,7 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
     match answer {
         Ok(op) => {
             println!("{} {}: {} — {}", op.kind, op.id, op.result, op.message);
-            Ok(if op.result == "Succeeded" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if op.result == OperationResult::Succeeded { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Err(last) => {
             match last {

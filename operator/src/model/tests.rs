@@ -21,10 +21,10 @@ fn fip(addr: &str) -> FloatingIPSpec {
     serde_json::from_value(serde_json::json!({"pair": "p", "address": addr})).unwrap()
 }
 
-fn member(node: &str, role_: &str, now: Timestamp) -> MemberStatus {
+fn member(node: &str, role_: MemberRole, now: Timestamp) -> MemberStatus {
     MemberStatus {
         node: node.to_owned(),
-        role: Some(role_.to_owned()),
+        role: Some(role_),
         epoch: Some(1),
         ready: vec![VipReadiness { address: "10.0.0.10/24".to_owned(), ready: true, reason: None }],
         heard: vec![PathHeard { path: "internal".to_owned(), heard: true }],
@@ -60,7 +60,7 @@ fn healthy() -> Observed {
         spec_problems: Vec::new(),
         now,
     };
-    o.status.members = vec![member("a", role::ACTIVE, now), member("b", role::STANDBY, now)];
+    o.status.members = vec![member("a", MemberRole::Active, now), member("b", MemberRole::Standby, now)];
     apply_revision(&mut o);
     o
 }
@@ -113,8 +113,8 @@ fn phase_pending_before_any_report_and_before_election() {
 fn phase_failed_over() {
     let mut o = healthy();
     o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
-    m(&mut o, "a").role = Some(role::STANDBY.to_owned());
-    m(&mut o, "b").role = Some(role::ACTIVE.to_owned());
+    m(&mut o, "a").role = Some(MemberRole::Standby);
+    m(&mut o, "b").role = Some(MemberRole::Active);
     let a = run(&o);
     assert_eq!(a.phase, Phase::FailedOver, "{a:?}");
     assert_eq!(a.standbys, vec!["a"]);
@@ -134,7 +134,7 @@ fn phase_failed_when_nobody_holds_the_vips() {
     assert!(a.phase_message.contains("zz, which is not a member"), "{}", a.phase_message);
 
     let mut o = healthy();
-    m(&mut o, "a").role = Some("Fenced".to_owned());
+    m(&mut o, "a").role = Some(MemberRole::Fenced);
     let a = run(&o);
     assert_eq!(a.phase, Phase::Failed);
     assert!(a.phase_message.contains("reports role Fenced"), "{}", a.phase_message);
@@ -143,7 +143,7 @@ fn phase_failed_when_nobody_holds_the_vips() {
 #[test]
 fn phase_suspended() {
     let mut o = healthy();
-    m(&mut o, "b").alarms = vec!["Suspended".to_owned()];
+    m(&mut o, "b").alarms = vec![MemberAlarm::Suspended];
     let a = run(&o);
     assert_eq!(a.phase, Phase::Suspended);
     assert_eq!(a.suspended, vec!["b"]);
@@ -218,7 +218,7 @@ fn degraded_config_pending() {
 #[test]
 fn degraded_key_mismatch_by_alarm_and_by_key_id() {
     let mut o = healthy();
-    m(&mut o, "b").alarms = vec!["KeyMismatch".to_owned()];
+    m(&mut o, "b").alarms = vec![MemberAlarm::KeyMismatch];
     degraded_by(&o, reason::KEY_MISMATCH, "unknown key");
     let mut o = healthy();
     m(&mut o, "b").key_id = Some(7);
@@ -274,7 +274,7 @@ fn conditions_keep_their_timestamps_and_show_paused() {
     assert!(ready.message.contains("paused (spec.paused)"), "{ready:?}");
     assert_eq!(ready.last_transition_time, first[0].last_transition_time, "still Ready: time kept");
     // A flip gets a new time.
-    m(&mut o, "b").role = Some("Init".to_owned());
+    m(&mut o, "b").role = Some(MemberRole::Init);
     let fourth = conditions(&o, &run(&o), &revision(&o));
     let ready = fourth.iter().find(|c| c.type_ == condition::READY).unwrap();
     assert_eq!(ready.status, "False");
@@ -377,8 +377,8 @@ fn each_request_id_is_taken_once() {
     o.annotations.remove(HANDLED_ANNOTATION);
     o.status.last_operation = Some(Operation {
         id: "r1".to_owned(),
-        kind: "PlannedFailover".to_owned(),
-        result: "Succeeded".to_owned(),
+        kind: OperationKind::PlannedFailover,
+        result: OperationResult::Succeeded,
         message: String::new(),
         time: None,
     });
@@ -405,7 +405,7 @@ fn planned_failover_preconditions() {
     let o = healthy();
     match decide_on(&o, RequestKind::Failover, None) {
         Decision::Command(c) => {
-            assert_eq!((c.kind.as_str(), c.target.as_deref()), ("PlannedFailover", Some("b")));
+            assert_eq!((&c.kind, c.target.as_deref()), (&OperationKind::PlannedFailover, Some("b")));
         }
         d => panic!("{d:?}"),
     }
@@ -423,7 +423,7 @@ fn planned_failover_preconditions() {
     m(&mut h, "b").heard[0].heard = false;
     refused_with(decide_on(&h, RequestKind::Failover, None), "does not hear its peer on path internal");
     let mut n = healthy();
-    m(&mut n, "b").role = Some("Init".to_owned());
+    m(&mut n, "b").role = Some(MemberRole::Init);
     refused_with(decide_on(&n, RequestKind::Failover, None), "b reports role Init");
     // Forced skips readiness.
     assert!(matches!(decide_on(&n, RequestKind::ForceFailover, None), Decision::Command(_)));
@@ -432,7 +432,7 @@ fn planned_failover_preconditions() {
     refused_with(decide_on(&x, RequestKind::ForceFailover, None), "nobody is active");
     let mut busy = healthy();
     busy.status.command =
-        Some(PairCommand { id: "old".to_owned(), kind: "PlannedFailover".to_owned(), target: None, issued: None });
+        Some(PairCommand { id: "old".to_owned(), kind: OperationKind::PlannedFailover, target: None, issued: None });
     refused_with(decide_on(&busy, RequestKind::Failover, None), "PlannedFailover old is still in progress");
     let mut bad = healthy();
     bad.spec_problems = vec!["boom".to_owned()];
@@ -445,11 +445,11 @@ fn clear_and_resume_preconditions() {
     refused_with(decide_on(&o, RequestKind::Clear, None), "nothing to clear");
     refused_with(decide_on(&o, RequestKind::ResumeFailback, None), "Manual");
     let mut s = healthy();
-    m(&mut s, "a").alarms = vec!["Suspended".to_owned()];
+    m(&mut s, "a").alarms = vec![MemberAlarm::Suspended];
     s.spec.failback.mode = havip_crds::FailbackMode::Automatic;
     apply_revision(&mut s);
     assert!(
-        matches!(decide_on(&s, RequestKind::Clear, None), Decision::Command(ref c) if c.kind == "ClearSuspension" && c.target.is_none())
+        matches!(decide_on(&s, RequestKind::Clear, None), Decision::Command(ref c) if c.kind == OperationKind::ClearSuspension && c.target.is_none())
     );
     assert!(matches!(decide_on(&s, RequestKind::ResumeFailback, None), Decision::Command(_)));
 }
@@ -507,7 +507,7 @@ fn command_answers_and_timeout() {
     let now = o.now;
     let cmd = PairCommand {
         id: "r1".to_owned(),
-        kind: "PlannedFailover".to_owned(),
+        kind: OperationKind::PlannedFailover,
         target: Some("b".to_owned()),
         issued: Some(t(2, now)),
     };
@@ -515,18 +515,18 @@ fn command_answers_and_timeout() {
     assert_eq!(command_deadline(&o, &cmd), Duration::from_secs(8));
     m(&mut o, "a").last_operation = Some(Operation {
         id: "r1".to_owned(),
-        kind: "PlannedFailover".to_owned(),
-        result: "Succeeded".to_owned(),
+        kind: OperationKind::PlannedFailover,
+        result: OperationResult::Succeeded,
         message: "handed over to b in 40 ms".to_owned(),
         time: None,
     });
     let op = command_answer(&o, &cmd).unwrap();
-    assert_eq!((op.result.as_str(), op.message.as_str()), ("Succeeded", "a: handed over to b in 40 ms"));
+    assert_eq!((&op.result, op.message.as_str()), (&OperationResult::Succeeded, "a: handed over to b in 40 ms"));
     // An answer to another id does not count; after 10 s: Failed.
     m(&mut o, "a").last_operation.as_mut().unwrap().id = "other".to_owned();
     let late = PairCommand { issued: Some(t(11, now)), ..cmd };
     let op = command_answer(&o, &late).unwrap();
-    assert_eq!(op.result, "Failed");
+    assert_eq!(op.result, OperationResult::Failed);
     assert!(op.message.contains("no agent answered"), "{}", op.message);
 }
 
@@ -534,13 +534,17 @@ fn command_answers_and_timeout() {
 fn clear_needs_every_reporting_member() {
     let mut o = healthy();
     let now = o.now;
-    let cmd =
-        PairCommand { id: "c1".to_owned(), kind: "ClearSuspension".to_owned(), target: None, issued: Some(t(1, now)) };
+    let cmd = PairCommand {
+        id: "c1".to_owned(),
+        kind: OperationKind::ClearSuspension,
+        target: None,
+        issued: Some(t(1, now)),
+    };
     let ok = |id: &str| {
         Some(Operation {
             id: id.to_owned(),
-            kind: "ClearSuspension".to_owned(),
-            result: "Succeeded".to_owned(),
+            kind: OperationKind::ClearSuspension,
+            result: OperationResult::Succeeded,
             message: "cleared".to_owned(),
             time: None,
         })
@@ -548,7 +552,7 @@ fn clear_needs_every_reporting_member() {
     m(&mut o, "a").last_operation = ok("c1");
     assert_eq!(command_answer(&o, &cmd), None, "b has not answered");
     m(&mut o, "b").last_operation = ok("c1");
-    assert_eq!(command_answer(&o, &cmd).unwrap().result, "Succeeded");
+    assert_eq!(command_answer(&o, &cmd).unwrap().result, OperationResult::Succeeded);
 }
 
 #[test]
@@ -566,18 +570,21 @@ fn transitions_follow_the_lease() {
     let (tr, new) = last_transition(&o);
     let tr = tr.unwrap();
     assert!(new);
-    assert_eq!((tr.from.as_str(), tr.to.as_str(), tr.reason.as_str()), ("a", "b", local_reason::ROLE_CHANGE));
+    assert_eq!(
+        (tr.from.as_str(), tr.to.as_str(), tr.reason.as_str()),
+        ("a", "b", TransitionReason::RoleChange.as_str())
+    );
     o.status.last_transition = Some(tr);
     m(&mut o, "b").last_transition = Some(Transition {
         from: "a".to_owned(),
         to: "b".to_owned(),
-        reason: reason::PEER_LOST.to_owned(),
+        reason: TransitionReason::PeerLost,
         epoch: 2,
         time: None,
     });
     let (tr, new) = last_transition(&o);
     assert!(!new, "a refinement, not a new transition");
-    assert_eq!(tr.unwrap().reason, reason::PEER_LOST);
+    assert_eq!(tr.unwrap().reason, TransitionReason::PeerLost);
 }
 
 #[test]
@@ -603,13 +610,27 @@ fn random_keys_are_64_hex_digits_and_differ() {
     assert_ne!(k1, k2);
 }
 
+/// An agent from before the typed contract reported its state machine's reason names;
+/// the pair's transition still reads the documented reason (an upgrade runs old agents
+/// next to a new operator), and a name nobody knows passes through unchanged.
 #[test]
 fn agent_transition_reasons_map_to_the_documented_reasons() {
-    assert_eq!(documented_reason("Takeover"), reason::PEER_LOST);
-    assert_eq!(documented_reason("Election"), reason::ELECTED);
-    assert_eq!(documented_reason("HandoverAccepted"), reason::PLANNED_FAILOVER);
-    assert_eq!(documented_reason("NewerEpochLease"), reason::DUAL_ACTIVE_RESOLVED);
-    assert_eq!(documented_reason("SomethingNew"), "SomethingNew");
+    for (agent, pair) in [
+        ("Takeover", reason::PEER_LOST),
+        ("Election", reason::ELECTED),
+        ("HandoverAccepted", reason::PLANNED_FAILOVER),
+        ("NewerEpochLease", reason::DUAL_ACTIVE_RESOLVED),
+        ("PeerLost", reason::PEER_LOST),
+        ("SomethingNew", "SomethingNew"),
+    ] {
+        let mut o = healthy();
+        o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
+        m(&mut o, "b").last_transition = Some(
+            serde_json::from_value(serde_json::json!({"from": "a", "to": "b", "reason": agent, "epoch": 2})).unwrap(),
+        );
+        let (tr, _) = last_transition(&o);
+        assert_eq!(tr.unwrap().reason.as_str(), pair, "{agent}");
+    }
 }
 
 #[test]
@@ -618,22 +639,22 @@ fn a_handover_in_flight_is_not_failed() {
     let mut o = healthy();
     let now = o.now;
     o.lease = Some(LeaseInfo { holder: Some("a".to_owned()), transitions: 2, renew_time: Some(t(1, now).0) });
-    m(&mut o, "a").role = Some("Standby".to_owned());
-    m(&mut o, "b").role = Some("Standby".to_owned());
+    m(&mut o, "a").role = Some(MemberRole::Standby);
+    m(&mut o, "b").role = Some(MemberRole::Standby);
     assert_ne!(run(&o).phase, Phase::Failed);
     let left = next_settle(&o).expect("settling");
     assert!(left <= HANDOVER_SETTLE && left >= Duration::from_secs(3), "{left:?}");
     // The old active still demoting: a make-before-break handover, whatever the Lease age.
     let mut o = healthy();
-    m(&mut o, "a").role = Some("Standby".to_owned());
-    m(&mut o, "b").role = Some("Demoting".to_owned());
+    m(&mut o, "a").role = Some(MemberRole::Standby);
+    m(&mut o, "b").role = Some(MemberRole::Demoting);
     assert_ne!(run(&o).phase, Phase::Failed);
     // Settled and still nobody active: Failed.
     let mut o = healthy();
     let now = o.now;
     o.lease = Some(LeaseInfo { holder: Some("a".to_owned()), transitions: 2, renew_time: Some(t(6, now).0) });
-    m(&mut o, "a").role = Some("Standby".to_owned());
-    m(&mut o, "b").role = Some("Standby".to_owned());
+    m(&mut o, "a").role = Some(MemberRole::Standby);
+    m(&mut o, "b").role = Some(MemberRole::Standby);
     assert_eq!(run(&o).phase, Phase::Failed);
     assert_eq!(next_settle(&o), None);
 }
@@ -641,11 +662,11 @@ fn a_handover_in_flight_is_not_failed() {
 #[test]
 fn the_demoting_old_active_is_not_a_missing_standby() {
     let mut o = healthy();
-    m(&mut o, "b").role = Some("Demoting".to_owned());
+    m(&mut o, "b").role = Some(MemberRole::Demoting);
     let a = run(&o);
     assert!(!a.degraded.iter().any(|c| c.message.contains("no ready standby")), "{:?}", a.degraded);
     // Once it settles as something else than a ready standby, the pair is Degraded.
-    m(&mut o, "b").role = Some("Fenced".to_owned());
+    m(&mut o, "b").role = Some(MemberRole::Fenced);
     let a = run(&o);
     assert_eq!(a.phase, Phase::Degraded, "{}", a.phase_message);
 }

@@ -9,7 +9,7 @@
 //! demo with an error (the lab stays up for a post-mortem).
 
 use crate::State;
-use havip_crds::{FloatingIP, HAPair, Phase, VipState};
+use havip_crds::{FloatingIP, HAPair, MemberRole, Phase, VipState};
 use havip_e2e::controlplane::client_from_kubeconfig;
 use havip_e2e::traffic::{ProbeReport, Prober, ProberConfig};
 use k8s_openapi::api::events::v1::Event;
@@ -451,7 +451,7 @@ fn ready_standby(p: &HAPair, node: &str) -> bool {
     let Some(s) = p.status.as_ref() else { return false };
     s.members.iter().any(|m| {
         m.node == node
-            && m.role.as_deref() == Some("Standby")
+            && m.role == Some(MemberRole::Standby)
             && m.epoch.is_some()
             && m.epoch >= s.epoch
             && !m.ready.is_empty()

@@ -283,6 +283,13 @@ impl Machine {
                     self.operator_failover(now, id, target, true, out);
                 }
             }
+            Command::PairFailover { id, target, forced } => {
+                // Only the holder answers for the pair (see `Command::PairFailover`).
+                let executes = self.holding && target.as_ref() != Some(&self.cfg.local);
+                if executes && self.remember_id(id) {
+                    self.operator_failover(now, id, target, forced, out);
+                }
+            }
             Command::Maintenance { on, force } => {
                 self.maintenance = on;
                 self.maintenance_force = on && force;
