@@ -39,7 +39,7 @@ kind="$(bash hack/testbin.sh kind | tail -1)/kind"
 helm="$(bash hack/testbin.sh helm | tail -1)/helm"
 kubectl="$(bash hack/testbin.sh control-plane 2>/dev/null | tail -1)/kubectl"
 
-phase images bash hack/images.sh
+phase images nice -n 10 bash hack/images.sh
 phase node-image bash hack/kind-node-image.sh >/dev/null
 node_image=$(bash hack/kind-node-image.sh image)
 phase build-suite nice -n 10 cargo build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip

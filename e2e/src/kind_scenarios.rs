@@ -9,7 +9,7 @@
 use crate::cluster::Cluster;
 use crate::kind::{KindCluster, NAMESPACE};
 use crate::scenarios::{self, PAIR};
-use havip_crds::{HAPair, Phase};
+use havip_crds::{HAPair, MemberRole, Phase};
 use std::time::{Duration, Instant};
 
 /// What a scenario is expected to do today.
@@ -56,13 +56,7 @@ pub fn all() -> Vec<KindScenario> {
             expect: Expect::Pass,
             run: helm_upgrade,
         },
-        KindScenario {
-            name: "helm_uninstall_leaves_no_vip_on_any_node",
-            expect: Expect::FailUntilImplemented(
-                "VIP cleanup on helm uninstall: an agent stopped by SIGTERM keeps its VIPs (that is what makes a rolling upgrade lossless), and nothing tells it that this stop is an uninstall",
-            ),
-            run: helm_uninstall,
-        },
+        KindScenario { name: "helm_uninstall_leaves_no_vip_on_any_node", expect: Expect::Pass, run: helm_uninstall },
     ]
 }
 
@@ -82,7 +76,7 @@ fn active(p: &HAPair) -> Option<String> {
 
 fn member_active_under(p: &HAPair, node: &str, epoch: i64) -> bool {
     p.status.as_ref().is_some_and(|s| {
-        s.members.iter().any(|m| m.node == node && m.role.as_deref() == Some("Active") && m.epoch == Some(epoch))
+        s.members.iter().any(|m| m.node == node && m.role == Some(MemberRole::Active) && m.epoch == Some(epoch))
     })
 }
 
