@@ -5,7 +5,7 @@ SCHEDULES ?= 1000
 SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
-.PHONY: chart chart-check images dockerd kind-e2e kind-up kind-run kind-down
+.PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
 .PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
 
 help: ## List the targets
@@ -123,23 +123,28 @@ dockerd: ## Start a Docker engine that leaves the test bridges alone; prints the
 
 KIND = $(shell bash hack/testbin.sh kind 2>/dev/null)/kind
 KUBECTL = $(shell bash hack/testbin.sh control-plane 2>/dev/null)/kubectl
-KIND_E2E = ./target/debug/kind-e2e --kind $(KIND) --helm $(HELM) --kubectl $(KUBECTL)
+KIND_NODE_IMAGE = $(shell bash hack/kind-node-image.sh image)
+KIND_E2E = ./target/debug/kind-e2e --kind $(KIND) --helm $(HELM) --kubectl $(KUBECTL) --node-image $(KIND_NODE_IMAGE)
+# The Docker engine of hack/dockerd.sh unless DOCKER_HOST names one.
+WITH_DOCKER = if [ -z "$$DOCKER_HOST" ]; then eval "$$(bash hack/dockerd.sh start)"; export DOCKER_HOST; fi;
 
-kind-up: ## Create the kind cluster of the e2e suite, load the images, install the chart (needs Docker)
-	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
-	$(KIND_E2E) up
+kind-node-image: ## Build (or reuse) the offline kind node image havip/kind-node:v1.37.2 (root, Docker; cold about 70 min, cached after)
+	@$(WITH_DOCKER) bash hack/kind-node-image.sh
 
-kind-run: ## Run the e2e scenarios on the kind cluster (JSON line per scenario)
+kind-up: ## Create the kind cluster of the e2e suite, load the images, install the chart (needs the node image)
 	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
-	$(KIND_E2E) run
+	@$(WITH_DOCKER) $(KIND_E2E) up
+
+kind-run: ## Run the e2e scenarios on the kind cluster (JSON line per scenario); ONLY=name runs one
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+	@$(WITH_DOCKER) $(KIND_E2E) run $(if $(ONLY),--only $(ONLY))
 
 kind-down: ## Delete the kind cluster of the e2e suite
 	$(CARGO) build -q -p havip-e2e --bin kind-e2e
-	$(KIND_E2E) down
+	@$(WITH_DOCKER) $(KIND_E2E) down
 
-kind-e2e: images ## The e2e suite on kind: images, cluster, chart, the scenarios of make e2e, cleanup
-	$(MAKE) --no-print-directory kind-up
-	$(MAKE) --no-print-directory kind-run; rc=$$?; $(MAKE) --no-print-directory kind-down; exit $$rc
+kind-e2e: ## The e2e suite on kind: images, node image, cluster, chart, every scenario, cleanup (hack/kind-e2e.sh)
+	bash hack/kind-e2e.sh $(if $(ONLY),--only $(ONLY))
 
 demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failover; leaves the lab running
 	@CARGO=$(CARGO) bash hack/demo.sh

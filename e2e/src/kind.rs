@@ -49,6 +49,9 @@ pub struct KindConfig {
     pub kubectl: PathBuf,
     /// The repository root (chart and kind config).
     pub repo: PathBuf,
+    /// The kind node image (`hack/kind-node-image.sh` builds `havip/kind-node:v1.37.2`);
+    /// `None`: kind's default image.
+    pub node_image: Option<String>,
 }
 
 fn s(v: &str) -> String {
@@ -75,7 +78,7 @@ impl KindConfig {
 
     /// `kind create cluster`.
     pub fn create_cluster(&self) -> Vec<String> {
-        vec![
+        let mut v = vec![
             self.kind.display().to_string(),
             s("create"),
             s("cluster"),
@@ -86,8 +89,12 @@ impl KindConfig {
             s("--kubeconfig"),
             self.kubeconfig.display().to_string(),
             s("--wait"),
-            s("120s"),
-        ]
+            s("300s"),
+        ];
+        if let Some(image) = &self.node_image {
+            v.extend([s("--image"), image.clone()]);
+        }
+        v
     }
 
     /// `kind delete cluster`.
@@ -122,6 +129,22 @@ impl KindConfig {
             format!("image.tag={}", self.tag),
             s("--set"),
             s("image.pullPolicy=Never"),
+            s("--wait"),
+            s("--timeout"),
+            s("180s"),
+        ]
+    }
+
+    /// `helm uninstall` of the chart.
+    pub fn uninstall_chart(&self) -> Vec<String> {
+        vec![
+            self.helm.display().to_string(),
+            s("uninstall"),
+            s("havip"),
+            s("--namespace"),
+            s(NAMESPACE),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
             s("--wait"),
             s("--timeout"),
             s("180s"),
@@ -245,6 +268,21 @@ spec:
             .collect()
     }
 
+    /// Removes an address from the node's eth0.
+    pub fn addr_del(node: &str, addr: Ipv4Addr, prefix: u8) -> Vec<String> {
+        vec![
+            s("docker"),
+            s("exec"),
+            node.to_owned(),
+            s("ip"),
+            s("addr"),
+            s("del"),
+            format!("{addr}/{prefix}"),
+            s("dev"),
+            s("eth0"),
+        ]
+    }
+
     /// The node's addresses on eth0 (who holds the VIP).
     pub fn addresses(node: &str) -> Vec<String> {
         vec![s("docker"), s("exec"), node.to_owned(), s("ip"), s("-o"), s("addr"), s("show"), s("dev"), s("eth0")]
@@ -332,34 +370,58 @@ pub struct KindCluster {
     ips: Vec<Ipv4Addr>,
     vip: (Ipv4Addr, u8),
     api_blocked: bool,
+    /// The chart runs with other values than [`KindConfig::install_chart`]'s, or is
+    /// uninstalled: the next reset installs it again.
+    chart_changed: bool,
 }
 
 impl KindCluster {
-    /// Creates the cluster, loads the images, installs the chart and the responders.
+    /// Creates the cluster, loads the images, installs the chart and the responders;
+    /// logs how long each step took.
     pub fn up(cfg: KindConfig) -> Result<Self> {
-        run(&cfg.create_cluster())?;
-        run(&cfg.load_images())?;
-        run(&cfg.install_chart())?;
-        Self::apply_responders(&cfg)?;
+        let timed = |step: &str, f: &dyn Fn() -> Result<()>| -> Result<()> {
+            let start = Instant::now();
+            tracing::info!(step, "kind-e2e up: starting");
+            f()?;
+            tracing::info!(step, seconds = start.elapsed().as_secs_f64(), "kind-e2e up: done");
+            Ok(())
+        };
+        timed("kind create cluster", &|| run(&cfg.create_cluster()).map(drop))?;
+        // kind waits for the control plane only; the workers follow within seconds.
+        timed("nodes Ready", &|| {
+            run(&cfg.kubectl(&["wait", "--for=condition=Ready", "nodes", "--all", "--timeout=180s"])).map(drop)
+        })?;
+        timed("kind load docker-image", &|| run(&cfg.load_images()).map(drop))?;
+        timed("helm install", &|| run(&cfg.install_chart()).map(drop))?;
+        timed("responders", &|| Self::apply_responders(&cfg))?;
         Self::attach(cfg)
     }
 
-    fn apply_responders(cfg: &KindConfig) -> Result<()> {
+    /// Applies YAML with `kubectl apply -f -`.
+    pub fn kubectl_apply(cfg: &KindConfig, yaml: &str) -> Result<()> {
         let argv = cfg.kubectl(&["apply", "-f", "-"]);
         let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
         let mut child = Command::new(bin)
             .args(args)
             .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
         if let Some(mut stdin) = child.stdin.take() {
             use std::io::Write;
-            stdin.write_all(cfg.responders_yaml().as_bytes()).map_err(|e| ClusterError(e.to_string()))?;
+            stdin.write_all(yaml.as_bytes()).map_err(|e| ClusterError(e.to_string()))?;
         }
-        let st = child.wait().map_err(|e| ClusterError(e.to_string()))?;
-        if !st.success() {
-            return Err(ClusterError("kubectl apply of the responders failed".to_owned()));
+        let out = child.wait_with_output().map_err(|e| ClusterError(e.to_string()))?;
+        if !out.status.success() {
+            return Err(ClusterError(format!("kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
         }
+        Ok(())
+    }
+
+    /// Applies the responder DaemonSet and waits for its rollout.
+    pub fn apply_responders(cfg: &KindConfig) -> Result<()> {
+        Self::kubectl_apply(cfg, &cfg.responders_yaml())?;
         run(&cfg.rollout_status("daemonset/havip-e2e-responder"))?;
         Ok(())
     }
@@ -376,7 +438,7 @@ impl KindCluster {
             .split_whitespace()
             .find_map(vip_in_subnet)
             .ok_or_else(|| ClusterError(format!("no IPv4 subnet of /8../24 in the kind network: {subnets:?}")))?;
-        Ok(Self { cfg, ips, vip, api_blocked: false })
+        Ok(Self { cfg, ips, vip, api_blocked: false, chart_changed: false })
     }
 
     /// Deletes the cluster.
@@ -425,6 +487,14 @@ impl TrafficClient for KindClient {
 impl Cluster for KindCluster {
     fn nodes(&self) -> Vec<String> {
         self.cfg.worker_nodes()
+    }
+    /// Next to the running binary (`target/debug/kind-e2e`), else from `PATH`.
+    fn plugin_binary(&self) -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("kubectl-havip")))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("kubectl-havip"))
     }
     fn kubeconfig(&self) -> PathBuf {
         self.cfg.kubeconfig.clone()
@@ -554,6 +624,84 @@ impl KindCluster {
     fn node_name(&self, i: usize) -> Result<String> {
         self.cfg.worker_nodes().get(i).cloned().ok_or_else(|| ClusterError(format!("no worker {i}")))
     }
+
+    /// The standard pair's VIP and prefix length.
+    pub fn vip(&self) -> (Ipv4Addr, u8) {
+        self.vip
+    }
+
+    /// Runs kubectl with the suite's kubeconfig; stdout, or an error with stderr.
+    pub fn kubectl_run(&self, args: &[&str]) -> Result<String> {
+        run(&self.cfg.kubectl(args))
+    }
+
+    /// `helm upgrade` of the chart with the suite's values plus `sets` (`key=value`).
+    pub fn helm_upgrade(&mut self, sets: &[&str]) -> Result<()> {
+        let mut argv = self.cfg.install_chart();
+        for kv in sets {
+            argv.extend([s("--set"), (*kv).to_owned()]);
+        }
+        self.chart_changed = true;
+        run(&argv).map(drop)
+    }
+
+    /// `helm uninstall` of the chart, waiting for its resources to go.
+    pub fn helm_uninstall(&mut self) -> Result<()> {
+        self.chart_changed = true;
+        run(&self.cfg.uninstall_chart()).map(drop)
+    }
+
+    /// Back to the suite's baseline after a scenario changed the chart or the nodes:
+    /// every worker schedulable, the chart installed with the suite's values (a VIP an
+    /// uninstalled chart left behind is removed by hand first: nothing would own it).
+    pub fn restore_baseline(&mut self) -> Result<()> {
+        for n in self.cfg.worker_nodes() {
+            run(&self.cfg.kubectl(&["uncordon", &n]))?;
+        }
+        if self.chart_changed {
+            let installed = run(&self.cfg.kubectl(&["-n", NAMESPACE, "get", "daemonset/havip-agent"])).is_ok();
+            if !installed {
+                let (vip, prefix) = self.vip;
+                for i in self.holders()? {
+                    let node = self.node_name(i)?;
+                    tracing::warn!(%node, %vip, "removing a VIP the uninstalled chart left behind");
+                    run(&KindConfig::addr_del(&node, vip, prefix))?;
+                }
+            }
+            run(&self.cfg.install_chart())?;
+            self.chart_changed = false;
+        }
+        Ok(())
+    }
+
+    /// The holder of the operator's leader-election Lease (a pod name).
+    pub fn operator_leader(&self) -> Result<Option<String>> {
+        let out = run(&self.cfg.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "lease",
+            "havip-operator",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]))?;
+        Ok(Some(out.trim().to_owned()).filter(|h| !h.is_empty()))
+    }
+
+    /// The names of the agent pods.
+    pub fn agent_pods(&self) -> Result<Vec<String>> {
+        let out = run(&self.cfg.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/component=agent",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]))?;
+        Ok(out.split_whitespace().map(str::to_owned).collect())
+    }
 }
 
 #[cfg(test)]
@@ -571,6 +719,7 @@ mod tests {
             helm: PathBuf::from("/c/helm"),
             kubectl: PathBuf::from("/c/kubectl"),
             repo: PathBuf::from("/src/havip"),
+            node_image: Some("havip/kind-node:v1.37.2".to_owned()),
         }
     }
 
@@ -584,7 +733,7 @@ mod tests {
         let c = cfg();
         assert_eq!(
             c.create_cluster().join(" "),
-            "/c/kind create cluster --name havip-e2e --config /src/havip/e2e/kind/cluster.yaml --kubeconfig /tmp/k/kubeconfig --wait 120s"
+            "/c/kind create cluster --name havip-e2e --config /src/havip/e2e/kind/cluster.yaml --kubeconfig /tmp/k/kubeconfig --wait 300s --image havip/kind-node:v1.37.2"
         );
         assert_eq!(c.delete_cluster().join(" "), "/c/kind delete cluster --name havip-e2e");
         assert_eq!(

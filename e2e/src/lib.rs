@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod controlplane;
 pub mod keepalived;
 pub mod kind;
+pub mod kind_scenarios;
 pub mod kubelab;
 pub mod netns;
 pub mod process;

@@ -31,6 +31,7 @@ fn cfg(kind: PathBuf, helm: PathBuf) -> KindConfig {
         helm,
         kubectl: PathBuf::from("kubectl"),
         repo: repo(),
+        node_image: Some("havip/kind-node:v1.37.2".to_owned()),
     }
 }
 

@@ -15,13 +15,16 @@
 //!
 //! Removing a primary IPv4 address deletes the secondaries of its subnet unless
 //! `promote_secondaries` is on, so [`Netlink::add_vip`] turns it on for the interface
-//! (per namespace, via /proc/sys) before a VIP can become anyone's primary.
+//! before a VIP can become anyone's primary. It is set through netlink (the interface's
+//! IPv4 devconf in `RTM_SETLINK`), not by writing /proc/sys: a container runtime mounts
+//! /proc/sys read-only even for a host-network pod with NET_ADMIN (the DaemonSet), while
+//! netlink only needs NET_ADMIN.
 
 use futures::TryStreamExt;
 use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{AfSpecInet, AfSpecUnspec, InetDevConf, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
@@ -137,14 +140,14 @@ pub enum NetlinkError {
         /// Its prefix.
         prefix: u8,
     },
-    /// A sysctl could not be written.
-    #[error("failed to set {path}: {source}")]
-    Sysctl {
-        /// The /proc/sys path.
-        path: String,
+    /// `promote_secondaries` could not be turned on for an interface.
+    #[error("failed to set net.ipv4.conf.{ifname}.promote_secondaries=1 (netlink): {source}")]
+    PromoteSecondaries {
+        /// The interface.
+        ifname: String,
         /// The cause.
         #[source]
-        source: std::io::Error,
+        source: rtnetlink::Error,
     },
 }
 
@@ -159,7 +162,7 @@ impl NetlinkError {
             Self::DelAddress { .. } => "del_address",
             Self::NotOurs(_) => "not_ours",
             Self::NoInterfaceForSubnet { .. } => "no_interface",
-            Self::Sysctl { .. } => "sysctl",
+            Self::PromoteSecondaries { .. } => "sysctl",
         }
     }
 }
@@ -236,13 +239,36 @@ impl Netlink {
         Ok(self.addresses().await?.into_iter().filter(AddrInfo::is_havip).collect())
     }
 
+    /// Turns `promote_secondaries` on for the interface, unless /proc/sys shows it on
+    /// already; written through netlink, which works where /proc/sys is read-only.
+    async fn promote_secondaries(&self, ifname: &str, index: u32) -> Result<(), NetlinkError> {
+        let path = format!("/proc/sys/net/ipv4/conf/{ifname}/promote_secondaries");
+        if std::fs::read_to_string(&path).is_ok_and(|v| v.trim() == "1") {
+            return Ok(());
+        }
+        let mut conf = InetDevConf::default();
+        conf.promote_secondaries = 1;
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(|source| NetlinkError::PromoteSecondaries { ifname: ifname.to_owned(), source })?;
+        tracing::debug!(%ifname, "promote_secondaries turned on");
+        Ok(())
+    }
+
     /// Adds a VIP, marked as havip's. Already present (ours) is success; present but
     /// not ours is left as it is and reported as success too (the duplicate-VIP probe
     /// and the status report flag it).
     pub async fn add_vip(&self, vip: &Vip) -> Result<(), NetlinkError> {
         let link = self.link(&vip.ifname).await?;
         if vip.addr.is_ipv4() {
-            set_sysctl(&format!("/proc/sys/net/ipv4/conf/{}/promote_secondaries", vip.ifname), "1")?;
+            self.promote_secondaries(&vip.ifname, link.index).await?;
         }
         let mut req = self.handle.address().add(link.index, vip.addr, vip.prefix);
         let msg = req.message_mut();
@@ -499,51 +525,5 @@ pub fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
             u128::from(a) & mask == u128::from(b) & mask
         }
         _ => false,
-    }
-}
-
-fn set_sysctl(path: &str, value: &str) -> Result<(), NetlinkError> {
-    match std::fs::read_to_string(path) {
-        Ok(cur) if cur.trim() == value => return Ok(()),
-        _ => {}
-    }
-    std::fs::write(path, value).map_err(|source| NetlinkError::Sysctl { path: path.to_owned(), source })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn subnets() {
-        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
-        assert!(same_subnet(ip("10.0.0.5"), ip("10.0.0.200"), 24));
-        assert!(!same_subnet(ip("10.0.1.5"), ip("10.0.0.200"), 24));
-        assert!(same_subnet(ip("10.0.1.5"), ip("10.0.0.200"), 16));
-        assert!(same_subnet(ip("1.2.3.4"), ip("5.6.7.8"), 0));
-        assert!(same_subnet(ip("2001:db8::1"), ip("2001:db8::ffff"), 64));
-        assert!(!same_subnet(ip("2001:db8:1::1"), ip("2001:db8::1"), 64));
-        assert!(!same_subnet(ip("10.0.0.1"), ip("::1"), 0));
-    }
-
-    #[test]
-    fn ownership_marks() {
-        let mut a = AddrInfo {
-            ifindex: 2,
-            addr: "10.0.0.5".parse().expect("ip"),
-            prefix: 24,
-            label: Some("eth0".into()),
-            proto: None,
-            dad_failed: false,
-            tentative: false,
-        };
-        assert!(!a.is_havip(), "a plain label is not ours");
-        a.label = Some("eth0:hv".into());
-        assert!(a.is_havip());
-        a.label = None;
-        a.proto = Some(HAVIP_ADDR_PROTO);
-        assert!(a.is_havip());
-        a.proto = Some(3);
-        assert!(!a.is_havip());
     }
 }
