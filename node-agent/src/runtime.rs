@@ -453,6 +453,9 @@ pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
+/// A VIP the kernel refused to add is retried this often.
+const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
+
 /// How long a Lease write that timed out (for the machine) is still awaited, for the log.
 const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
@@ -649,11 +652,24 @@ impl Runtime {
                     self.metrics.io_error("persist");
                     tracing::error!(error = %e, "failed to record the VIPs in the ledger");
                 }
+                let mut failed = false;
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.add_vip(&v.vip).await {
                         self.metrics.io_error(e.category());
-                        tracing::error!(error = %e, "failed to add VIP");
+                        tracing::error!(error = %e, vip = %v.vip.addr, "failed to add VIP; retrying in a second");
+                        failed = true;
                     }
+                }
+                if failed {
+                    // Reading the VIPs back at once would make the machine ask again at
+                    // once: a kernel that refuses the address would spin the agent. The
+                    // read-back (and with it the retry) comes a second later.
+                    let tx = self.tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(VIP_ADD_RETRY).await;
+                        let _ = tx.send(Event::ObserveVips).await;
+                    });
+                    return false;
                 }
                 true
             }
