@@ -494,3 +494,32 @@ impl AgentLab {
         out
     }
 }
+
+/// A lab for a test in `module` (pass `module_path!()`), or `None` with a skip line when
+/// the test does not run as root.
+pub fn lab_for_test(module: &str, opts: PairOptions) -> Option<AgentLab> {
+    if !netns::skip_unless_root(module) {
+        return None;
+    }
+    crate::init_tracing();
+    match AgentLab::start(opts) {
+        Ok(lab) => Some(lab),
+        Err(e) => panic!("agent lab starts: {e}"),
+    }
+}
+
+/// Waits (up to `up`) for n0 (priority 200) to hold the VIP alone and the client to
+/// reach it through the VIP; returns the client's prober.
+pub fn bring_up(lab: &AgentLab, up: Duration) -> crate::traffic::Prober {
+    if let Err(e) = lab.wait_sole_holder(0, up) {
+        panic!("the higher priority member holds the VIP: {e}");
+    }
+    let prober = match crate::traffic::Prober::on_client(&lab.topo, lab.target()) {
+        Ok(p) => p,
+        Err(e) => panic!("prober: {e}"),
+    };
+    if let Err(e) = prober.wait_for_responder("n0", Duration::from_secs(5)) {
+        panic!("client reaches n0 through the VIP: {e}");
+    }
+    prober
+}

@@ -11,23 +11,15 @@ use std::time::{Duration, Instant};
 const UP: Duration = Duration::from_secs(15);
 
 fn lab(opts: PairOptions) -> Option<AgentLab> {
-    if !netns::skip_unless_root(module_path!()) {
-        return None;
-    }
-    havip_e2e::init_tracing();
-    Some(AgentLab::start(opts).expect("agent lab starts"))
+    havip_e2e::agent::lab_for_test(module_path!(), opts)
 }
 
-/// Waits for n0 (priority 200) to hold the VIP and the client to reach it.
 fn bring_up(lab: &AgentLab) -> Prober {
-    lab.wait_sole_holder(0, UP).expect("the higher priority member holds the VIP");
-    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
-    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("client reaches n0 through the VIP");
-    prober
+    havip_e2e::agent::bring_up(lab, UP)
 }
 
 /// The data link of whichever member holds the VIP flaps: every 400 ms the holder's cable
-/// is pulled for 200 ms, for 10 s (the flapper follows the VIP, the worst case: a link that
+/// is pulled for 200 ms, 25 times (the flapper follows the VIP, the worst case: a link that
 /// gets the VIP starts flapping too). Each carrier loss hands over to a member whose link
 /// is back, so without link dampening the VIP followed every flap. With it, a member whose
 /// carrier returned is not eligible until its link has been stable, and a holder without an
@@ -38,20 +30,18 @@ fn flapping_data_link_of_the_holder_moves_the_vip_at_most_twice() {
     let prober = bring_up(&lab);
     // Let the standby's own link be stable well past its dampening time.
     std::thread::sleep(Duration::from_secs(3));
-    let start = Instant::now();
+    // 25 pulls, one every 400 ms or more (a loaded machine stretches the period, never
+    // the count).
     let mut last_holder = 0usize;
-    let mut pulls = 0;
-    while start.elapsed() < Duration::from_secs(10) {
+    for _ in 0..25 {
         let holders = lab.holders(0).expect("holders");
         let victim = holders.first().copied().unwrap_or(last_holder);
         last_holder = victim;
         lab.topo.cut_cable(victim, Link::Data).expect("cut");
         std::thread::sleep(Duration::from_millis(200));
         lab.topo.restore_cable(victim, Link::Data).expect("restore");
-        pulls += 1;
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(pulls >= 20, "the flapper ran ({pulls} pulls)");
     // Everything settles on exactly one holder, and the client reaches it.
     netns::wait_until("exactly one holder", Duration::from_secs(10), Duration::from_millis(20), || {
         Ok(lab.holders(0).is_ok_and(|h| h.len() == 1))

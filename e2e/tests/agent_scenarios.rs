@@ -13,19 +13,11 @@ use std::time::Duration;
 const UP: Duration = Duration::from_secs(15);
 
 fn lab(opts: PairOptions) -> Option<AgentLab> {
-    if !netns::skip_unless_root(module_path!()) {
-        return None;
-    }
-    havip_e2e::init_tracing();
-    Some(AgentLab::start(opts).expect("agent lab starts"))
+    havip_e2e::agent::lab_for_test(module_path!(), opts)
 }
 
-/// Waits for n0 (priority 200) to hold the VIP and the client to reach it.
 fn bring_up(lab: &AgentLab) -> Prober {
-    lab.wait_sole_holder(0, UP).expect("the higher priority member holds the VIP");
-    let prober = Prober::on_client(&lab.topo, lab.target()).expect("prober");
-    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("client reaches n0 through the VIP");
-    prober
+    havip_e2e::agent::bring_up(lab, UP)
 }
 
 #[test]
