@@ -10,6 +10,8 @@ use crate::sm::{Alarm, Command, FailbackPolicy, MAX_EPOCH, Reason, Role};
 /// A pending check of invariant (d): a crashed sole holder must be replaced by `deadline`.
 #[derive(Clone, Debug)]
 struct PendingD {
+    /// Set by the power-off's own world event; any further one cancels the check.
+    armed: bool,
     t0: u64,
     deadline: u64,
     dead: usize,
@@ -140,9 +142,13 @@ impl Checker {
 
     pub(super) fn after_world_event(w: &mut World) {
         Self::refresh_links(w);
-        if w.chk.pending_d.as_ref().is_some_and(|p| w.t > p.t0) {
-            // Another change during the window: the bound no longer applies.
-            w.chk.pending_d = None;
+        match w.chk.pending_d.as_mut() {
+            // The power-off that registered the check.
+            Some(p) if !p.armed && w.t == p.t0 => p.armed = true,
+            // Another change during the window (also in the same millisecond, e.g. the
+            // standby paused as the holder dies): the bound no longer applies.
+            Some(_) => w.chk.pending_d = None,
+            None => {}
         }
         let t = w.t;
         w.chk.pending_i.retain(|p| t <= p.t0);
@@ -313,8 +319,13 @@ impl Checker {
             return;
         };
         let store_down = (0..w.chk.n).any(|i| !w.nodes[i].store);
-        let bound = bounds::takeover(&w.p.timings, w.p.max_delay(), w.chk.n, w.p.store_lat.1, store_down);
-        w.chk.pending_d = Some(PendingD { t0: t, deadline: t + bound, dead: h, standby: s });
+        let mut bound = bounds::takeover(&w.p.timings, w.p.max_delay(), w.chk.n, w.p.store_lat.1, store_down);
+        // A standby partitioned from the holder that saw it renew the Lease waits, by
+        // design, until the last renewal is lease_alive_ms old.
+        if w.nodes[s].machine.as_ref().is_some_and(|m| m.status().alarms.contains(&Alarm::PeerPartition)) {
+            bound += w.p.timings.lease_alive_ms;
+        }
+        w.chk.pending_d = Some(PendingD { armed: false, t0: t, deadline: t + bound, dead: h, standby: s });
     }
 
     /// A standby that must be able to take over at once: its agent runs (for a while),

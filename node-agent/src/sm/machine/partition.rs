@@ -59,9 +59,12 @@ impl Machine {
             return None;
         }
         // Only a renewal seen after the holder fell silent proves it alive now (with three
-        // members it renews while a third one is silent, and may die right after).
+        // members it renews while a third one is silent, and may die right after; a
+        // renewal it sent just before it died still arrives, so "silent" means a whole
+        // heartbeat timeout without a word).
         let last_heard = self.peers[i].last_heard.iter().flatten().max().copied();
-        if last_heard.is_some_and(|t| *at <= t) {
+        let timeout = self.t().heartbeat_timeout_ms;
+        if last_heard.is_some_and(|t| at.since(t) < timeout) {
             return None;
         }
         Some(h.clone())
