@@ -166,9 +166,14 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     // are not; pairs resumed from a snapshot that are gone are given up by the first
     // reconcile).
     agent.reconcile().await;
-    let mut present: std::collections::BTreeSet<String> =
-        agent.stores.view().pairs_of(&agent.opts.node).into_keys().collect();
-    present.extend(agent.stores.view().unreadable_pairs().into_keys());
+    // Every view counts (the complete one may not say it is ready yet a moment after its
+    // lists returned): a pair any of them shows is not gone.
+    let mut present: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for w in std::iter::once(&agent.stores.own).chain(agent.stores.every.as_ref()) {
+        present.extend(w.pairs_of(&agent.opts.node).into_keys());
+        present.extend(w.unreadable_pairs().into_keys());
+    }
+    present.extend(agent.running.keys().cloned());
     leftovers::remove_gone_pairs(&agent.opts.state_dir, &present).await;
     loop {
         tokio::select! {
