@@ -199,6 +199,9 @@ string_enum! {
         /// A peer is silent on every heartbeat path while this member's links and gateway
         /// are fine: the peer is down, or the members are partitioned from each other.
         PeerSilent = "PeerSilent",
+        /// Standalone mode only: takeovers need the witness's vote and the witness does not
+        /// answer; no member takes the VIPs over until it does.
+        WitnessUnreachable = "WitnessUnreachable",
     }
 }
 

@@ -10,6 +10,7 @@ pub mod httpd;
 pub mod membership;
 pub mod revision;
 pub mod wire;
+pub mod witness;
 
 pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, ProbeSpec, VipState};

@@ -297,12 +297,12 @@ pub struct Keyring {
 }
 
 impl Keyring {
-    fn find(&self, id: u32) -> Option<&Key> {
+    pub(crate) fn find(&self, id: u32) -> Option<&Key> {
         std::iter::once(&self.current).chain(self.previous.as_ref()).find(|k| k.id == id)
     }
 }
 
-fn put_name(out: &mut Vec<u8>, name: &str) {
+pub(crate) fn put_name(out: &mut Vec<u8>, name: &str) {
     let bytes = name.as_bytes();
     let len = bytes.len().min(MAX_NAME);
     out.push(len as u8);
@@ -392,7 +392,7 @@ fn encode_body(b: &Body) -> Vec<u8> {
     out
 }
 
-fn mac_of(secret: &[u8], data: &[u8]) -> [u8; MAC_LEN] {
+pub(crate) fn mac_of(secret: &[u8], data: &[u8]) -> [u8; MAC_LEN] {
     // HMAC accepts keys of any length, so new_from_slice cannot fail.
     let mut mac = match HmacSha256::new_from_slice(secret) {
         Ok(m) => m,
@@ -403,36 +403,36 @@ fn mac_of(secret: &[u8], data: &[u8]) -> [u8; MAC_LEN] {
 }
 
 /// A cursor over untrusted bytes that never panics.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).ok_or(DecodeError::Malformed { field })?;
         let s = self.buf.get(self.pos..end).ok_or(DecodeError::Malformed { field })?;
         self.pos = end;
         Ok(s)
     }
-    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
         Ok(self.take(1, field)?[0])
     }
     fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
         let s = self.take(2, field)?;
         Ok(u16::from_be_bytes([s[0], s[1]]))
     }
-    fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
         let s = self.take(4, field)?;
         Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-    fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let s = self.take(8, field)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(u64::from_be_bytes(a))
     }
-    fn name(&mut self, field: &'static str) -> Result<String, DecodeError> {
+    pub(crate) fn name(&mut self, field: &'static str) -> Result<String, DecodeError> {
         let len = self.u8(field)? as usize;
         if len > MAX_NAME {
             return Err(DecodeError::Malformed { field });

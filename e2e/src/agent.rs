@@ -19,6 +19,28 @@ pub const HEARTBEAT_PORT: u16 = 7946;
 /// The heartbeat key of every lab pair (hex).
 pub const KEY_HEX: &str = "6861766970206c6162206b65792030316861766970206c6162206b6579203031";
 
+/// The witness's UDP port in the lab.
+pub const WITNESS_PORT: u16 = 7947;
+/// The witness's metrics port (in the client's namespace).
+pub const WITNESS_METRICS_PORT: u16 = 9798;
+/// The witness key of the lab (hex).
+pub const WITNESS_KEY_HEX: &str = "7769746e657373206b65792030317769746e657373206b6579203031";
+
+/// `GET /metrics` on 127.0.0.1:`port` inside `ns` (empty when nothing answers).
+fn metrics_in(ns: &str, port: u16) -> String {
+    netns::in_netns(ns, move || {
+        use std::io::{Read, Write};
+        let mut out = String::new();
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    })
+    .unwrap_or_default()
+}
+
 /// Errors of the agent lab.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -116,6 +138,9 @@ pub struct PairOptions {
     /// member on the same heartbeat port: pair `k` is [`pair_name`]`(k)`, with its own key,
     /// VIPs `k * vips ..` ([`AgentLab::vip_addr`]) and service port `SERVICE_PORT + k`.
     pub pairs: usize,
+    /// Run a witness (`havip-agent witness`) in the client's namespace and name it in every
+    /// pair's file: takeovers need its vote.
+    pub witness: bool,
 }
 
 impl Default for PairOptions {
@@ -128,6 +153,7 @@ impl Default for PairOptions {
             ipv6_vip: false,
             failback_yaml: None,
             pairs: 1,
+            witness: false,
         }
     }
 }
@@ -150,6 +176,8 @@ pub struct AgentLab {
     pub listeners: Vec<Listener>,
     /// Listeners of pairs 1.. (`pair_listeners[k - 1][member]`), on `SERVICE_PORT + k`.
     pub pair_listeners: Vec<Vec<Listener>>,
+    /// The witness, when [`PairOptions::witness`] (None while stopped).
+    pub witness: Option<ManagedProcess>,
     /// The topology (dropped last: namespaces go after the processes).
     pub topo: Topology,
     binary: PathBuf,
@@ -183,7 +211,21 @@ impl AgentLab {
             }
             pair_listeners.push(per_member);
         }
-        let mut lab = Self { agents: Vec::new(), listeners, pair_listeners, topo, binary, configs: Vec::new(), opts };
+        let mut lab = Self {
+            agents: Vec::new(),
+            listeners,
+            pair_listeners,
+            witness: None,
+            topo,
+            binary,
+            configs: Vec::new(),
+            opts,
+        };
+        if lab.opts.witness {
+            let key = lab.topo.dir().join("witness.key");
+            std::fs::write(&key, WITNESS_KEY_HEX).map_err(|source| LabError::Write { path: key.clone(), source })?;
+            lab.start_witness()?;
+        }
         for i in 0..lab.opts.members {
             let mut files = Vec::new();
             for k in 0..lab.opts.pairs {
@@ -246,6 +288,12 @@ impl AgentLab {
             y.push_str(&format!(
                 "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
                 self.topo.vip6(0)
+            ));
+        }
+        if self.opts.witness {
+            y.push_str(&format!(
+                "witness:\n  address: {}:{WITNESS_PORT}\n  key: {WITNESS_KEY_HEX}\n",
+                self.topo.client().ip
             ));
         }
         y.push_str(&format!(
@@ -330,6 +378,42 @@ impl AgentLab {
         ];
         envs.extend(extra.iter().cloned());
         Ok(self.topo.spawn(&ns, name, &self.binary, &args, &envs)?)
+    }
+
+    /// Starts (or restarts) the witness in the client's namespace (its records persist in
+    /// the lab directory).
+    pub fn start_witness(&mut self) -> Result<()> {
+        let dir = self.topo.dir();
+        let args: Vec<String> = [
+            "witness",
+            "--listen",
+            &format!("{}:{WITNESS_PORT}", self.topo.client().ip),
+            "--key-file",
+            &dir.join("witness.key").display().to_string(),
+            "--state-dir",
+            &dir.join("witness-state").display().to_string(),
+            "--metrics-address",
+            &format!("127.0.0.1:{WITNESS_METRICS_PORT}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let envs = vec![("RUST_LOG".to_owned(), "info".to_owned()), ("NO_COLOR".to_owned(), "1".to_owned())];
+        let ns = self.topo.client().ns.clone();
+        self.witness = Some(self.topo.spawn(&ns, "witness", &self.binary, &args, &envs)?);
+        Ok(())
+    }
+
+    /// SIGKILLs the witness.
+    pub fn kill_witness(&mut self) {
+        if let Some(mut p) = self.witness.take() {
+            p.kill_now();
+        }
+    }
+
+    /// The witness's metrics (text exposition; empty when it does not answer).
+    pub fn witness_metrics(&self) -> String {
+        metrics_in(&self.topo.client().ns, WITNESS_METRICS_PORT)
     }
 
     /// SIGKILLs member `i`'s agent (the VIPs stay on the interface).
@@ -445,18 +529,7 @@ impl AgentLab {
 
     /// Member `i`'s Prometheus metrics.
     pub fn metrics(&self, i: usize) -> String {
-        let ns = self.topo.node(i).ns.clone();
-        netns::in_netns(&ns, || {
-            use std::io::{Read, Write};
-            let mut out = String::new();
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", 9797)) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-                let _ = s.read_to_string(&mut out);
-            }
-            out
-        })
-        .unwrap_or_default()
+        metrics_in(&self.topo.node(i).ns, 9797)
     }
 
     /// The sum of a metric's samples whose line contains every `filters` substring.
@@ -520,6 +593,18 @@ pub fn bring_up(lab: &AgentLab, up: Duration) -> crate::traffic::Prober {
     };
     if let Err(e) = prober.wait_for_responder("n0", Duration::from_secs(5)) {
         panic!("client reaches n0 through the VIP: {e}");
+    }
+    // Every standby has reached the VIP through the network at least once: the tests'
+    // premise that it sees the active's data plane (its neighbour entry for the VIP may
+    // still be unresolved from probes made before the VIP existed).
+    for i in 1..lab.opts.members {
+        let start = std::time::Instant::now();
+        while lab.metric_sum(i, "havip_agent_probes", &["pair=\"lab\"", "kind=\"peer\"", "result=\"up\""]) < 1.0 {
+            if start.elapsed() > Duration::from_secs(5) {
+                panic!("n{i} never probed the VIP up:\n{}", lab.diagnostics());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     prober
 }

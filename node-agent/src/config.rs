@@ -158,6 +158,17 @@ pub struct AgentConfig {
     pub sm: sm::Config,
     /// Policy moves paused.
     pub paused: bool,
+    /// The witness (standalone mode only): takeovers need its vote.
+    pub witness: Option<WitnessConfig>,
+}
+
+/// A standalone pair's witness, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WitnessConfig {
+    /// Its UDP address.
+    pub address: SocketAddr,
+    /// The witness key (and during a rotation the previous one).
+    pub keys: Keyring,
 }
 
 impl AgentConfig {
@@ -328,6 +339,94 @@ pub struct StandaloneFile {
     /// Unix socket for `havip-agent admin`.
     #[serde(default)]
     pub admin_socket: Option<PathBuf>,
+    /// A witness whose vote every takeover needs (see docs/standalone.md).
+    #[serde(default)]
+    pub witness: Option<StandaloneWitness>,
+}
+
+/// The `witness:` section of the standalone file.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StandaloneWitness {
+    /// `ip:port`, or an IP address alone for the default port 7947.
+    pub address: String,
+    /// The witness key (hex, at least 16 bytes), or use `keyFile`.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// A file holding the hex key.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Id of the key.
+    #[serde(default = "default_key_id")]
+    pub key_id: u32,
+    /// During a rotation: the previous key (hex) still accepted.
+    #[serde(default)]
+    pub previous_key: Option<String>,
+    /// Id of the previous key.
+    #[serde(default)]
+    pub previous_key_id: Option<u32>,
+}
+
+impl StandaloneWitness {
+    /// Address and keys.
+    pub fn resolve(&self) -> Result<WitnessConfig, ConfigError> {
+        let address = parse_witness_address(&self.address)?;
+        let keys = keyring(
+            "witness",
+            KeySource { key: self.key.as_deref(), key_file: self.key_file.as_deref() },
+            self.key_id,
+            self.previous_key.as_deref(),
+            self.previous_key_id,
+        )?;
+        Ok(WitnessConfig { address, keys })
+    }
+}
+
+/// `ip:port`, `[v6]:port`, or an address alone (port [`havip_crds::witness::DEFAULT_PORT`]).
+pub fn parse_witness_address(s: &str) -> Result<SocketAddr, ConfigError> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, havip_crds::witness::DEFAULT_PORT))
+        .map_err(|_| invalid(format!("witness.address: {s:?} is neither ip:port nor an IP address")))
+}
+
+/// Where a key comes from: inline hex or a file (exactly one).
+#[derive(Clone, Copy, Debug)]
+pub struct KeySource<'a> {
+    /// Inline hex.
+    pub key: Option<&'a str>,
+    /// A file holding the hex key.
+    pub key_file: Option<&'a Path>,
+}
+
+/// A keyring from a key source and an optional previous key (`section` names the
+/// configuration section in errors).
+pub fn keyring(
+    section: &str,
+    current: KeySource<'_>,
+    key_id: u32,
+    previous_key: Option<&str>,
+    previous_key_id: Option<u32>,
+) -> Result<Keyring, ConfigError> {
+    let key_hex = match (current.key, current.key_file) {
+        (Some(k), None) => k.to_owned(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).map_err(|source| ConfigError::Read { path: f.to_owned(), source })?
+        }
+        _ => return Err(invalid(format!("{section}: set exactly one of key or keyFile"))),
+    };
+    let current = Key { id: key_id, secret: parse_hex_key(&key_hex)? };
+    let previous = match previous_key {
+        Some(k) => Some(Key {
+            id: previous_key_id
+                .ok_or_else(|| invalid(format!("{section}.previousKeyId is required with previousKey")))?,
+            secret: parse_hex_key(k)?,
+        }),
+        None => None,
+    };
+    Ok(Keyring { current, previous })
 }
 
 /// A member in the standalone file.
@@ -487,24 +586,14 @@ impl StandaloneFile {
         if !seen_nodes.contains(&node) {
             return Err(invalid(format!("node {node:?} is not a member of pair {}", self.pair)));
         }
-        let key_hex = match (&self.heartbeat.key, &self.heartbeat.key_file) {
-            (Some(k), None) => k.clone(),
-            (None, Some(f)) => {
-                std::fs::read_to_string(f).map_err(|source| ConfigError::Read { path: f.clone(), source })?
-            }
-            _ => return Err(invalid("heartbeat: set exactly one of key or keyFile")),
-        };
-        let current = Key { id: self.heartbeat.key_id, secret: parse_hex_key(&key_hex)? };
-        let previous = match &self.heartbeat.previous_key {
-            Some(k) => Some(Key {
-                id: self
-                    .heartbeat
-                    .previous_key_id
-                    .ok_or_else(|| invalid("heartbeat.previousKeyId is required with previousKey"))?,
-                secret: parse_hex_key(k)?,
-            }),
-            None => None,
-        };
+        let keys = keyring(
+            "heartbeat",
+            KeySource { key: self.heartbeat.key.as_deref(), key_file: self.heartbeat.key_file.as_deref() },
+            self.heartbeat.key_id,
+            self.heartbeat.previous_key.as_deref(),
+            self.heartbeat.previous_key_id,
+        )?;
+        let witness = self.witness.as_ref().map(StandaloneWitness::resolve).transpose()?;
         let mut vips = Vec::new();
         for v in &self.vips {
             let (addr, prefix) = parse_cidr(&v.address)?;
@@ -536,7 +625,7 @@ impl StandaloneFile {
         };
         // Everything pair-wide (not this node's identity) goes into the revision.
         let canonical = format!(
-            "{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}",
+            "{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}{}",
             self.pair,
             members,
             paths,
@@ -546,9 +635,11 @@ impl StandaloneFile {
             vips,
             self.takeover,
             self.failback,
-            self.flap_suspension
+            self.flap_suspension,
+            // Every member must agree on whether takeovers need the witness's vote.
+            witness.as_ref().map(|w| format!("|witness {}", w.address)).unwrap_or_default()
         );
-        let sm = build_sm_config(&SmSettings {
+        let mut sm = build_sm_config(&SmSettings {
             node: &node,
             members: &members,
             paths: &paths,
@@ -561,17 +652,19 @@ impl StandaloneFile {
             start_alone: self.start_alone,
             config_revision: revision_of(&canonical),
         })?;
+        sm.lease_vote_required = witness.is_some();
         Ok(AgentConfig {
             pair: self.pair,
             node,
             members,
             paths,
             heartbeat_port: self.heartbeat.port,
-            keys: Keyring { current, previous },
+            keys,
             vips,
             probe,
             sm,
             paused: self.paused,
+            witness,
         })
     }
 }

@@ -6,6 +6,8 @@
 //!   node: the pairs share the heartbeat sockets.
 //! - `havip-agent kubernetes`: the DaemonSet mode (docs/kubernetes.md).
 //! - `havip-agent admin …`: talks to a standalone agent through its admin socket.
+//! - `havip-agent witness --listen ip:port --key-file F`: the optional third party of
+//!   standalone pairs, whose vote every takeover needs (docs/standalone.md).
 
 use clap::{Parser, Subcommand};
 use havip_node_agent::admin::{self, AdminRequest};
@@ -14,6 +16,7 @@ use havip_node_agent::heartbeat::Hub;
 use havip_node_agent::metrics::AgentMetrics;
 use havip_node_agent::runtime::{self, LogReporter, Options};
 use havip_node_agent::state::StateFile;
+use havip_node_agent::witness::WitnessClient;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -74,6 +77,34 @@ enum Cmd {
         /// VIPs instead of keeping them for its successor. Empty: always keep them.
         #[arg(long, env = "HAVIP_DAEMONSET", default_value = "")]
         daemonset: String,
+    },
+    /// Run a witness for standalone pairs: it keeps each pair's holder and epoch, and a
+    /// standby takes the VIPs only with its vote (docs/standalone.md).
+    Witness {
+        /// UDP address to listen on.
+        #[arg(long, env = "HAVIP_WITNESS_LISTEN", default_value = "0.0.0.0:7947")]
+        listen: std::net::SocketAddr,
+        /// File holding the witness key (hex, at least 16 bytes).
+        #[arg(long, env = "HAVIP_WITNESS_KEY_FILE")]
+        key_file: PathBuf,
+        /// Id of the key.
+        #[arg(long, default_value_t = 1)]
+        key_id: u32,
+        /// During a rotation: a file holding the previous key, still accepted.
+        #[arg(long)]
+        previous_key_file: Option<PathBuf>,
+        /// Id of the previous key.
+        #[arg(long)]
+        previous_key_id: Option<u32>,
+        /// Directory for the records (holder and epoch of every pair).
+        #[arg(long, env = "HAVIP_STATE_DIR", default_value = "/var/lib/havip-witness")]
+        state_dir: PathBuf,
+        /// Metrics and health address; `off` disables it.
+        #[arg(long, env = "HAVIP_METRICS_ADDRESS", default_value = "off")]
+        metrics_address: String,
+        /// The most pairs it keeps a record for (further pairs are refused).
+        #[arg(long, default_value_t = 10_000)]
+        max_pairs: usize,
     },
     /// Send a command to a standalone agent.
     Admin {
@@ -169,6 +200,27 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Witness {
+            listen,
+            key_file,
+            key_id,
+            previous_key_file,
+            previous_key_id,
+            state_dir,
+            metrics_address,
+            max_pairs,
+        } => {
+            init_logging(&args.log_format);
+            let keys = WitnessKeys { key_file, key_id, previous_key_file, previous_key_id };
+            match witness(listen, keys, state_dir, metrics_address, max_pairs).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "havip-agent witness failed");
+                    eprintln!("havip-agent witness: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Admin { socket, command } => {
             let req = match command {
                 AdminCmd::Failover { to, force } => Ok(AdminRequest::Failover { to, force }),
@@ -241,6 +293,77 @@ struct StandalonePair {
     handle: runtime::Handle,
     task: tokio::task::JoinHandle<()>,
     admin: Option<PathBuf>,
+    /// Reads the witness's record (pairs with a witness).
+    witness_watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+struct WitnessKeys {
+    key_file: PathBuf,
+    key_id: u32,
+    previous_key_file: Option<PathBuf>,
+    previous_key_id: Option<u32>,
+}
+
+async fn witness(
+    listen: std::net::SocketAddr,
+    keys: WitnessKeys,
+    state_dir: PathBuf,
+    metrics_address: String,
+    max_pairs: usize,
+) -> Result<(), String> {
+    use havip_node_agent::config::{KeySource, keyring};
+    use havip_node_agent::witness::{WitnessMetrics, WitnessOptions, WitnessState, server};
+    let previous = match &keys.previous_key_file {
+        Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("failed to read {}: {e}", f.display()))?),
+        None => None,
+    };
+    let keys = keyring(
+        "witness",
+        KeySource { key: None, key_file: Some(&keys.key_file) },
+        keys.key_id,
+        previous.as_deref(),
+        keys.previous_key_id,
+    )
+    .map_err(|e| e.to_string())?;
+    let state = WitnessState::new(&state_dir);
+    let _lock = state.lock().map_err(|e| e.to_string())?;
+    // Refuse a bad state file before binding: a witness that starts empty could grant
+    // an epoch twice.
+    state.load().map_err(|e| e.to_string())?;
+    let sock = server::bind(listen).await.map_err(|e| e.to_string())?;
+    let metrics = Arc::new(WitnessMetrics::new());
+    let _http = if metrics_address == "off" {
+        None
+    } else {
+        let addr: std::net::SocketAddr =
+            metrics_address.parse().map_err(|e| format!("invalid metrics address {metrics_address:?}: {e}"))?;
+        let (bound, t) = havip_crds::httpd::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
+            .await
+            .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
+        tracing::info!(address = %bound, "metrics and health endpoints");
+        Some(t)
+    };
+    tracing::info!(listen = %listen, state = %state.path().display(), max_pairs, "havip witness serving");
+    let serve = server::serve(sock, WitnessOptions { keys, state, max_pairs }, metrics);
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        r = serve => r.map_err(|e| e.to_string()),
+        _ = term.recv() => Ok(()),
+        _ = int.recv() => Ok(()),
+    }
+}
+
+struct WitnessEndpoints(Arc<havip_node_agent::witness::WitnessMetrics>);
+
+impl havip_crds::httpd::Endpoints for WitnessEndpoints {
+    fn metrics(&self) -> String {
+        self.0.encode()
+    }
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 async fn standalone(
@@ -304,11 +427,26 @@ async fn standalone(
     for PairFile { path, cfg, dir, admin } in configs {
         tracing::info!(file = %path.display(), pair = %cfg.pair, node = %cfg.node, vips = cfg.vips.len(), paths = ?cfg.paths, "havip-agent starting a pair (standalone)");
         let paths = cfg.paths.clone();
+        let witness = match &cfg.witness {
+            Some(w) => Some(
+                WitnessClient::connect(
+                    w.address,
+                    w.keys.clone(),
+                    &cfg.pair,
+                    &cfg.node,
+                    std::time::Duration::from_millis(cfg.sm.timings.heartbeat_timeout_ms),
+                )
+                .await
+                .map_err(|e| format!("pair {} ({}): {e}", cfg.pair, path.display()))?,
+            ),
+            None => None,
+        };
+        let lease = witness.clone().map(|w| w as Arc<dyn runtime::LeaseStore>);
         let (handle, task) = runtime::start(
             cfg.clone(),
             Options {
                 state: StateFile::new(&dir, &cfg.pair),
-                lease: None,
+                lease,
                 reporter: Arc::new(LogReporter),
                 metrics: metrics.pair(&cfg.pair),
                 hub: hub.clone(),
@@ -321,7 +459,11 @@ async fn standalone(
                 .await
                 .map_err(|e| format!("failed to open admin socket {}: {e}", p.display()))?;
         }
-        pairs.push(StandalonePair { pair: cfg.pair.clone(), handle, task, admin });
+        let witness_watch = witness.map(|w| {
+            tracing::info!(pair = %cfg.pair, witness = ?cfg.witness.as_ref().map(|x| x.address), "takeovers of this pair need the witness's vote");
+            tokio::spawn(w.watch(handle.clone()))
+        });
+        pairs.push(StandalonePair { pair: cfg.pair.clone(), handle, task, admin, witness_watch });
     }
     let _http = match metrics_address {
         Some(addr) => {
@@ -349,6 +491,9 @@ async fn standalone(
         p.handle.stop().await;
     }
     for p in pairs {
+        if let Some(w) = p.witness_watch {
+            w.abort();
+        }
         let _ = p.task.await;
         if let Some(a) = p.admin {
             let _ = std::fs::remove_file(a);

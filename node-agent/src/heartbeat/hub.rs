@@ -90,7 +90,8 @@ fn bind_exclusive(addr: SocketAddr) -> Result<(UdpSocket, std::net::UdpSocket), 
     Ok((UdpSocket::from_std(std).map_err(io)?, send))
 }
 
-fn random_session() -> u64 {
+/// A random non-zero u64 (a session id, a challenge, a request id).
+pub(crate) fn random_session() -> u64 {
     let mut b = [0u8; 8];
     loop {
         if getrandom::fill(&mut b).is_err() {

@@ -9,6 +9,7 @@
 mod hub;
 
 pub use hub::Hub;
+pub(crate) use hub::random_session;
 
 use crate::metrics::PairMetrics;
 use crate::sm;

@@ -279,6 +279,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
         probe,
         sm,
         paused: spec.paused,
+        witness: None,
     })
 }
 

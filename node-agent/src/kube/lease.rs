@@ -2,7 +2,8 @@
 //! calls on every role change, and feeding what the Lease watch shows to the machine.
 //! It holds no policy: the machine decides when to claim and what a newer epoch means.
 
-use crate::runtime::{Handle, LeaseStore};
+use crate::lease::LeaseSnapshot;
+use crate::runtime::LeaseStore;
 use crate::sm;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -92,18 +93,6 @@ impl LeaseStore for KubeLease {
     }
 }
 
-/// What the agent reads of a pair Lease: holder and epoch (the fencing record) and the
-/// renew time (a write by the holder that changes neither: a renewal).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseSnapshot {
-    /// Holder (none or empty: `None`).
-    pub holder: Option<sm::NodeId>,
-    /// `leaseTransitions`.
-    pub epoch: u64,
-    /// `renewTime` as written.
-    pub renewed: Option<String>,
-}
-
 impl LeaseSnapshot {
     /// The snapshot of `l`.
     pub fn of(l: &Lease) -> LeaseSnapshot {
@@ -120,29 +109,4 @@ pub fn lease_view(l: &Lease) -> (Option<sm::NodeId>, u64) {
         spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty()).and_then(|h| sm::NodeId::new(h).ok());
     let epoch = spec.and_then(|s| s.lease_transitions).map(|t| t.max(0) as u64).unwrap_or(0);
     (holder, epoch)
-}
-
-/// What of the Lease watch one pair's machine was last told.
-#[derive(Default)]
-pub(super) struct LeaseFeed {
-    seen: Option<LeaseSnapshot>,
-}
-
-impl LeaseFeed {
-    /// Feeds the Lease to the machine when holder or epoch changed, and again while the
-    /// machine knows the Lease is behind (a CAS that timed out during an API outage):
-    /// that is when it reconciles the Lease. A new renew time under the same holder and
-    /// epoch is a renewal.
-    pub(super) async fn feed(&mut self, handle: &Handle, lease: Option<LeaseSnapshot>) {
-        let Some(now) = lease else { return };
-        let before = self.seen.replace(now.clone());
-        let same_record = before.as_ref().is_some_and(|b| b.holder == now.holder && b.epoch == now.epoch);
-        if !same_record || handle.status().lease_stale {
-            handle.input(sm::Input::LeaseObserved { holder: now.holder, epoch: now.epoch }).await;
-        } else if before.is_some_and(|b| b.renewed != now.renewed)
-            && let Some(holder) = now.holder
-        {
-            handle.input(sm::Input::LeaseRenewed { holder, epoch: now.epoch }).await;
-        }
-    }
 }

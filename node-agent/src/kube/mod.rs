@@ -22,15 +22,17 @@ mod leftovers;
 mod report;
 mod snapshot;
 
+pub use crate::lease::LeaseSnapshot;
 pub use commands::op_id;
 pub use config::{
     ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret,
     pick_path_address, skipped_floating_ips,
 };
-pub use lease::{KubeLease, LeaseSnapshot, lease_name, lease_view};
+pub use lease::{KubeLease, lease_name, lease_view};
 
 use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
+use crate::lease::LeaseFeed;
 use crate::metrics::AgentMetrics;
 use crate::runtime::{self, Handle, Options, Request, RuntimeError};
 use crate::sm;
@@ -50,7 +52,6 @@ use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use lease::LeaseFeed;
 use report::KubeReporter;
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -313,6 +313,7 @@ fn api_alarm(a: sm::Alarm) -> MemberAlarm {
         sm::Alarm::MaintenancePending => MemberAlarm::MaintenancePending,
         sm::Alarm::HeartbeatReplay => MemberAlarm::HeartbeatReplay,
         sm::Alarm::PeerPartition => MemberAlarm::PeerPartition,
+        sm::Alarm::WitnessUnreachable => MemberAlarm::WitnessUnreachable,
         sm::Alarm::EpochExhausted => MemberAlarm::EpochExhausted,
         sm::Alarm::PeerSilent => MemberAlarm::PeerSilent,
     }

@@ -207,6 +207,12 @@ pub struct Config {
     pub failback: FailbackPolicy,
     /// Flap suspension policy.
     pub flap: FlapPolicy,
+    /// Takeovers need the Lease store's vote (standalone mode with a witness): a member
+    /// claims only while the store answers, and abandons a claim the store does not
+    /// answer, instead of taking the VIPs under its own epoch as it does when the Kubernetes
+    /// API server is unreachable. A planned handover needs no vote (both members agree on
+    /// it over their heartbeats).
+    pub lease_vote_required: bool,
 }
 
 impl Config {
@@ -224,6 +230,7 @@ impl Config {
             timings: Timings::default(),
             failback: FailbackPolicy::Manual,
             flap: FlapPolicy::default(),
+            lease_vote_required: false,
         }
     }
 

@@ -85,6 +85,9 @@ pub enum Input {
         /// The epoch it renewed under.
         epoch: u64,
     },
+    /// The Lease store could not be read (standalone mode with a witness: the witness did
+    /// not answer). The Lease counts as stale until the next [`Input::LeaseObserved`].
+    LeaseUnreachable,
     /// Answer to the last [`Action::CasLease`].
     CasResult(CasResult),
     /// Traffic through the VIPs on this member (`None` = unknown).
@@ -138,6 +141,15 @@ pub enum CasResult {
     },
     /// The store could not be reached (standalone mode answers this at once).
     Unavailable,
+    /// The store refused the claim because the holder it names is alive: a witness that
+    /// heard that holder within the last heartbeat timeout. Nothing changed; the record
+    /// reads this.
+    HolderAlive {
+        /// The holder the witness heard.
+        holder: NodeId,
+        /// The record's epoch.
+        epoch: u64,
+    },
 }
 
 /// An operator command. Operation ids must be below [`crate::sm::AUTO_OP_BIT`]; a
@@ -339,11 +351,15 @@ pub enum Alarm {
     /// alive and reaches the API server): a partition between the members. This member
     /// does not take the VIPs from it.
     PeerPartition,
+    /// Takeovers need the Lease store's vote ([`crate::sm::Config::lease_vote_required`]:
+    /// standalone mode with a witness) and the store cannot be reached: no member takes
+    /// the VIPs over until it answers again; the holder keeps them.
+    WitnessUnreachable,
 }
 
 impl Alarm {
     /// Every alarm, in declaration order (for metrics that export one series per alarm).
-    pub const ALL: [Alarm; 12] = [
+    pub const ALL: [Alarm; 13] = [
         Alarm::Suspended,
         Alarm::VersionMismatch,
         Alarm::KeyMismatch,
@@ -356,6 +372,7 @@ impl Alarm {
         Alarm::PeerSilent,
         Alarm::HeartbeatReplay,
         Alarm::PeerPartition,
+        Alarm::WitnessUnreachable,
     ];
 
     /// Name for status and metrics labels.
@@ -373,6 +390,7 @@ impl Alarm {
             Alarm::PeerSilent => "PeerSilent",
             Alarm::HeartbeatReplay => "HeartbeatReplay",
             Alarm::PeerPartition => "PeerPartition",
+            Alarm::WitnessUnreachable => "WitnessUnreachable",
         }
     }
 }
@@ -505,6 +523,7 @@ mod tests {
             Alarm::PeerSilent => 9,
             Alarm::HeartbeatReplay => 10,
             Alarm::PeerPartition => 11,
+            Alarm::WitnessUnreachable => 12,
         }
     }
 

@@ -168,6 +168,8 @@ pub enum Blocker {
     /// The Lease's holder cannot be heard but renews the Lease: it is alive (a
     /// partition between the members), and keeps the VIPs.
     PeerAliveViaLease,
+    /// Takeovers need the Lease store's vote (a witness) and it cannot be reached.
+    WitnessUnreachable,
     /// A planned handover to this member is in progress.
     OperationInProgress,
     /// Never heard a peer, boot hold not over.

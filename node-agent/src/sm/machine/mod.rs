@@ -818,6 +818,7 @@ impl Machine {
             self.clear_alarm(Alarm::VersionMismatch, out);
         }
         self.check_peer_silent(now, out);
+        self.check_witness(out);
         for i in 0..self.peers.len() {
             let ok = self.candidate_problem(i, now, Need::Planned).is_none();
             let p = &mut self.peers[i];
@@ -864,6 +865,22 @@ impl Machine {
                 who.join(", ")
             );
             self.raise(Alarm::PeerSilent, detail, out);
+        }
+    }
+
+    /// `WitnessUnreachable`: takeovers need the Lease store's vote and the store did not
+    /// answer its last read or write. Cleared by the next answer.
+    fn check_witness(&mut self, out: &mut Vec<Action>) {
+        if self.cfg.lease_vote_required && self.lease_stale {
+            let detail = if self.holding {
+                "the witness does not answer: this member keeps the VIPs, but no member could take them \
+                 over if it failed now"
+            } else {
+                "the witness does not answer: this member takes no VIPs over until it answers again"
+            };
+            self.raise(Alarm::WitnessUnreachable, detail.to_owned(), out);
+        } else {
+            self.clear_alarm(Alarm::WitnessUnreachable, out);
         }
     }
 

@@ -22,6 +22,7 @@ impl Machine {
             Input::LocalVips { present } => self.on_local_vips(now, present, out),
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),
             Input::LeaseRenewed { holder, epoch } => self.on_lease_renewed(now, holder, epoch),
+            Input::LeaseUnreachable => self.lease_stale = true,
             Input::CasResult(r) => self.on_cas(now, r, out),
             Input::Traffic { bytes_per_sec } => self.on_traffic(now, bytes_per_sec),
             Input::Conflict { vip, foreign_mac } => self.on_conflict(now, &vip, foreign_mac, out),
@@ -202,7 +203,11 @@ impl Machine {
 
     fn on_cas(&mut self, now: Millis, r: CasResult, out: &mut Vec<Action>) {
         let r = match r {
-            CasResult::Ok { epoch } | CasResult::Conflict { epoch, .. } if epoch > MAX_EPOCH => CasResult::Unavailable,
+            CasResult::Ok { epoch } | CasResult::Conflict { epoch, .. } | CasResult::HolderAlive { epoch, .. }
+                if epoch > MAX_EPOCH =>
+            {
+                CasResult::Unavailable
+            }
             r => r,
         };
         let pending = self.cas.take();
@@ -242,6 +247,23 @@ impl Machine {
                             self.on_cas_unavailable(now, out);
                         }
                     }
+                } else if self.holding {
+                    self.reconcile_lease(now, out);
+                }
+            }
+            CasResult::HolderAlive { holder, epoch } => {
+                // As good as a renewal seen now: the holder is alive and reaches the store
+                // while this member cannot hear it (it claimed after a heartbeat timeout of
+                // silence). `holder_alive_unheard` keeps it from claiming again while the
+                // holder keeps renewing.
+                self.lease = Some(LeaseView { holder: Some(holder.clone()), epoch });
+                self.lease_stale = false;
+                self.bump_epoch(epoch);
+                if holder != me {
+                    self.lease_written = Some((holder, now));
+                }
+                if self.claim.is_some() {
+                    self.abandon_claim(now, Reason::LeaseConflict, out);
                 } else if self.holding {
                     self.reconcile_lease(now, out);
                 }

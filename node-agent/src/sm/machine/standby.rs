@@ -152,6 +152,9 @@ impl Machine {
         if self.holder_alive_unheard(now).is_some() {
             return Err(Blocker::PeerAliveViaLease);
         }
+        if self.cfg.lease_vote_required && (self.lease_stale || self.lease.is_none()) {
+            return Err(Blocker::WitnessUnreachable);
+        }
         if !as_claimer && self.tgt.is_some() {
             return Err(Blocker::OperationInProgress);
         }

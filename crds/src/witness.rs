@@ -1,0 +1,441 @@
+//! Wire format of the witness: the optional third party of a standalone pair that keeps the
+//! pair's fencing record (holder and epoch, like the Kubernetes Lease) and whose vote a
+//! standby needs before it takes the VIPs from a peer it cannot hear.
+//!
+//! One UDP datagram per request and per response, signed with HMAC-SHA256 under the
+//! witness key (a [`Keyring`]: during a rotation both keys are accepted):
+//!
+//! ```text
+//! request:  "HW" | version u8 | kind u8 (1 read, 2 cas, 3 renew) | key id u32 |
+//!           request id u64 | challenge u64 | pair name | member name | a u64 | b u64 | c u64 | MAC
+//! response: "HW" | version u8 | kind u8 (0x81) | key id u32 |
+//!           request id u64 | outcome u8 | witness session u64 | challenge u64 |
+//!           holder name (empty: none) | epoch u64 | renewals u64 | MAC
+//! ```
+//!
+//! Names are a length byte and at most [`MAX_NAME`](crate::wire::MAX_NAME) bytes of UTF-8. For a compare-and-swap
+//! `a` is the new epoch, `b` the expected one and `c` the claimer's grace in milliseconds
+//! (its heartbeat timeout); for a renewal `a` is the epoch; a read carries zeros.
+//!
+//! **Votes.** The witness notes when it last heard each member of a pair (any
+//! authenticated request: members read the record several times a second). It refuses a
+//! compare-and-swap that would take the record from a holder it heard within the claimer's
+//! grace ([`Outcome::HolderAlive`]): that holder is alive, only cut off from the claimer.
+//!
+//! **Replays.** A request that changes the record (compare-and-swap, renewal) must carry
+//! the challenge the witness last gave this member of this pair; the witness replaces the
+//! challenge as soon as it accepts one, and draws all of them afresh when it restarts, so a
+//! recorded request is refused as stale ([`Outcome::Stale`], with the current challenge
+//! for a genuine retry). A response echoes the request id (random per request), so a member
+//! never takes a recorded response for a fresh one. Reads need no challenge: they change
+//! nothing.
+
+use crate::wire::{Key, Keyring, MAC_LEN, Reader, mac_of, put_name};
+
+const MAGIC: [u8; 2] = *b"HW";
+/// Version of the witness wire format.
+pub const VERSION: u8 = 1;
+/// Largest datagram either side sends or accepts.
+pub const MAX_DATAGRAM: usize = 256;
+const RESPONSE_KIND: u8 = 0x81;
+/// Default UDP port of the witness.
+pub const DEFAULT_PORT: u16 = 7947;
+
+/// What a member asks the witness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Read the record.
+    Read,
+    /// Set holder (the sender) and epoch if the record's epoch is `expected` — and, when
+    /// the record names another holder, that holder has not been heard for `grace_ms`.
+    Cas {
+        /// The new epoch.
+        new_epoch: u64,
+        /// The epoch the sender believes the record has.
+        expected: u64,
+        /// How long the current holder must have been silent at the witness.
+        grace_ms: u64,
+    },
+    /// The record names the sender under `epoch`: count a renewal (proof of life).
+    Renew {
+        /// The epoch the sender holds.
+        epoch: u64,
+    },
+}
+
+impl Op {
+    /// A bounded label for metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Cas { .. } => "cas",
+            Op::Renew { .. } => "renew",
+        }
+    }
+}
+
+/// A request of one member of one pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Random per request; echoed by the response.
+    pub id: u64,
+    /// The challenge the witness last gave this member (0 when it has none yet).
+    pub challenge: u64,
+    /// The pair.
+    pub pair: String,
+    /// The member sending it (the holder a compare-and-swap names).
+    pub member: String,
+    /// What it asks.
+    pub op: Op,
+}
+
+/// How the witness answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: the record after the request is in the response.
+    Done,
+    /// The record's epoch is not the expected one (compare-and-swap), or it does not name
+    /// the sender under that epoch (renewal): nothing changed; the record is in the response.
+    Conflict,
+    /// The challenge is not the current one (a replay, or a retry after the witness
+    /// accepted the first copy or restarted): nothing changed; retry with the response's.
+    Stale,
+    /// A compare-and-swap refused because the record's holder (another member) was heard
+    /// within the claimer's grace: it is alive. Nothing changed; the record is in the
+    /// response.
+    HolderAlive,
+    /// Refused: an epoch outside the pair epoch's domain (`1..=2147483647`, the Lease's
+    /// 32-bit `leaseTransitions`), or a pair the witness has no room for.
+    Refused,
+}
+
+impl Outcome {
+    fn code(self) -> u8 {
+        match self {
+            Outcome::Done => 0,
+            Outcome::Conflict => 1,
+            Outcome::Stale => 2,
+            Outcome::Refused => 3,
+            Outcome::HolderAlive => 4,
+        }
+    }
+    fn from_code(c: u8) -> Option<Outcome> {
+        Some(match c {
+            0 => Outcome::Done,
+            1 => Outcome::Conflict,
+            2 => Outcome::Stale,
+            3 => Outcome::Refused,
+            4 => Outcome::HolderAlive,
+            _ => return None,
+        })
+    }
+    /// A bounded label for metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Conflict => "conflict",
+            Outcome::Stale => "stale",
+            Outcome::Refused => "refused",
+            Outcome::HolderAlive => "holder_alive",
+        }
+    }
+}
+
+/// The witness's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The request's id.
+    pub id: u64,
+    /// How it went.
+    pub outcome: Outcome,
+    /// Random per witness start: renewal counts of different sessions do not compare.
+    pub session: u64,
+    /// The challenge the member's next compare-and-swap or renewal must carry.
+    pub challenge: u64,
+    /// The record's holder (`None`: nobody).
+    pub holder: Option<String>,
+    /// The record's epoch (0: never written).
+    pub epoch: u64,
+    /// Renewals counted under this holder and epoch in this witness session.
+    pub renewals: u64,
+}
+
+/// Why a witness datagram was dropped. [`WitnessDecodeError::reason`] gives a metric label.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WitnessDecodeError {
+    /// Shorter than the smallest possible datagram of its kind.
+    #[error("failed to decode witness datagram: truncated ({len} bytes)")]
+    Truncated {
+        /// Datagram length.
+        len: usize,
+    },
+    /// Larger than [`MAX_DATAGRAM`].
+    #[error("failed to decode witness datagram: oversized ({len} bytes)")]
+    Oversized {
+        /// Datagram length.
+        len: usize,
+    },
+    /// Not a witness datagram (or not of the expected direction).
+    #[error("failed to decode witness datagram: bad magic or kind")]
+    BadMagic,
+    /// A version this build does not speak.
+    #[error("witness datagram of version {version}, this build speaks {VERSION}")]
+    UnsupportedVersion {
+        /// Its version.
+        version: u8,
+    },
+    /// Signed with a key id this side does not hold.
+    #[error("failed to authenticate witness datagram: unknown key id {key_id}")]
+    UnknownKey {
+        /// The key id in the datagram.
+        key_id: u32,
+    },
+    /// The MAC does not match (forged, corrupted, or another key under the same id).
+    #[error("failed to authenticate witness datagram: bad MAC")]
+    BadMac,
+    /// Authentic but structurally invalid.
+    #[error("failed to decode witness datagram: malformed {field}")]
+    Malformed {
+        /// The field that did not parse.
+        field: &'static str,
+    },
+}
+
+impl WitnessDecodeError {
+    /// A bounded label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Truncated { .. } => "truncated",
+            Self::Oversized { .. } => "oversized",
+            Self::BadMagic => "bad_magic",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::UnknownKey { .. } => "unknown_key",
+            Self::BadMac => "bad_mac",
+            Self::Malformed { .. } => "malformed",
+        }
+    }
+}
+
+impl From<crate::wire::DecodeError> for WitnessDecodeError {
+    fn from(e: crate::wire::DecodeError) -> Self {
+        match e {
+            crate::wire::DecodeError::Malformed { field } => Self::Malformed { field },
+            _ => Self::Malformed { field: "field" },
+        }
+    }
+}
+
+fn header(kind: u8, key: &Key) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAX_DATAGRAM);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(kind);
+    out.extend_from_slice(&key.id.to_be_bytes());
+    out
+}
+
+fn sign(mut out: Vec<u8>, key: &Key) -> Vec<u8> {
+    let mac = mac_of(&key.secret, &out);
+    out.extend_from_slice(&mac);
+    out
+}
+
+/// Checks magic, version, kind, size and MAC; returns a reader past the header.
+fn verify<'a>(buf: &'a [u8], keys: &Keyring, kinds: &[u8]) -> Result<(Reader<'a>, u8), WitnessDecodeError> {
+    if buf.len() > MAX_DATAGRAM {
+        return Err(WitnessDecodeError::Oversized { len: buf.len() });
+    }
+    if buf.len() < 8 + MAC_LEN {
+        return Err(WitnessDecodeError::Truncated { len: buf.len() });
+    }
+    if buf[0..2] != MAGIC || !kinds.contains(&buf[3]) {
+        return Err(WitnessDecodeError::BadMagic);
+    }
+    if buf[2] != VERSION {
+        return Err(WitnessDecodeError::UnsupportedVersion { version: buf[2] });
+    }
+    let key_id = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let key = keys.find(key_id).ok_or(WitnessDecodeError::UnknownKey { key_id })?;
+    let (signed, mac) = buf.split_at(buf.len() - MAC_LEN);
+    if !constant_time_eq(&mac_of(&key.secret, signed), mac) {
+        return Err(WitnessDecodeError::BadMac);
+    }
+    Ok((Reader { buf: signed, pos: 8 }, buf[3]))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn end(r: &Reader<'_>) -> Result<(), WitnessDecodeError> {
+    if r.pos != r.buf.len() {
+        return Err(WitnessDecodeError::Malformed { field: "trailing bytes" });
+    }
+    Ok(())
+}
+
+/// Encodes and signs a request. Names longer than 63 bytes are truncated.
+pub fn encode_request(req: &Request, key: &Key) -> Vec<u8> {
+    let (kind, a, b, c) = match req.op {
+        Op::Read => (1, 0, 0, 0),
+        Op::Cas { new_epoch, expected, grace_ms } => (2, new_epoch, expected, grace_ms),
+        Op::Renew { epoch } => (3, epoch, 0, 0),
+    };
+    let mut out = header(kind, key);
+    out.extend_from_slice(&req.id.to_be_bytes());
+    out.extend_from_slice(&req.challenge.to_be_bytes());
+    put_name(&mut out, &req.pair);
+    put_name(&mut out, &req.member);
+    out.extend_from_slice(&a.to_be_bytes());
+    out.extend_from_slice(&b.to_be_bytes());
+    out.extend_from_slice(&c.to_be_bytes());
+    sign(out, key)
+}
+
+/// Authenticates and decodes a request. Never panics, whatever the input.
+pub fn decode_request(buf: &[u8], keys: &Keyring) -> Result<Request, WitnessDecodeError> {
+    let (mut r, kind) = verify(buf, keys, &[1, 2, 3])?;
+    let id = r.u64("request id")?;
+    let challenge = r.u64("challenge")?;
+    let pair = r.name("pair")?;
+    let member = r.name("member")?;
+    let a = r.u64("a")?;
+    let b = r.u64("b")?;
+    let c = r.u64("c")?;
+    end(&r)?;
+    if pair.is_empty() || member.is_empty() {
+        return Err(WitnessDecodeError::Malformed { field: "empty name" });
+    }
+    let op = match kind {
+        1 => Op::Read,
+        2 => Op::Cas { new_epoch: a, expected: b, grace_ms: c },
+        _ => Op::Renew { epoch: a },
+    };
+    Ok(Request { id, challenge, pair, member, op })
+}
+
+/// Encodes and signs a response.
+pub fn encode_response(resp: &Response, key: &Key) -> Vec<u8> {
+    let mut out = header(RESPONSE_KIND, key);
+    out.extend_from_slice(&resp.id.to_be_bytes());
+    out.push(resp.outcome.code());
+    out.extend_from_slice(&resp.session.to_be_bytes());
+    out.extend_from_slice(&resp.challenge.to_be_bytes());
+    put_name(&mut out, resp.holder.as_deref().unwrap_or(""));
+    out.extend_from_slice(&resp.epoch.to_be_bytes());
+    out.extend_from_slice(&resp.renewals.to_be_bytes());
+    sign(out, key)
+}
+
+/// Authenticates and decodes a response. Never panics, whatever the input.
+pub fn decode_response(buf: &[u8], keys: &Keyring) -> Result<Response, WitnessDecodeError> {
+    let (mut r, _) = verify(buf, keys, &[RESPONSE_KIND])?;
+    let id = r.u64("request id")?;
+    let outcome = Outcome::from_code(r.u8("outcome")?).ok_or(WitnessDecodeError::Malformed { field: "outcome" })?;
+    let session = r.u64("session")?;
+    let challenge = r.u64("challenge")?;
+    let holder = r.name("holder")?;
+    let epoch = r.u64("epoch")?;
+    let renewals = r.u64("renewals")?;
+    end(&r)?;
+    let holder = (!holder.is_empty()).then_some(holder);
+    Ok(Response { id, outcome, session, challenge, holder, epoch, renewals })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring() -> Keyring {
+        Keyring { current: Key { id: 3, secret: b"0123456789abcdef".to_vec() }, previous: None }
+    }
+
+    fn req(op: Op) -> Request {
+        Request { id: 0x1122, challenge: 0x3344, pair: "web".into(), member: "n1".into(), op }
+    }
+
+    fn resp() -> Response {
+        Response {
+            id: 9,
+            outcome: Outcome::Conflict,
+            session: 77,
+            challenge: 55,
+            holder: Some("n0".into()),
+            epoch: 12,
+            renewals: 4,
+        }
+    }
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let k = ring();
+        for op in [Op::Read, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }, Op::Renew { epoch: 5 }] {
+            let r = req(op);
+            assert_eq!(decode_request(&encode_request(&r, &k.current), &k), Ok(r));
+        }
+        let p = resp();
+        assert_eq!(decode_response(&encode_response(&p, &k.current), &k), Ok(p.clone()));
+        let nobody = Response { holder: None, outcome: Outcome::Done, ..p };
+        assert_eq!(decode_response(&encode_response(&nobody, &k.current), &k), Ok(nobody));
+    }
+
+    #[test]
+    fn a_request_is_not_a_response_and_a_response_is_not_a_request() {
+        let k = ring();
+        let q = encode_request(&req(Op::Read), &k.current);
+        assert_eq!(decode_response(&q, &k), Err(WitnessDecodeError::BadMagic));
+        let p = encode_response(&resp(), &k.current);
+        assert_eq!(decode_request(&p, &k), Err(WitnessDecodeError::BadMagic));
+    }
+
+    #[test]
+    fn every_bit_flip_and_truncation_is_refused() {
+        let k = ring();
+        for buf in [
+            encode_request(&req(Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), &k.current),
+            encode_response(&resp(), &k.current),
+        ] {
+            for i in 0..buf.len() {
+                for bit in 0..8 {
+                    let mut b = buf.clone();
+                    b[i] ^= 1 << bit;
+                    assert!(decode_request(&b, &k).is_err() && decode_response(&b, &k).is_err(), "flip {i}/{bit}");
+                }
+            }
+            for n in 0..buf.len() {
+                assert!(decode_request(&buf[..n], &k).is_err() && decode_response(&buf[..n], &k).is_err(), "cut {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn another_key_or_key_id_is_refused_and_the_previous_key_is_accepted() {
+        let k = ring();
+        let other = Key { id: 3, secret: b"fedcba9876543210".to_vec() };
+        let buf = encode_request(&req(Op::Read), &other);
+        assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::BadMac));
+        let old = Key { id: 2, secret: b"old-key-old-key!".to_vec() };
+        let buf = encode_request(&req(Op::Read), &old);
+        assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::UnknownKey { key_id: 2 }));
+        let rotating = Keyring { current: k.current.clone(), previous: Some(old) };
+        assert!(decode_request(&buf, &rotating).is_ok());
+    }
+
+    #[test]
+    fn authentic_garbage_never_panics() {
+        let k = ring();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 120) as usize;
+            let mut body = vec![b'H', b'W', VERSION, [1u8, 2, 3, RESPONSE_KIND][(seed >> 8) as usize % 4]];
+            body.extend_from_slice(&3u32.to_be_bytes());
+            body.extend((0..len).map(|i| (seed >> (i % 56)) as u8));
+            let signed = sign(body, &k.current);
+            let _ = decode_request(&signed, &k);
+            let _ = decode_response(&signed, &k);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! A member's side of the witness: the pair's [`LeaseStore`] in standalone mode, and the
+//! poll that shows the machine the record (holder, epoch, renewals) a few times a second.
+
+use super::WitnessError;
+use crate::lease::{LeaseFeed, LeaseSnapshot};
+use crate::runtime::{Handle, LeaseStore};
+use crate::sm;
+use havip_crds::wire::Keyring;
+use havip_crds::witness::{self, Op, Outcome, Request, Response};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::oneshot;
+
+/// A request is sent again after this long without an answer.
+const RESEND: Duration = Duration::from_millis(50);
+/// How long one compare-and-swap or renewal may take in all (the machine gives up on a
+/// compare-and-swap earlier and acts on the late answer, if any, through the poll).
+const WRITE_LIMIT: Duration = Duration::from_secs(2);
+/// How often the record is read at most (more often for a short heartbeat timeout: a
+/// holder's reads are what the witness hears it by, so they must come well within it).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Unanswered reads in a row after which the machine is told the witness is unreachable.
+const UNREACHABLE_AFTER: u32 = 2;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
+
+/// One member's connection to the witness, for one pair.
+pub struct WitnessClient {
+    sock: Arc<UdpSocket>,
+    keys: Keyring,
+    pair: String,
+    member: String,
+    address: SocketAddr,
+    /// The pair's heartbeat timeout: a holder heard within it at the witness is alive.
+    grace: Duration,
+    challenge: AtomicU64,
+    pending: Pending,
+    receiver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for WitnessClient {
+    fn drop(&mut self) {
+        self.receiver.abort();
+    }
+}
+
+impl WitnessClient {
+    /// A client of the witness at `address` for `member` of `pair`, whose heartbeat timeout
+    /// is `grace`.
+    pub async fn connect(
+        address: SocketAddr,
+        keys: Keyring,
+        pair: &str,
+        member: &str,
+        grace: Duration,
+    ) -> Result<Arc<WitnessClient>, WitnessError> {
+        let any = match address.ip() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        let err = |source| WitnessError::Connect { address, source };
+        let sock = UdpSocket::bind(SocketAddr::new(any, 0)).await.map_err(err)?;
+        sock.connect(address).await.map_err(err)?;
+        let sock = Arc::new(sock);
+        let pending: Pending = Arc::default();
+        let receiver = tokio::spawn(receive(sock.clone(), keys.clone(), pending.clone()));
+        Ok(Arc::new(WitnessClient {
+            sock,
+            keys,
+            pair: pair.to_owned(),
+            member: member.to_owned(),
+            address,
+            grace,
+            challenge: AtomicU64::new(0),
+            pending,
+            receiver,
+        }))
+    }
+
+    /// Sends `op` until an answer arrives or `limit` passes; a stale challenge is replaced
+    /// by the one the answer carries and the request sent again (at most three times).
+    async fn ask(&self, op: Op, limit: Duration) -> Option<Response> {
+        let deadline = tokio::time::Instant::now() + limit;
+        for _ in 0..4 {
+            let req = Request {
+                id: crate::heartbeat::random_session(),
+                challenge: self.challenge.load(Ordering::Relaxed),
+                pair: self.pair.clone(),
+                member: self.member.clone(),
+                op,
+            };
+            let resp = self.exchange(&req, deadline).await?;
+            self.challenge.store(resp.challenge, Ordering::Relaxed);
+            if resp.outcome != Outcome::Stale {
+                return Some(resp);
+            }
+        }
+        None
+    }
+
+    /// One request, sent every [`RESEND`] until its answer arrives or `deadline` passes.
+    async fn exchange(&self, req: &Request, deadline: tokio::time::Instant) -> Option<Response> {
+        let (tx, mut rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(req.id, tx);
+        }
+        let buf = witness::encode_request(req, &self.keys.current);
+        let answer = loop {
+            if let Err(e) = self.sock.send(&buf).await {
+                tracing::debug!(witness = %self.address, error = %e, "witness request not sent");
+            }
+            let wait = (tokio::time::Instant::now() + RESEND).min(deadline);
+            match tokio::time::timeout_at(wait, &mut rx).await {
+                Ok(Ok(r)) => break Some(r),
+                Ok(Err(_)) => break None,
+                Err(_) if tokio::time::Instant::now() >= deadline => break None,
+                Err(_) => {}
+            }
+        };
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&req.id);
+        }
+        answer
+    }
+
+    /// Reads the record.
+    pub async fn read(&self, limit: Duration) -> Option<Response> {
+        self.ask(Op::Read, limit).await
+    }
+
+    /// How often the record is read: half the grace, between 20 ms and [`POLL_INTERVAL`].
+    pub fn poll_interval(&self) -> Duration {
+        (self.grace / 2).clamp(Duration::from_millis(20), POLL_INTERVAL)
+    }
+
+    /// Reads the record every [`Self::poll_interval`] and shows it to the machine behind
+    /// `handle`: changes of holder or epoch, renewals, and that the witness does not
+    /// answer. Runs until the task is dropped.
+    pub async fn watch(self: Arc<Self>, handle: Handle) {
+        let mut feed = LeaseFeed::default();
+        let mut session = None;
+        let mut missed = 0u32;
+        let every = self.poll_interval();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.read(every.max(Duration::from_millis(100))).await {
+                Some(r) if r.outcome != Outcome::Refused => {
+                    if missed >= UNREACHABLE_AFTER {
+                        tracing::info!(pair = %self.pair, witness = %self.address, "the witness answers again");
+                    }
+                    missed = 0;
+                    if session.replace(r.session).is_some_and(|s| s != r.session) {
+                        feed.forget();
+                    }
+                    let holder = r.holder.as_deref().and_then(|h| sm::NodeId::new(h).ok());
+                    let snap = LeaseSnapshot {
+                        holder,
+                        epoch: r.epoch,
+                        renewed: Some(format!("{:x}/{}", r.session, r.renewals)),
+                    };
+                    feed.feed(&handle, Some(snap)).await;
+                }
+                other => {
+                    missed = missed.saturating_add(1);
+                    if missed == UNREACHABLE_AFTER {
+                        let why = if other.is_some() { "refuses this pair (no room)" } else { "does not answer" };
+                        tracing::warn!(pair = %self.pair, witness = %self.address, "the witness {why}: no member takes the VIPs over until it answers");
+                    }
+                    if missed >= UNREACHABLE_AFTER && !handle.status().lease_stale {
+                        handle.input(sm::Input::LeaseUnreachable).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn receive(sock: Arc<UdpSocket>, keys: Keyring, pending: Pending) {
+    let mut buf = [0u8; witness::MAX_DATAGRAM + 1];
+    loop {
+        let n = match sock.recv(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => {
+                // ICMP port unreachable shows up here: the witness is down.
+                tracing::debug!(error = %e, "witness receive failed");
+                tokio::time::sleep(RESEND).await;
+                continue;
+            }
+        };
+        match witness::decode_response(&buf[..n], &keys) {
+            Ok(r) => {
+                let waiter = pending.lock().ok().and_then(|mut p| p.remove(&r.id));
+                if let Some(w) = waiter {
+                    let _ = w.send(r);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "witness answer dropped"),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for WitnessClient {
+    async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult {
+        if holder != self.member {
+            return sm::CasResult::Unavailable;
+        }
+        let grace_ms = u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX);
+        match self.ask(Op::Cas { new_epoch, expected: expected_epoch, grace_ms }, WRITE_LIMIT).await {
+            Some(r) if r.outcome == Outcome::Done => sm::CasResult::Ok { epoch: r.epoch },
+            Some(Response { outcome: Outcome::HolderAlive, holder: Some(h), epoch, .. }) => {
+                match sm::NodeId::new(h.clone()) {
+                    Ok(holder) => {
+                        tracing::warn!(pair = %self.pair, witness = %self.address, holder = %h, epoch, "the witness refused a claim: it hears the holder, which this member cannot (a cut between the members)");
+                        sm::CasResult::HolderAlive { holder, epoch }
+                    }
+                    Err(_) => sm::CasResult::Unavailable,
+                }
+            }
+            Some(r) if r.outcome == Outcome::Conflict => sm::CasResult::Conflict {
+                holder: r.holder.as_deref().and_then(|h| sm::NodeId::new(h).ok()),
+                epoch: r.epoch,
+            },
+            Some(r) => {
+                tracing::warn!(pair = %self.pair, witness = %self.address, outcome = r.outcome.as_str(), new_epoch, "the witness refused a claim");
+                sm::CasResult::Unavailable
+            }
+            None => sm::CasResult::Unavailable,
+        }
+    }
+
+    async fn renew(&self, holder: &str, epoch: u64) -> Option<(Option<sm::NodeId>, u64)> {
+        if holder != self.member {
+            return None;
+        }
+        let r = self.ask(Op::Renew { epoch }, WRITE_LIMIT).await?;
+        match r.outcome {
+            Outcome::Done | Outcome::Conflict => {
+                Some((r.holder.as_deref().and_then(|h| sm::NodeId::new(h).ok()), r.epoch))
+            }
+            Outcome::Stale | Outcome::Refused | Outcome::HolderAlive => None,
+        }
+    }
+}

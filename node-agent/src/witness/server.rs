@@ -1,0 +1,555 @@
+//! The witness process (`havip-agent witness`): keeps, for every pair that asks, the
+//! fencing record (holder and epoch) with compare-and-swap and renewals — the standalone
+//! counterpart of the Kubernetes pair Lease — and answers over UDP.
+//!
+//! The record is written to `<stateDir>/witness.json` (atomically, fsync'd) before a
+//! compare-and-swap is answered, so a restarted witness never hands out an epoch twice.
+//! Renewal counts live in memory under a session id drawn at start: members do not compare
+//! counts across sessions.
+
+use super::WitnessError;
+use crate::sm::MAX_EPOCH;
+use crate::state::write_atomic;
+use havip_crds::wire::{Key, Keyring};
+use havip_crds::witness::{self, Op, Outcome, Request, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::UdpSocket;
+
+/// How many members of one pair the witness keeps a challenge for (a pair has at most 8).
+const MEMBERS_PER_PAIR: usize = 16;
+
+/// One pair's record.
+#[derive(Clone, Debug, Default)]
+struct Record {
+    holder: Option<String>,
+    epoch: u64,
+    renewals: u64,
+    challenges: BTreeMap<String, u64>,
+    /// When each member was last heard (ms on the witness's monotonic clock).
+    heard: BTreeMap<String, u64>,
+}
+
+/// The records of every pair, and the rules that change them (no I/O: unit-tested alone).
+#[derive(Debug)]
+pub struct Records {
+    session: u64,
+    max_pairs: usize,
+    pairs: BTreeMap<String, Record>,
+}
+
+/// The durable part: holder and epoch per pair.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OnDisk {
+    version: u32,
+    pairs: BTreeMap<String, DiskRecord>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+struct DiskRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    holder: Option<String>,
+    epoch: u64,
+}
+
+impl Records {
+    /// Records restored from `disk`, under a fresh witness `session`, at `now` ms. Every
+    /// restored holder counts as heard at `now`: a restarted witness has not heard anybody
+    /// yet, and must not hand a live holder's record to a claimer in its first moments.
+    pub fn new(session: u64, max_pairs: usize, disk: OnDisk, now: u64) -> Records {
+        let pairs = disk
+            .pairs
+            .into_iter()
+            .map(|(name, r)| {
+                let heard = r.holder.iter().map(|h| (h.clone(), now)).collect();
+                (name, Record { holder: r.holder, epoch: r.epoch, heard, ..Record::default() })
+            })
+            .collect();
+        Records { session, max_pairs, pairs }
+    }
+
+    /// How many pairs the witness knows.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Whether it knows none.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// What must be on disk.
+    pub fn durable(&self) -> OnDisk {
+        OnDisk {
+            version: 1,
+            pairs: self
+                .pairs
+                .iter()
+                .filter(|(_, r)| r.epoch > 0)
+                .map(|(n, r)| (n.clone(), DiskRecord { holder: r.holder.clone(), epoch: r.epoch }))
+                .collect(),
+        }
+    }
+
+    /// Answers `req`, received at `now` ms. `fresh` draws a new challenge. The second value
+    /// says whether the durable part changed: persist it before the answer leaves.
+    pub fn handle(&mut self, req: &Request, now: u64, fresh: &mut impl FnMut() -> u64) -> (Response, bool) {
+        let session = self.session;
+        let refused = |challenge| Response {
+            id: req.id,
+            outcome: Outcome::Refused,
+            session,
+            challenge,
+            holder: None,
+            epoch: 0,
+            renewals: 0,
+        };
+        if !self.pairs.contains_key(&req.pair) && self.pairs.len() >= self.max_pairs {
+            return (refused(0), false);
+        }
+        let rec = self.pairs.entry(req.pair.clone()).or_default();
+        if !rec.challenges.contains_key(&req.member) && rec.challenges.len() >= MEMBERS_PER_PAIR {
+            rec.challenges.pop_first();
+        }
+        if !rec.heard.contains_key(&req.member) && rec.heard.len() >= MEMBERS_PER_PAIR {
+            rec.heard.pop_first();
+        }
+        let holder_heard = rec.holder.as_ref().and_then(|h| rec.heard.get(h)).copied();
+        rec.heard.insert(req.member.clone(), now);
+        let current = *rec.challenges.entry(req.member.clone()).or_insert_with(&mut *fresh);
+        let mutating = !matches!(req.op, Op::Read);
+        if mutating && req.challenge != current {
+            let r = Response {
+                id: req.id,
+                outcome: Outcome::Stale,
+                session,
+                challenge: current,
+                holder: rec.holder.clone(),
+                epoch: rec.epoch,
+                renewals: rec.renewals,
+            };
+            return (r, false);
+        }
+        let challenge = if mutating {
+            let next = fresh();
+            rec.challenges.insert(req.member.clone(), next);
+            next
+        } else {
+            current
+        };
+        let (outcome, changed) = match req.op {
+            Op::Read => (Outcome::Done, false),
+            Op::Cas { new_epoch, expected, grace_ms } => {
+                let other_holder = rec.holder.as_ref().is_some_and(|h| h != &req.member);
+                if new_epoch == 0 || new_epoch > MAX_EPOCH || new_epoch < expected {
+                    (Outcome::Refused, false)
+                } else if rec.epoch != expected {
+                    (Outcome::Conflict, false)
+                } else if other_holder && holder_heard.is_some_and(|t| now.saturating_sub(t) < grace_ms) {
+                    (Outcome::HolderAlive, false)
+                } else {
+                    rec.holder = Some(req.member.clone());
+                    rec.epoch = new_epoch;
+                    rec.renewals = 0;
+                    (Outcome::Done, true)
+                }
+            }
+            Op::Renew { epoch } => {
+                if rec.holder.as_deref() == Some(req.member.as_str()) && rec.epoch == epoch {
+                    rec.renewals = rec.renewals.saturating_add(1);
+                    (Outcome::Done, false)
+                } else {
+                    (Outcome::Conflict, false)
+                }
+            }
+        };
+        let r = Response {
+            id: req.id,
+            outcome,
+            session,
+            challenge,
+            holder: rec.holder.clone(),
+            epoch: rec.epoch,
+            renewals: rec.renewals,
+        };
+        (r, changed)
+    }
+
+    /// Undoes a compare-and-swap whose record could not be persisted.
+    fn restore(&mut self, pair: &str, before: Option<(Option<String>, u64, u64)>) {
+        match before {
+            Some((holder, epoch, renewals)) => {
+                if let Some(r) = self.pairs.get_mut(pair) {
+                    r.holder = holder;
+                    r.epoch = epoch;
+                    r.renewals = renewals;
+                }
+            }
+            None => {
+                self.pairs.remove(pair);
+            }
+        }
+    }
+}
+
+/// The witness's state file.
+#[derive(Clone, Debug)]
+pub struct WitnessState {
+    path: PathBuf,
+}
+
+impl WitnessState {
+    /// `<dir>/witness.json`.
+    pub fn new(dir: &Path) -> WitnessState {
+        WitnessState { path: dir.join("witness.json") }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes the directory's lock: one witness per state directory.
+    pub fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, WitnessError> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let lock = dir.join("witness.lock");
+        let err = |source| WitnessError::Locked { path: lock.clone(), source };
+        std::fs::create_dir_all(dir).map_err(err)?;
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock).map_err(err)?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| err(std::io::Error::from_raw_os_error(e as i32)))
+    }
+
+    /// Reads the file (missing: empty). Refuses an epoch outside the domain.
+    pub fn load(&self) -> Result<OnDisk, WitnessError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OnDisk::default()),
+            Err(e) => return Err(WitnessError::State { path: self.path.clone(), message: e.to_string() }),
+        };
+        let d: OnDisk = serde_json::from_slice(&bytes)
+            .map_err(|e| WitnessError::State { path: self.path.clone(), message: e.to_string() })?;
+        if let Some((pair, r)) = d.pairs.iter().find(|(_, r)| r.epoch > MAX_EPOCH) {
+            return Err(WitnessError::State {
+                path: self.path.clone(),
+                message: format!("pair {pair} has epoch {} outside 0..={MAX_EPOCH}", r.epoch),
+            });
+        }
+        Ok(d)
+    }
+
+    /// Writes the file durably.
+    pub fn store(&self, d: &OnDisk) -> Result<(), WitnessError> {
+        let json = serde_json::to_vec_pretty(d)
+            .map_err(|e| WitnessError::State { path: self.path.clone(), message: e.to_string() })?;
+        write_atomic(&self.path, &json)
+            .map_err(|e| WitnessError::State { path: self.path.clone(), message: e.to_string() })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// The witness's metrics.
+pub struct WitnessMetrics {
+    registry: Registry,
+    requests: Family<OpLabels, Counter>,
+    dropped: Family<ReasonLabels, Counter>,
+    pairs: Gauge,
+}
+
+impl Default for WitnessMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WitnessMetrics {
+    /// Registers the metrics.
+    pub fn new() -> WitnessMetrics {
+        let mut registry = Registry::default();
+        let requests = Family::<OpLabels, Counter>::default();
+        let dropped = Family::<ReasonLabels, Counter>::default();
+        let pairs = Gauge::default();
+        registry.register("havip_witness_requests", "Requests answered, by operation and outcome", requests.clone());
+        registry.register(
+            "havip_witness_dropped",
+            "Datagrams dropped (failed authentication or decoding), by reason",
+            dropped.clone(),
+        );
+        registry.register("havip_witness_pairs", "Pairs the witness keeps a record for", pairs.clone());
+        WitnessMetrics { registry, requests, dropped, pairs }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Requests answered with `outcome`.
+    pub fn requests(&self, op: &'static str, outcome: &'static str) -> u64 {
+        self.requests.get_or_create(&OpLabels { op, outcome }).get()
+    }
+}
+
+/// What the witness serves with.
+pub struct WitnessOptions {
+    /// Its keys.
+    pub keys: Keyring,
+    /// Its state file.
+    pub state: WitnessState,
+    /// The most pairs it keeps a record for.
+    pub max_pairs: usize,
+}
+
+/// Binds `listen` (UDP).
+pub async fn bind(listen: SocketAddr) -> Result<UdpSocket, WitnessError> {
+    UdpSocket::bind(listen).await.map_err(|source| WitnessError::Bind { address: listen, source })
+}
+
+/// Serves requests on `sock` until the task is dropped. Restores the records from the
+/// state file first.
+pub async fn serve(sock: UdpSocket, opts: WitnessOptions, metrics: Arc<WitnessMetrics>) -> Result<(), WitnessError> {
+    let disk = opts.state.load()?;
+    let start = std::time::Instant::now();
+    let now_ms = move || u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut records = Records::new(crate::heartbeat::random_session(), opts.max_pairs, disk, now_ms());
+    metrics.pairs.set(records.len() as i64);
+    let mut fresh = crate::heartbeat::random_session;
+    let mut buf = [0u8; witness::MAX_DATAGRAM + 1];
+    loop {
+        let (n, from) = match sock.recv_from(&mut buf).await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "witness receive failed");
+                continue;
+            }
+        };
+        let req = match witness::decode_request(&buf[..n], &opts.keys) {
+            Ok(r) => r,
+            Err(e) => {
+                metrics.dropped.get_or_create(&ReasonLabels { reason: e.reason() }).inc();
+                tracing::debug!(from = %from, error = %e, "witness datagram dropped");
+                continue;
+            }
+        };
+        let before = records.pairs.get(&req.pair).map(|r| (r.holder.clone(), r.epoch, r.renewals));
+        let (mut resp, changed) = records.handle(&req, now_ms(), &mut fresh);
+        if changed {
+            if let Err(e) = opts.state.store(&records.durable()) {
+                // Not durable, so not granted: the member treats the witness as unreachable.
+                tracing::warn!(error = %e, pair = %req.pair, "witness failed to persist a record; refusing the write");
+                records.restore(&req.pair, before);
+                resp.outcome = Outcome::Refused;
+            } else {
+                tracing::info!(pair = %req.pair, holder = %req.member, epoch = resp.epoch, "witness record written");
+            }
+        }
+        metrics.pairs.set(records.len() as i64);
+        metrics.requests.get_or_create(&OpLabels { op: req.op.as_str(), outcome: resp.outcome.as_str() }).inc();
+        let key = response_key(&opts.keys, &buf[..n]);
+        if let Err(e) = sock.send_to(&witness::encode_response(&resp, key), from).await {
+            tracing::debug!(to = %from, error = %e, "witness answer not sent");
+        }
+    }
+}
+
+/// Answers under the key the request was signed with (the keyring accepted it).
+fn response_key<'a>(keys: &'a Keyring, request: &[u8]) -> &'a Key {
+    let id = request.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    match (&keys.previous, id) {
+        (Some(p), Some(id)) if p.id == id => p,
+        _ => &keys.current,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(member: &str, challenge: u64, op: Op) -> Request {
+        Request { id: 1, challenge, pair: "web".into(), member: member.into(), op }
+    }
+
+    fn counter() -> impl FnMut() -> u64 {
+        let mut n = 100;
+        move || {
+            n += 1;
+            n
+        }
+    }
+
+    #[test]
+    fn compare_and_swap_needs_the_expected_epoch_and_a_fresh_challenge() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let (read, changed) = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f);
+        assert_eq!((read.outcome, read.epoch, read.holder.clone(), changed), (Outcome::Done, 0, None, false));
+        let ch = read.challenge;
+        // Without the challenge: stale, nothing changes.
+        let (s, changed) = r.handle(&req("n0", 0, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        assert_eq!((s.outcome, s.challenge, s.epoch, changed), (Outcome::Stale, ch, 0, false));
+        let (ok, changed) =
+            r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        assert_eq!((ok.outcome, ok.holder.as_deref(), ok.epoch, changed), (Outcome::Done, Some("n0"), 1, true));
+        assert_ne!(ok.challenge, ch, "a used challenge is replaced");
+        // The same datagram again (a replay, or a retry): stale.
+        let (replay, _) = r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        assert_eq!(replay.outcome, Outcome::Stale);
+        // n1 expected epoch 0 too: conflict, the record shows n0 at 1.
+        let c1 = r.handle(&req("n1", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let (conflict, changed) =
+            r.handle(&req("n1", c1, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        assert_eq!(
+            (conflict.outcome, conflict.holder.as_deref(), conflict.epoch, changed),
+            (Outcome::Conflict, Some("n0"), 1, false)
+        );
+        // n0 was heard at 1000: until 1300 it counts as alive.
+        let (alive, changed) = r.handle(
+            &req("n1", conflict.challenge, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }),
+            1_299,
+            &mut f,
+        );
+        assert_eq!(
+            (alive.outcome, alive.holder.as_deref(), alive.epoch, changed),
+            (Outcome::HolderAlive, Some("n0"), 1, false)
+        );
+        let (won, _) =
+            r.handle(&req("n1", alive.challenge, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), 1_300, &mut f);
+        assert_eq!((won.outcome, won.holder.as_deref(), won.epoch), (Outcome::Done, Some("n1"), 2));
+    }
+
+    #[test]
+    fn a_holder_that_keeps_reading_is_never_taken_over_and_a_silent_one_is() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let ch = r.handle(&req("n0", 0, Op::Read), 0, &mut f).0.challenge;
+        r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 0, &mut f);
+        let mut c1 = r.handle(&req("n1", 0, Op::Read), 0, &mut f).0.challenge;
+        // n0 reads every 300 ms; n1 claims every 100 ms for 3 s: always refused.
+        for t in (100..3_000).step_by(100) {
+            if t % 150 == 0 {
+                r.handle(&req("n0", 0, Op::Read), t, &mut f);
+            }
+            let (x, changed) =
+                r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), t, &mut f);
+            assert_eq!((x.outcome, changed), (Outcome::HolderAlive, false), "at {t}");
+            c1 = x.challenge;
+        }
+        // n0 falls silent after its read at 2700: granted once 300 ms passed.
+        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), 3_150, &mut f);
+        assert_eq!((x.outcome, x.holder.as_deref()), (Outcome::Done, Some("n1")));
+    }
+
+    #[test]
+    fn a_restarted_witness_counts_every_holder_as_just_heard() {
+        let mut disk = OnDisk::default();
+        disk.pairs.insert("web".into(), DiskRecord { holder: Some("n0".into()), epoch: 4 });
+        let mut f = counter();
+        let mut r = Records::new(8, 10, disk, 50_000);
+        let c1 = r.handle(&req("n1", 0, Op::Read), 50_000, &mut f).0.challenge;
+        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }), 50_100, &mut f);
+        assert_eq!(x.outcome, Outcome::HolderAlive);
+        let (y, _) =
+            r.handle(&req("n1", x.challenge, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }), 50_300, &mut f);
+        assert_eq!((y.outcome, y.epoch), (Outcome::Done, 5));
+    }
+
+    #[test]
+    fn epochs_outside_the_domain_or_going_back_are_refused() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        for op in [
+            Op::Cas { new_epoch: 0, expected: 0, grace_ms: 300 },
+            Op::Cas { new_epoch: MAX_EPOCH + 1, expected: 0, grace_ms: 300 },
+            Op::Cas { new_epoch: 3, expected: 4, grace_ms: 300 },
+        ] {
+            let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+            let (x, changed) = r.handle(&req("n0", ch, op), 1_000, &mut f);
+            assert_eq!((x.outcome, x.epoch, changed), (Outcome::Refused, 0, false), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_holder_renews_and_renewals_are_counted() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let ch =
+            r.handle(&req("n0", ch, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 300 }), 1_000, &mut f).0.challenge;
+        let (a, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        assert_eq!((a.outcome, a.renewals), (Outcome::Done, 1));
+        let (b, _) = r.handle(&req("n0", a.challenge, Op::Renew { epoch: 4 }), 1_000, &mut f);
+        assert_eq!((b.outcome, b.renewals), (Outcome::Conflict, 1), "another epoch");
+        let c1 = r.handle(&req("n1", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let (c, _) = r.handle(&req("n1", c1, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        assert_eq!((c.outcome, c.renewals), (Outcome::Conflict, 1), "not the holder");
+        let (replay, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        assert_eq!((replay.outcome, replay.renewals), (Outcome::Stale, 1), "a replayed renewal counts nothing");
+    }
+
+    #[test]
+    fn a_restarted_witness_keeps_holder_and_epoch_under_a_new_session_and_new_challenges() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = WitnessState::new(dir.path());
+        let mut f = counter();
+        let mut r = Records::new(7, 10, st.load().expect("empty"), 0);
+        let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let (ok, changed) =
+            r.handle(&req("n0", ch, Op::Cas { new_epoch: 9, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        assert!(changed);
+        st.store(&r.durable()).expect("store");
+        let ch2 = ok.challenge;
+        let mut g = || 5000u64;
+        let mut again = Records::new(8, 10, st.load().expect("load"), 100_000);
+        let (read, _) = again.handle(&req("n0", 0, Op::Read), 100_000, &mut g);
+        assert_eq!((read.holder.as_deref(), read.epoch, read.session, read.renewals), (Some("n0"), 9, 8, 0));
+        let (stale, _) = again.handle(&req("n0", ch2, Op::Renew { epoch: 9 }), 100_000, &mut g);
+        assert_eq!(stale.outcome, Outcome::Stale, "challenges of the old session are void");
+    }
+
+    #[test]
+    fn the_pair_limit_refuses_new_pairs_only() {
+        let mut f = counter();
+        let mut r = Records::new(7, 1, OnDisk::default(), 0);
+        assert_eq!(r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.outcome, Outcome::Done);
+        let other = Request { pair: "db".into(), ..req("n0", 0, Op::Read) };
+        assert_eq!(r.handle(&other, 1_000, &mut f).0.outcome, Outcome::Refused);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn a_state_file_with_an_epoch_outside_the_domain_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = WitnessState::new(dir.path());
+        std::fs::write(
+            st.path(),
+            format!(r#"{{"version":1,"pairs":{{"web":{{"holder":"n0","epoch":{}}}}}}}"#, MAX_EPOCH + 1),
+        )
+        .expect("write");
+        let e = st.load().expect_err("refused");
+        assert!(e.to_string().contains("outside"), "{e}");
+        std::fs::write(st.path(), "{garbage").expect("write");
+        assert!(st.load().is_err());
+    }
+}
