@@ -15,12 +15,18 @@
 //!
 //! Names are a length byte and at most [`MAX_NAME`](crate::wire::MAX_NAME) bytes of UTF-8. For a compare-and-swap
 //! `a` is the new epoch, `b` the expected one and `c` the claimer's grace in milliseconds
-//! (its heartbeat timeout); for a renewal `a` is the epoch; a read carries zeros.
+//! (its heartbeat timeout); for a renewal `a` is the epoch; for a read `a` is 1 when the
+//! sender holds the VIPs, else 0; unused fields are zero.
 //!
-//! **Votes.** The witness notes when it last heard each member of a pair (any
-//! authenticated request: members read the record several times a second). It refuses a
-//! compare-and-swap that would take the record from a holder it heard within the claimer's
-//! grace ([`Outcome::HolderAlive`]): that holder is alive, only cut off from the claimer.
+//! **Votes.** The witness notes when it last heard each member of a pair and whether that
+//! member said it holds the VIPs (members read the record several times a second; a renewal
+//! says "holding", a claim "not yet"). It refuses a compare-and-swap that would take the
+//! record from a holder it heard holding within the claimer's grace
+//! ([`Outcome::HolderAlive`]): that holder is alive and serving, only cut off from the
+//! claimer. A holder that gave the VIPs up (fenced, cut off from its gateway) says so in its
+//! reads, and is taken over at once. Any member heard holding counts, not only the record's
+//! holder: one that took the VIPs in a planned handover whose write never landed is as
+//! alive.
 //!
 //! **Replays.** A request that changes the record (compare-and-swap, renewal) must carry
 //! the challenge the witness last gave this member of this pair; the witness replaces the
@@ -44,8 +50,11 @@ pub const DEFAULT_PORT: u16 = 7947;
 /// What a member asks the witness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Read the record.
-    Read,
+    /// Read the record; `holding`: the sender holds the VIPs now.
+    Read {
+        /// The sender holds the VIPs.
+        holding: bool,
+    },
     /// Set holder (the sender) and epoch if the record's epoch is `expected` — and, when
     /// the record names another holder, that holder has not been heard for `grace_ms`.
     Cas {
@@ -67,7 +76,7 @@ impl Op {
     /// A bounded label for metrics and logs.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Op::Read => "read",
+            Op::Read { .. } => "read",
             Op::Cas { .. } => "cas",
             Op::Renew { .. } => "renew",
         }
@@ -100,9 +109,9 @@ pub enum Outcome {
     /// The challenge is not the current one (a replay, or a retry after the witness
     /// accepted the first copy or restarted): nothing changed; retry with the response's.
     Stale,
-    /// A compare-and-swap refused because the record's holder (another member) was heard
-    /// within the claimer's grace: it is alive. Nothing changed; the record is in the
-    /// response.
+    /// A compare-and-swap refused because another member was heard saying it holds the VIPs
+    /// within the claimer's grace: it is alive and serving. Nothing changed; the response
+    /// names that member as holder (with the record's epoch).
     HolderAlive,
     /// Refused: an epoch outside the pair epoch's domain (`1..=2147483647`, the Lease's
     /// 32-bit `leaseTransitions`), or a pair the witness has no room for.
@@ -277,7 +286,7 @@ fn end(r: &Reader<'_>) -> Result<(), WitnessDecodeError> {
 /// Encodes and signs a request. Names longer than 63 bytes are truncated.
 pub fn encode_request(req: &Request, key: &Key) -> Vec<u8> {
     let (kind, a, b, c) = match req.op {
-        Op::Read => (1, 0, 0, 0),
+        Op::Read { holding } => (1, u64::from(holding), 0, 0),
         Op::Cas { new_epoch, expected, grace_ms } => (2, new_epoch, expected, grace_ms),
         Op::Renew { epoch } => (3, epoch, 0, 0),
     };
@@ -307,7 +316,8 @@ pub fn decode_request(buf: &[u8], keys: &Keyring) -> Result<Request, WitnessDeco
         return Err(WitnessDecodeError::Malformed { field: "empty name" });
     }
     let op = match kind {
-        1 => Op::Read,
+        1 if a > 1 => return Err(WitnessDecodeError::Malformed { field: "holding" }),
+        1 => Op::Read { holding: a == 1 },
         2 => Op::Cas { new_epoch: a, expected: b, grace_ms: c },
         _ => Op::Renew { epoch: a },
     };
@@ -369,7 +379,12 @@ mod tests {
     #[test]
     fn requests_and_responses_round_trip() {
         let k = ring();
-        for op in [Op::Read, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }, Op::Renew { epoch: 5 }] {
+        for op in [
+            Op::Read { holding: true },
+            Op::Read { holding: false },
+            Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 },
+            Op::Renew { epoch: 5 },
+        ] {
             let r = req(op);
             assert_eq!(decode_request(&encode_request(&r, &k.current), &k), Ok(r));
         }
@@ -382,7 +397,7 @@ mod tests {
     #[test]
     fn a_request_is_not_a_response_and_a_response_is_not_a_request() {
         let k = ring();
-        let q = encode_request(&req(Op::Read), &k.current);
+        let q = encode_request(&req(Op::Read { holding: true }), &k.current);
         assert_eq!(decode_response(&q, &k), Err(WitnessDecodeError::BadMagic));
         let p = encode_response(&resp(), &k.current);
         assert_eq!(decode_request(&p, &k), Err(WitnessDecodeError::BadMagic));
@@ -412,10 +427,10 @@ mod tests {
     fn another_key_or_key_id_is_refused_and_the_previous_key_is_accepted() {
         let k = ring();
         let other = Key { id: 3, secret: b"fedcba9876543210".to_vec() };
-        let buf = encode_request(&req(Op::Read), &other);
+        let buf = encode_request(&req(Op::Read { holding: true }), &other);
         assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::BadMac));
         let old = Key { id: 2, secret: b"old-key-old-key!".to_vec() };
-        let buf = encode_request(&req(Op::Read), &old);
+        let buf = encode_request(&req(Op::Read { holding: true }), &old);
         assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::UnknownKey { key_id: 2 }));
         let rotating = Keyring { current: k.current.clone(), previous: Some(old) };
         assert!(decode_request(&buf, &rotating).is_ok());

@@ -126,13 +126,30 @@ fn a_claim_the_witness_refuses_because_it_hears_the_holder_is_given_up_and_not_r
     let out = h.cas(CasResult::HolderAlive { holder: node(A), epoch: 1 });
     assert!(adds(&out).is_empty() && !h.m.holds_vips());
     assert_eq!(h.role(), Role::Standby);
-    // The holder renews at the witness once a second; B never claims again meanwhile.
+    assert_eq!(h.status().blocker, Some(Blocker::LeaseConflictBackoff), "a heartbeat timeout of back-off");
+    // The holder is alive: it renews at the witness once a second from now on, and B never
+    // claims again meanwhile.
     let mut later = Vec::new();
-    for t in (3_000..=8_000).step_by(1_000) {
+    for t in (2_350..=8_350).step_by(1_000) {
         later.extend(h.run(t, &[], Some(false)));
         later.extend(h.feed(Input::LeaseRenewed { holder: node(A), epoch: 1 }));
     }
     assert!(cas_of(&later).is_empty(), "claimed again: {:?}", cas_of(&later));
     assert_eq!(h.status().blocker, Some(Blocker::PeerAliveViaLease));
     assert!(h.status().alarms.contains(&Alarm::PeerPartition));
+}
+
+#[test]
+fn a_claim_refused_just_as_the_holder_died_is_retried_after_a_heartbeat_timeout() {
+    // The witness heard A's last read after the last heartbeat B heard: it refuses B's
+    // first claim. A is dead and renews nothing: B claims again after its back-off.
+    let mut h = witnessed_standby();
+    h.run(2_300, &[], Some(false));
+    h.cas(CasResult::HolderAlive { holder: node(A), epoch: 1 });
+    let out = h.run(2_700, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(3, 1)], "a second claim under a fresh epoch");
+    let at = h.first_at(|x| matches!(x, Action::CasLease { new_epoch: 3, .. })).unwrap();
+    assert!((2_600..=2_640).contains(&at), "claimed again at {at}");
+    let out = h.cas(CasResult::Ok { epoch: 3 });
+    assert_eq!(adds(&out).len(), 1);
 }

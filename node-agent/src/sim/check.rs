@@ -52,6 +52,11 @@ pub(super) struct Checker {
     burst: Option<(usize, bool)>,
     /// (k): since when node `i` hears nothing (verifiable or not) from node `j`.
     deaf_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    /// (l): since when nodes `i` and `j` both hold a client-reachable VIP while both run
+    /// and reach the witness.
+    witness_dual_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    /// (l): since when node `n` runs, reaches the witness and holds the VIPs.
+    witness_ok_since: [Option<u64>; MAX_NODES],
     last_world: u64,
     n: usize,
     nv: usize,
@@ -92,6 +97,8 @@ impl Checker {
             pending_i: Vec::new(),
             burst: None,
             deaf_since: [[None; MAX_NODES]; MAX_NODES],
+            witness_dual_since: [[None; MAX_NODES]; MAX_NODES],
+            witness_ok_since: [None; MAX_NODES],
             last_world: 0,
             n,
             nv,
@@ -158,6 +165,7 @@ impl Checker {
     /// Evaluated every few virtual ms: (a), (k) and the deadlines of (d) and (i).
     pub(super) fn periodic(w: &mut World) {
         Self::check_dual(w);
+        Self::check_witness_dual(w);
         let due: Vec<PendingI> = w.chk.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
         w.chk.pending_i.retain(|p| w.t < p.deadline);
         for p in due {
@@ -255,6 +263,60 @@ impl Checker {
         }
     }
 
+    /// (l): with a witness, two members that both run and reach it never hold a VIP the
+    /// client reaches at once for longer than a read of the witness and its latency.
+    fn check_witness_dual(w: &mut World) {
+        if !w.p.witness {
+            return;
+        }
+        let t = w.t;
+        for k in 0..w.chk.n {
+            let nd = &w.nodes[k];
+            let ok = nd.live() && nd.store && nd.machine.as_ref().is_some_and(|m| m.holds_vips());
+            upd(&mut w.chk.witness_ok_since[k], ok, t);
+        }
+        // Plus a heartbeat timeout: a holder resumed after a stall may find queued adverts of
+        // the new holder from before it took over, and gives a peer it hears as a standby
+        // that long to show it acts on the newer record (the rule for late writes).
+        let bound = w.p.witness_poll()
+            + w.p.timings.heartbeat_timeout_ms
+            + 4 * w.p.store_lat.1
+            + 2 * w.p.timings.tick_ms
+            + w.p.max_delay()
+            + 2 * super::world::CHECK_INTERVAL
+            + 50;
+        for i in 0..w.chk.n {
+            for j in (i + 1)..w.chk.n {
+                // (A member in Demoting is in a planned handover's make-before-break overlap,
+                // bounded by the 1 s confirm timeout: not this rule's.)
+                let ok = |k: usize| {
+                    let nd = &w.nodes[k];
+                    let demoting = nd.machine.as_ref().is_some_and(|m| m.role() == Role::Demoting);
+                    nd.live() && nd.store && w.client_reach(k) && !demoting
+                };
+                let shared = w.nodes[i].kernel & w.nodes[j].kernel != 0;
+                let on = shared && ok(i) && ok(j);
+                let since = &mut w.chk.witness_dual_since[i][j];
+                match (on, *since) {
+                    (false, _) => *since = None,
+                    (true, None) => *since = Some(t),
+                    (true, Some(s)) if t.saturating_sub(s) > bound => {
+                        *since = None;
+                        let d = format!(
+                            "{} and {} both hold a VIP the client reaches for {} ms while both run and \
+                             reach the witness (bound {bound} ms)",
+                            node_name(i),
+                            node_name(j),
+                            t - s
+                        );
+                        Self::violate_w(w, Invariant::WitnessDual, d);
+                    }
+                    (true, Some(_)) => {}
+                }
+            }
+        }
+    }
+
     /// (k): holder `i` has heard nothing from holder `j` for a second while both hold a VIP
     /// the client reaches: if its own links and gateway are fine (and no rejected heartbeats
     /// explain the silence), it raises `PeerSilent`.
@@ -319,11 +381,20 @@ impl Checker {
             return;
         };
         let store_down = (0..w.chk.n).any(|i| !w.nodes[i].store);
+        if store_down && w.p.witness {
+            // No vote, no takeover: by design nobody replaces the holder meanwhile.
+            return;
+        }
         let mut bound = bounds::takeover(&w.p.timings, w.p.max_delay(), w.chk.n, w.p.store_lat.1, store_down);
         // A standby partitioned from the holder that saw it renew the Lease waits, by
         // design, until the last renewal is lease_alive_ms old.
         if w.nodes[s].machine.as_ref().is_some_and(|m| m.status().alarms.contains(&Alarm::PeerPartition)) {
             bound += w.p.timings.lease_alive_ms;
+        }
+        if w.p.witness {
+            // The witness may have heard the holder after the last heartbeat the standby
+            // heard: one refused claim, then a heartbeat timeout of back-off.
+            bound += w.p.timings.heartbeat_timeout_ms + w.p.witness_poll();
         }
         w.chk.pending_d = Some(PendingD { armed: false, t0: t, deadline: t + bound, dead: h, standby: s });
     }
@@ -560,6 +631,30 @@ impl Checker {
         let unplanned = matches!(reason, Reason::Takeover | Reason::Election);
         if unplanned {
             w.stats.takeovers += 1;
+        }
+        if unplanned && w.p.witness {
+            // (l): the witness refuses a claim while it hears the holder holding; so nobody
+            // takes over from a member that ran, reached it and held the VIPs throughout
+            // the claim (its last read, the claim's flight, the answer).
+            let window = w.p.witness_grace()
+                + w.p.witness_poll()
+                + w.p.timings.cas_timeout_ms
+                + 4 * w.p.store_lat.1
+                + 3 * super::world::CHECK_INTERVAL;
+            for h in (0..w.chk.n).filter(|&h| h != n) {
+                if let Some(s) = w.chk.witness_ok_since[h]
+                    && t.saturating_sub(s) > window
+                {
+                    let d = format!(
+                        "{} took the VIPs ({reason:?}) from {}, which ran, reached the witness and \
+                         held them for the last {} ms (window {window} ms)",
+                        node_name(n),
+                        node_name(h),
+                        t - s
+                    );
+                    Self::violate_w(w, Invariant::WitnessDual, d);
+                }
+            }
         }
         if w.chk.maintenance[n] {
             let d = format!("{} took the VIPs ({reason:?}) while in maintenance", node_name(n));

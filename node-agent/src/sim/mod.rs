@@ -27,7 +27,12 @@
 //!   timeout. The client reaches a node iff it is powered, has carrier and its client link.
 //! * **Lease store**: compare-and-swap on the epoch with watch notifications; per member it
 //!   can be unreachable, answering `Unavailable` at once (standalone-like) or not at all
-//!   (the machine's 200 ms CAS timeout), as drawn per schedule.
+//!   (the machine's 200 ms CAS timeout), as drawn per schedule. A quarter of the schedules
+//!   make it a **witness** (standalone mode, `lease_vote_required`): every member that runs
+//!   and reaches it is heard by it once per read interval (half the heartbeat timeout); it
+//!   refuses a claim while it heard the record's holder within the heartbeat timeout
+//!   (`HolderAlive`); a member cut off from it is told so (`LeaseUnreachable`) after two
+//!   unanswered reads.
 //! * **Timings**: production defaults on the fast path; long windows compressed (see
 //!   [`schedule::sim_timings`]).
 //!
@@ -69,6 +74,8 @@
 //!   delay (the silence is measured from the last advert's arrival), `(n − 2) × heartbeat
 //!   interval` for the priority stagger of lower-ranked standbys, four store latencies (CAS
 //!   and one retry), plus the 200 ms CAS timeout when some member's store link is cut.
+//!   With a witness and some member's store link cut there is no bound: no vote, no
+//!   takeover, by design.
 //! * **(e) automatic moves never violate maintenance, quarantine or suspension** — no
 //!   acquisition by a member in maintenance (sim's own record of the commands delivered);
 //!   no discretionary handover (unhealthy VIP, listener down, failback) started while the
@@ -111,6 +118,17 @@
 //!   links and gateway are fine (unless heartbeats failing verification explain the
 //!   silence). Schedules partition the members from each other on every path while the
 //!   client and the gateways still reach both.
+//! * **(l) a witness keeps a cut between the members from moving the VIPs** — with a
+//!   witness, no member takes the VIPs over (takeover, election) from a member that ran,
+//!   reached the witness and held them throughout the claim (its last read, the claim's
+//!   flight and timeout, the answer: half a heartbeat timeout, a read interval, the 200 ms
+//!   CAS timeout, four store latencies and 30 ms); and two members that both run (not stopped) and reach it never hold a VIP the
+//!   client reaches at once for longer than one read interval, a heartbeat timeout, four
+//!   store latencies, two ticks, the largest heartbeat delay and 70 ms: a claim is refused
+//!   while the witness hears the holder, and a holder that was stopped or cut off from the
+//!   witness when the other took the VIPs learns of it at its next read (a resumed one
+//!   may first give a peer it hears as a standby, from queued adverts, a heartbeat timeout
+//!   to show it acts on the newer record).
 //! * **Clocks** — every node has a wall clock; a skewed node (or one whose clock stepped at
 //!   an agent restart) is more than 60 s off its peers, whose heartbeats are then rejected
 //!   as `ClockSkew` (not "connected" for (a)). The heartbeat layer's replay protection is
@@ -225,6 +243,11 @@ pub enum Invariant {
     /// (k) two members held a VIP the client reaches, not hearing each other, and one of
     /// them (links and gateway fine) did not raise `PeerSilent`.
     SilentDualHolder,
+    /// (l) with a witness, a member took the VIPs over from one that ran, reached the
+    /// witness and held them throughout the claim; or two members held a VIP the client
+    /// reaches while both were running and reached the witness, for longer than one witness
+    /// read, a heartbeat timeout and the store's latency.
+    WitnessDual,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
 }
@@ -244,6 +267,7 @@ impl Invariant {
             Invariant::RestartMovedVips => "i",
             Invariant::AnnouncedStale => "j",
             Invariant::SilentDualHolder => "k",
+            Invariant::WitnessDual => "l",
             Invariant::NoHolderAfterHeal => "heal",
         }
     }

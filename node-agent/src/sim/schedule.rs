@@ -88,6 +88,7 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         base_epoch,
         fault_end,
         settle: 8_000,
+        witness: r.chance(0.25),
     };
     let mut faults = Vec::new();
     let k = if r.chance(0.3) { r.range(1, 2) } else { r.range(0, 8) };

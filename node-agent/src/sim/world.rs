@@ -57,11 +57,27 @@ pub(super) struct Params {
     pub fault_end: u64,
     /// Time after the heal before the final check.
     pub settle: u64,
+    /// Standalone mode with a witness: the store is the witness (takeovers need its vote;
+    /// it refuses a claim while it hears the holder, which reads it every
+    /// [`Params::witness_poll`]).
+    pub witness: bool,
 }
 
 impl Params {
     pub(super) fn max_delay(&self) -> u64 {
         self.delay.iter().map(|d| d.1).max().unwrap_or(0)
+    }
+
+    /// How often a member reads the witness (the client's: a third of the heartbeat
+    /// timeout, 20 to 200 ms).
+    pub(super) fn witness_poll(&self) -> u64 {
+        (self.timings.heartbeat_timeout_ms / 3).clamp(20, 200)
+    }
+
+    /// How long the witness must not have heard a holder for a claim (the client's: half
+    /// the heartbeat timeout).
+    pub(super) fn witness_grace(&self) -> u64 {
+        self.timings.heartbeat_timeout_ms / 2
     }
 }
 
@@ -227,15 +243,25 @@ pub(super) enum Fault {
 enum NodeEv {
     Tick,
     ProbeStart,
-    ProbeDone { vip: usize, up: bool },
+    ProbeDone {
+        vip: usize,
+        up: bool,
+    },
     LocalProbe,
     GatewayFeed,
-    VipsFeed { periodic: bool },
+    VipsFeed {
+        periodic: bool,
+    },
     TrafficFeed,
     InitFeed,
     LeaseFeed,
-    LeaseRenewed { holder: usize, epoch: u64 },
+    LeaseRenewed {
+        holder: usize,
+        epoch: u64,
+    },
     CasReply(CasResult),
+    /// The witness did not answer two reads (witness mode).
+    WitnessUnreachable,
 }
 
 #[derive(Clone, Debug)]
@@ -321,6 +347,8 @@ pub(super) struct World {
     pub loss: [u32; PATHS],
     pub store_holder: Option<usize>,
     pub store_epoch: u64,
+    /// When the witness last heard each member (a read, a claim or a renewal).
+    pub witness_heard: [u64; MAX_NODES],
     pub chk: Checker,
     pub stats: Stats,
     pub trace: std::collections::VecDeque<TraceEntry>,
@@ -361,6 +389,7 @@ impl World {
                 cfg.timings = p.timings.clone();
                 cfg.failback = p.failback.clone();
                 cfg.start_alone = p.start_alone;
+                cfg.lease_vote_required = p.witness;
                 cfg.config_revision = 1;
                 cfg.flap = crate::sm::FlapPolicy { moves: 3, window_ms: 20_000, quiet_ms: 10_000 };
                 let persisted = Persisted {
@@ -412,6 +441,7 @@ impl World {
             loss: [0; PATHS],
             store_holder,
             store_epoch,
+            witness_heard: [0; MAX_NODES],
             chk: Checker::new(p.n, nv),
             stats: Stats::default(),
             trace: std::collections::VecDeque::new(),
@@ -487,6 +517,7 @@ impl World {
                 Checker::after_world_event(self);
             }
             Ev::Check => {
+                self.witness_reads();
                 Checker::periodic(self);
                 self.push(self.t + CHECK_INTERVAL, Ev::Check);
             }
@@ -542,6 +573,37 @@ impl World {
                 }
             }
             NodeEv::CasReply(r) => self.feed(n, Input::CasResult(r)),
+            NodeEv::WitnessUnreachable => {
+                if !self.nodes[n].store {
+                    self.feed(n, Input::LeaseUnreachable);
+                }
+            }
+        }
+    }
+
+    /// The members' reads of the witness: a live member that reaches it is heard once per
+    /// poll interval (at its own phase).
+    fn witness_reads(&mut self) {
+        if !self.p.witness {
+            return;
+        }
+        let poll = self.p.witness_poll();
+        for n in 0..self.p.n {
+            let phase = (n as u64 * 37) % poll;
+            let holds = self.nodes[n].machine.as_ref().is_some_and(|m| m.holds_vips());
+            if self.nodes[n].live() && self.nodes[n].store && (self.t + phase) % poll < CHECK_INTERVAL {
+                // A read: it says whether this member holds the VIPs (only a holder's counts;
+                // 0: not heard holding).
+                self.witness_heard[n] = if holds { self.t.max(1) } else { 0 };
+            }
+        }
+    }
+
+    /// A member that cannot reach the witness learns it after two unanswered reads.
+    fn witness_lost(&mut self, n: usize) {
+        if self.p.witness && self.nodes[n].machine.is_some() {
+            let after = 2 * self.p.witness_poll() + 100;
+            self.push_node(n, after, NodeEv::WitnessUnreachable);
         }
     }
 
@@ -734,7 +796,20 @@ impl World {
             }
             return;
         }
-        let r = if self.store_epoch == expected {
+        // (A write says nothing new about whether the writer holds: the witness keeps what
+        // its last read said.)
+        // The witness refuses a claim while it hears another member holding the VIPs (the
+        // record's holder, or one that took them in a handover whose write never landed).
+        let grace = self.p.witness_grace();
+        let holding = (0..self.p.n).find(|&h| {
+            self.p.witness
+                && h != n
+                && self.witness_heard[h] > 0
+                && self.t.saturating_sub(self.witness_heard[h]) < grace
+        });
+        let r = if let Some(h) = holding.filter(|_| self.store_epoch == expected) {
+            CasResult::HolderAlive { holder: node_name(h), epoch: self.store_epoch }
+        } else if self.store_epoch == expected {
             if new_epoch > crate::sm::MAX_EPOCH {
                 let d = format!("Lease epoch {new_epoch} beyond the domain by {}", node_name(n));
                 self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
@@ -855,6 +930,9 @@ impl World {
             Action::RenewLease { epoch, .. } => {
                 // The store takes the renewal if it still names n under `epoch`; the
                 // members that reach it see it through their watch.
+                if self.p.witness && self.nodes[n].store {
+                    self.witness_heard[n] = self.t;
+                }
                 if self.nodes[n].store && self.store_holder == Some(n) && self.store_epoch == epoch {
                     for m in 0..self.p.n {
                         if m != n && self.nodes[m].store && self.nodes[m].machine.is_some() {
@@ -932,6 +1010,8 @@ impl World {
         if self.nodes[n].store {
             let d = self.store_delay();
             self.push_node(n, 1 + d, NodeEv::LeaseFeed);
+        } else {
+            self.witness_lost(n);
         }
     }
 
@@ -1054,6 +1134,9 @@ impl World {
                 if up && !was && self.nodes[n].machine.is_some() {
                     let d = self.store_delay();
                     self.push_node(n, d, NodeEv::LeaseFeed);
+                }
+                if !up && was {
+                    self.witness_lost(n);
                 }
             }
             Fault::Listener(n, up) => {
@@ -1232,7 +1315,7 @@ impl World {
         let _ = write!(
             s,
             "members={} prios={:?} vips={} target={} gateway={} store_fast_fail={} warm={:?} \
-             base_epoch={} start_alone={} failback={} delay={:?} store_lat={:?}",
+             base_epoch={} start_alone={} failback={} delay={:?} store_lat={:?} witness={}",
             self.p.n,
             self.nodes.iter().map(|n| n.priority).collect::<Vec<_>>(),
             self.p.vips.len(),
@@ -1245,6 +1328,7 @@ impl World {
             matches!(self.p.failback, FailbackPolicy::Automatic(_)),
             self.p.delay,
             self.p.store_lat,
+            self.p.witness,
         );
         s
     }

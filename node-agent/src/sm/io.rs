@@ -141,11 +141,10 @@ pub enum CasResult {
     },
     /// The store could not be reached (standalone mode answers this at once).
     Unavailable,
-    /// The store refused the claim because the holder it names is alive: a witness that
-    /// heard that holder within the last heartbeat timeout. Nothing changed; the record
-    /// reads this.
+    /// The store refused the claim because another member holds the VIPs and is alive: a
+    /// witness that heard it say so within half a heartbeat timeout. Nothing changed.
     HolderAlive {
-        /// The holder the witness heard.
+        /// The member the witness heard holding.
         holder: NodeId,
         /// The record's epoch.
         epoch: u64,

@@ -35,8 +35,8 @@ pub struct WitnessClient {
     pair: String,
     member: String,
     address: SocketAddr,
-    /// The pair's heartbeat timeout: a holder heard within it at the witness is alive.
-    grace: Duration,
+    /// The pair's heartbeat timeout.
+    timeout: Duration,
     challenge: AtomicU64,
     pending: Pending,
     receiver: tokio::task::JoinHandle<()>,
@@ -50,13 +50,13 @@ impl Drop for WitnessClient {
 
 impl WitnessClient {
     /// A client of the witness at `address` for `member` of `pair`, whose heartbeat timeout
-    /// is `grace`.
+    /// is `timeout`.
     pub async fn connect(
         address: SocketAddr,
         keys: Keyring,
         pair: &str,
         member: &str,
-        grace: Duration,
+        timeout: Duration,
     ) -> Result<Arc<WitnessClient>, WitnessError> {
         let any = match address.ip() {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -74,7 +74,7 @@ impl WitnessClient {
             pair: pair.to_owned(),
             member: member.to_owned(),
             address,
-            grace,
+            timeout,
             challenge: AtomicU64::new(0),
             pending,
             receiver,
@@ -127,14 +127,22 @@ impl WitnessClient {
         answer
     }
 
-    /// Reads the record.
-    pub async fn read(&self, limit: Duration) -> Option<Response> {
-        self.ask(Op::Read, limit).await
+    /// Reads the record, saying whether this member holds the VIPs.
+    pub async fn read(&self, holding: bool, limit: Duration) -> Option<Response> {
+        self.ask(Op::Read { holding }, limit).await
     }
 
-    /// How often the record is read: half the grace, between 20 ms and [`POLL_INTERVAL`].
+    /// How often the record is read: a third of the heartbeat timeout, between 20 ms and
+    /// [`POLL_INTERVAL`].
     pub fn poll_interval(&self) -> Duration {
-        (self.grace / 2).clamp(Duration::from_millis(20), POLL_INTERVAL)
+        (self.timeout / 3).clamp(Duration::from_millis(20), POLL_INTERVAL)
+    }
+
+    /// How long the holder must have been silent at the witness for a claim: half the
+    /// heartbeat timeout. A live holder reads every third of it; a dead one read at most
+    /// `timeout - interval` (at least half the timeout) before a peer claims.
+    fn grace(&self) -> Duration {
+        self.timeout / 2
     }
 
     /// Reads the record every [`Self::poll_interval`] and shows it to the machine behind
@@ -149,7 +157,8 @@ impl WitnessClient {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            match self.read(every.max(Duration::from_millis(100))).await {
+            let holding = handle.status().holds_vips;
+            match self.read(holding, every.max(Duration::from_millis(100))).await {
                 Some(r) if r.outcome != Outcome::Refused => {
                     if missed >= UNREACHABLE_AFTER {
                         tracing::info!(pair = %self.pair, witness = %self.address, "the witness answers again");
@@ -211,7 +220,7 @@ impl LeaseStore for WitnessClient {
         if holder != self.member {
             return sm::CasResult::Unavailable;
         }
-        let grace_ms = u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX);
+        let grace_ms = u64::try_from(self.grace().as_millis()).unwrap_or(u64::MAX);
         match self.ask(Op::Cas { new_epoch, expected: expected_epoch, grace_ms }, WRITE_LIMIT).await {
             Some(r) if r.outcome == Outcome::Done => sm::CasResult::Ok { epoch: r.epoch },
             Some(Response { outcome: Outcome::HolderAlive, holder: Some(h), epoch, .. }) => {

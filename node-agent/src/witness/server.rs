@@ -34,8 +34,9 @@ struct Record {
     epoch: u64,
     renewals: u64,
     challenges: BTreeMap<String, u64>,
-    /// When each member was last heard (ms on the witness's monotonic clock).
-    heard: BTreeMap<String, u64>,
+    /// When each member was last heard (ms on the witness's monotonic clock), and whether
+    /// it said it holds the VIPs.
+    heard: BTreeMap<String, (u64, bool)>,
 }
 
 /// The records of every pair, and the rules that change them (no I/O: unit-tested alone).
@@ -71,7 +72,7 @@ impl Records {
             .pairs
             .into_iter()
             .map(|(name, r)| {
-                let heard = r.holder.iter().map(|h| (h.clone(), now)).collect();
+                let heard = r.holder.iter().map(|h| (h.clone(), (now, true))).collect();
                 (name, Record { holder: r.holder, epoch: r.epoch, heard, ..Record::default() })
             })
             .collect();
@@ -124,10 +125,19 @@ impl Records {
         if !rec.heard.contains_key(&req.member) && rec.heard.len() >= MEMBERS_PER_PAIR {
             rec.heard.pop_first();
         }
-        let holder_heard = rec.holder.as_ref().and_then(|h| rec.heard.get(h)).copied();
-        rec.heard.insert(req.member.clone(), now);
+        // The members heard saying they hold the VIPs, and when (before this request).
+        let holding_heard: Vec<(String, u64)> =
+            rec.heard.iter().filter(|(_, (_, holding))| *holding).map(|(m, (t, _))| (m.clone(), *t)).collect();
+        let holding = match req.op {
+            Op::Read { holding } => holding,
+            Op::Renew { .. } => true,
+            // A claimer does not hold yet; a holder reconciling the record still holds:
+            // a write says nothing new about it.
+            Op::Cas { .. } => rec.heard.get(&req.member).is_some_and(|(_, h)| *h),
+        };
+        rec.heard.insert(req.member.clone(), (now, holding));
         let current = *rec.challenges.entry(req.member.clone()).or_insert_with(&mut *fresh);
-        let mutating = !matches!(req.op, Op::Read);
+        let mutating = !matches!(req.op, Op::Read { .. });
         if mutating && req.challenge != current {
             let r = Response {
                 id: req.id,
@@ -147,20 +157,26 @@ impl Records {
         } else {
             current
         };
+        let mut alive_holder = None;
         let (outcome, changed) = match req.op {
-            Op::Read => (Outcome::Done, false),
+            Op::Read { .. } => (Outcome::Done, false),
             Op::Cas { new_epoch, expected, grace_ms } => {
-                let other_holder = rec.holder.as_ref().is_some_and(|h| h != &req.member);
+                // Another member heard holding the VIPs within the grace: the record's
+                // holder, or one that took them in a handover whose write never landed.
+                let alive = holding_heard.iter().find(|(m, t)| m != &req.member && now.saturating_sub(*t) < grace_ms);
                 if new_epoch == 0 || new_epoch > MAX_EPOCH || new_epoch < expected {
                     (Outcome::Refused, false)
                 } else if rec.epoch != expected {
                     (Outcome::Conflict, false)
-                } else if other_holder && holder_heard.is_some_and(|t| now.saturating_sub(t) < grace_ms) {
+                } else if let Some((m, _)) = alive {
+                    alive_holder = Some(m.clone());
                     (Outcome::HolderAlive, false)
                 } else {
                     rec.holder = Some(req.member.clone());
                     rec.epoch = new_epoch;
                     rec.renewals = 0;
+                    // It takes the VIPs now: it counts as holding until its next read.
+                    rec.heard.insert(req.member.clone(), (now, true));
                     (Outcome::Done, true)
                 }
             }
@@ -178,7 +194,7 @@ impl Records {
             outcome,
             session,
             challenge,
-            holder: rec.holder.clone(),
+            holder: alive_holder.or_else(|| rec.holder.clone()),
             epoch: rec.epoch,
             renewals: rec.renewals,
         };
@@ -387,6 +403,8 @@ fn response_key<'a>(keys: &'a Keyring, request: &[u8]) -> &'a Key {
 mod tests {
     use super::*;
 
+    const READ: Op = Op::Read { holding: true };
+
     fn req(member: &str, challenge: u64, op: Op) -> Request {
         Request { id: 1, challenge, pair: "web".into(), member: member.into(), op }
     }
@@ -403,7 +421,7 @@ mod tests {
     fn compare_and_swap_needs_the_expected_epoch_and_a_fresh_challenge() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let (read, changed) = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f);
+        let (read, changed) = r.handle(&req("n0", 0, READ), 1_000, &mut f);
         assert_eq!((read.outcome, read.epoch, read.holder.clone(), changed), (Outcome::Done, 0, None, false));
         let ch = read.challenge;
         // Without the challenge: stale, nothing changes.
@@ -417,7 +435,7 @@ mod tests {
         let (replay, _) = r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
         assert_eq!(replay.outcome, Outcome::Stale);
         // n1 expected epoch 0 too: conflict, the record shows n0 at 1.
-        let c1 = r.handle(&req("n1", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let c1 = r.handle(&req("n1", 0, READ), 1_000, &mut f).0.challenge;
         let (conflict, changed) =
             r.handle(&req("n1", c1, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
         assert_eq!(
@@ -443,13 +461,13 @@ mod tests {
     fn a_holder_that_keeps_reading_is_never_taken_over_and_a_silent_one_is() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n0", 0, Op::Read), 0, &mut f).0.challenge;
+        let ch = r.handle(&req("n0", 0, READ), 0, &mut f).0.challenge;
         r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 0, &mut f);
-        let mut c1 = r.handle(&req("n1", 0, Op::Read), 0, &mut f).0.challenge;
+        let mut c1 = r.handle(&req("n1", 0, READ), 0, &mut f).0.challenge;
         // n0 reads every 300 ms; n1 claims every 100 ms for 3 s: always refused.
         for t in (100..3_000).step_by(100) {
             if t % 150 == 0 {
-                r.handle(&req("n0", 0, Op::Read), t, &mut f);
+                r.handle(&req("n0", 0, READ), t, &mut f);
             }
             let (x, changed) =
                 r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), t, &mut f);
@@ -462,12 +480,43 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_that_gave_the_vips_up_is_taken_over_at_once() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let ch = r.handle(&req("n0", 0, READ), 0, &mut f).0.challenge;
+        r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 150 }), 0, &mut f);
+        // n0 fenced itself: it keeps reading, saying it does not hold.
+        r.handle(&req("n0", 0, Op::Read { holding: false }), 100, &mut f);
+        let c1 = r.handle(&req("n1", 0, READ), 100, &mut f).0.challenge;
+        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 150 }), 110, &mut f);
+        assert_eq!((x.outcome, x.holder.as_deref()), (Outcome::Done, Some("n1")));
+    }
+
+    #[test]
+    fn a_member_heard_holding_blocks_a_claim_even_when_the_record_names_another() {
+        // n0 took the VIPs in a handover whose write never landed: the record still names
+        // n2 (now a standby), but n0's reads say it holds.
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let ch = r.handle(&req("n2", 0, READ), 0, &mut f).0.challenge;
+        r.handle(&req("n2", ch, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 150 }), 0, &mut f);
+        r.handle(&req("n2", 0, Op::Read { holding: false }), 500, &mut f);
+        r.handle(&req("n0", 0, READ), 500, &mut f);
+        let c1 = r.handle(&req("n1", 0, Op::Read { holding: false }), 500, &mut f).0.challenge;
+        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }), 550, &mut f);
+        assert_eq!((x.outcome, x.holder.as_deref(), x.epoch), (Outcome::HolderAlive, Some("n0"), 5));
+        let (y, _) =
+            r.handle(&req("n1", x.challenge, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }), 700, &mut f);
+        assert_eq!((y.outcome, y.holder.as_deref()), (Outcome::Done, Some("n1")), "n0 silent for 200 ms");
+    }
+
+    #[test]
     fn a_restarted_witness_counts_every_holder_as_just_heard() {
         let mut disk = OnDisk::default();
         disk.pairs.insert("web".into(), DiskRecord { holder: Some("n0".into()), epoch: 4 });
         let mut f = counter();
         let mut r = Records::new(8, 10, disk, 50_000);
-        let c1 = r.handle(&req("n1", 0, Op::Read), 50_000, &mut f).0.challenge;
+        let c1 = r.handle(&req("n1", 0, READ), 50_000, &mut f).0.challenge;
         let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }), 50_100, &mut f);
         assert_eq!(x.outcome, Outcome::HolderAlive);
         let (y, _) =
@@ -484,7 +533,7 @@ mod tests {
             Op::Cas { new_epoch: MAX_EPOCH + 1, expected: 0, grace_ms: 300 },
             Op::Cas { new_epoch: 3, expected: 4, grace_ms: 300 },
         ] {
-            let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+            let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
             let (x, changed) = r.handle(&req("n0", ch, op), 1_000, &mut f);
             assert_eq!((x.outcome, x.epoch, changed), (Outcome::Refused, 0, false), "{op:?}");
         }
@@ -494,14 +543,14 @@ mod tests {
     fn only_the_holder_renews_and_renewals_are_counted() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
         let ch =
             r.handle(&req("n0", ch, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 300 }), 1_000, &mut f).0.challenge;
         let (a, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
         assert_eq!((a.outcome, a.renewals), (Outcome::Done, 1));
         let (b, _) = r.handle(&req("n0", a.challenge, Op::Renew { epoch: 4 }), 1_000, &mut f);
         assert_eq!((b.outcome, b.renewals), (Outcome::Conflict, 1), "another epoch");
-        let c1 = r.handle(&req("n1", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let c1 = r.handle(&req("n1", 0, READ), 1_000, &mut f).0.challenge;
         let (c, _) = r.handle(&req("n1", c1, Op::Renew { epoch: 5 }), 1_000, &mut f);
         assert_eq!((c.outcome, c.renewals), (Outcome::Conflict, 1), "not the holder");
         let (replay, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
@@ -514,7 +563,7 @@ mod tests {
         let st = WitnessState::new(dir.path());
         let mut f = counter();
         let mut r = Records::new(7, 10, st.load().expect("empty"), 0);
-        let ch = r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.challenge;
+        let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
         let (ok, changed) =
             r.handle(&req("n0", ch, Op::Cas { new_epoch: 9, expected: 0, grace_ms: 300 }), 1_000, &mut f);
         assert!(changed);
@@ -522,7 +571,7 @@ mod tests {
         let ch2 = ok.challenge;
         let mut g = || 5000u64;
         let mut again = Records::new(8, 10, st.load().expect("load"), 100_000);
-        let (read, _) = again.handle(&req("n0", 0, Op::Read), 100_000, &mut g);
+        let (read, _) = again.handle(&req("n0", 0, READ), 100_000, &mut g);
         assert_eq!((read.holder.as_deref(), read.epoch, read.session, read.renewals), (Some("n0"), 9, 8, 0));
         let (stale, _) = again.handle(&req("n0", ch2, Op::Renew { epoch: 9 }), 100_000, &mut g);
         assert_eq!(stale.outcome, Outcome::Stale, "challenges of the old session are void");
@@ -532,8 +581,8 @@ mod tests {
     fn the_pair_limit_refuses_new_pairs_only() {
         let mut f = counter();
         let mut r = Records::new(7, 1, OnDisk::default(), 0);
-        assert_eq!(r.handle(&req("n0", 0, Op::Read), 1_000, &mut f).0.outcome, Outcome::Done);
-        let other = Request { pair: "db".into(), ..req("n0", 0, Op::Read) };
+        assert_eq!(r.handle(&req("n0", 0, READ), 1_000, &mut f).0.outcome, Outcome::Done);
+        let other = Request { pair: "db".into(), ..req("n0", 0, READ) };
         assert_eq!(r.handle(&other, 1_000, &mut f).0.outcome, Outcome::Refused);
         assert_eq!(r.len(), 1);
     }

@@ -214,11 +214,18 @@ impl Machine {
         let me = self.cfg.local.clone();
         match r {
             CasResult::Ok { epoch } => {
-                self.lease = Some(LeaseView { holder: Some(me), epoch });
+                // A newer write may have been observed before this answer arrived (the
+                // watch and the write are separate paths): the answer does not roll it back.
+                let newer = self.lease.as_ref().is_some_and(|l| l.epoch > epoch);
+                if !newer {
+                    self.lease = Some(LeaseView { holder: Some(me), epoch });
+                }
                 self.lease_stale = false;
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
-                    if c.epoch == epoch {
+                    if c.epoch == epoch && newer {
+                        self.abandon_claim(now, Reason::LeaseConflict, out);
+                    } else if c.epoch == epoch {
                         self.claim_won(now, c.reason, out);
                     }
                 } else if self.holding {
@@ -226,7 +233,9 @@ impl Machine {
                 }
             }
             CasResult::Conflict { holder, epoch } => {
-                self.lease = Some(LeaseView { holder: holder.clone(), epoch });
+                if self.lease.as_ref().is_none_or(|l| l.epoch <= epoch) {
+                    self.lease = Some(LeaseView { holder: holder.clone(), epoch });
+                }
                 self.lease_stale = false;
                 self.bump_epoch(epoch);
                 if let Some(c) = self.claim.clone() {
@@ -251,17 +260,15 @@ impl Machine {
                     self.reconcile_lease(now, out);
                 }
             }
-            CasResult::HolderAlive { holder, epoch } => {
-                // As good as a renewal seen now: the holder is alive and reaches the store
-                // while this member cannot hear it (it claimed after a heartbeat timeout of
-                // silence). `holder_alive_unheard` keeps it from claiming again while the
-                // holder keeps renewing.
-                self.lease = Some(LeaseView { holder: Some(holder.clone()), epoch });
+            CasResult::HolderAlive { holder: _, epoch } => {
+                // The witness heard a member holding the VIPs a moment ago; the record is
+                // unchanged (what the reads show). Not proof enough to wait
+                // `lease_alive_ms`: the last read may have come just before that member
+                // died, after the last heartbeat this member heard. Back off a heartbeat
+                // timeout instead (the claim is given up as lost); a holder that is alive
+                // renews meanwhile, and its renewals keep this member from claiming again.
                 self.lease_stale = false;
                 self.bump_epoch(epoch);
-                if holder != me {
-                    self.lease_written = Some((holder, now));
-                }
                 if self.claim.is_some() {
                     self.abandon_claim(now, Reason::LeaseConflict, out);
                 } else if self.holding {
