@@ -27,7 +27,7 @@ pub const WITNESS_METRICS_PORT: u16 = 9798;
 pub const WITNESS_KEY_HEX: &str = "7769746e657373206b65792030317769746e657373206b6579203031";
 
 /// `GET /metrics` on 127.0.0.1:`port` inside `ns` (empty when nothing answers).
-fn metrics_in(ns: &str, port: u16) -> String {
+pub fn metrics_in(ns: &str, port: u16) -> String {
     netns::in_netns(ns, move || {
         use std::io::{Read, Write};
         let mut out = String::new();

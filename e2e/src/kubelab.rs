@@ -505,18 +505,7 @@ impl KubeLab {
 
     /// Node `i`'s agent's Prometheus metrics (empty when it does not answer).
     pub fn agent_metrics(&self, i: usize) -> String {
-        let ns = self.topo.node(i).ns.clone();
-        netns::in_netns(&ns, || {
-            use std::io::{Read, Write};
-            let mut out = String::new();
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", AGENT_METRICS_PORT)) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-                let _ = s.read_to_string(&mut out);
-            }
-            out
-        })
-        .unwrap_or_default()
+        crate::agent::metrics_in(&self.topo.node(i).ns, AGENT_METRICS_PORT)
     }
 
     /// The sum of the samples of metric `name` of node `i`'s agent whose line contains
