@@ -10,7 +10,7 @@ use crate::sm::types::{AnnounceKind, Millis, Role};
 impl Machine {
     pub(super) fn eval_active(&mut self, now: Millis, out: &mut Vec<Action>) {
         if !self.holding {
-            if self.claim.is_some() {
+            if self.store.claim.is_some() {
                 if self.maintenance {
                     self.abandon_claim(now, Reason::MaintenanceOn, out);
                 } else if self.cut_off() {
@@ -28,14 +28,14 @@ impl Machine {
         if self.check_rival(now, out) {
             return;
         }
-        if self.lease_disowned_since.is_some() {
+        if self.store.lease_disowned_since.is_some() {
             // Waiting to see whether the peer a newer Lease names acts on it.
             self.reconcile_lease(now, out);
             if !self.holding {
                 return;
             }
         }
-        if self.op.is_some() {
+        if self.ops.op.is_some() {
             self.op_timeouts(now, out);
             return;
         }
@@ -43,7 +43,7 @@ impl Machine {
             // Not reachable (Demoting always has an operation); keep the role honest.
             self.set_role(Role::Active, Reason::Aborted, now, out);
         }
-        let retry_ok = self.handover_retry_at.is_none_or(|t| now >= t);
+        let retry_ok = self.ops.handover_retry_at.is_none_or(|t| now >= t);
 
         // Maintenance: hand over first, then stay out; the only member leaves only forced.
         if self.maintenance {
@@ -72,7 +72,7 @@ impl Machine {
                 self.start_op(now, None, Origin::Auto(Reason::CarrierLost), t, false, out);
                 return;
             }
-            if self.carrier_lost_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
+            if self.link.carrier_lost_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
                 return;
             }
             let to = self.out_role(Role::Fenced);
@@ -137,14 +137,14 @@ impl Machine {
     /// holder under a newer epoch drops it; otherwise the Lease's grant takes the VIPs, and
     /// an unavailable store's goes through the local rules again.
     fn settle_granted_claim(&mut self, now: Millis, out: &mut Vec<Action>) {
-        let Some(by_lease) = self.claim_granted.take() else {
+        let Some(by_lease) = self.store.claim_granted.take() else {
             return;
         };
-        let Some(c) = self.claim.clone() else {
+        let Some(c) = self.store.claim.clone() else {
             return;
         };
         let me = self.cfg.local.clone();
-        if self.lease.as_ref().is_some_and(|l| l.holder.as_ref() != Some(&me) && l.epoch >= c.epoch) {
+        if self.store.lease.as_ref().is_some_and(|l| l.holder.as_ref() != Some(&me) && l.epoch >= c.epoch) {
             self.abandon_claim(now, Reason::NewerEpochLease, out);
         } else if by_lease {
             self.claim_won(now, c.reason, out);
@@ -222,17 +222,17 @@ impl Machine {
                 let expected = self.lease_expected(self.held_epoch);
                 self.epoch = e;
                 self.held_epoch = e;
-                self.advert_now = true;
-                if self.cas.is_none() {
+                self.pacing.advert_now = true;
+                if self.store.cas.is_none() {
                     self.send_cas(e, expected, CasPurpose::Reconcile, now, out);
                 } else {
                     self.persist_if_changed(out);
                 }
             }
             let min = self.t().reannounce_min_ms;
-            if self.last_burst.is_none_or(|t| now.since(t) >= min) {
-                self.last_burst = Some(now);
-                self.advert_now = true;
+            if self.pacing.last_burst.is_none_or(|t| now.since(t) >= min) {
+                self.pacing.last_burst = Some(now);
+                self.pacing.advert_now = true;
                 out.push(Action::Announce { kind: AnnounceKind::Burst });
             }
         }
@@ -242,21 +242,21 @@ impl Machine {
     /// Brings the Lease in line with what this holder knows: a newer epoch naming another
     /// holder demotes at once; an older one is compare-and-swapped to this member.
     pub(super) fn reconcile_lease(&mut self, now: Millis, out: &mut Vec<Action>) {
-        if !self.holding || self.cas.is_some() || self.role == Role::Init {
+        if !self.holding || self.store.cas.is_some() || self.role == Role::Init {
             return;
         }
-        let Some(l) = self.lease.clone() else {
+        let Some(l) = self.store.lease.clone() else {
             return;
         };
         let me = self.cfg.local.clone();
         let mine = l.holder.as_ref() == Some(&me);
         if mine || l.epoch <= self.held_epoch {
-            self.lease_disowned_since = None;
+            self.store.lease_disowned_since = None;
         }
         if mine && l.epoch == self.held_epoch {
             return;
         }
-        if let Some(op) = &self.op
+        if let Some(op) = &self.ops.op
             && let OpPhase::Committed { epoch, .. } = op.phase
             && l.holder.as_ref() == Some(&op.to)
             && l.epoch == epoch
@@ -274,7 +274,7 @@ impl Machine {
                 }
                 NewerLease::Yield => {}
             }
-            self.lease_disowned_since = None;
+            self.store.lease_disowned_since = None;
             self.bump_epoch(l.epoch);
             self.abort_op_superseded(out);
             let to = self.out_role(Role::Standby);
@@ -285,7 +285,7 @@ impl Machine {
             // Written by an earlier incarnation of this member: hold under it.
             self.bump_epoch(l.epoch);
             self.held_epoch = l.epoch;
-            self.advert_now = true;
+            self.pacing.advert_now = true;
             return;
         }
         if !mine && l.epoch == self.held_epoch {
@@ -305,7 +305,7 @@ impl Machine {
             };
             self.epoch = e;
             self.held_epoch = e;
-            self.advert_now = true;
+            self.pacing.advert_now = true;
         }
         let (held, expected) = (self.held_epoch, l.epoch);
         self.send_cas(held, expected, CasPurpose::Reconcile, now, out);
@@ -369,7 +369,7 @@ impl Machine {
     /// minimum time, no quarantine, quiet traffic for the quiet window (unknown waits), not
     /// paused or suspended. Re-validated again just before the commit.
     pub(super) fn failback_target(&self, now: Millis) -> Option<usize> {
-        if self.op.is_some() || self.role != Role::Active {
+        if self.ops.op.is_some() || self.role != Role::Active {
             return None;
         }
         self.failback_conditions(now)
@@ -408,4 +408,12 @@ impl Machine {
         }
         Some(pref)
     }
+}
+
+/// When the next heartbeat (advert) is due, and the last announcement burst.
+#[derive(Clone, Debug)]
+pub(super) struct AdvertPacing {
+    pub(super) next_advert_at: Option<Millis>,
+    pub(super) advert_now: bool,
+    pub(super) last_burst: Option<Millis>,
 }

@@ -13,12 +13,17 @@ mod planned;
 mod report;
 mod standby;
 
+use active::AdvertPacing;
+use observe::{AlarmTimers, Boot, FlapGuard};
+use planned::Operations;
+use standby::StoreTrack;
+
 use std::collections::{BTreeSet, VecDeque};
 
-use super::advert::{Advert, OpMsg};
+use super::advert::Advert;
 use super::config::{Config, ConfigError, Timings};
 use super::io::{Action, Alarm, Event, Input, Persisted, Reason};
-use super::status::{LeaseView, Transition};
+use super::status::Transition;
 use super::types::{MAX_EPOCH, Millis, NodeId, Role, VipId};
 
 /// How many operator operation ids are remembered to ignore repeats.
@@ -160,25 +165,11 @@ pub struct Machine {
     first_step_done: bool,
     last_now: Millis,
     last_persisted: Persisted,
-    boot_last_role: Role,
-    /// Epoch from the persisted state at start: what an adopting member can prove it held
-    /// the VIPs under (never an epoch it merely heard of since).
-    boot_epoch: u64,
-    adoption_decided: bool,
     maintenance: bool,
     maintenance_force: bool,
     paused: bool,
     failback_paused: bool,
     peers: Vec<Peer>,
-    carrier_data: Option<bool>,
-    carrier_vip: Option<bool>,
-    /// Link dampening: when the carrier last returned (both links up again after a loss).
-    carrier_returned_at: Option<Millis>,
-    /// Link dampening: how long the carrier must stay up after that return.
-    carrier_required_ms: u64,
-    /// When the carrier was lost, until both links have carrier again (a holder's grace
-    /// before it gives the VIPs up; a later return starts the dampening).
-    carrier_lost_at: Option<Millis>,
     gateway: Option<bool>,
     local_vips: Option<BTreeSet<VipId>>,
     probes: Vec<ProbeTrack>,
@@ -187,57 +178,29 @@ pub struct Machine {
     conflict_last: Option<Millis>,
     traffic_at: Option<Millis>,
     quiet_since: Option<Millis>,
-    lease: Option<LeaseView>,
-    lease_stale: bool,
-    /// The Lease's holder and when it was last seen writing the Lease (a claim or a
-    /// renewal): proof through the API server that it is alive.
-    lease_written: Option<(NodeId, Millis)>,
-    /// Last renewal this holder sent (while a peer was silent).
-    last_renew: Option<Millis>,
-    /// Since when this holder has seen the Lease name a peer that is heard but does not
-    /// act as its holder (a claim that landed after its sender gave up).
-    lease_disowned_since: Option<Millis>,
-    cas: Option<CasPending>,
-    claim: Option<Claim>,
-    candidate_since: Option<Millis>,
-    /// No new claim before then (after losing a Lease CAS to another member).
-    claim_backoff_until: Option<Millis>,
-    op: Option<Op>,
-    tgt: Option<TargetOp>,
-    sticky: Option<(OpMsg, Millis)>,
-    seen_ids: VecDeque<u64>,
     last_vip_change: Option<Millis>,
     heard_any_peer: bool,
     seen_holder: bool,
-    auto_moves: VecDeque<Millis>,
-    suspended: bool,
-    quiet_from: Millis,
-    nonpref_acq: VecDeque<Millis>,
-    quarantined_until: Option<Millis>,
     active_since: Option<Millis>,
-    handover_retry_at: Option<Millis>,
     alarms: BTreeSet<Alarm>,
-    key_mismatch_at: Option<Millis>,
-    clock_skew_at: Option<Millis>,
-    replay_at: Option<Millis>,
-    next_advert_at: Option<Millis>,
-    advert_now: bool,
-    last_burst: Option<Millis>,
     last_transition: Option<Transition>,
-    op_seq: u16,
     /// Heartbeats ignored for an epoch outside the domain.
     ignored_adverts: u64,
     /// After a stall, until the next `Tick`: the inputs queued during the stall are being
     /// processed; the machine gives up what a newer holder or Lease claims but takes,
     /// announces and times out nothing (its view is stale until the queue is processed).
     catch_up: bool,
-    /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
-    /// local rules (`Some(false)`) during a catch-up: settled at its end.
-    claim_granted: Option<bool>,
     /// Test-only knob for the simulator's deliberate-break test: take over without the
     /// data-plane probe condition. Not reachable from any configuration.
     #[cfg(test)]
     pub(crate) test_skip_probe: bool,
+    link: CarrierTrack,
+    store: StoreTrack,
+    flap: FlapGuard,
+    timers: AlarmTimers,
+    pacing: AdvertPacing,
+    ops: Operations,
+    boot: Boot,
 }
 
 impl Machine {
@@ -253,6 +216,43 @@ impl Machine {
         let my_priority = config.priority_of(&config.local);
         let in_pair = my_priority.is_some();
         let mut m = Machine {
+            boot: Boot { boot_last_role: persisted.last_role, boot_epoch: persisted.epoch, adoption_decided: false },
+            ops: Operations {
+                op: None,
+                tgt: None,
+                sticky: None,
+                seen_ids: VecDeque::new(),
+                op_seq: 0,
+                handover_retry_at: None,
+            },
+            link: CarrierTrack {
+                carrier_data: None,
+                carrier_vip: None,
+                carrier_returned_at: None,
+                carrier_required_ms: config.timings.carrier_stable_ms,
+                carrier_lost_at: None,
+            },
+            store: StoreTrack {
+                lease: None,
+                lease_stale: false,
+                lease_written: None,
+                last_renew: None,
+                lease_disowned_since: None,
+                cas: None,
+                claim: None,
+                candidate_since: None,
+                claim_backoff_until: None,
+                claim_granted: None,
+            },
+            flap: FlapGuard {
+                auto_moves: VecDeque::new(),
+                suspended: persisted.suspended,
+                quiet_from: Millis(0),
+                nonpref_acq: VecDeque::new(),
+                quarantined_until: None,
+            },
+            timers: AlarmTimers { key_mismatch_at: None, clock_skew_at: None, replay_at: None },
+            pacing: AdvertPacing { next_advert_at: None, advert_now: false, last_burst: None },
             peers: Vec::new(),
             probes: Vec::new(),
             listeners: Vec::new(),
@@ -266,59 +266,24 @@ impl Machine {
             started_at: None,
             first_step_done: false,
             last_now: Millis(0),
-            boot_last_role: persisted.last_role,
-            boot_epoch: persisted.epoch,
-            adoption_decided: false,
             maintenance: persisted.maintenance,
             maintenance_force: false,
             paused: persisted.paused,
             failback_paused: persisted.failback_paused,
-            carrier_data: None,
-            carrier_vip: None,
-            carrier_returned_at: None,
-            carrier_required_ms: config.timings.carrier_stable_ms,
-            carrier_lost_at: None,
             gateway: None,
             local_vips: None,
             vip_missing_since: None,
             conflict_last: None,
             traffic_at: None,
             quiet_since: None,
-            lease: None,
-            lease_stale: false,
-            lease_written: None,
-            last_renew: None,
-            lease_disowned_since: None,
-            cas: None,
-            claim: None,
-            candidate_since: None,
-            claim_backoff_until: None,
-            op: None,
-            tgt: None,
-            sticky: None,
-            seen_ids: VecDeque::new(),
             last_vip_change: None,
             heard_any_peer: false,
             seen_holder: false,
-            auto_moves: VecDeque::new(),
-            suspended: persisted.suspended,
-            quiet_from: Millis(0),
-            nonpref_acq: VecDeque::new(),
-            quarantined_until: None,
             active_since: None,
-            handover_retry_at: None,
             alarms: BTreeSet::new(),
-            key_mismatch_at: None,
-            clock_skew_at: None,
-            replay_at: None,
-            next_advert_at: None,
-            advert_now: false,
-            last_burst: None,
             last_transition: None,
-            op_seq: 0,
             ignored_adverts: 0,
             catch_up: false,
-            claim_granted: None,
             last_persisted: persisted,
             cfg: config,
             #[cfg(test)]
@@ -354,32 +319,32 @@ impl Machine {
         self.last_now = now;
         if self.started_at.is_none() {
             self.started_at = Some(now);
-            self.quiet_from = now;
+            self.flap.quiet_from = now;
         }
         if !self.first_step_done {
             self.first_step_done = true;
             if let Some(e) = self.cfg_error.clone() {
                 self.raise(Alarm::Misconfigured, e.to_string(), out);
             }
-            if self.suspended {
+            if self.flap.suspended {
                 self.raise(Alarm::Suspended, "flap suspension persisted across a restart".to_owned(), out);
             }
         }
         self.handle(now, input, out);
         if self.catch_up {
             // Only give up what a newer holder claims (the Lease side is in `on_lease`).
-            if self.holding || self.claim.is_some() {
+            if self.holding || self.store.claim.is_some() {
                 self.check_rival(now, out);
             }
         } else {
             self.evaluate(now, out);
         }
         self.persist_if_changed(out);
-        let due = self.next_advert_at.is_none_or(|t| now >= t);
-        if self.role != Role::Unpaired && (self.advert_now || due) {
+        let due = self.pacing.next_advert_at.is_none_or(|t| now >= t);
+        if self.role != Role::Unpaired && (self.pacing.advert_now || due) {
             out.push(Action::SendAdvert(self.make_advert()));
-            self.advert_now = false;
-            self.next_advert_at = Some(now.plus(self.cfg.timings.heartbeat_interval_ms));
+            self.pacing.advert_now = false;
+            self.pacing.next_advert_at = Some(now.plus(self.cfg.timings.heartbeat_interval_ms));
         }
     }
 
@@ -406,7 +371,7 @@ impl Machine {
     /// Epoch under which the VIPs are held or claimed (`None` when neither).
     pub fn held_epoch(&self) -> Option<u64> {
         let holds_or_claims =
-            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+            self.holding || self.store.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         holds_or_claims.then_some(self.held_epoch)
     }
 
@@ -496,12 +461,12 @@ impl Machine {
 
     /// Both local links have carrier (unknown counts as no).
     fn carrier_ok(&self) -> bool {
-        self.carrier_data == Some(true) && self.carrier_vip == Some(true)
+        self.link.carrier_data == Some(true) && self.link.carrier_vip == Some(true)
     }
 
     /// A local link is known to have lost carrier.
     fn carrier_lost(&self) -> bool {
-        self.carrier_data == Some(false) || self.carrier_vip == Some(false)
+        self.link.carrier_data == Some(false) || self.link.carrier_vip == Some(false)
     }
 
     /// Link dampening: the carrier returned less than the required time ago (not eligible
@@ -515,31 +480,31 @@ impl Machine {
         if !self.carrier_ok() {
             return None;
         }
-        self.carrier_returned_at.map(|t| t.plus(self.carrier_required_ms))
+        self.link.carrier_returned_at.map(|t| t.plus(self.link.carrier_required_ms))
     }
 
     /// Folds a carrier observation into the dampening state.
     fn on_carrier(&mut self, now: Millis, link: super::types::Link, up: bool) {
         let (was_lost, was_settling) = (self.carrier_lost(), self.carrier_settling(now));
         match link {
-            super::types::Link::Data => self.carrier_data = Some(up),
-            super::types::Link::Vip => self.carrier_vip = Some(up),
+            super::types::Link::Data => self.link.carrier_data = Some(up),
+            super::types::Link::Vip => self.link.carrier_vip = Some(up),
         }
         let base = self.t().carrier_stable_ms;
         if self.carrier_lost() && !was_lost {
             // Lost again before the last return was stable: the link flaps, so it waits
             // twice as long next time; lost after a stable stretch: the base time again.
-            self.carrier_required_ms = if was_settling {
+            self.link.carrier_required_ms = if was_settling {
                 let max = base.saturating_mul(super::config::CARRIER_STABLE_MAX_FACTOR);
-                self.carrier_required_ms.saturating_mul(2).min(max)
+                self.link.carrier_required_ms.saturating_mul(2).min(max)
             } else {
                 base
             };
-            self.carrier_returned_at = None;
-            self.carrier_lost_at = Some(now);
-        } else if self.carrier_ok() && self.carrier_lost_at.is_some() {
-            self.carrier_returned_at = Some(now);
-            self.carrier_lost_at = None;
+            self.link.carrier_returned_at = None;
+            self.link.carrier_lost_at = Some(now);
+        } else if self.carrier_ok() && self.link.carrier_lost_at.is_some() {
+            self.link.carrier_returned_at = Some(now);
+            self.link.carrier_lost_at = None;
         }
     }
 
@@ -561,7 +526,7 @@ impl Machine {
     /// This member or a heard peer is flap-suspended (discretionary moves are a pair-level
     /// decision, so the stricter view wins).
     fn pair_suspended(&self, now: Millis) -> bool {
-        self.suspended || (0..self.peers.len()).any(|i| self.heard_advert(i, now).is_some_and(|a| a.suspended))
+        self.flap.suspended || (0..self.peers.len()).any(|i| self.heard_advert(i, now).is_some_and(|a| a.suspended))
     }
 
     fn in_hold_down(&self, now: Millis) -> bool {
@@ -587,13 +552,13 @@ impl Machine {
 
     /// No fresh epoch is left above what this member knows.
     fn epoch_exhausted(&self) -> bool {
-        let lease = self.lease.as_ref().map_or(0, |l| l.epoch);
+        let lease = self.store.lease.as_ref().map_or(0, |l| l.epoch);
         Self::fresh_epoch(self.epoch.max(self.held_epoch).max(lease)).is_none()
     }
 
     /// Epoch a CAS should expect: the Lease as last seen, else `fallback`.
     fn lease_expected(&self, fallback: u64) -> u64 {
-        self.lease.as_ref().map_or(fallback, |l| l.epoch)
+        self.store.lease.as_ref().map_or(fallback, |l| l.epoch)
     }
 
     fn is_operator_id(id: u64) -> bool {
@@ -604,7 +569,7 @@ impl Machine {
         // Init is never recorded: an agent that crashes again during its Init listen must
         // still know whether it was the active member (to adopt the VIPs).
         let last_role = match self.role {
-            Role::Init if !self.adoption_decided => self.boot_last_role,
+            Role::Init if !self.boot.adoption_decided => self.boot.boot_last_role,
             Role::Init if self.holding => Role::Active,
             Role::Init => Role::Standby,
             r => r,
@@ -615,7 +580,7 @@ impl Machine {
             last_role,
             failback_paused: self.failback_paused,
             paused: self.paused,
-            suspended: self.suspended,
+            suspended: self.flap.suspended,
         }
     }
 
@@ -636,11 +601,11 @@ impl Machine {
         }
         self.role = to;
         if to != Role::Standby {
-            self.candidate_since = None;
+            self.store.candidate_since = None;
         }
         let epoch = if matches!(to, Role::Active | Role::Demoting) { self.held_epoch } else { self.epoch };
         self.last_transition = Some(Transition { from, to, reason, epoch, at: now });
-        self.advert_now = true;
+        self.pacing.advert_now = true;
         self.persist_if_changed(out);
         out.push(Action::Report(Event::RoleChanged { from, to, reason, epoch }));
     }
@@ -665,28 +630,28 @@ impl Machine {
 
     /// Remembers an operator id; false if it was seen before (the command is ignored).
     fn remember_id(&mut self, id: u64) -> bool {
-        if self.seen_ids.contains(&id) {
+        if self.ops.seen_ids.contains(&id) {
             return false;
         }
-        if self.seen_ids.len() >= REMEMBERED_IDS {
-            self.seen_ids.pop_front();
+        if self.ops.seen_ids.len() >= REMEMBERED_IDS {
+            self.ops.seen_ids.pop_front();
         }
-        self.seen_ids.push_back(id);
+        self.ops.seen_ids.push_back(id);
         true
     }
 
     /// Records an automatic role change for flap suspension.
     fn note_auto_move(&mut self, now: Millis, out: &mut Vec<Action>) {
         let window = self.cfg.flap.window_ms;
-        self.auto_moves.push_back(now);
-        while self.auto_moves.front().is_some_and(|&t| now.since(t) >= window) {
-            self.auto_moves.pop_front();
+        self.flap.auto_moves.push_back(now);
+        while self.flap.auto_moves.front().is_some_and(|&t| now.since(t) >= window) {
+            self.flap.auto_moves.pop_front();
         }
-        self.quiet_from = now;
+        self.flap.quiet_from = now;
         let limit = usize::try_from(self.cfg.flap.moves).unwrap_or(usize::MAX);
-        if !self.suspended && self.auto_moves.len() >= limit {
-            self.suspended = true;
-            let detail = format!("{} automatic role changes within {} ms", self.auto_moves.len(), window);
+        if !self.flap.suspended && self.flap.auto_moves.len() >= limit {
+            self.flap.suspended = true;
+            let detail = format!("{} automatic role changes within {} ms", self.flap.auto_moves.len(), window);
             self.raise(Alarm::Suspended, detail, out);
         }
     }
@@ -697,17 +662,17 @@ impl Machine {
             return;
         };
         let (window, n, hold) = (p.quarantine_window_ms, p.quarantine_failovers, p.quarantine_hold_ms);
-        self.nonpref_acq.push_back(now);
-        while self.nonpref_acq.front().is_some_and(|&t| now.since(t) >= window) {
-            self.nonpref_acq.pop_front();
+        self.flap.nonpref_acq.push_back(now);
+        while self.flap.nonpref_acq.front().is_some_and(|&t| now.since(t) >= window) {
+            self.flap.nonpref_acq.pop_front();
         }
-        if self.nonpref_acq.len() >= usize::try_from(n).unwrap_or(usize::MAX) {
-            self.quarantined_until = Some(now.plus(hold));
+        if self.flap.nonpref_acq.len() >= usize::try_from(n).unwrap_or(usize::MAX) {
+            self.flap.quarantined_until = Some(now.plus(hold));
         }
     }
 
     fn quarantined(&self, now: Millis) -> bool {
-        self.quarantined_until.is_some_and(|u| now < u)
+        self.flap.quarantined_until.is_some_and(|u| now < u)
     }
 
     /// The preferred member: highest priority not in maintenance (peers by their last
@@ -735,7 +700,7 @@ impl Machine {
     fn evaluate(&mut self, now: Millis, out: &mut Vec<Action>) {
         self.expire(now, out);
         for _ in 0..4 {
-            let before = (self.role, self.holding, self.op.is_some());
+            let before = (self.role, self.holding, self.ops.op.is_some());
             match self.role {
                 Role::Init => self.eval_init(now, out),
                 Role::Standby => self.eval_standby(now, out),
@@ -744,7 +709,7 @@ impl Machine {
                 Role::Maintenance => self.eval_maintenance(now, out),
                 Role::Unpaired => {}
             }
-            if (self.role, self.holding, self.op.is_some()) == before {
+            if (self.role, self.holding, self.ops.op.is_some()) == before {
                 break;
             }
         }
@@ -761,16 +726,16 @@ impl Machine {
             self.raise(Alarm::EpochExhausted, detail, out);
         }
         let clear = self.t().reject_alarm_clear_ms;
-        if self.key_mismatch_at.is_some_and(|t| now.since(t) >= clear) {
-            self.key_mismatch_at = None;
+        if self.timers.key_mismatch_at.is_some_and(|t| now.since(t) >= clear) {
+            self.timers.key_mismatch_at = None;
             self.clear_alarm(Alarm::KeyMismatch, out);
         }
-        if self.clock_skew_at.is_some_and(|t| now.since(t) >= clear) {
-            self.clock_skew_at = None;
+        if self.timers.clock_skew_at.is_some_and(|t| now.since(t) >= clear) {
+            self.timers.clock_skew_at = None;
             self.clear_alarm(Alarm::ClockSkew, out);
         }
-        if self.replay_at.is_some_and(|t| now.since(t) >= clear) {
-            self.replay_at = None;
+        if self.timers.replay_at.is_some_and(|t| now.since(t) >= clear) {
+            self.timers.replay_at = None;
             self.clear_alarm(Alarm::HeartbeatReplay, out);
         }
         let conflict_clear = self.t().conflict_clear_ms;
@@ -778,38 +743,38 @@ impl Machine {
             self.conflict_last = None;
             self.clear_alarm(Alarm::VipConflict, out);
         }
-        if self.sticky.as_ref().is_some_and(|(_, until)| now >= *until) {
-            self.sticky = None;
+        if self.ops.sticky.as_ref().is_some_and(|(_, until)| now >= *until) {
+            self.ops.sticky = None;
         }
         let tgt_life = self.t().confirm_timeout_ms.saturating_mul(2);
-        if self.tgt.as_ref().is_some_and(|t| now.since(t.at) >= tgt_life) {
-            self.tgt = None;
+        if self.ops.tgt.as_ref().is_some_and(|t| now.since(t.at) >= tgt_life) {
+            self.ops.tgt = None;
         }
         // An accepted handover is over once the initiator is heard no longer holding.
-        if let Some(t) = &self.tgt
+        if let Some(t) = &self.ops.tgt
             && matches!(t.phase, TgtPhase::Accepted { .. })
             && let Some(i) = self.peer_index(&t.from)
             && self.heard_advert(i, now).is_some_and(|a| !a.holds_vips)
         {
-            self.tgt = None;
+            self.ops.tgt = None;
         }
         // An acked prepare whose initiator fell silent must not delay a takeover.
-        if let Some(t) = &self.tgt
+        if let Some(t) = &self.ops.tgt
             && t.phase == TgtPhase::Acked
             && self.peer_index(&t.from).is_none_or(|i| !self.peer_heard(i, now))
         {
-            self.tgt = None;
+            self.ops.tgt = None;
         }
-        if self.suspended && now.since(self.quiet_from) >= self.cfg.flap.quiet_ms {
-            self.suspended = false;
-            self.auto_moves.clear();
+        if self.flap.suspended && now.since(self.flap.quiet_from) >= self.cfg.flap.quiet_ms {
+            self.flap.suspended = false;
+            self.flap.auto_moves.clear();
             self.clear_alarm(Alarm::Suspended, out);
         }
-        if self.cas.as_ref().is_some_and(|c| now.since(c.sent_at) >= self.t().cas_timeout_ms) {
+        if self.store.cas.as_ref().is_some_and(|c| now.since(c.sent_at) >= self.t().cas_timeout_ms) {
             // No answer in time: the store counts as unavailable.
-            let purpose = self.cas.as_ref().map(|c| c.purpose);
-            self.cas = None;
-            self.lease_stale = true;
+            let purpose = self.store.cas.as_ref().map(|c| c.purpose);
+            self.store.cas = None;
+            self.store.lease_stale = true;
             if purpose == Some(CasPurpose::Claim) {
                 self.on_cas_unavailable(now, out);
             }
@@ -871,7 +836,7 @@ impl Machine {
     /// `WitnessUnreachable`: takeovers need the Lease store's vote and the store did not
     /// answer its last read or write. Cleared by the next answer.
     fn check_witness(&mut self, out: &mut Vec<Action>) {
-        if self.cfg.lease_vote_required && self.lease_stale {
+        if self.cfg.lease_vote_required && self.store.lease_stale {
             let detail = if self.holding {
                 "the witness does not answer: this member keeps the VIPs, but no member could take them \
                  over if it failed now"
@@ -902,7 +867,7 @@ impl Machine {
     fn release(&mut self, now: Millis, to: Role, reason: Reason, out: &mut Vec<Action>) {
         let had = self.holding;
         self.holding = false;
-        self.claim = None;
+        self.store.claim = None;
         self.active_since = None;
         self.vip_missing_since = None;
         if had {
@@ -920,12 +885,12 @@ impl Machine {
         if had && reason.automatic() {
             self.note_auto_move(now, out);
         }
-        self.advert_now = true;
+        self.pacing.advert_now = true;
     }
 
     /// Takes the VIPs (after a successful claim, an unavailable store, or a commit).
     fn acquire(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
-        self.claim = None;
+        self.store.claim = None;
         self.holding = true;
         self.active_since = Some(now);
         self.last_vip_change = Some(now);
@@ -934,8 +899,8 @@ impl Machine {
         out.push(Action::AddVips(self.vip_ids()));
         out.push(Action::Announce { kind: super::types::AnnounceKind::Burst });
         out.push(Action::SelfCheck);
-        self.last_burst = Some(now);
-        self.advert_now = true;
+        self.pacing.last_burst = Some(now);
+        self.pacing.advert_now = true;
         if reason.automatic() {
             self.note_auto_move(now, out);
         }
@@ -943,4 +908,18 @@ impl Machine {
             self.note_nonpreferred_acquisition(now);
         }
     }
+}
+
+/// The carrier of the data and VIP links, and link dampening.
+#[derive(Clone, Debug)]
+pub(super) struct CarrierTrack {
+    pub(super) carrier_data: Option<bool>,
+    pub(super) carrier_vip: Option<bool>,
+    /// Link dampening: when the carrier last returned (both links up again after a loss).
+    pub(super) carrier_returned_at: Option<Millis>,
+    /// Link dampening: how long the carrier must stay up after that return.
+    pub(super) carrier_required_ms: u64,
+    /// When the carrier was lost, until both links have carrier again (a holder's grace
+    /// before it gives the VIPs up; a later return starts the dampening).
+    pub(super) carrier_lost_at: Option<Millis>,
 }

@@ -1,6 +1,6 @@
 //! Folding inputs into the machine's state (decisions follow in `evaluate`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::{ListenerTrack, Machine};
 use crate::sm::advert::Advert;
@@ -22,7 +22,7 @@ impl Machine {
             Input::LocalVips { present } => self.on_local_vips(now, present, out),
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),
             Input::LeaseRenewed { holder, epoch } => self.on_lease_renewed(now, holder, epoch),
-            Input::LeaseUnreachable => self.lease_stale = true,
+            Input::LeaseUnreachable => self.store.lease_stale = true,
             Input::CasResult(r) => self.on_cas(now, r, out),
             Input::Traffic { bytes_per_sec } => self.on_traffic(now, bytes_per_sec),
             Input::Conflict { vip, foreign_mac } => self.on_conflict(now, &vip, foreign_mac, out),
@@ -86,15 +86,15 @@ impl Machine {
     fn on_rejected(&mut self, now: Millis, reason: RejectReason, out: &mut Vec<Action>) {
         match reason {
             RejectReason::KeyMismatch => {
-                self.key_mismatch_at = Some(now);
+                self.timers.key_mismatch_at = Some(now);
                 self.raise(Alarm::KeyMismatch, "heartbeats failing HMAC verification arrive".to_owned(), out);
             }
             RejectReason::ClockSkew => {
-                self.clock_skew_at = Some(now);
+                self.timers.clock_skew_at = Some(now);
                 self.raise(Alarm::ClockSkew, "heartbeats rejected for clock skew arrive".to_owned(), out);
             }
             RejectReason::Replay => {
-                self.replay_at = Some(now);
+                self.timers.replay_at = Some(now);
                 self.raise(
                     Alarm::HeartbeatReplay,
                     "every heartbeat of a member is refused as a replay: it cannot be heard".to_owned(),
@@ -147,8 +147,8 @@ impl Machine {
     fn on_local_vips(&mut self, now: Millis, present: BTreeSet<VipId>, out: &mut Vec<Action>) {
         self.local_vips = Some(present);
         let ours = self.local_pair_vips();
-        if self.role == Role::Init && !self.adoption_decided {
-            self.adoption_decided = true;
+        if self.role == Role::Init && !self.boot.adoption_decided {
+            self.boot.adoption_decided = true;
             // Agent restart on the active (rolling upgrade): the VIPs are still on the
             // interface, so keep them instead of causing an outage. A reboot finds none.
             // The state file may be lost or say Standby (deleted, restored from a backup):
@@ -158,11 +158,11 @@ impl Machine {
             // makes this member give them up, and it holds them under the epoch of its
             // state (0 when lost), which loses against any real takeover later. Not while
             // in maintenance: a member in maintenance holds nothing.
-            let was_holder = matches!(self.boot_last_role, Role::Active | Role::Demoting);
+            let was_holder = matches!(self.boot.boot_last_role, Role::Active | Role::Demoting);
             if !ours.is_empty() && (was_holder || !self.maintenance) {
                 self.holding = true;
-                self.held_epoch = self.boot_epoch;
-                self.advert_now = true;
+                self.held_epoch = self.boot.boot_epoch;
+                self.pacing.advert_now = true;
             }
         }
         if self.holding {
@@ -186,8 +186,8 @@ impl Machine {
             // leaseTransitions is an i32: a larger value is not a Lease's.
             return;
         }
-        self.lease = Some(LeaseView { holder: holder.clone(), epoch });
-        self.lease_stale = false;
+        self.store.lease = Some(LeaseView { holder: holder.clone(), epoch });
+        self.store.lease_stale = false;
         self.bump_epoch(epoch);
         let other = holder.as_ref().is_some_and(|h| h != &self.cfg.local);
         if self.role == Role::Init && self.holding && other && epoch >= self.held_epoch {
@@ -196,7 +196,7 @@ impl Machine {
             self.release(now, Role::Init, Reason::NewerEpochLease, out);
             return;
         }
-        if self.holding && self.cas.is_none() {
+        if self.holding && self.store.cas.is_none() {
             self.reconcile_lease(now, out);
         }
     }
@@ -210,19 +210,19 @@ impl Machine {
             }
             r => r,
         };
-        let pending = self.cas.take();
+        let pending = self.store.cas.take();
         let me = self.cfg.local.clone();
         match r {
             CasResult::Ok { epoch } => {
                 // A newer write may have been observed before this answer arrived (the
                 // watch and the write are separate paths): the answer does not roll it back.
-                let newer = self.lease.as_ref().is_some_and(|l| l.epoch > epoch);
+                let newer = self.store.lease.as_ref().is_some_and(|l| l.epoch > epoch);
                 if !newer {
-                    self.lease = Some(LeaseView { holder: Some(me), epoch });
+                    self.store.lease = Some(LeaseView { holder: Some(me), epoch });
                 }
-                self.lease_stale = false;
+                self.store.lease_stale = false;
                 self.bump_epoch(epoch);
-                if let Some(c) = self.claim.clone() {
+                if let Some(c) = self.store.claim.clone() {
                     if c.epoch == epoch && newer {
                         self.abandon_claim(now, Reason::LeaseConflict, out);
                     } else if c.epoch == epoch {
@@ -233,12 +233,12 @@ impl Machine {
                 }
             }
             CasResult::Conflict { holder, epoch } => {
-                if self.lease.as_ref().is_none_or(|l| l.epoch <= epoch) {
-                    self.lease = Some(LeaseView { holder: holder.clone(), epoch });
+                if self.store.lease.as_ref().is_none_or(|l| l.epoch <= epoch) {
+                    self.store.lease = Some(LeaseView { holder: holder.clone(), epoch });
                 }
-                self.lease_stale = false;
+                self.store.lease_stale = false;
                 self.bump_epoch(epoch);
-                if let Some(c) = self.claim.clone() {
+                if let Some(c) = self.store.claim.clone() {
                     if holder.as_ref() == Some(&me) && epoch == c.epoch {
                         self.claim_won(now, c.reason, out);
                     } else if epoch >= c.epoch {
@@ -249,7 +249,7 @@ impl Machine {
                         let retries = pending.map_or(0, |p| p.retries);
                         if retries < 3 {
                             self.send_cas(c.epoch, epoch, super::CasPurpose::Claim, now, out);
-                            if let Some(p) = self.cas.as_mut() {
+                            if let Some(p) = self.store.cas.as_mut() {
                                 p.retries = retries + 1;
                             }
                         } else {
@@ -267,17 +267,17 @@ impl Machine {
                 // died, after the last heartbeat this member heard. Back off a heartbeat
                 // timeout instead (the claim is given up as lost); a holder that is alive
                 // renews meanwhile, and its renewals keep this member from claiming again.
-                self.lease_stale = false;
+                self.store.lease_stale = false;
                 self.bump_epoch(epoch);
-                if self.claim.is_some() {
+                if self.store.claim.is_some() {
                     self.abandon_claim(now, Reason::LeaseConflict, out);
                 } else if self.holding {
                     self.reconcile_lease(now, out);
                 }
             }
             CasResult::Unavailable => {
-                self.lease_stale = true;
-                if self.claim.is_some() {
+                self.store.lease_stale = true;
+                if self.store.claim.is_some() {
                     self.on_cas_unavailable(now, out);
                 }
             }
@@ -306,7 +306,7 @@ impl Machine {
         // the old active re-announce (which would pull clients back to it just before it
         // removes the address).
         let settled = self.last_vip_change.is_none_or(|t| now.since(t) >= self.t().reannounce_min_ms);
-        if self.role != Role::Active || self.op.is_some() || self.tgt.is_some() || !settled {
+        if self.role != Role::Active || self.ops.op.is_some() || self.ops.tgt.is_some() || !settled {
             return;
         }
         self.conflict_last = Some(now);
@@ -317,8 +317,8 @@ impl Machine {
         self.raise(Alarm::VipConflict, detail, out);
         if self.holding {
             let min = self.t().reannounce_min_ms;
-            if self.last_burst.is_none_or(|t| now.since(t) >= min) {
-                self.last_burst = Some(now);
+            if self.pacing.last_burst.is_none_or(|t| now.since(t) >= min) {
+                self.pacing.last_burst = Some(now);
                 out.push(Action::Announce { kind: crate::sm::types::AnnounceKind::Burst });
             }
         }
@@ -349,17 +349,17 @@ impl Machine {
                 if !on {
                     self.clear_alarm(Alarm::MaintenancePending, out);
                 }
-                self.advert_now = true;
+                self.pacing.advert_now = true;
             }
             Command::ClearSuspension => {
-                self.suspended = false;
-                self.auto_moves.clear();
+                self.flap.suspended = false;
+                self.flap.auto_moves.clear();
                 self.clear_alarm(Alarm::Suspended, out);
-                self.advert_now = true;
+                self.pacing.advert_now = true;
             }
             Command::ResumeFailback => {
                 self.failback_paused = false;
-                self.advert_now = true;
+                self.pacing.advert_now = true;
             }
             Command::SetPaused(p) => self.paused = p,
         }
@@ -396,6 +396,34 @@ impl Machine {
                 out.push(Action::Announce { kind: crate::sm::types::AnnounceKind::Burst });
             }
         }
-        self.advert_now = true;
+        self.pacing.advert_now = true;
     }
+}
+
+/// Flap suspension and failback quarantine: the automatic moves counted.
+#[derive(Clone, Debug)]
+pub(super) struct FlapGuard {
+    pub(super) auto_moves: VecDeque<Millis>,
+    pub(super) suspended: bool,
+    pub(super) quiet_from: Millis,
+    pub(super) nonpref_acq: VecDeque<Millis>,
+    pub(super) quarantined_until: Option<Millis>,
+}
+
+/// When the alarms that clear by themselves were last triggered.
+#[derive(Clone, Debug)]
+pub(super) struct AlarmTimers {
+    pub(super) key_mismatch_at: Option<Millis>,
+    pub(super) clock_skew_at: Option<Millis>,
+    pub(super) replay_at: Option<Millis>,
+}
+
+/// What the persisted state said at start, for adopting the VIPs after a restart.
+#[derive(Clone, Debug)]
+pub(super) struct Boot {
+    pub(super) boot_last_role: Role,
+    /// Epoch from the persisted state at start: what an adopting member can prove it held
+    /// the VIPs under (never an epoch it merely heard of since).
+    pub(super) boot_epoch: u64,
+    pub(super) adoption_decided: bool,
 }

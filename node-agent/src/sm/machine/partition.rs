@@ -31,10 +31,10 @@ pub(super) enum NewerLease {
 impl Machine {
     /// The Lease holder wrote the Lease again (a renewal) under `epoch`.
     pub(super) fn on_lease_renewed(&mut self, now: Millis, holder: NodeId, epoch: u64) {
-        if holder == self.cfg.local || self.lease.as_ref().is_some_and(|l| l.epoch > epoch) {
+        if holder == self.cfg.local || self.store.lease.as_ref().is_some_and(|l| l.epoch > epoch) {
             return;
         }
-        self.lease_written = Some((holder, now));
+        self.store.lease_written = Some((holder, now));
     }
 
     /// The member the Lease names as holder, if it cannot be heard on any path but was
@@ -43,14 +43,14 @@ impl Machine {
     /// once. One that wins a claim while a peer is silent renews at once, and the member
     /// that lost the VIPs to it is in its hold-down meanwhile.)
     pub(super) fn holder_alive_unheard(&self, now: Millis) -> Option<NodeId> {
-        if self.lease_stale {
+        if self.store.lease_stale {
             return None;
         }
-        let h = self.lease.as_ref()?.holder.as_ref()?;
+        let h = self.store.lease.as_ref()?.holder.as_ref()?;
         if h == &self.cfg.local {
             return None;
         }
-        let (written_by, at) = self.lease_written.as_ref()?;
+        let (written_by, at) = self.store.lease_written.as_ref()?;
         if written_by != h || now.since(*at) >= self.t().lease_alive_ms {
             return None;
         }
@@ -78,7 +78,7 @@ impl Machine {
             self.renew_lease(now, out);
             return;
         }
-        self.last_renew = None;
+        self.store.last_renew = None;
         match self.holder_alive_unheard(now) {
             Some(h) => self.raise(
                 Alarm::PeerPartition,
@@ -95,26 +95,27 @@ impl Machine {
 
     fn renew_lease(&mut self, now: Millis, out: &mut Vec<Action>) {
         let me = self.cfg.local.clone();
-        let ours = self.lease.as_ref().is_some_and(|l| l.holder.as_ref() == Some(&me) && l.epoch == self.held_epoch);
+        let ours =
+            self.store.lease.as_ref().is_some_and(|l| l.holder.as_ref() == Some(&me) && l.epoch == self.held_epoch);
         let silent = (0..self.peers.len()).any(|i| !self.peer_heard(i, now));
-        if !ours || !silent || self.role != Role::Active || self.lease_stale || self.cas.is_some() {
-            self.last_renew = None;
+        if !ours || !silent || self.role != Role::Active || self.store.lease_stale || self.store.cas.is_some() {
+            self.store.last_renew = None;
             return;
         }
         // A holder that wants out (or cannot serve) stops renewing, so that a peer it
         // cannot reach may take the VIPs after `lease_alive_ms`.
         let unfit = self.maintenance
-            || self.op.is_some()
+            || self.ops.op.is_some()
             || !self.carrier_ok()
             || self.gateway == Some(false)
             || self.unhealthy_reason(now).is_some();
         if unfit {
             return;
         }
-        if self.last_renew.is_some_and(|t| now.since(t) < self.t().lease_renew_ms) {
+        if self.store.last_renew.is_some_and(|t| now.since(t) < self.t().lease_renew_ms) {
             return;
         }
-        self.last_renew = Some(now);
+        self.store.last_renew = Some(now);
         out.push(Action::RenewLease { holder: me, epoch: self.held_epoch });
     }
 
@@ -134,18 +135,18 @@ impl Machine {
         }
         // Its adverts predate the Lease write: give it a heartbeat timeout to show
         // whether it acts on it (a claimer says Active before it writes).
-        let since = *self.lease_disowned_since.get_or_insert(now);
+        let since = *self.store.lease_disowned_since.get_or_insert(now);
         if now.since(since) < self.t().heartbeat_timeout_ms { NewerLease::Wait } else { NewerLease::Reclaim }
     }
 
     /// Takes the Lease back under a fresh epoch above `l`'s.
     pub(super) fn reclaim_lease(&mut self, now: Millis, l: &LeaseView, out: &mut Vec<Action>) {
-        self.lease_disowned_since = None;
+        self.store.lease_disowned_since = None;
         self.bump_epoch(l.epoch);
         let e = self.epoch.max(self.held_epoch).saturating_add(1);
         self.epoch = e;
         self.held_epoch = e;
-        self.advert_now = true;
+        self.pacing.advert_now = true;
         self.send_cas(e, l.epoch, CasPurpose::Reconcile, now, out);
     }
 }

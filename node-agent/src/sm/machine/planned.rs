@@ -15,11 +15,12 @@ use super::{Machine, Need, Op, OpPhase, Origin, TargetOp, TgtPhase};
 use crate::sm::advert::{AUTO_OP_BIT, OpKind, OpMsg, RefuseReason};
 use crate::sm::io::{Action, Reason};
 use crate::sm::types::{AnnounceKind, Millis, NodeId, Role};
+use std::collections::VecDeque;
 
 impl Machine {
     fn next_auto_id(&mut self) -> u64 {
-        self.op_seq = self.op_seq.wrapping_add(1);
-        AUTO_OP_BIT | ((self.epoch & 0x7fff_ffff_ffff) << 16) | u64::from(self.op_seq)
+        self.ops.op_seq = self.ops.op_seq.wrapping_add(1);
+        AUTO_OP_BIT | ((self.epoch & 0x7fff_ffff_ffff) << 16) | u64::from(self.ops.op_seq)
     }
 
     fn sticky_life(&self) -> u64 {
@@ -41,16 +42,16 @@ impl Machine {
             None => self.next_auto_id(),
         };
         let to = self.peers[target].node.clone();
-        self.op = Some(Op { id, origin, to, phase: OpPhase::Preparing, started: now });
-        self.sticky = None;
-        self.advert_now = true;
+        self.ops.op = Some(Op { id, origin, to, phase: OpPhase::Preparing, started: now });
+        self.ops.sticky = None;
+        self.pacing.advert_now = true;
         if forced {
             self.commit(now, out);
         }
     }
 
     fn commit(&mut self, now: Millis, out: &mut Vec<Action>) {
-        let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
+        let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
         // Two fresh epochs: the commit's, and a newer one to take the VIPs back under if
         // the target does not confirm.
         let base = self.epoch.max(self.held_epoch).max(lease_epoch);
@@ -58,21 +59,21 @@ impl Machine {
             self.abort_op(now, "the pair epoch is at the top of its domain: no handover is possible", out);
             return;
         };
-        let Some(op) = self.op.as_mut() else {
+        let Some(op) = self.ops.op.as_mut() else {
             return;
         };
         op.phase = OpPhase::Committed { epoch, at: now };
         let reason = op.origin.reason();
         self.set_role(Role::Demoting, reason, now, out);
-        self.advert_now = true;
+        self.pacing.advert_now = true;
     }
 
     pub(super) fn complete_op(&mut self, now: Millis, out: &mut Vec<Action>) {
-        let Some(op) = self.op.take() else {
+        let Some(op) = self.ops.op.take() else {
             return;
         };
         let OpPhase::Committed { epoch, .. } = op.phase else {
-            self.op = Some(op);
+            self.ops.op = Some(op);
             return;
         };
         self.bump_epoch(epoch);
@@ -82,18 +83,18 @@ impl Machine {
         }
         let to = self.out_role(Role::Standby);
         self.release(now, to, op.origin.reason(), out);
-        self.handover_retry_at = None;
+        self.ops.handover_retry_at = None;
         self.report_op(op.id, true, format!("handed over to {}", op.to), out);
     }
 
     fn abort_op(&mut self, now: Millis, message: &str, out: &mut Vec<Action>) {
-        let Some(op) = self.op.take() else {
+        let Some(op) = self.ops.op.take() else {
             return;
         };
-        self.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
+        self.ops.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
         if let OpPhase::Committed { epoch, .. } = op.phase {
             // Take the VIPs back under an epoch newer than the committed one.
-            let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
+            let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
             let expected = self.lease_expected(self.held_epoch);
             // The commit left a fresh epoch for this unless the Lease moved on meanwhile;
             // then keep the held one (a target holding under the commit wins by epoch).
@@ -101,22 +102,22 @@ impl Machine {
             self.epoch = self.epoch.max(e);
             self.held_epoch = e;
             self.set_role(Role::Active, Reason::Aborted, now, out);
-            self.last_burst = Some(now);
+            self.pacing.last_burst = Some(now);
             out.push(Action::Announce { kind: AnnounceKind::Burst });
-            if self.cas.is_none() {
+            if self.store.cas.is_none() {
                 self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
             }
         }
-        self.advert_now = true;
+        self.pacing.advert_now = true;
         if !matches!(op.origin, Origin::Operator { .. }) {
-            self.handover_retry_at = Some(now.plus(self.t().handover_retry_ms));
+            self.ops.handover_retry_at = Some(now.plus(self.t().handover_retry_ms));
         }
         self.report_op(op.id, false, message.to_owned(), out);
     }
 
     /// Drops the operation because another holder with a newer epoch won (no takeback).
     pub(super) fn abort_op_superseded(&mut self, out: &mut Vec<Action>) {
-        if let Some(op) = self.op.take() {
+        if let Some(op) = self.ops.op.take() {
             self.report_op(
                 op.id,
                 false,
@@ -127,7 +128,7 @@ impl Machine {
     }
 
     pub(super) fn op_timeouts(&mut self, now: Millis, out: &mut Vec<Action>) {
-        let Some(op) = self.op.as_ref() else {
+        let Some(op) = self.ops.op.as_ref() else {
             return;
         };
         let limit = self.t().confirm_timeout_ms;
@@ -145,7 +146,7 @@ impl Machine {
     /// Initiator: the target heard Active holding under the committed epoch completes the
     /// operation even when the `Confirm` itself was lost.
     pub(super) fn check_op_completion(&mut self, now: Millis, i: usize, out: &mut Vec<Action>) {
-        let Some(op) = self.op.as_ref() else {
+        let Some(op) = self.ops.op.as_ref() else {
             return;
         };
         let OpPhase::Committed { epoch, .. } = op.phase else {
@@ -172,7 +173,7 @@ impl Machine {
             return;
         }
         let from = self.peers[i].node.clone();
-        if let Some(op) = self.op.as_ref()
+        if let Some(op) = self.ops.op.as_ref()
             && op.to == from
             && op.id == msg.id
         {
@@ -200,7 +201,7 @@ impl Machine {
                 self.on_commit(now, i, msg.id, *epoch, out);
             }
             OpKind::Abort => {
-                let Some(t) = self.tgt.as_ref() else {
+                let Some(t) = self.ops.tgt.as_ref() else {
                     return;
                 };
                 if t.id != msg.id || t.from != from {
@@ -213,7 +214,7 @@ impl Machine {
                     let to = self.out_role(Role::Standby);
                     self.release(now, to, Reason::AbortedByPeer, out);
                 }
-                self.tgt = None;
+                self.ops.tgt = None;
             }
             _ => {}
         }
@@ -222,7 +223,7 @@ impl Machine {
     /// Re-validation on the initiator right before the commit (seed 003: re-check the
     /// conditions at the moment of acting). `Some(reason)` = abort.
     fn revalidate_op(&self, now: Millis) -> Option<&'static str> {
-        let op = self.op.as_ref()?;
+        let op = self.ops.op.as_ref()?;
         let Some(i) = self.peer_index(&op.to) else {
             return Some("the target left the pair");
         };
@@ -274,27 +275,27 @@ impl Machine {
 
     fn on_prepare(&mut self, now: Millis, i: usize, id: u64) {
         let from = self.peers[i].node.clone();
-        if self.tgt.as_ref().is_some_and(|t| t.id == id && t.from == from) {
+        if self.ops.tgt.as_ref().is_some_and(|t| t.id == id && t.from == from) {
             return;
         }
-        if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
+        if self.ops.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
             return;
         }
-        let busy = self.tgt.is_some() || self.op.is_some();
+        let busy = self.ops.tgt.is_some() || self.ops.op.is_some();
         let refusal = if busy { Some(RefuseReason::Busy) } else { self.prepare_refusal(i) };
         self.refuse_or(now, id, refusal, |m| {
-            m.tgt = Some(TargetOp { id, from, phase: TgtPhase::Acked, at: now });
+            m.ops.tgt = Some(TargetOp { id, from, phase: TgtPhase::Acked, at: now });
         });
     }
 
     fn refuse_or(&mut self, now: Millis, id: u64, refusal: Option<RefuseReason>, accept: impl FnOnce(&mut Machine)) {
-        self.advert_now = true;
+        self.pacing.advert_now = true;
         match refusal {
             Some(reason) => {
-                self.sticky = Some((OpMsg { id, kind: OpKind::Refuse { reason } }, now.plus(self.sticky_life())));
+                self.ops.sticky = Some((OpMsg { id, kind: OpKind::Refuse { reason } }, now.plus(self.sticky_life())));
             }
             None => {
-                self.sticky = None;
+                self.ops.sticky = None;
                 accept(self);
             }
         }
@@ -303,17 +304,18 @@ impl Machine {
     fn on_commit(&mut self, now: Millis, i: usize, id: u64, epoch: u64, out: &mut Vec<Action>) {
         let from = self.peers[i].node.clone();
         if self
+            .ops
             .tgt
             .as_ref()
             .is_some_and(|t| t.id == id && t.from == from && matches!(t.phase, TgtPhase::Accepted { .. }))
         {
             return;
         }
-        if self.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
+        if self.ops.sticky.as_ref().is_some_and(|(m, _)| m.id == id) {
             return;
         }
         let initiator_major = self.peers[i].advert.as_ref().map(|a| a.protocol_major);
-        let busy_other = self.tgt.as_ref().is_some_and(|t| t.id != id) || self.op.is_some();
+        let busy_other = self.ops.tgt.as_ref().is_some_and(|t| t.id != id) || self.ops.op.is_some();
         let refusal = if self.role != Role::Standby {
             Some(RefuseReason::NotStandby)
         } else if self.maintenance {
@@ -340,8 +342,8 @@ impl Machine {
         let previous = self.epoch;
         self.epoch = epoch;
         self.held_epoch = epoch;
-        self.tgt = Some(TargetOp { id, from, phase: TgtPhase::Accepted { epoch }, at: now });
-        self.sticky = None;
+        self.ops.tgt = Some(TargetOp { id, from, phase: TgtPhase::Accepted { epoch }, at: now });
+        self.ops.sticky = None;
         let operator = Self::is_operator_id(id);
         if operator {
             self.failback_paused = true;
@@ -349,7 +351,7 @@ impl Machine {
         let reason = if operator { Reason::HandoverAccepted } else { Reason::AutoHandoverAccepted };
         self.set_role(Role::Active, reason, now, out);
         self.acquire(now, reason, out);
-        if self.cas.is_none() {
+        if self.store.cas.is_none() {
             let expected = self.lease_expected(previous);
             self.send_cas(epoch, expected, super::CasPurpose::Reconcile, now, out);
         }
@@ -368,7 +370,7 @@ impl Machine {
             self.report_op(id, false, "this member is not the active member".to_owned(), out);
             return;
         }
-        if self.op.is_some() || self.tgt.is_some() {
+        if self.ops.op.is_some() || self.ops.tgt.is_some() {
             self.report_op(id, false, "another operation is in progress".to_owned(), out);
             return;
         }
@@ -397,4 +399,22 @@ impl Machine {
         }
         self.start_op(now, Some(id), Origin::Operator { forced }, idx, forced, out);
     }
+}
+
+/// Planned operations: the one this member started or answers as a target, the last
+/// answer repeated in heartbeats, and the request ids already acted on.
+#[derive(Clone, Debug)]
+pub(super) struct Operations {
+    /// The operation this member started (initiator side).
+    pub(super) op: Option<Op>,
+    /// The operation this member takes part in as its target.
+    pub(super) tgt: Option<TargetOp>,
+    /// The last operation message, repeated in heartbeats for a while.
+    pub(super) sticky: Option<(OpMsg, Millis)>,
+    /// Request ids already acted on (each is acted on once).
+    pub(super) seen_ids: VecDeque<u64>,
+    /// Sequence of the operations this member started.
+    pub(super) op_seq: u16,
+    /// No automatic handover attempt before then.
+    pub(super) handover_retry_at: Option<Millis>,
 }

@@ -9,7 +9,7 @@ impl Machine {
     /// The heartbeat this member sends now.
     pub(super) fn make_advert(&self) -> Advert {
         let holds_or_claims =
-            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+            self.holding || self.store.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         Advert {
             sender: self.cfg.local.clone(),
             role: self.role,
@@ -23,28 +23,28 @@ impl Machine {
             maintenance: self.maintenance,
             carrier_ok: self.carrier_ok(),
             gateway: self.gateway,
-            suspended: self.suspended,
+            suspended: self.flap.suspended,
             failback_paused: self.failback_paused,
             op: self.current_op_msg(),
         }
     }
 
     fn current_op_msg(&self) -> Option<OpMsg> {
-        if let Some(op) = &self.op {
+        if let Some(op) = &self.ops.op {
             let kind = match op.phase {
                 OpPhase::Preparing => OpKind::Prepare { to: op.to.clone() },
                 OpPhase::Committed { epoch, .. } => OpKind::Commit { to: op.to.clone(), epoch },
             };
             return Some(OpMsg { id: op.id, kind });
         }
-        if let Some(t) = &self.tgt {
+        if let Some(t) = &self.ops.tgt {
             let kind = match t.phase {
                 TgtPhase::Acked => OpKind::PrepareAck,
                 TgtPhase::Accepted { .. } => OpKind::Confirm,
             };
             return Some(OpMsg { id: t.id, kind });
         }
-        self.sticky.as_ref().map(|(m, _)| m.clone())
+        self.ops.sticky.as_ref().map(|(m, _)| m.clone())
     }
 
     /// A snapshot for reporting, as of the last `step`.
@@ -80,7 +80,7 @@ impl Machine {
                 }
             })
             .collect();
-        let operation = if let Some(op) = &self.op {
+        let operation = if let Some(op) = &self.ops.op {
             Some(OperationStatus {
                 id: op.id,
                 peer: op.to.clone(),
@@ -90,7 +90,7 @@ impl Machine {
                 },
             })
         } else {
-            self.tgt.as_ref().map(|t| OperationStatus {
+            self.ops.tgt.as_ref().map(|t| OperationStatus {
                 id: t.id,
                 peer: t.from.clone(),
                 phase: match t.phase {
@@ -100,7 +100,7 @@ impl Machine {
             })
         };
         let holds_or_claims =
-            self.holding || self.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+            self.holding || self.store.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         Status {
             node: self.cfg.local.clone(),
             role: self.role,
@@ -111,8 +111,8 @@ impl Machine {
             maintenance: self.maintenance,
             paused: self.paused,
             failback_paused: self.failback_paused,
-            suspended: self.suspended,
-            quarantined_until: self.quarantined_until.filter(|u| now < *u),
+            suspended: self.flap.suspended,
+            quarantined_until: self.flap.quarantined_until.filter(|u| now < *u),
             hold_down_until: self.last_vip_change.map(|t| t.plus(self.t().hold_down_ms)).filter(|u| now < *u),
             boot_hold_until: self.boot_hold_until().filter(|u| now < *u),
             ready_all: self.ready_all(),
@@ -123,8 +123,8 @@ impl Machine {
             blocker: self.current_blocker(now),
             peers,
             alarms: self.alarms.iter().copied().collect(),
-            lease: self.lease.clone(),
-            lease_stale: self.lease_stale,
+            lease: self.store.lease.clone(),
+            lease_stale: self.store.lease_stale,
             operation,
             last_transition: self.last_transition.clone(),
             config_valid: self.cfg_error.is_none(),

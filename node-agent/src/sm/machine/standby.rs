@@ -10,7 +10,9 @@
 
 use super::{CasPending, CasPurpose, Claim, Machine};
 use crate::sm::io::{Action, Reason};
+use crate::sm::status::LeaseView;
 use crate::sm::status::{Blocker, ProbeState};
+use crate::sm::types::NodeId;
 use crate::sm::types::{AnnounceKind, Millis, Role};
 
 impl Machine {
@@ -124,7 +126,7 @@ impl Machine {
         if !self.carrier_ok() {
             return Err(Blocker::CarrierDown);
         }
-        if self.carrier_returned_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
+        if self.link.carrier_returned_at.is_some_and(|t| now.since(t) < self.t().carrier_stable_ms) {
             // Only the base time here, however often the link flapped: when nobody holds the
             // VIPs, a member serving them beats none (the doubling keeps a flapping member
             // from being chosen as a handover target while a stable one holds them).
@@ -139,7 +141,7 @@ impl Machine {
         if !as_claimer && self.in_hold_down(now) {
             return Err(Blocker::HoldDown);
         }
-        if !as_claimer && self.claim_backoff_until.is_some_and(|u| now < u) {
+        if !as_claimer && self.store.claim_backoff_until.is_some_and(|u| now < u) {
             return Err(Blocker::LeaseConflictBackoff);
         }
         for i in 0..self.peers.len() {
@@ -152,10 +154,10 @@ impl Machine {
         if self.holder_alive_unheard(now).is_some() {
             return Err(Blocker::PeerAliveViaLease);
         }
-        if self.cfg.lease_vote_required && (self.lease_stale || self.lease.is_none()) {
+        if self.cfg.lease_vote_required && (self.store.lease_stale || self.store.lease.is_none()) {
             return Err(Blocker::WitnessUnreachable);
         }
-        if !as_claimer && self.tgt.is_some() {
+        if !as_claimer && self.ops.tgt.is_some() {
             return Err(Blocker::OperationInProgress);
         }
         if self.boot_hold_until().is_some_and(|u| now < u) {
@@ -242,11 +244,11 @@ impl Machine {
     fn takeover_check(&mut self, now: Millis) -> Result<Reason, Blocker> {
         match self.takeover_conditions(now, false) {
             Err(b) => {
-                self.candidate_since = None;
+                self.store.candidate_since = None;
                 Err(b)
             }
             Ok((reason, rank)) => {
-                let since = *self.candidate_since.get_or_insert(now);
+                let since = *self.store.candidate_since.get_or_insert(now);
                 let wait = rank.saturating_mul(self.stagger_unit(reason));
                 if now.since(since) < wait { Err(Blocker::Staggered) } else { Ok(reason) }
             }
@@ -258,14 +260,14 @@ impl Machine {
         if self.holding {
             return None;
         }
-        if self.claim.is_some() {
+        if self.store.claim.is_some() {
             return self.takeover_conditions(now, true).err();
         }
         match self.takeover_conditions(now, false) {
             Err(b) => Some(b),
             Ok((reason, rank)) => {
                 let wait = rank.saturating_mul(self.stagger_unit(reason));
-                match self.candidate_since {
+                match self.store.candidate_since {
                     Some(s) if now.since(s) >= wait => None,
                     _ if rank == 0 => None,
                     _ => Some(Blocker::Staggered),
@@ -276,15 +278,15 @@ impl Machine {
 
     /// Decides to take the VIPs: new epoch (persisted first), role Active (claiming), CAS.
     fn claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
-        let lease_epoch = self.lease.as_ref().map_or(0, |l| l.epoch);
+        let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
         let expected = self.lease_expected(self.epoch);
         let Some(new_epoch) = Self::fresh_epoch(self.epoch.max(lease_epoch)) else {
             return;
         };
         self.epoch = new_epoch;
         self.held_epoch = new_epoch;
-        self.claim = Some(Claim { epoch: new_epoch, reason });
-        self.candidate_since = None;
+        self.store.claim = Some(Claim { epoch: new_epoch, reason });
+        self.store.candidate_since = None;
         self.set_role(Role::Active, reason, now, out);
         self.send_cas(new_epoch, expected, CasPurpose::Claim, now, out);
     }
@@ -298,7 +300,7 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         self.persist_if_changed(out);
-        self.cas = Some(CasPending { purpose, sent_at: now, retries: 0 });
+        self.store.cas = Some(CasPending { purpose, sent_at: now, retries: 0 });
         out.push(Action::CasLease { holder: self.cfg.local.clone(), new_epoch, expected_epoch: expected });
     }
 
@@ -306,12 +308,12 @@ impl Machine {
     /// conditions still hold, with the local epoch; the Lease is reconciled when a
     /// `LeaseObserved` shows the store is back.
     pub(super) fn on_cas_unavailable(&mut self, now: Millis, out: &mut Vec<Action>) {
-        self.lease_stale = true;
-        let Some(c) = self.claim.clone() else {
+        self.store.lease_stale = true;
+        let Some(c) = self.store.claim.clone() else {
             return;
         };
         if self.catch_up {
-            self.claim_granted = Some(false);
+            self.store.claim_granted = Some(false);
             return;
         }
         match self.takeover_conditions(now, true) {
@@ -326,7 +328,7 @@ impl Machine {
     pub(super) fn claim_won(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
         if self.catch_up {
             // Settled after the catch-up: a newer holder or Lease may still be queued.
-            self.claim_granted = Some(true);
+            self.store.claim_granted = Some(true);
             return;
         }
         if self.maintenance {
@@ -339,15 +341,39 @@ impl Machine {
     }
 
     pub(super) fn abandon_claim(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
-        self.claim = None;
-        self.claim_granted = None;
+        self.store.claim = None;
+        self.store.claim_granted = None;
         if reason == Reason::LeaseConflict {
-            self.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
+            self.store.claim_backoff_until = Some(now.plus(self.t().heartbeat_timeout_ms));
         }
-        if self.cas.as_ref().is_some_and(|c| c.purpose == CasPurpose::Claim) {
-            self.cas = None;
+        if self.store.cas.as_ref().is_some_and(|c| c.purpose == CasPurpose::Claim) {
+            self.store.cas = None;
         }
         let to = if self.maintenance { Role::Maintenance } else { Role::Standby };
         self.set_role(to, reason, now, out);
     }
+}
+
+/// What the machine knows of the Lease store (or witness) and the claims and
+/// compare-and-swaps it has in flight there.
+#[derive(Clone, Debug)]
+pub(super) struct StoreTrack {
+    pub(super) lease: Option<LeaseView>,
+    pub(super) lease_stale: bool,
+    /// The Lease's holder and when it was last seen writing the Lease (a claim or a
+    /// renewal): proof through the API server that it is alive.
+    pub(super) lease_written: Option<(NodeId, Millis)>,
+    /// Last renewal this holder sent (while a peer was silent).
+    pub(super) last_renew: Option<Millis>,
+    /// Since when this holder has seen the Lease name a peer that is heard but does not
+    /// act as its holder (a claim that landed after its sender gave up).
+    pub(super) lease_disowned_since: Option<Millis>,
+    pub(super) cas: Option<CasPending>,
+    pub(super) claim: Option<Claim>,
+    pub(super) candidate_since: Option<Millis>,
+    /// No new claim before then (after losing a Lease CAS to another member).
+    pub(super) claim_backoff_until: Option<Millis>,
+    /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
+    /// local rules (`Some(false)`) during a catch-up: settled at its end.
+    pub(super) claim_granted: Option<bool>,
 }
