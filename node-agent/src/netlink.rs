@@ -446,6 +446,83 @@ impl LinkWatch {
     }
 }
 
+/// The links whose carrier a pair watches.
+#[derive(Clone, Debug)]
+pub struct CarrierLinks {
+    /// The data link (the interface of the first heartbeat path's address).
+    pub data: String,
+    /// The interfaces that carry the pair's VIPs.
+    pub vip: std::collections::BTreeSet<String>,
+}
+
+impl CarrierLinks {
+    /// The machine's inputs for a carrier change of link `name` (none for other links).
+    fn inputs(&self, name: &str, up: bool) -> Vec<crate::sm::Input> {
+        let mut out = Vec::new();
+        if name == self.data {
+            out.push(crate::sm::Input::Carrier { link: crate::sm::Link::Data, up });
+        }
+        if self.vip.contains(name) {
+            out.push(crate::sm::Input::Carrier { link: crate::sm::Link::Vip, up });
+        }
+        out
+    }
+}
+
+/// Watches the carrier of `links`: sends the current state, then every change, as the
+/// machine's `Carrier` inputs. Link events come on a netlink subscription of their own;
+/// when it cannot be opened, the links are polled every 100 ms (counted as an I/O error).
+pub fn spawn_carrier_watch<E: From<crate::sm::Input> + Send + 'static>(
+    nl: Netlink,
+    links: CarrierLinks,
+    metrics: crate::metrics::PairMetrics,
+    tx: tokio::sync::mpsc::Sender<E>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut watch = match LinkWatch::new() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                metrics.io_error(e.category());
+                tracing::error!(error = %e, "failed to watch links; carrier is polled instead");
+                None
+            }
+        };
+        let mut last: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+        if let Ok(now) = nl.links().await {
+            for l in now {
+                last.insert(l.name.clone(), l.carrier);
+                for i in links.inputs(&l.name, l.carrier) {
+                    let _ = tx.send(i.into()).await;
+                }
+            }
+        }
+        loop {
+            let ev = match watch.as_mut() {
+                Some(w) => w.next().await,
+                None => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    None
+                }
+            };
+            let changed: Vec<LinkState> = match ev {
+                Some(l) => vec![l],
+                None => nl.links().await.unwrap_or_default(),
+            };
+            for l in changed {
+                if last.get(&l.name) != Some(&l.carrier) {
+                    last.insert(l.name.clone(), l.carrier);
+                    tracing::info!(link = %l.name, carrier = l.carrier, "carrier changed");
+                    for i in links.inputs(&l.name, l.carrier) {
+                        if tx.send(i.into()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
 fn link_state(msg: &LinkMessage) -> LinkState {
     let mut name = String::new();
     let mut mac = Vec::new();

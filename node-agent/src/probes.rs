@@ -1,13 +1,20 @@
 //! Probes that feed the state machine: TCP connect probes of the VIP listeners,
 //! gateway (fence target) reachability by ARP, duplicate-VIP detection by ARP, and a
-//! traffic sampler for the failback quiet window.
+//! traffic sampler for the failback quiet window; and the observer tasks that run them
+//! for a pair (`spawn_…`, [`PeerProbes`]). Probes observe and report; what a verdict
+//! means is the state machine's business, never decided here.
 
 use crate::announce::{ArpListener, ArpSeen, L2Sender};
+use crate::metrics::PairMetrics;
+use crate::sm;
 use pnet::datalink::MacAddr;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// One TCP connect probe: `true` when the three-way handshake completes within
 /// `timeout` (the connection is closed at once).
@@ -198,4 +205,223 @@ mod tests {
         assert_eq!(arp_source_for(&own, Ipv4Addr::new(10, 0, 0, 254)), Ipv4Addr::new(10, 0, 0, 11));
         assert_eq!(arp_source_for(&own, Ipv4Addr::new(172, 16, 0, 1)), Ipv4Addr::UNSPECIFIED);
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Observers: the tasks that run these probes for a pair and feed their verdicts to the
+// state machine as `sm::Input`s, through the runtime's queue (`E` is the queue's event
+// type; observers know only the inputs they produce). Each stops once the queue is
+// closed (the runtime's tasks are also aborted when it stops).
+// ---------------------------------------------------------------------------------
+
+/// Probe interval through the VIPs while every peer is heard (a standby's steady state).
+pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Interval between two rounds of probes of the member's own listeners.
+pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Gateway (fence target) probes: one ARP round this often.
+const GATEWAY_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Duplicate-VIP detection while holding: one ARP round this often.
+const CONFLICT_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Traffic is sampled this often.
+const TRAFFIC_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long an ARP request of the gateway or conflict probes waits for replies.
+const ARP_WAIT: Duration = Duration::from_millis(300);
+
+/// Data-plane probes through the VIPs while this member does not hold them: fast while
+/// a heartbeat is overdue (or the machine has no verdict yet), slow while the peers are
+/// heard.
+pub struct PeerProbes {
+    /// Every (VIP, address:port) to probe.
+    pub targets: Vec<(sm::VipId, SocketAddr)>,
+    /// The fast rate (`probe.interval`).
+    pub interval: Duration,
+    /// One connect's timeout.
+    pub timeout: Duration,
+    /// A heartbeat is overdue after this long without one (1.2 heartbeat intervals):
+    /// from then on every target is probed at the fast rate, so that the data-plane
+    /// verdict is ready when the heartbeat timeout expires.
+    pub overdue: Duration,
+    /// Set while this member holds the VIPs (no probes then).
+    pub holding: Arc<AtomicBool>,
+    /// Set while the machine waits for a first verdict (start-up, new VIPs).
+    pub pending: Arc<AtomicBool>,
+    /// When a peer was last heard, in milliseconds since `origin`.
+    pub last_heard_ms: Arc<AtomicU64>,
+    /// The runtime's clock origin.
+    pub origin: Instant,
+    /// Where probe results are counted.
+    pub metrics: PairMetrics,
+}
+
+impl PeerProbes {
+    /// Starts probing (nothing to do without targets: the task ends at once).
+    pub fn spawn<E: From<sm::Input> + Send + 'static>(self, tx: mpsc::Sender<E>) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            if self.targets.is_empty() {
+                return;
+            }
+            let overdue_ms = self.overdue.as_millis() as u64;
+            let mut slow_due = Instant::now();
+            let mut next = 0usize;
+            loop {
+                tokio::time::sleep(self.interval).await;
+                if tx.is_closed() {
+                    return;
+                }
+                if self.holding.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let since = (self.origin.elapsed().as_millis() as u64)
+                    .saturating_sub(self.last_heard_ms.load(Ordering::Relaxed));
+                let overdue = since > overdue_ms || self.pending.load(Ordering::Relaxed);
+                if !overdue && Instant::now() < slow_due {
+                    continue;
+                }
+                slow_due = Instant::now() + SLOW_PROBE_INTERVAL;
+                // Steady state: one target per round, in turn (any VIP answering means the
+                // active serves). Overdue: every target, since "down" needs them all.
+                let round: Vec<&(sm::VipId, SocketAddr)> = if overdue {
+                    self.targets.iter().collect()
+                } else {
+                    next = (next + 1) % self.targets.len();
+                    vec![&self.targets[next]]
+                };
+                for (vip, addr) in round {
+                    let tx = tx.clone();
+                    let vip = vip.clone();
+                    let addr = *addr;
+                    let metrics = self.metrics.clone();
+                    let timeout = self.timeout;
+                    tokio::spawn(async move {
+                        let up = tcp_probe(addr, timeout).await;
+                        let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
+                        metrics.probe("peer", up);
+                        let _ = tx.send(sm::Input::PeerProbe { vip, result }.into()).await;
+                    });
+                }
+            }
+        })
+    }
+}
+
+/// One of this member's own listeners: probed on the VIP while holding it, else on the
+/// node's own address in the VIP's subnet (the readiness of a standby).
+#[derive(Clone, Debug)]
+pub struct LocalTarget {
+    /// The VIP.
+    pub vip: sm::VipId,
+    /// Its address.
+    pub vip_addr: IpAddr,
+    /// The node's own address in the VIP's subnet (the VIP's when it has none).
+    pub own_addr: IpAddr,
+    /// The probed port.
+    pub port: u16,
+}
+
+/// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] (nothing to do
+/// without targets: nothing then blocks readiness).
+pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
+    targets: Vec<LocalTarget>,
+    holding: Arc<AtomicBool>,
+    timeout: Duration,
+    metrics: PairMetrics,
+    tx: mpsc::Sender<E>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if targets.is_empty() {
+            return;
+        }
+        loop {
+            let hold = holding.load(Ordering::Relaxed);
+            for t in &targets {
+                let addr = SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port);
+                let up = tcp_probe(addr, timeout).await;
+                metrics.probe("local", up);
+                if tx.send(sm::Input::LocalProbe { vip: t.vip.clone(), port: t.port, up }.into()).await.is_err() {
+                    return;
+                }
+            }
+            tokio::time::sleep(LOCAL_PROBE_INTERVAL).await;
+        }
+    })
+}
+
+/// A gateway or fence target probed by ARP: (target, source address, port).
+pub type FenceProbe = (Ipv4Addr, Ipv4Addr, Arc<ArpPort>);
+
+/// Asks the fence targets by ARP every 500 ms (any answer means reachable) and sends the
+/// [`GatewayTracker`]'s view whenever it changes.
+pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
+    targets: Vec<FenceProbe>,
+    tx: mpsc::Sender<E>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tracker = GatewayTracker::default();
+        let mut last: Option<Option<bool>> = None;
+        loop {
+            let mut answered = false;
+            for (target, src, port) in &targets {
+                if !port.who_has(*target, *src, ARP_WAIT).await.is_empty() {
+                    answered = true;
+                    break;
+                }
+            }
+            let view = tracker.observe(answered);
+            if last != Some(view) {
+                last = Some(view);
+                if tx.send(sm::Input::Gateway { reachable: view }.into()).await.is_err() {
+                    return;
+                }
+            }
+            tokio::time::sleep(GATEWAY_PROBE_INTERVAL).await;
+        }
+    })
+}
+
+/// Duplicate-VIP detection every 2 s while holding: any host that answers ARP for a
+/// held VIP is a conflict (this host does not answer its own requests).
+pub fn spawn_conflict_watch<E: From<sm::Input> + Send + 'static>(
+    targets: Vec<(sm::VipId, Ipv4Addr, Arc<ArpPort>)>,
+    holding: Arc<AtomicBool>,
+    tx: mpsc::Sender<E>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(CONFLICT_PROBE_INTERVAL).await;
+            if tx.is_closed() {
+                return;
+            }
+            if !holding.load(Ordering::Relaxed) {
+                continue;
+            }
+            for (vip, ip, port) in &targets {
+                for mac in port.who_has(*ip, Ipv4Addr::UNSPECIFIED, ARP_WAIT).await {
+                    tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
+                    let _ = tx.send(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() }.into()).await;
+                }
+            }
+        }
+    })
+}
+
+/// Samples the traffic of the VIP interfaces every 2 s (the failback quiet window).
+pub fn spawn_traffic_sampler<E: From<sm::Input> + Send + 'static>(
+    ifaces: Vec<String>,
+    tx: mpsc::Sender<E>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut sampler = TrafficSampler::new(ifaces);
+        loop {
+            let bps = sampler.sample();
+            if tx.send(sm::Input::Traffic { bytes_per_sec: bps }.into()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(TRAFFIC_SAMPLE_INTERVAL).await;
+        }
+    })
 }

@@ -7,13 +7,16 @@
 //! it inputs through a channel. The machine's time is monotonic milliseconds since the
 //! agent started.
 
-use crate::announce::{AnnounceGate, L2Sender, spawn_schedule};
+use crate::announce::{AnnounceGate, spawn_schedule};
 use crate::config::{AgentConfig, AnnounceSchedule};
 use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
 use crate::ledger::VipLedger;
 use crate::metrics::PairMetrics;
-use crate::netlink::{LinkWatch, Netlink, Vip};
-use crate::probes::{ArpPort, GatewayTracker, TrafficSampler, arp_source_for, tcp_probe};
+use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
+use crate::probes::{
+    ArpPort, FenceProbe, LocalTarget, PeerProbes, arp_source_for, spawn_conflict_watch, spawn_gateway_watch,
+    spawn_local_probes, spawn_traffic_sampler, tcp_probe,
+};
 use crate::sm;
 use crate::state::StateFile;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -104,6 +107,12 @@ enum Event {
     Received(Received),
     Request(Request, oneshot::Sender<Reply>),
     Stop,
+}
+
+impl From<sm::Input> for Event {
+    fn from(i: sm::Input) -> Self {
+        Event::Input(i)
+    }
 }
 
 /// A handle to a running agent: send requests, read the status, stop it.
@@ -446,13 +455,6 @@ struct Runtime {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Interval between two rounds of probes of the member's own listeners.
-pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Probe interval through the VIPs while every peer is heard (a standby's steady state).
-pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
-
-const ROLES: [&str; 7] = ["Init", "Active", "Standby", "Demoting", "Maintenance", "Fenced", "Unpaired"];
 /// A VIP the kernel refused to add is retried this often.
 const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
 
@@ -502,7 +504,7 @@ impl Runtime {
                     }
                     Some(Event::Release) => {
                         self.stop_announcer();
-                        self.metrics.forget(&ROLES, &sm::Alarm::ALL.map(sm::Alarm::as_str));
+                        self.metrics.forget(&sm::Role::ALL.map(sm::Role::as_str), &sm::Alarm::ALL.map(sm::Alarm::as_str));
                         let mut all_gone = true;
                         for v in &self.vips {
                             if let Err(e) = self.nl.remove_vip(&v.vip).await {
@@ -622,7 +624,7 @@ impl Runtime {
             self.holding.store(st.holds_vips, Ordering::Relaxed);
             self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
             self.metrics.set_epoch(st.epoch);
-            self.metrics.set_role(st.role.as_str(), &ROLES);
+            self.metrics.set_role(st.role.as_str(), &sm::Role::ALL.map(sm::Role::as_str));
             self.metrics.set_adverts_ignored(st.ignored_adverts);
             for a in sm::Alarm::ALL {
                 self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
@@ -885,6 +887,8 @@ impl Runtime {
         });
     }
 
+    /// Starts the pair's observers (each next to what it observes): carrier, probes of
+    /// the peers' and its own listeners, gateway, duplicate VIPs, traffic.
     fn spawn_tasks(
         &mut self,
         data_link: String,
@@ -892,8 +896,7 @@ impl Runtime {
         fence: Vec<(IpAddr, String)>,
         own: Vec<(IpAddr, u8)>,
     ) {
-        // Carrier: the current state, then netlink events (on a connection of its own).
-        let tx = self.tx.clone();
+        // Carrier, on a netlink connection of its own.
         let nl = match Netlink::new() {
             Ok(n) => n,
             Err(e) => {
@@ -901,124 +904,29 @@ impl Runtime {
                 self.nl.clone()
             }
         };
-        let metrics = self.metrics.clone();
-        self.tasks.push(tokio::spawn(async move {
-            let mut watch = match LinkWatch::new() {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    metrics.io_error(e.category());
-                    tracing::error!(error = %e, "failed to watch links; carrier is polled instead");
-                    None
-                }
-            };
-            let mut last: HashMap<String, bool> = HashMap::new();
-            let carrier_input = |name: &str, up: bool| {
-                let mut out = Vec::new();
-                if name == data_link {
-                    out.push(sm::Input::Carrier { link: sm::Link::Data, up });
-                }
-                if vip_links.contains(name) {
-                    out.push(sm::Input::Carrier { link: sm::Link::Vip, up });
-                }
-                out
-            };
-            if let Ok(links) = nl.links().await {
-                for l in links {
-                    last.insert(l.name.clone(), l.carrier);
-                    for i in carrier_input(&l.name, l.carrier) {
-                        let _ = tx.send(Event::Input(i)).await;
-                    }
-                }
-            }
-            loop {
-                let ev = match watch.as_mut() {
-                    Some(w) => w.next().await,
-                    None => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        None
-                    }
-                };
-                let changed: Vec<crate::netlink::LinkState> = match ev {
-                    Some(l) => vec![l],
-                    None => nl.links().await.unwrap_or_default(),
-                };
-                for l in changed {
-                    if last.get(&l.name) != Some(&l.carrier) {
-                        last.insert(l.name.clone(), l.carrier);
-                        tracing::info!(link = %l.name, carrier = l.carrier, "carrier changed");
-                        for i in carrier_input(&l.name, l.carrier) {
-                            if tx.send(Event::Input(i)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        }));
+        let links = CarrierLinks { data: data_link, vip: vip_links };
+        self.tasks.push(spawn_carrier_watch(nl, links, self.metrics.clone(), self.tx.clone()));
 
-        // Data-plane probes through the VIPs while not holding them: fast while a
-        // heartbeat is overdue, slow while the peers are heard.
-        let probe_targets: Vec<(sm::VipId, SocketAddr)> = self
-            .vips
-            .iter()
-            .flat_map(|v| v.ports.iter().map(move |p| (v.id.clone(), SocketAddr::new(v.vip.addr, *p))))
-            .collect();
-        if !probe_targets.is_empty() {
-            let tx = self.tx.clone();
-            let holding = self.holding.clone();
-            let pending = self.probe_pending.clone();
-            let last_heard = self.last_heard_ms.clone();
-            let origin = self.origin;
-            let fast = self.cfg.probe.interval;
-            let timeout = self.cfg.probe.timeout;
-            // A heartbeat is overdue once 1.2 intervals passed without one: from then on
-            // probe at the full rate, so that the data-plane verdict is ready when the
-            // heartbeat timeout expires.
-            let overdue_ms = self.cfg.sm.timings.heartbeat_interval_ms * 6 / 5;
-            let metrics = self.metrics.clone();
-            self.tasks.push(tokio::spawn(async move {
-                let mut slow_due = Instant::now();
-                let mut next = 0usize;
-                loop {
-                    tokio::time::sleep(fast).await;
-                    if holding.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    let since =
-                        (origin.elapsed().as_millis() as u64).saturating_sub(last_heard.load(Ordering::Relaxed));
-                    // Fast also while the machine has no verdict yet (start-up, new VIPs).
-                    let overdue = since > overdue_ms || pending.load(Ordering::Relaxed);
-                    if !overdue && Instant::now() < slow_due {
-                        continue;
-                    }
-                    slow_due = Instant::now() + SLOW_PROBE_INTERVAL;
-                    // Steady state: one target per round, in turn (any VIP answering means the
-                    // active serves). Overdue: every target, since "down" needs them all.
-                    let round: Vec<&(sm::VipId, SocketAddr)> = if overdue {
-                        probe_targets.iter().collect()
-                    } else {
-                        next = (next + 1) % probe_targets.len();
-                        vec![&probe_targets[next]]
-                    };
-                    for (vip, addr) in round {
-                        let tx = tx.clone();
-                        let vip = vip.clone();
-                        let addr = *addr;
-                        let metrics = metrics.clone();
-                        tokio::spawn(async move {
-                            let up = tcp_probe(addr, timeout).await;
-                            let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
-                            metrics.probe("peer", up);
-                            let _ = tx.send(Event::Input(sm::Input::PeerProbe { vip, result })).await;
-                        });
-                    }
-                }
-            }));
-        }
+        self.tasks.push(
+            PeerProbes {
+                targets: self
+                    .vips
+                    .iter()
+                    .flat_map(|v| v.ports.iter().map(move |p| (v.id.clone(), SocketAddr::new(v.vip.addr, *p))))
+                    .collect(),
+                interval: self.cfg.probe.interval,
+                timeout: self.cfg.probe.timeout,
+                overdue: Duration::from_millis(self.cfg.sm.timings.heartbeat_interval_ms * 6 / 5),
+                holding: self.holding.clone(),
+                pending: self.probe_pending.clone(),
+                last_heard_ms: self.last_heard_ms.clone(),
+                origin: self.origin,
+                metrics: self.metrics.clone(),
+            }
+            .spawn(self.tx.clone()),
+        );
 
-        // Own listeners: on the VIP while holding it, else on the node's own address
-        // in the VIP's subnet (readiness of a standby).
-        let local_targets: Vec<(sm::VipId, IpAddr, IpAddr, u16)> = self
+        let local: Vec<LocalTarget> = self
             .vips
             .iter()
             .flat_map(|v| {
@@ -1027,70 +935,27 @@ impl Runtime {
                     .find(|(a, p)| crate::netlink::same_subnet(*a, v.vip.addr, *p))
                     .map(|(a, _)| *a)
                     .unwrap_or(v.vip.addr);
-                v.ports.iter().map(move |p| (v.id.clone(), v.vip.addr, own_addr, *p))
+                v.ports.iter().map(move |p| LocalTarget { vip: v.id.clone(), vip_addr: v.vip.addr, own_addr, port: *p })
             })
             .collect();
-        if !local_targets.is_empty() {
-            let tx = self.tx.clone();
-            let holding = self.holding.clone();
-            let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
-            let metrics = self.metrics.clone();
-            self.tasks.push(tokio::spawn(async move {
-                loop {
-                    let hold = holding.load(Ordering::Relaxed);
-                    for (vip, vip_addr, own_addr, port) in &local_targets {
-                        let target = SocketAddr::new(if hold { *vip_addr } else { *own_addr }, *port);
-                        let up = tcp_probe(target, timeout).await;
-                        metrics.probe("local", up);
-                        if tx
-                            .send(Event::Input(sm::Input::LocalProbe { vip: vip.clone(), port: *port, up }))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    tokio::time::sleep(LOCAL_PROBE_INTERVAL).await;
-                }
-            }));
-        } else {
-            // No ports: nothing to probe, and nothing blocks readiness.
-        }
+        let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
+        self.tasks.push(spawn_local_probes(
+            local,
+            self.holding.clone(),
+            timeout,
+            self.metrics.clone(),
+            self.tx.clone(),
+        ));
 
-        // Gateway / fence targets by ARP.
-        let fence_ports: Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr, Arc<ArpPort>)> = fence
+        let fence_ports: Vec<FenceProbe> = fence
             .iter()
             .filter_map(|(t, ifname)| match (t, self.arp.get(ifname)) {
                 (IpAddr::V4(v4), Some(p)) => Some((*v4, arp_source_for(&own, *v4), p.clone())),
                 _ => None,
             })
             .collect();
-        let tx = self.tx.clone();
-        self.tasks.push(tokio::spawn(async move {
-            let mut tracker = GatewayTracker::default();
-            let mut last: Option<Option<bool>> = None;
-            loop {
-                let mut answered = false;
-                for (target, src, port) in &fence_ports {
-                    if !port.who_has(*target, *src, Duration::from_millis(300)).await.is_empty() {
-                        answered = true;
-                        break;
-                    }
-                }
-                let view = tracker.observe(answered);
-                if last != Some(view) {
-                    last = Some(view);
-                    if tx.send(Event::Input(sm::Input::Gateway { reachable: view })).await.is_err() {
-                        return;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }));
+        self.tasks.push(spawn_gateway_watch(fence_ports, self.tx.clone()));
 
-        // Duplicate-VIP detection every 2 s while holding.
-        let tx = self.tx.clone();
-        let holding = self.holding.clone();
         let conflict_targets: Vec<(sm::VipId, std::net::Ipv4Addr, Arc<ArpPort>)> = self
             .vips
             .iter()
@@ -1099,41 +964,10 @@ impl Runtime {
                 _ => None,
             })
             .collect();
-        self.tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                if !holding.load(Ordering::Relaxed) {
-                    continue;
-                }
-                for (vip, ip, port) in &conflict_targets {
-                    for mac in port.who_has(*ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
-                        tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
-                        let _ = tx
-                            .send(Event::Input(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() }))
-                            .await;
-                    }
-                }
-            }
-        }));
+        self.tasks.push(spawn_conflict_watch(conflict_targets, self.holding.clone(), self.tx.clone()));
 
-        // Traffic for the failback quiet window.
-        let tx = self.tx.clone();
         let ifaces: Vec<String> =
             self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-        self.tasks.push(tokio::spawn(async move {
-            let mut sampler = TrafficSampler::new(ifaces);
-            loop {
-                let bps = sampler.sample();
-                if tx.send(Event::Input(sm::Input::Traffic { bytes_per_sec: bps })).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        }));
+        self.tasks.push(spawn_traffic_sampler(ifaces, self.tx.clone()));
     }
-}
-
-/// Opens a transmit-only sender (exported for tests and tools).
-pub fn open_sender(ifname: &str) -> Result<L2Sender, crate::announce::AnnounceError> {
-    L2Sender::open(ifname)
 }
