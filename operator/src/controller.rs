@@ -1,185 +1,30 @@
-//! The controllers' shared context and their wiring: the HAPair controller (primary:
+//! The controllers' wiring: the HAPair controller (primary:
 //! HAPairs; triggered also by FloatingIPs, Nodes, the pair Leases and key Secrets) and
 //! the FloatingIP controller (primary: FloatingIPs; triggered also by HAPairs). Every
 //! watch is guarded by `DeserializeGuard` where the objects are ours, so that one
 //! malformed object cannot stop it; reconciles read from reflector stores, never list.
 
+use crate::Settings;
+use crate::context::{Context, MANAGED_BY, PAIR_LABEL};
+use crate::guard::error_policy;
 use crate::metrics::Metrics;
-use crate::model::{self, pair_of_lease};
-use crate::{Error, Settings};
+use crate::model::pair_of_lease;
 use futures::{FutureExt, Stream, StreamExt};
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// Label on every object the operator creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "havip-operator");
-/// Label naming the pair a Lease or Secret belongs to.
-pub const PAIR_LABEL: &str = "havip.io/pair";
-
-/// What the operator remembers about a pair between reconciles (lost on restart:
-/// nothing here is needed for correctness).
-#[derive(Default, Debug)]
-pub struct PairMemory {
-    /// Member roles last seen (for role-change Events).
-    pub roles: BTreeMap<String, havip_crds::MemberRole>,
-    /// Consecutive reconcile failures (for the backoff).
-    pub failures: u32,
-    /// The generation of an unreadable object already warned about.
-    pub warned_generation: Option<i64>,
-    /// A role change seen but not yet announced by an Event (epoch), waiting for the
-    /// new active to report why.
-    pub unannounced_epoch: Option<i64>,
-    /// Request ids acted on by this process (per request kind key), in case the cache
-    /// does not show the operator's own record yet when the pair is reconciled again.
-    pub handled: BTreeMap<String, String>,
-    /// Of a FloatingIP: the `Accepted` condition (status and message) this process last
-    /// applied, so that a reconcile that runs before the cache shows it neither writes
-    /// it nor announces it again.
-    pub admission: Option<(bool, String)>,
-}
-
-/// Everything a reconcile needs.
-pub struct Context {
-    /// The API client.
-    pub client: Client,
-    /// Flags.
-    pub settings: Settings,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// True while this replica is the leader; every write checks it.
-    pub leader: Arc<AtomicBool>,
-    /// HAPairs (for the FloatingIP controller).
-    pub pairs: Store<DeserializeGuard<HAPair>>,
-    /// FloatingIPs (for the HAPair controller).
-    pub fips: Store<DeserializeGuard<FloatingIP>>,
-    /// Nodes, reduced to their names and addresses.
-    pub nodes: Store<Node>,
-    /// Leases of the operator namespace.
-    pub leases: Store<Lease>,
-    /// The operator's Secrets in its namespace.
-    pub secrets: Store<Secret>,
-    /// Per-pair memory.
-    pub memory: Mutex<HashMap<String, PairMemory>>,
-    /// One flag per secondary store, true once its initial list is in.
-    pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
-}
-
-impl Context {
-    /// Refuses a write when this replica is no longer the leader.
-    pub fn guard(&self, what: &'static str) -> Result<(), Error> {
-        if self.leader.load(Ordering::SeqCst) { Ok(()) } else { Err(Error::NotLeader { what }) }
-    }
-
-    /// Waits until every store has its initial list.
-    ///
-    /// Readiness comes from watch channels set by the tasks that drive the stores, not
-    /// from `Store::wait_until_ready`: that future keeps only the waker of the last
-    /// task that polled it, so of several reconciles waiting at once (the HAPair and
-    /// the FloatingIP controller at start-up) all but one were never woken.
-    pub async fn wait_ready(&self) -> Result<(), Error> {
-        let timeout = Duration::from_secs(30);
-        tokio::time::timeout(timeout, all_ready(&self.ready))
-            .await
-            .map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
-    }
-
-    /// Runs `f` on the pair's memory.
-    pub fn with_memory<T>(&self, pair: &str, f: impl FnOnce(&mut PairMemory) -> T) -> T {
-        let mut guard = match self.memory.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        f(guard.entry(pair.to_owned()).or_default())
-    }
-
-    /// Publishes an Event about `obj` (events.k8s.io/v1, in `default` for cluster-scoped
-    /// objects); failures are logged and counted, never fatal.
-    ///
-    /// Every call creates its own Event: kube-runtime's `Recorder` folds Events with the
-    /// same reason into a series that keeps the first note, which would lose entries of
-    /// the audit log (e.g. two different `Degraded` causes within minutes).
-    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, ev: Ev) {
-        if !self.leader.load(Ordering::SeqCst) {
-            return;
-        }
-        let reference = obj.object_ref(&());
-        let name = reference.name.clone().unwrap_or_default();
-        let ns = reference.namespace.clone().unwrap_or_else(|| "default".to_owned());
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let event = KubeEvent {
-            action: Some(ev.action.to_owned()),
-            reason: Some(ev.reason.clone()),
-            note: Some(truncate(&ev.note, 1000)),
-            type_: Some(if ev.warning { "Warning" } else { "Normal" }.to_owned()),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(reference),
-            reporting_controller: Some("havip.io/operator".to_owned()),
-            reporting_instance: Some(truncate(&self.settings.identity, 128)),
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            ..KubeEvent::default()
-        };
-        tracing::info!(object = %name, reason = %ev.reason, warning = ev.warning, note = %ev.note, "event");
-        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(object = %name, reason = %ev.reason, error = %e, "failed to publish an Event");
-            self.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { category: "event" }).inc();
-        }
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-/// An Event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ev {
-    /// Warning (else Normal).
-    pub warning: bool,
-    /// CamelCase reason.
-    pub reason: String,
-    /// What the operator did (CamelCase).
-    pub action: &'static str,
-    /// A sentence.
-    pub note: String,
-}
-
-impl Ev {
-    /// A Normal Event.
-    pub fn normal(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
-        Self { warning: false, reason: reason.into(), action, note: note.into() }
-    }
-    /// A Warning Event.
-    pub fn warning(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
-        Self { warning: true, reason: reason.into(), action, note: note.into() }
-    }
-}
+use std::time::Duration;
 
 fn drop_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
@@ -231,16 +76,11 @@ fn node_addresses(n: &Node) -> NodeAddresses {
         .unwrap_or_default()
 }
 
-/// Resolves once every flag is true (any number of concurrent waiters).
-async fn all_ready(flags: &[tokio::sync::watch::Receiver<bool>]) {
-    for rx in flags {
-        let mut rx = rx.clone();
-        let _ = rx.wait_for(|ready| *ready).await;
-    }
-}
-
-/// Which watch events of a secondary resource trigger reconciles.
+/// Which watch events of a resource trigger reconciles (one filter per consumer).
 enum Filter<K, T> {
+    /// Every object applied (its controller's primary stream: deletions are not
+    /// reconciled, owner references and the periodic resync clean up).
+    Applied,
     /// Every object touched (applied or deleted).
     Touched,
     /// Only objects appearing, disappearing, or changing `key(object)`. Used for Nodes
@@ -250,62 +90,105 @@ enum Filter<K, T> {
     Changed(Box<dyn Fn(&K) -> T + Send + Sync>),
 }
 
-/// Drives a secondary watch (already `.reflect`ed into its store) in a task of its
-/// own, and forwards the objects that should trigger reconciles through a channel.
+/// A stream of objects that trigger reconciles.
+type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+
+/// Drives a watch (already `.reflect`ed into its store) in a task of its own, and
+/// forwards the objects that should trigger reconciles to each consumer through a
+/// channel of its own, one per filter (a kind is watched once, however many
+/// controllers it triggers). A watch error goes to the first consumer only.
 ///
 /// The stores the reconciles read are thus kept up to date (and become ready)
 /// independently of how the controllers poll their trigger streams: a reconcile that
 /// waits for every store can never wait on a stream only its own controller drives.
 fn drive<K, T>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-    filter: Filter<K, T>,
+    filters: Vec<Filter<K, T>>,
     ready: tokio::sync::watch::Sender<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+) -> Vec<Triggers<K>>
 where
-    K: Resource + Send + 'static,
+    K: Resource + Clone + Send + 'static,
     K::DynamicType: Default,
     T: PartialEq + Send + 'static,
 {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<K, watcher::Error>>(1024);
+    let mut outputs = Vec::new();
+    let mut streams = Vec::new();
+    for filter in filters {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<K, watcher::Error>>(1024);
+        outputs.push((filter, tx, HashMap::<String, T>::new()));
+        streams
+            .push(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed());
+    }
     tasks.push(tokio::spawn(async move {
-        let mut seen: HashMap<String, T> = HashMap::new();
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
-            let out = match ev {
-                Ok(Event::Apply(o) | Event::InitApply(o)) => match &filter {
-                    Filter::Touched => Some(Ok(o)),
-                    Filter::Changed(key) => {
-                        let k = key(&o);
-                        let name = o.meta().name.clone().unwrap_or_default();
-                        if seen.get(&name) == Some(&k) {
-                            None
-                        } else {
-                            seen.insert(name, k);
-                            Some(Ok(o))
-                        }
-                    }
-                },
-                Ok(Event::Delete(o)) => {
-                    seen.remove(o.meta().name.as_deref().unwrap_or_default());
-                    Some(Ok(o))
-                }
-                Ok(Event::Init) => None,
+            let (applied, deleted, error) = match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => (Some(o), None, None),
+                Ok(Event::Delete(o)) => (None, Some(o), None),
+                Ok(Event::Init) => continue,
                 Ok(Event::InitDone) => {
                     tracing::debug!(kind = %K::kind(&Default::default()), "initial list done");
                     ready.send_replace(true);
-                    None
+                    continue;
                 }
-                Err(e) => Some(Err(e)),
+                Err(e) => (None, None, Some(e)),
             };
-            if let Some(item) = out
-                && tx.send(item).await.is_err()
-            {
+            let mut error = error;
+            let mut open = 0;
+            for (filter, tx, seen) in &mut outputs {
+                let item = if let Some(e) = error.take() {
+                    Some(Err(e))
+                } else if let Some(o) = &applied {
+                    match filter {
+                        Filter::Applied | Filter::Touched => Some(Ok(o.clone())),
+                        Filter::Changed(key) => {
+                            let k = key(o);
+                            let name = o.meta().name.clone().unwrap_or_default();
+                            if seen.get(&name) == Some(&k) {
+                                None
+                            } else {
+                                seen.insert(name, k);
+                                Some(Ok(o.clone()))
+                            }
+                        }
+                    }
+                } else if let Some(o) = &deleted {
+                    seen.remove(o.meta().name.as_deref().unwrap_or_default());
+                    match filter {
+                        Filter::Applied => None,
+                        Filter::Touched | Filter::Changed(_) => Some(Ok(o.clone())),
+                    }
+                } else {
+                    None
+                };
+                if tx.is_closed() {
+                    continue;
+                }
+                open += 1;
+                if let Some(item) = item {
+                    let _ = tx.send(item).await;
+                }
+            }
+            if open == 0 {
                 break;
             }
         }
     }));
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    streams
+}
+
+/// The one stream of a single-filter [`drive`].
+fn one<K: Send + 'static>(streams: Vec<Triggers<K>>) -> [Triggers<K>; 1] {
+    let mut it = streams.into_iter();
+    [it.next().unwrap_or_else(|| futures::stream::empty().boxed())]
+}
+
+/// The two streams of a two-filter [`drive`], in the filters' order.
+fn two<K: Send + 'static>(streams: Vec<Triggers<K>>) -> [Triggers<K>; 2] {
+    let mut it = streams.into_iter();
+    let mut next = || it.next().unwrap_or_else(|| futures::stream::empty().boxed());
+    [next(), next()]
 }
 
 /// Runs both controllers until `stop` resolves (graceful: running reconciles finish).
@@ -329,27 +212,6 @@ pub async fn run_controllers(
     let (nodes, nodes_w) = reflector::store();
     let (leases, leases_w) = reflector::store();
     let (secrets, secrets_w) = reflector::store();
-
-    // The primary watches drop managedFields (several managers per object: the user,
-    // the operator, one per agent) before caching: nothing here reads them.
-    let (pair_store, pair_w) = reflector::store();
-    let hapair_ctrl = Controller::for_stream(
-        watcher(pairs_api.clone(), wc.clone())
-            .default_backoff()
-            .modify(drop_managed_fields)
-            .reflect(pair_w)
-            .applied_objects(),
-        pair_store.clone(),
-    );
-    let (fip_store, fip_w) = reflector::store();
-    let fip_ctrl = Controller::for_stream(
-        watcher(fips_api.clone(), wc.clone())
-            .default_backoff()
-            .modify(drop_managed_fields)
-            .reflect(fip_w)
-            .applied_objects(),
-        fip_store.clone(),
-    );
 
     let (pairs_ready, pairs_ready_rx) = tokio::sync::watch::channel(false);
     let (fips_ready, fips_ready_rx) = tokio::sync::watch::channel(false);
@@ -376,12 +238,24 @@ pub async fn run_controllers(
     let fip_pairs: Arc<Mutex<HashMap<String, FipPair>>> = Arc::default();
     let fips_for_fips = fips.clone();
     let mut tasks = Vec::new();
-    let fip_stream = drive(
-        reflector(fips_w, watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields)),
-        Filter::<_, ()>::Touched,
+    // HAPairs and FloatingIPs are each watched once: the watch feeds the store every
+    // reconcile reads, its own controller (primary) and the other controller (secondary).
+    // Their caches drop managedFields (several managers per object: the user, the
+    // operator, one per agent): nothing here reads them.
+    let [pair_primary, pair_stream] = two(drive(
+        watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
+        vec![Filter::Applied, Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ()))],
+        pairs_ready,
+        &mut tasks,
+    ));
+    let [fip_primary, fip_stream] = two(drive(
+        watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(fips_w),
+        vec![Filter::<_, ()>::Applied, Filter::Touched],
         fips_ready,
         &mut tasks,
-    );
+    ));
+    let hapair_ctrl = Controller::for_stream(pair_primary, pairs.clone());
+    let fip_ctrl = Controller::for_stream(fip_primary, fips.clone());
     let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
         let name = f.name_any();
         let mut out = Vec::new();
@@ -417,16 +291,16 @@ pub async fn run_controllers(
     // Node → the pairs naming it.
     // Nodes are listed in pages, not from the watch cache at once: a cluster's Nodes
     // carry ~20 KB of status each (5,000 of them would be a 100 MB answer).
-    let node_stream = drive(
+    let [node_stream] = one(drive(
         watcher(nodes_api, watcher::Config::default().page_size(NODE_PAGE))
             .default_backoff()
             .modify(slim_node)
             .reflect(nodes_w),
-        Filter::Changed(Box::new(node_addresses)),
+        vec![Filter::Changed(Box::new(node_addresses))],
         nodes_ready,
         &mut tasks,
-    );
-    let pairs_for_nodes = pair_store.clone();
+    ));
+    let pairs_for_nodes = pairs.clone();
     let node_mapper = move |n: Node| {
         let name = n.name_any();
         pairs_for_nodes
@@ -437,28 +311,28 @@ pub async fn run_controllers(
             .collect::<Vec<_>>()
     };
     // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
-    let lease_stream = drive(
+    let [lease_stream] = one(drive(
         reflector(
             leases_w,
             watcher(leases_api, wc.clone()).default_backoff().modify(|l: &mut Lease| {
                 l.metadata.managed_fields = None;
             }),
         ),
-        Filter::<_, ()>::Touched,
+        vec![Filter::<_, ()>::Touched],
         leases_ready,
         &mut tasks,
-    );
+    ));
     let lease_mapper = |l: Lease| pair_of_lease(&l.name_any()).map(ObjectRef::new);
     // Key Secret → pair: the operator's own by label, a Secret named by keySecretRef →
     // the pairs naming it (the operator keeps their member labels on it). Every Secret of
     // the namespace is watched; only havip's own keep their data in the cache.
-    let secret_stream = drive(
+    let [secret_stream] = one(drive(
         reflector(secrets_w, watcher(secrets_api, wc.clone()).default_backoff().modify(slim_secret)),
-        Filter::<_, ()>::Touched,
+        vec![Filter::<_, ()>::Touched],
         secrets_ready,
         &mut tasks,
-    );
-    let pairs_for_secrets = pair_store.clone();
+    ));
+    let pairs_for_secrets = pairs.clone();
     let secret_mapper = move |s: Secret| {
         if let Some(p) = s.labels().get(PAIR_LABEL)
             && s.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
@@ -476,13 +350,7 @@ pub async fn run_controllers(
             .collect::<Vec<_>>()
     };
     // HAPair → the FloatingIPs naming it (for the FloatingIP controller).
-    let pair_stream = drive(
-        watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
-        Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ())),
-        pairs_ready,
-        &mut tasks,
-    );
-    let fips_for_pairs = fip_store.clone();
+    let fips_for_pairs = fips.clone();
     let pair_mapper = move |p: DeserializeGuard<HAPair>| {
         let name = p.name_any();
         fips_for_pairs
@@ -519,13 +387,13 @@ pub async fn run_controllers(
         .watches_stream(lease_stream, lease_mapper)
         .watches_stream(secret_stream, secret_mapper)
         .graceful_shutdown_on(stop.clone())
-        .run(crate::hapair::reconcile, crate::hapair::error_policy, ctx.clone())
+        .run(crate::hapair::reconcile, error_policy::<HAPair>, ctx.clone())
         .for_each(|res| async move { log_result("hapair", res) });
     let fip = fip_ctrl
         .with_config(config)
         .watches_stream(pair_stream, pair_mapper)
         .graceful_shutdown_on(stop)
-        .run(crate::floatingip::reconcile, crate::floatingip::error_policy, ctx)
+        .run(crate::floatingip::reconcile, error_policy::<FloatingIP>, ctx)
         .for_each(|res| async move { log_result("floatingip", res) });
     tracing::info!(namespace = %ns, "controllers started");
     tokio::select! {
@@ -563,71 +431,9 @@ pub fn stop_future(
     .shared()
 }
 
-/// Backoff after `failures` consecutive failures: 1 s doubling to 5 min.
-pub fn backoff(failures: u32) -> Duration {
-    let secs = 1u64.checked_shl(failures.saturating_sub(1).min(16)).unwrap_or(u64::MAX).min(300);
-    Duration::from_secs(secs)
-}
-
-/// Times a reconcile and counts its result.
-pub struct Timer {
-    start: Instant,
-    controller: &'static str,
-}
-
-impl Timer {
-    /// Starts timing.
-    pub fn start(controller: &'static str) -> Self {
-        Self { start: Instant::now(), controller }
-    }
-    /// Records the result.
-    pub fn done(self, metrics: &Metrics, result: &'static str) {
-        metrics.reconciled(self.controller, result, self.start.elapsed());
-    }
-}
-
-/// The node a Lease belongs to is irrelevant here; the pair's Lease as [`model::LeaseInfo`].
-pub fn lease_info(l: &Lease) -> model::LeaseInfo {
-    let spec = l.spec.clone().unwrap_or_default();
-    model::LeaseInfo {
-        holder: spec.holder_identity.filter(|h| !h.is_empty()),
-        transitions: i64::from(spec.lease_transitions.unwrap_or(0)),
-        renew_time: spec.renew_time.map(|t| t.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(1), Duration::from_secs(1));
-        assert_eq!(backoff(2), Duration::from_secs(2));
-        assert_eq!(backoff(5), Duration::from_secs(16));
-        assert_eq!(backoff(30), Duration::from_secs(300));
-    }
-
-    #[tokio::test]
-    async fn every_concurrent_waiter_sees_the_stores_ready() {
-        let (a_tx, a) = tokio::sync::watch::channel(false);
-        let (b_tx, b) = tokio::sync::watch::channel(false);
-        let flags = vec![a, b];
-        let waiters: Vec<_> = (0..4)
-            .map(|_| {
-                let flags = flags.clone();
-                tokio::spawn(async move { all_ready(&flags).await })
-            })
-            .collect();
-        tokio::task::yield_now().await;
-        a_tx.send_replace(true);
-        tokio::task::yield_now().await;
-        assert!(waiters.iter().all(|w| !w.is_finished()), "ready before the second store");
-        b_tx.send_replace(true);
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(5), w).await.expect("woken").expect("task");
-        }
-    }
 
     #[test]
     fn slim_node_keeps_only_addresses() {

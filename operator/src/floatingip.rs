@@ -3,10 +3,10 @@
 //! holder's agent owns the rest of the status.
 
 use crate::Error;
-use crate::controller::{Context, Ev, Timer, backoff};
-use crate::hapair::{INVALID_REQUEUE, apply_invalid_condition};
+use crate::context::{Context, Ev};
+use crate::guard::guarded_reconcile;
 use crate::model::{self, CONDITION_PAIR_FOUND, local_reason};
-use havip_crds::{FloatingIP, manager, reason};
+use havip_crds::{FloatingIP, manager};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -15,53 +15,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
-/// Reconciles one FloatingIP.
+/// Reconciles one FloatingIP (an unreadable one gets `InvalidSpec`; see [`crate::guard`]).
 pub async fn reconcile(obj: Arc<DeserializeGuard<FloatingIP>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = Timer::start("floatingip");
-    ctx.wait_ready().await?;
-    let name = obj.name_any();
-    let key = format!("fip/{name}");
-    match &obj.0 {
-        Err(invalid) => {
-            let generation = obj.meta().generation;
-            let first = ctx.with_memory(&key, |m| {
-                let first = m.warned_generation != generation;
-                m.warned_generation = generation;
-                first
-            });
-            if first {
-                tracing::warn!(floatingip = %name, error = %invalid.error, "FloatingIP cannot be read");
-                let message = format!("the object cannot be read: {}", invalid.error);
-                apply_invalid_condition::<FloatingIP>(&ctx, &name, generation, &message).await?;
-                ctx.event(obj.as_ref(), Ev::warning(reason::INVALID_SPEC, "Validate", message)).await;
-            }
-            timer.done(&ctx.metrics, "invalid");
-            Ok(Action::requeue(INVALID_REQUEUE))
-        }
-        Ok(fip) => {
-            let res = reconcile_fip(fip, &ctx).await;
-            timer.done(&ctx.metrics, if res.is_ok() { "ok" } else { "error" });
-            if res.is_ok() {
-                ctx.with_memory(&key, |m| m.failures = 0);
-            }
-            res
-        }
-    }
-}
-
-/// Per-object backoff, as for HAPairs.
-pub fn error_policy(obj: Arc<DeserializeGuard<FloatingIP>>, err: &Error, ctx: Arc<Context>) -> Action {
-    let name = obj.name_any();
-    ctx.metrics.error(err);
-    if matches!(err, Error::NotLeader { .. }) {
-        return Action::await_change();
-    }
-    let failures = ctx.with_memory(&format!("fip/{name}"), |m| {
-        m.failures = m.failures.saturating_add(1);
-        m.failures
-    });
-    tracing::warn!(floatingip = %name, error = %err, category = err.category(), failures, "reconcile failed");
-    Action::requeue(backoff(failures))
+    guarded_reconcile(obj, ctx, reconcile_fip).await
 }
 
 async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error> {
@@ -114,7 +70,7 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
     // it named before (the pair's reconcile sets them while the pair exists).
     if !found {
         let api: Api<FloatingIP> = Api::all(ctx.client.clone());
-        crate::hapair::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
+        crate::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
     }
     Ok(Action::requeue(ctx.settings.resync * 5))
 }

@@ -3,9 +3,11 @@
 //! when more than timestamps changed), the handled-request record, and the Events.
 
 use crate::Error;
-use crate::controller::{Context, Ev, MANAGED_BY, PAIR_LABEL, Timer, backoff, lease_info};
+use crate::context::{Context, Ev, MANAGED_BY, PAIR_LABEL, lease_info};
 use crate::error::is_status;
+use crate::guard::{INVALID_REQUEUE, guarded_reconcile};
 use crate::model::{self, Decision, KeyAction, KeyInfo, Observed, RequestKind};
+use crate::status::label_members;
 use havip_crds::{
     HAPair, HAPairStatus, KeyRotation, Operation, OperationResult, Phase, TransitionReason, manager, reason,
 };
@@ -31,100 +33,10 @@ const MEMBER_REMOVAL: &str = "member-removal-";
 /// How long a role change waits for the new active to report its cause before it is
 /// announced with the generic reason.
 pub const ROLE_CHANGE_GRACE: Duration = Duration::from_secs(5);
-/// Requeue of an object that cannot be acted on: slow, it will not fix itself.
-pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
 
-/// Reconciles one HAPair.
+/// Reconciles one HAPair (an unreadable one gets `InvalidSpec`; see [`crate::guard`]).
 pub async fn reconcile(obj: Arc<DeserializeGuard<HAPair>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = Timer::start("hapair");
-    ctx.wait_ready().await?;
-    let name = obj.name_any();
-    tracing::debug!(pair = %name, "reconciling");
-    match &obj.0 {
-        Err(invalid) => {
-            let generation = obj.meta().generation;
-            let first = ctx.with_memory(&name, |m| {
-                let first = m.warned_generation != generation;
-                m.warned_generation = generation;
-                first
-            });
-            if first {
-                tracing::warn!(pair = %name, error = %invalid.error, "HAPair cannot be read");
-                let message = format!("the object cannot be read: {}", invalid.error);
-                apply_invalid_condition::<HAPair>(&ctx, &name, generation, &message).await?;
-                ctx.event(obj.as_ref(), Ev::warning(reason::INVALID_SPEC, "Validate", message)).await;
-            }
-            timer.done(&ctx.metrics, "invalid");
-            Ok(Action::requeue(INVALID_REQUEUE))
-        }
-        Ok(pair) => {
-            let res = reconcile_pair(pair, &ctx).await;
-            timer.done(&ctx.metrics, if res.is_ok() { "ok" } else { "error" });
-            if res.is_ok() {
-                ctx.with_memory(&name, |m| m.failures = 0);
-            }
-            res
-        }
-    }
-}
-
-/// What to do after a failed reconcile: back off per object (1 s doubling to 5 min),
-/// publish the error as a Warning Event on the first failure and every tenth.
-pub fn error_policy(obj: Arc<DeserializeGuard<HAPair>>, err: &Error, ctx: Arc<Context>) -> Action {
-    let name = obj.name_any();
-    ctx.metrics.error(err);
-    let failures = ctx.with_memory(&name, |m| {
-        m.failures = m.failures.saturating_add(1);
-        m.failures
-    });
-    let delay = backoff(failures);
-    if matches!(err, Error::NotLeader { .. }) {
-        tracing::debug!(pair = %name, "not the leader; dropping the reconcile");
-        return Action::await_change();
-    }
-    tracing::warn!(pair = %name, error = %err, category = err.category(), failures, retry_in = ?delay, "reconcile failed");
-    if failures == 1 || failures.is_multiple_of(10) {
-        let note = format!("{err} (attempt {failures}, retrying in {}s)", delay.as_secs());
-        tokio::spawn(async move {
-            ctx.event(obj.as_ref(), Ev::warning("ReconcileError", "Reconcile", note)).await;
-        });
-    }
-    Action::requeue(delay)
-}
-
-/// Applies `{status: {conditions: [InvalidSpec=True]}}` to an object that cannot be read.
-pub async fn apply_invalid_condition<K>(
-    ctx: &Context,
-    name: &str,
-    generation: Option<i64>,
-    message: &str,
-) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
-{
-    ctx.guard("status")?;
-    let api: Api<kube::api::DynamicObject> =
-        Api::all_with(ctx.client.clone(), &kube::api::ApiResource::erase::<K>(&()));
-    let cond = model::condition(
-        &[],
-        havip_crds::condition::INVALID_SPEC,
-        true,
-        reason::INVALID_SPEC,
-        message.to_owned(),
-        generation,
-        Timestamp::now(),
-    );
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": {"conditions": [cond]},
-    });
-    let kind: &'static str = if K::kind(&()) == "HAPair" { "HAPair" } else { "FloatingIP" };
-    api.patch_status(name, &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| Error::ApplyStatus { kind, name: name.to_owned(), source: Box::new(source) })?;
-    ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind }).inc();
-    Ok(())
+    guarded_reconcile(obj, ctx, reconcile_pair).await
 }
 
 fn secret_data(s: &Secret, key: &str) -> Option<String> {
@@ -753,33 +665,6 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
         requeue = requeue.min(d + Duration::from_millis(100));
     }
     Ok(Action::requeue(requeue))
-}
-
-/// Makes `name`'s member labels the `desired` ones (a merge patch under the
-/// operator's label field manager, only when they differ). An object deleted meanwhile
-/// is not an error. Returns whether it patched.
-pub async fn label_members<K>(
-    ctx: &Context,
-    api: &Api<K>,
-    kind: &'static str,
-    name: &str,
-    current: &BTreeMap<String, String>,
-    desired: &BTreeSet<String>,
-) -> Result<bool, Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let Some(patch) = model::member_label_patch(current, desired) else { return Ok(false) };
-    ctx.guard("labels")?;
-    let pp = PatchParams { field_manager: Some(manager::OPERATOR_LABELS.to_owned()), ..PatchParams::default() };
-    match api.patch(name, &pp, &Patch::Merge(&patch)).await {
-        Ok(_) => {
-            tracing::debug!(kind, object = %name, patch = %patch, "member labels set");
-            Ok(true)
-        }
-        Err(e) if is_status(&e, 404) => Ok(false),
-        Err(source) => Err(Error::Label { kind, name: name.to_owned(), source: Box::new(source) }),
-    }
 }
 
 /// The `Accepted` condition and the member labels of each FloatingIP of the pair, and an

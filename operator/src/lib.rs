@@ -3,15 +3,18 @@
 //! - [`model`]: the decisions, as pure functions of one observation (phase,
 //!   conditions, last transition, requests and their preconditions, command answers,
 //!   key rotation, the configuration revision).
-//! - [`controller`], [`hapair`], [`floatingip`]: the kube-runtime controllers and
-//!   their caches.
+//! - [`controller`]: the kube-runtime controllers' wiring (watches, caches, which
+//!   change triggers which reconcile); [`hapair`], [`floatingip`]: the two reconciles;
+//!   [`guard`]: the reconcile guard and error policy both share; [`context`]: what
+//!   every reconcile reads (client, caches, memory, Events); [`status`]: the
+//!   `InvalidSpec` condition and member labels.
 //! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
 //! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
 //! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
 //!
 //! The contract with the agents is `docs/kubernetes.md`. How the operator keeps it:
 //!
-//! - **Objects.** Per pair it creates the Lease `havip-<pair>` (no holder, epoch 0)
+//! - **Objects.** Per pair it creates the Lease `hapair-<pair>` (no holder, epoch 0)
 //!   and, unless `keySecretRef`, the Secret `havip-<pair>-key` (`key`: 64 hex digits,
 //!   `keyId`: `1`), both labelled `havip.io/pair` and owned by the HAPair (garbage
 //!   collected with it). It never writes the pair Lease afterwards.
@@ -32,14 +35,17 @@
 //! - **Events** (events.k8s.io/v1, namespace `default`): every action, every phase
 //!   change, every role change (announced once the new active reports why, or after
 //!   5 s with `RoleChange`), every member role change seen, every refusal and failure.
+pub mod context;
 pub mod controller;
 pub mod error;
 pub mod floatingip;
+pub mod guard;
 pub mod hapair;
 pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
+pub mod status;
 
 pub use error::Error;
 
