@@ -26,6 +26,24 @@ async fn operator_objects(lab: &KubeLab, pair: &str) {
     Api::<Secret>::namespaced(client, NAMESPACE).create(&PostParams::default(), &secret).await.expect("secret");
 }
 
+/// Creates what the operator would (Lease, key Secret) and the pair while the agents are
+/// stopped, then starts them. These tests stand in for an operator that does not label
+/// (an earlier release): an agent of this release that runs no pair and listed before
+/// such a pair existed would not see it (docs/kubernetes.md, upgrades), so the agents
+/// start once it exists.
+fn create_pair_then_start_agents(lab: &mut KubeLab, pair: &str) {
+    for i in 0..2 {
+        lab.stop_agent(i);
+    }
+    lab.block_on(async {
+        operator_objects(lab, pair).await;
+        lab.apply(&lab.pair_yaml(pair)).await.expect("apply");
+    });
+    for i in 0..2 {
+        lab.start_agent(i).expect("start agent");
+    }
+}
+
 #[test]
 fn agents_elect_record_the_lease_and_report_status() {
     if !netns::skip_unless_root(module_path!()) {
@@ -34,9 +52,8 @@ fn agents_elect_record_the_lease_and_report_status() {
     havip_e2e::init_tracing();
     let mut lab =
         KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
+    create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
-        operator_objects(&lab, "web").await;
-        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         // n0 (priority 200) becomes active; its role change is a Lease CAS.
         let p = lab
             .wait_pair("web", Duration::from_secs(20), "both member entries, n0 Active", |p| {
@@ -76,10 +93,10 @@ fn lab_with_pair() -> Option<KubeLab> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
+    let mut lab =
+        KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
+    create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
-        operator_objects(&lab, "web").await;
-        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {
             let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
             m.iter().any(|e| e.node == "n0" && e.role == Some(MemberRole::Active))
