@@ -78,8 +78,7 @@ bench_file = $(shell n=docs/bench/$(1)-$(BENCH_DATE); f=$$n.jsonl; i=2; while [ 
 REL = $(CURDIR)/target/release
 
 bench: testbin ## Every benchmark (root; RUNS=5 per failover scenario, BENCH_PAIRS=1000), then docs/benchmarks.md
-	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover --bin bench-k8s --bin bench-scale --bin bench-report
-	$(CARGO) build --release -p havip-operator --features bench --bin havip-operator --bin bench-operator
+	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-operator --bin havip-operator -p havip-e2e --bin bench-failover --bin bench-k8s --bin bench-scale --bin bench-report --bin bench-operator
 	@set -eo pipefail; f=$(call bench_file,failover); echo "bench: failover gaps and agent footprint → $$f"; \
 	  cmd="target/release/bench-failover --runs $(BENCH_RUNS) --footprint-vips 1,10,100"; \
 	  $(REL)/bench-report meta --name failover --command "$$cmd" > $$f; \

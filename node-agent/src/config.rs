@@ -6,6 +6,9 @@
 //! sections use exactly the schema of the HAPair spec (`heartbeat`, `takeover`,
 //! `failback`, `flapSuspension`) and of the FloatingIP spec (`announce`), with the
 //! same defaults, so a pair moves between the two modes without translation.
+//!
+//! Size: the whole standalone file schema, its validation with precise errors and the
+//! translation into the machine's settings, kept together so the schema has one source.
 
 use crate::sm;
 use havip_crds::duration::{DurationError, parse_duration};

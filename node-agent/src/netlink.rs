@@ -19,6 +19,9 @@
 //! IPv4 devconf in `RTM_SETLINK`), not by writing /proc/sys: a container runtime mounts
 //! /proc/sys read-only even for a host-network pod with NET_ADMIN (the DaemonSet), while
 //! netlink only needs NET_ADMIN.
+//!
+//! Size: the typed API over rtnetlink (addresses, links, routes, devconf) and the carrier
+//! watch; it must not decide which VIPs a pair should hold.
 
 use futures::TryStreamExt;
 use netlink_packet_route::address::{

@@ -1,6 +1,10 @@
 //! The HAPair reconcile: gather the observation from the caches, let [`crate::model`]
 //! decide, then apply — Lease and key Secret first, status by server-side apply (only
 //! when more than timestamps changed), the handled-request record, and the Events.
+//!
+//! Size: this file still interleaves the second decision (key rotation, requests) with the
+//! writes; a pure plan in `model` that this file only applies would shrink it. It must
+//! not decide anything the model does not say.
 
 use crate::Error;
 use crate::context::{Context, Ev, MANAGED_BY, PAIR_LABEL, lease_info};

@@ -2,7 +2,8 @@
 //! local control plane (real kube-apiserver + etcd). Not a test: it prints JSON lines.
 //!
 //! ```text
-//! cargo run --release -p havip-operator --features bench --bin bench-operator -- --pairs 1000
+//! cargo build --release -p havip-operator --bin havip-operator -p havip-e2e --bin bench-operator
+//! target/release/bench-operator --pairs 1000
 //! ```
 //!
 //! Stages: `created` (N pairs and N FloatingIPs applied), `converged` (every pair has its

@@ -14,6 +14,9 @@
 //! address an older FloatingIP uses ([`havip_crds::floatingip::address_conflicts`] over
 //! every FloatingIP the agent sees), and one whose address is a member's heartbeat
 //! address (a node's own address).
+//!
+//! Size: every rule that turns cluster objects into an agent configuration, pure and unit
+//! tested in one place.
 
 use crate::config::{
     AgentConfig, AnnounceSchedule, ConfigError, MemberConfig, ProbeConfig, SmSettings, VipConfig, build_sm_config,

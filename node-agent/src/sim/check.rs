@@ -1,5 +1,8 @@
 //! The invariants, checked against the world's ground truth while a schedule runs.
 //! Bounds and their justification are documented in [`super`].
+//!
+//! Size: the invariants (a)–(l) side by side, each a short function over the same recorded
+//! history; they are read and reviewed together. It must never change the world.
 
 use std::collections::VecDeque;
 

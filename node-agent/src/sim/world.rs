@@ -1,5 +1,9 @@
 //! The virtual world: nodes (kernel VIPs, listener, links, agent process), a two-path
 //! network, a client, a Lease store, and a discrete-event queue on a virtual clock.
+//!
+//! Size: one discrete-event loop whose cases all act on the same world state (nodes,
+//! network, client, store); kept in one file so that the model of the network is read in
+//! one place. It must not contain checks (those are in `check`) or schedule generation.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap};

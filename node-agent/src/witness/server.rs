@@ -6,6 +6,8 @@
 //! compare-and-swap is answered, so a restarted witness never hands out an epoch twice.
 //! Renewal counts live in memory under a session id drawn at start: members do not compare
 //! counts across sessions.
+//!
+//! Size: the witness server's request handling, persistence and its unit tests.
 
 use super::WitnessError;
 use crate::sm::MAX_EPOCH;

@@ -1,5 +1,7 @@
 //! Pure tests of the operator's decisions: one per phase, one per Degraded reason,
 //! request parsing and preconditions, command answers, key rotation, the revision.
+//!
+//! Size: one test per phase, reason and request kind; long by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;

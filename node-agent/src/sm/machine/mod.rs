@@ -5,6 +5,10 @@
 //! fencing, two actives, Lease reconcile, failback), `planned` runs the make-before-break
 //! handover protocol on both sides, `partition` settles a partition between the members
 //! through the Lease, `report` builds adverts and status.
+//!
+//! Size: the machine's struct, `step` (the one dispatch every input goes through) and the
+//! helpers every room shares (peers heard, carrier, epochs, role changes, alarms, flap
+//! accounting, evaluate/expire); the rooms hold the rest. No I/O here, as everywhere in `sm`.
 
 mod active;
 mod observe;

@@ -1,0 +1,258 @@
+//! Executing the state machine's actions: VIP addresses, announcements, heartbeats,
+//! Lease compare-and-swap, persistence and reports; and reading the VIPs back from
+//! the kernel. What to do is the machine's; how is here.
+
+use super::*;
+
+impl Runtime {
+    /// Executes one action; returns whether it changed the kernel's VIPs.
+    pub(super) async fn execute(&mut self, action: sm::Action) -> bool {
+        match action {
+            sm::Action::Persist(p) => {
+                if let Err(e) = self.state.store(&p) {
+                    self.metrics.io_error("persist");
+                    tracing::error!(error = %e, "failed to persist state");
+                }
+                false
+            }
+            sm::Action::AddVips(ids) => {
+                // Recorded before they are added: a crash after the add still knows them.
+                let adding: Vec<Vip> =
+                    self.vips.iter().filter(|v| ids.contains(&v.id)).map(|v| v.vip.clone()).collect();
+                if let Err(e) = self.ledger.record(&adding) {
+                    self.metrics.io_error("persist");
+                    tracing::error!(error = %e, "failed to record the VIPs in the ledger");
+                }
+                let mut failed = false;
+                for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
+                    if let Err(e) = self.nl.add_vip(&v.vip).await {
+                        self.metrics.io_error(e.category());
+                        tracing::error!(error = %e, vip = %v.vip.addr, "failed to add VIP; retrying in a second");
+                        failed = true;
+                    }
+                }
+                if failed {
+                    // Reading the VIPs back at once would make the machine ask again at
+                    // once: a kernel that refuses the address would spin the agent. The
+                    // read-back (and with it the retry) comes a second later.
+                    let tx = self.tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(VIP_ADD_RETRY).await;
+                        let _ = tx.send(Event::ObserveVips).await;
+                    });
+                    return false;
+                }
+                true
+            }
+            sm::Action::RemoveVips(ids) => {
+                self.stop_announcer();
+                // At once, not after the step: an announcement schedule checks it.
+                self.holding.store(false, Ordering::Relaxed);
+                for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
+                    if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                        self.metrics.io_error(e.category());
+                        tracing::error!(error = %e, "failed to remove VIP");
+                    }
+                }
+                true
+            }
+            sm::Action::Announce { kind } => {
+                // The machine announces only what it holds; the flag the schedule checks
+                // is otherwise updated after the whole step.
+                self.holding.store(true, Ordering::Relaxed);
+                self.announce(kind);
+                false
+            }
+            sm::Action::SendAdvert(advert) => {
+                self.hb.send(&advert);
+                false
+            }
+            sm::Action::CasLease { holder, new_epoch, expected_epoch } => {
+                let tx = self.tx.clone();
+                match self.lease.clone() {
+                    None => self.queue.push_back(sm::Input::CasResult(sm::CasResult::Unavailable)),
+                    Some(store) => {
+                        let timeout = Duration::from_millis(self.cfg.sm.timings.cas_timeout_ms);
+                        let metrics = self.metrics.clone();
+                        tokio::spawn(async move {
+                            let cas = store.cas(holder.as_str(), new_epoch, expected_epoch);
+                            let mut cas = std::pin::pin!(cas);
+                            let r = match tokio::time::timeout(timeout, &mut cas).await {
+                                Ok(r) => r,
+                                Err(_) => {
+                                    // No answer in time: the machine goes on under the
+                                    // standalone rules. The write is not abandoned (a
+                                    // dropped request may still land): it runs to its
+                                    // end, and what the Lease became arrives through the
+                                    // watch like any other write.
+                                    let _ =
+                                        tx.send(Event::Input(sm::Input::CasResult(sm::CasResult::Unavailable))).await;
+                                    let late = tokio::time::timeout(LATE_CAS_LIMIT, cas).await;
+                                    metrics.io_error("lease_cas_late");
+                                    match late {
+                                        Ok(sm::CasResult::Ok { epoch }) => tracing::warn!(
+                                            epoch,
+                                            "a Lease write that timed out landed afterwards; the pair settles it from the Lease"
+                                        ),
+                                        Ok(other) => {
+                                            tracing::info!(result = ?other, "a Lease write that timed out ended")
+                                        }
+                                        Err(_) => {
+                                            tracing::warn!("a Lease write is still unanswered after its time limit")
+                                        }
+                                    }
+                                    return;
+                                }
+                            };
+                            let _ = tx.send(Event::Input(sm::Input::CasResult(r))).await;
+                        });
+                    }
+                }
+                false
+            }
+            sm::Action::RenewLease { holder, epoch } => {
+                if let Some(store) = self.lease.clone() {
+                    let tx = self.tx.clone();
+                    // A renewal is due about once a second; one that takes longer is moot.
+                    let limit = Duration::from_millis(self.cfg.sm.timings.lease_renew_ms);
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(limit, store.renew(holder.as_str(), epoch)).await {
+                            // The Lease moved on (a peer took the pair): tell the machine
+                            // now rather than when the watch catches up.
+                            Ok(Some((h, e))) if (h.as_ref(), e) != (Some(&holder), epoch) => {
+                                let _ = tx.send(Event::Input(sm::Input::LeaseObserved { holder: h, epoch: e })).await;
+                            }
+                            Ok(_) => {}
+                            Err(_) => tracing::debug!("Lease renewal timed out"),
+                        }
+                    });
+                }
+                false
+            }
+            sm::Action::Report(ev) => {
+                let st = self.machine.status();
+                if let sm::Event::RoleChanged { reason, .. } = &ev {
+                    self.metrics.transition(reason.as_str());
+                }
+                if let sm::Event::OperationResult { id, ok, message } = &ev
+                    && let Some(w) = self.waiters.remove(id)
+                {
+                    let _ = w.send(Reply::Done { ok: *ok, message: message.clone() });
+                }
+                self.reporter.event(&ev, &st);
+                false
+            }
+            sm::Action::SelfCheck => {
+                self.self_check();
+                false
+            }
+        }
+    }
+
+    /// Reads the pair's VIPs back from the kernel and feeds `LocalVips`.
+    pub(super) async fn observe_local_vips(&mut self) {
+        match self.nl.havip_addresses().await {
+            Ok(addrs) => {
+                let present: BTreeSet<sm::VipId> = self
+                    .vips
+                    .iter()
+                    .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr && a.prefix == v.vip.prefix))
+                    .map(|v| v.id.clone())
+                    .collect();
+                self.metrics.set_vips_held(present.len());
+                tracing::debug!(present = present.len(), "observed the pair's VIPs in the kernel");
+                self.queue.push_back(sm::Input::LocalVips { present });
+            }
+            Err(e) => {
+                self.metrics.io_error(e.category());
+                tracing::error!(error = %e, "failed to read addresses; retrying");
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = tx.send(Event::ObserveVips).await;
+                });
+            }
+        }
+    }
+
+    pub(super) fn stop_announcer(&mut self) {
+        if let Some(a) = self.announcer.take() {
+            a.abort();
+        }
+    }
+
+    /// Runs the announcement schedule for every held VIP: a burst now, repeats spaced
+    /// more than a second apart, then a periodic refresh until the VIPs are removed.
+    pub(super) fn announce(&mut self, kind: sm::AnnounceKind) {
+        self.stop_announcer();
+        let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
+            self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let Some((first, _)) = vips.first() else { return };
+        let sched = first.announce.clone();
+        let metrics = self.metrics.clone();
+        let send_all = move |count: u32| {
+            for (v, port) in &vips {
+                for _ in 0..count {
+                    let r = match v.vip.addr {
+                        IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
+                        IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
+                    };
+                    match r {
+                        Ok(k) => metrics.announced(k),
+                        Err(e) => {
+                            metrics.io_error("announce");
+                            tracing::warn!(error = %e, "announcement failed");
+                        }
+                    }
+                }
+            }
+        };
+        self.announcer = Some(spawn_schedule(kind, sched, self.gate.clone(), self.holding.clone(), send_all));
+    }
+
+    /// After a takeover: the VIPs are read back, the local listeners probed, and a
+    /// foreign holder looked for; the results come back as inputs.
+    pub(super) fn self_check(&mut self) {
+        let tx = self.tx.clone();
+        let vips = self.vips.clone();
+        let arp = self.arp.clone();
+        let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
+        tokio::spawn(async move {
+            for v in &vips {
+                for p in &v.ports {
+                    let up = tcp_probe(SocketAddr::new(v.vip.addr, *p), timeout).await;
+                    if !up {
+                        tracing::warn!(vip = %v.vip, port = p, "self-check: listener does not answer on the VIP");
+                    }
+                    let _ = tx.send(Event::Input(sm::Input::LocalProbe { vip: v.id.clone(), port: *p, up })).await;
+                }
+                if let (IpAddr::V4(ip), Some(port)) = (v.vip.addr, arp.get(&v.vip.ifname)) {
+                    for mac in port.who_has(ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
+                        tracing::warn!(vip = %v.vip, foreign_mac = %mac, "self-check: a foreign host answers for the VIP");
+                        let _ = tx
+                            .send(Event::Input(sm::Input::Conflict { vip: v.id.clone(), foreign_mac: mac.octets() }))
+                            .await;
+                    }
+                }
+            }
+        });
+        // The read-back, on a connection of its own.
+        let tx = self.tx.clone();
+        let nl = Netlink::new().unwrap_or_else(|_| self.nl.clone());
+        let vips = self.vips.clone();
+        tokio::spawn(async move {
+            if let Ok(addrs) = nl.havip_addresses().await {
+                let present: BTreeSet<sm::VipId> =
+                    vips.iter().filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr)).map(|v| v.id.clone()).collect();
+                if present.len() != vips.len() {
+                    tracing::warn!(
+                        held = present.len(),
+                        expected = vips.len(),
+                        "self-check: VIPs missing from the kernel"
+                    );
+                }
+                let _ = tx.send(Event::Input(sm::Input::LocalVips { present })).await;
+            }
+        });
+    }
+}

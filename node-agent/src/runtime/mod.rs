@@ -1,0 +1,492 @@
+//! The agent runtime: feeds the pure state machine with timestamped observations
+//! from the kernel and the network, and executes its actions (VIP addresses,
+//! announcements, heartbeats, Lease compare-and-swap, persistence, reports).
+//!
+//! One task owns the [`sm::Machine`]; every other task (heartbeat receivers, probes,
+//! link watch, gateway and conflict probes, traffic sampler, admin socket) only sends
+//! it inputs through a channel. The machine's time is monotonic milliseconds since the
+//! agent started.
+
+use crate::announce::{AnnounceGate, spawn_schedule};
+use crate::config::{AgentConfig, AnnounceSchedule};
+use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
+use crate::ledger::VipLedger;
+use crate::metrics::PairMetrics;
+use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
+use crate::probes::{
+    ArpPort, FenceProbe, LocalTarget, PeerProbes, arp_source_for, spawn_conflict_watch, spawn_gateway_watch,
+    spawn_local_probes, spawn_traffic_sampler, tcp_probe,
+};
+use crate::sm;
+use crate::state::StateFile;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
+
+mod execute;
+mod io;
+
+use io::{Io, ResolvedVip, build_io, remove_stale_vips};
+
+/// The Lease as a fencing record (Kubernetes mode); standalone mode has none and
+/// answers every compare-and-swap with `Unavailable` at once.
+#[async_trait::async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Compare-and-swap: set holder and epoch if the Lease's epoch is `expected_epoch`.
+    async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult;
+
+    /// Renews the Lease (a fresh renew time, same holder and epoch) if it still names
+    /// `holder` under `epoch`; returns the Lease's holder and epoch as read, `None` when
+    /// the store could not be read.
+    async fn renew(&self, _holder: &str, _epoch: u64) -> Option<(Option<sm::NodeId>, u64)> {
+        None
+    }
+}
+
+/// Receives what the runtime reports (Kubernetes mode writes status and Events).
+pub trait Reporter: Send + Sync + 'static {
+    /// A state machine event, with the status after it.
+    fn event(&self, event: &sm::Event, status: &sm::Status);
+    /// The status changed (called after every step that changed it).
+    fn status(&self, status: &sm::Status);
+}
+
+/// A reporter that only logs (standalone mode).
+pub struct LogReporter;
+
+impl Reporter for LogReporter {
+    fn event(&self, event: &sm::Event, _status: &sm::Status) {
+        log_event(event);
+    }
+    fn status(&self, _status: &sm::Status) {}
+}
+
+/// Logs a state machine event with structured fields.
+pub fn log_event(event: &sm::Event) {
+    match event {
+        sm::Event::RoleChanged { from, to, reason, epoch } => {
+            tracing::info!(from = from.as_str(), to = to.as_str(), reason = ?reason, epoch, "role changed")
+        }
+        sm::Event::AlarmRaised { alarm, detail } => {
+            tracing::warn!(alarm = alarm.as_str(), detail = %detail, "alarm raised")
+        }
+        sm::Event::AlarmCleared { alarm } => tracing::info!(alarm = alarm.as_str(), "alarm cleared"),
+        sm::Event::OperationResult { id, ok, message } => {
+            tracing::info!(id, ok, message = %message, "operation finished")
+        }
+    }
+}
+
+/// A request from the admin socket (or the Kubernetes command watcher).
+#[derive(Debug)]
+pub enum Request {
+    /// A command for the machine; operations answer when their result is reported.
+    Command(sm::Command),
+    /// A snapshot of the status.
+    Status,
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The operation finished (or the command was accepted, for commands without a result).
+    Done {
+        /// Success.
+        ok: bool,
+        /// Details.
+        message: String,
+    },
+    /// The status.
+    Status(Box<sm::Status>),
+}
+
+enum Event {
+    Input(sm::Input),
+    ObserveVips,
+    SetKeys(havip_crds::wire::Keyring),
+    Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
+    Release,
+    Received(Received),
+    Request(Request, oneshot::Sender<Reply>),
+    Stop,
+}
+
+impl From<sm::Input> for Event {
+    fn from(i: sm::Input) -> Self {
+        Event::Input(i)
+    }
+}
+
+/// A handle to a running agent: send requests, read the status, stop it.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Event>,
+    status: watch::Receiver<Arc<sm::Status>>,
+}
+
+impl Handle {
+    /// Sends a request and waits for its answer (operations wait for their result, up
+    /// to `timeout`).
+    pub async fn request(&self, req: Request, timeout: Duration) -> Option<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Event::Request(req, tx)).await.ok()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+    /// The latest status.
+    pub fn status(&self) -> Arc<sm::Status> {
+        self.status.borrow().clone()
+    }
+    /// Feeds an observation (Kubernetes mode: Lease watch, config changes).
+    pub async fn input(&self, input: sm::Input) {
+        let _ = self.tx.send(Event::Input(input)).await;
+    }
+    /// Stops the runtime; the VIPs stay where they are (a rolling upgrade keeps them).
+    pub async fn stop(&self) {
+        let _ = self.tx.send(Event::Stop).await;
+    }
+    /// Replaces the heartbeat keys (a key rotation); no restart, no missed heartbeat.
+    pub async fn set_keys(&self, keys: havip_crds::wire::Keyring) {
+        let _ = self.tx.send(Event::SetKeys(keys)).await;
+    }
+    /// Applies a new configuration without a restart: the machine keeps its role, epoch
+    /// and peers (no Init period); VIPs added or removed are added or removed, the
+    /// heartbeat sockets and probes are rebuilt. Returns once it was applied; on error
+    /// the last configuration keeps running, unchanged.
+    pub async fn reconfigure(&self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Event::Reconfigure(Box::new(cfg), tx)).await.is_err() {
+            return Err(RuntimeError::Stopped);
+        }
+        rx.await.unwrap_or(Err(RuntimeError::Stopped))
+    }
+    /// Removes the pair's VIPs from this node and stops (the node left the pair).
+    pub async fn release(&self) {
+        let _ = self.tx.send(Event::Release).await;
+    }
+}
+
+/// Errors that stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The state file is unreadable.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// Netlink could not be opened.
+    #[error(transparent)]
+    Netlink(#[from] crate::netlink::NetlinkError),
+    /// Heartbeat sockets could not be bound.
+    #[error(transparent)]
+    Heartbeat(#[from] crate::heartbeat::HeartbeatError),
+    /// A layer-2 socket could not be opened.
+    #[error(transparent)]
+    Announce(#[from] crate::announce::AnnounceError),
+    /// Something in the configuration does not match this node.
+    #[error("invalid configuration for this node: {0}")]
+    Config(String),
+    /// The runtime is not running any more.
+    #[error("the pair's runtime has stopped")]
+    Stopped,
+}
+
+/// What the runtime needs besides the configuration.
+pub struct Options {
+    /// The state file.
+    pub state: StateFile,
+    /// The Lease store (Kubernetes mode).
+    pub lease: Option<Arc<dyn LeaseStore>>,
+    /// Where reports go.
+    pub reporter: Arc<dyn Reporter>,
+    /// The pair's metrics.
+    pub metrics: PairMetrics,
+    /// The agent's heartbeat sockets, shared by every pair it runs.
+    pub hub: Arc<Hub>,
+}
+
+/// Starts the agent for one pair and returns its handle and the task that runs it.
+pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::task::JoinHandle<()>), RuntimeError> {
+    let lock = opts.state.lock()?;
+    let persisted = opts.state.load()?;
+    let nl = Netlink::new()?;
+    let io = build_io(&cfg, &nl, &HashMap::new()).await?;
+    let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
+    remove_stale_vips(&nl, &ledger, &io.vips).await;
+    let machine = sm::Machine::new(cfg.sm.clone(), persisted);
+    let (tx, rx) = mpsc::channel::<Event>(1024);
+    // Heartbeats of this pair, from the hub's sockets; relayed into the runtime's queue
+    // for as long as the runtime runs (reconfigurations keep the endpoint).
+    let (rtx, mut rrx) = mpsc::channel::<Received>(256);
+    let hb = Endpoint::attach(&opts.hub, io.hb.clone(), opts.metrics.clone(), rtx).await?;
+    let relay_tx = tx.clone();
+    let relay = tokio::spawn(async move {
+        while let Some(r) = rrx.recv().await {
+            if relay_tx.send(Event::Received(r)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
+    let holding = Arc::new(AtomicBool::new(false));
+    let last_heard_ms = Arc::new(AtomicU64::new(0));
+    let origin = Instant::now();
+
+    let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
+    // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
+    // stalls cannot have let a peer take over); announcements then wait two heartbeat
+    // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
+    let t = &cfg.sm.timings;
+    let gate = AnnounceGate::new(
+        Duration::from_millis(t.tick_ms.max(5)),
+        Duration::from_millis((t.heartbeat_timeout_ms / 2).max(50)),
+        Duration::from_millis((2 * t.heartbeat_interval_ms).max(200)),
+    );
+    let metrics = opts.metrics.clone();
+    let mut rt = Runtime {
+        tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
+        cfg,
+        machine,
+        origin,
+        nl,
+        vips,
+        arp,
+        hb,
+        state: opts.state,
+        lease: opts.lease,
+        reporter: opts.reporter,
+        metrics,
+        tx: tx.clone(),
+        status_tx,
+        holding: holding.clone(),
+        probe_pending: Arc::new(AtomicBool::new(true)),
+        last_heard_ms: last_heard_ms.clone(),
+        waiters: HashMap::new(),
+        announcer: None,
+        skew: Arc::new(SkewTracker::default()),
+        queue: VecDeque::new(),
+        tasks: Vec::new(),
+        relay,
+        ledger,
+        gate,
+        _lock: lock,
+    };
+    rt.spawn_tasks(data_link, vip_links, fence, own);
+    let handle = Handle { tx, status: status_rx };
+    let task = tokio::spawn(async move { rt.run(rx).await });
+    Ok((handle, task))
+}
+
+struct Runtime {
+    cfg: AgentConfig,
+    machine: sm::Machine,
+    origin: Instant,
+    tick: Duration,
+    nl: Netlink,
+    vips: Vec<ResolvedVip>,
+    arp: HashMap<String, Arc<ArpPort>>,
+    hb: Arc<Endpoint>,
+    state: StateFile,
+    lease: Option<Arc<dyn LeaseStore>>,
+    reporter: Arc<dyn Reporter>,
+    metrics: PairMetrics,
+    tx: mpsc::Sender<Event>,
+    status_tx: watch::Sender<Arc<sm::Status>>,
+    holding: Arc<AtomicBool>,
+    probe_pending: Arc<AtomicBool>,
+    last_heard_ms: Arc<AtomicU64>,
+    waiters: HashMap<u64, oneshot::Sender<Reply>>,
+    announcer: Option<tokio::task::JoinHandle<()>>,
+    skew: Arc<SkewTracker>,
+    queue: VecDeque<sm::Input>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
+    relay: tokio::task::JoinHandle<()>,
+    /// The VIPs this pair added on this node.
+    ledger: VipLedger,
+    /// Holds announcements back after a stall.
+    gate: Arc<AnnounceGate>,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// A VIP the kernel refused to add is retried this often.
+const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
+
+/// How long a Lease write that timed out (for the machine) is still awaited, for the log.
+const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
+
+impl Runtime {
+    fn now(&self) -> sm::Millis {
+        sm::Millis(self.origin.elapsed().as_millis() as u64)
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
+        // Initial observations: what the kernel holds now (adoption after an agent
+        // restart), then a first tick.
+        self.observe_local_vips().await;
+        let mut ticker = tokio::time::interval(self.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    if let Some(gap) = self.gate.tick() {
+                        tracing::warn!(
+                            stalled_ms = gap.as_millis() as u64,
+                            "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
+                        );
+                    }
+                    // The machine's contract after a stall: the heartbeats, Lease events
+                    // and CAS answers queued meanwhile come before its next Tick (until
+                    // then it only gives up what a newer holder claims). They are read
+                    // within the gate's settle time, so no Tick is fed before it ends.
+                    if !self.gate.blocked() {
+                        self.queue.push_back(sm::Input::Tick);
+                    }
+                }
+                ev = rx.recv() => match ev {
+                    None | Some(Event::Stop) => break,
+                    Some(Event::Input(i)) => self.queue.push_back(i),
+                    Some(Event::ObserveVips) => self.observe_local_vips().await,
+                    Some(Event::SetKeys(k)) => self.hb.set_keys(k),
+                    Some(Event::Reconfigure(cfg, done)) => {
+                        let r = self.reconfigure(*cfg).await;
+                        if let Err(e) = &r {
+                            self.metrics.io_error("reconfigure");
+                            tracing::warn!(error = %e, "failed to apply the new configuration; the last one keeps running");
+                        }
+                        let _ = done.send(r);
+                    }
+                    Some(Event::Release) => {
+                        self.stop_announcer();
+                        self.metrics.forget(&sm::Role::ALL.map(sm::Role::as_str), &sm::Alarm::ALL.map(sm::Alarm::as_str));
+                        let mut all_gone = true;
+                        for v in &self.vips {
+                            if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                                all_gone = false;
+                                tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
+                            }
+                        }
+                        if all_gone && let Err(e) = self.ledger.remove() {
+                            tracing::warn!(error = %e, "failed to remove the VIP ledger");
+                        }
+                        break;
+                    }
+                    Some(Event::Received(r)) => self.received(r),
+                    Some(Event::Request(req, reply)) => self.request(req, reply),
+                },
+            }
+            self.drain().await;
+        }
+        tracing::info!("agent stopping; VIPs and role are kept for the next start");
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.relay.abort();
+        if let Some(a) = self.announcer.take() {
+            a.abort();
+        }
+    }
+
+    /// Applies `cfg`, or leaves everything as it was and says why.
+    async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
+        let io = build_io(&cfg, &self.nl, &self.arp).await?;
+        self.hb.update(io.hb.clone()).await?;
+        // VIPs of the old configuration are the machine's to remove (below); only what the
+        // ledger holds beyond both is stale.
+        let old: Vec<ResolvedVip> =
+            self.vips.iter().filter(|o| !io.vips.iter().any(|v| v.id == o.id)).cloned().collect();
+        let keep: Vec<ResolvedVip> = io.vips.iter().cloned().chain(old).collect();
+        remove_stale_vips(&self.nl, &self.ledger, &keep).await;
+        tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        // The machine may remove VIPs of the old configuration: keep their entries until
+        // this step's actions ran.
+        let mut all = io.vips.clone();
+        for old in &self.vips {
+            if !all.iter().any(|v| v.id == old.id) {
+                all.push(old.clone());
+            }
+        }
+        self.vips = all;
+        self.arp = io.arp;
+        self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
+        self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
+        self.cfg = cfg;
+        self.spawn_tasks(io.data_link, io.vip_links, io.fence, io.own);
+        self.drain().await;
+        self.vips = io.vips;
+        self.observe_local_vips().await;
+        Ok(())
+    }
+
+    fn received(&mut self, r: Received) {
+        match r {
+            Received::Advert { path, advert, skew_ms } => {
+                self.skew.record(advert.sender.as_str(), skew_ms);
+                self.last_heard_ms.store(self.origin.elapsed().as_millis() as u64, Ordering::Relaxed);
+                self.queue.push_back(sm::Input::Advert { path, msg: advert });
+            }
+            Received::Rejected { path, reason } => self.queue.push_back(sm::Input::AdvertRejected { path, reason }),
+        }
+    }
+
+    fn request(&mut self, req: Request, reply: oneshot::Sender<Reply>) {
+        match req {
+            Request::Status => {
+                let _ = reply.send(Reply::Status(Box::new(self.machine.status())));
+            }
+            Request::Command(cmd) => {
+                let id = match &cmd {
+                    sm::Command::PlannedFailover { id, .. } | sm::Command::ForcedFailover { id, .. } => Some(*id),
+                    _ => None,
+                };
+                self.queue.push_back(sm::Input::Command(cmd));
+                match id {
+                    Some(id) => {
+                        self.waiters.insert(id, reply);
+                    }
+                    None => {
+                        let _ = reply.send(Reply::Done { ok: true, message: "accepted".into() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Steps the machine through every queued input, executing actions in order.
+    async fn drain(&mut self) {
+        let mut changed = false;
+        while let Some(input) = self.queue.pop_front() {
+            if matches!(input, sm::Input::Conflict { .. }) {
+                self.metrics.conflict();
+            }
+            let now = self.now();
+            let actions = self.machine.step(now, input);
+            changed = true;
+            let mut vips_touched = false;
+            for a in actions {
+                vips_touched |= self.execute(a).await;
+            }
+            if vips_touched {
+                self.observe_local_vips().await;
+            }
+        }
+        if changed {
+            let st = self.machine.status();
+            self.holding.store(st.holds_vips, Ordering::Relaxed);
+            self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
+            self.metrics.set_epoch(st.epoch);
+            self.metrics.set_role(st.role.as_str(), &sm::Role::ALL.map(sm::Role::as_str));
+            self.metrics.set_adverts_ignored(st.ignored_adverts);
+            for a in sm::Alarm::ALL {
+                self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
+            }
+            if **self.status_tx.borrow() != st {
+                self.reporter.status(&st);
+                let _ = self.status_tx.send(Arc::new(st));
+            }
+        }
+    }
+}
