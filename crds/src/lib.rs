@@ -6,7 +6,6 @@ pub mod contract;
 pub mod duration;
 pub mod floatingip;
 pub mod hapair;
-pub mod httpd;
 pub mod membership;
 pub mod revision;
 pub mod wire;

@@ -5,15 +5,15 @@
 //! agent, stop the operator, cut the nodes off the API server, run a client and say
 //! which nodes hold the VIP; everything that talks to Kubernetes is shared here.
 
+use crate::api::{apply_documents, get_lease, get_pair, run_plugin};
 use crate::controlplane::client_from_kubeconfig;
-use crate::kubelab::{KubeLab, KubeLabError, NAMESPACE};
+use crate::kubelab::{KubeLab, KubeLabError};
 use crate::netns::{self, Link};
 use crate::traffic::{ProbeReport, Prober};
 use havip_crds::{FloatingIP, HAPair};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use std::path::{Path, PathBuf};
+use kube::api::{Api, DeleteParams, ListParams};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,12 @@ pub struct ClusterError(pub String);
 impl From<KubeLabError> for ClusterError {
     fn from(e: KubeLabError) -> Self {
         Self(e.to_string())
+    }
+}
+
+impl From<crate::api::ApplyError> for ClusterError {
+    fn from(e: crate::api::ApplyError) -> Self {
+        Self(e.0)
     }
 }
 
@@ -149,7 +155,7 @@ pub trait Cluster {
     where
         Self: Sized,
     {
-        self.block_on(async { apply_documents(&self.kube_client().await?, yaml).await })
+        self.block_on(async { Ok(apply_documents(&self.kube_client().await?, yaml).await?) })
     }
 
     /// Deletes pair `name` and every FloatingIP naming it (between scenarios).
@@ -299,50 +305,6 @@ pub trait Cluster {
                 })
                 .unwrap_or_default()
         })
-    }
-}
-
-/// Applies HAPair/FloatingIP YAML documents server-side (field manager `havip-e2e`).
-pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<()> {
-    use serde::Deserialize;
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v = serde_json::Value::deserialize(doc).map_err(|e| ClusterError(e.to_string()))?;
-        if v.is_null() {
-            continue;
-        }
-        let kind = v["kind"].as_str().unwrap_or_default().to_owned();
-        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let pp = PatchParams::apply("havip-e2e").force();
-        match kind.as_str() {
-            "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
-            "FloatingIP" => Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
-            other => return Err(ClusterError(format!("unsupported kind {other}"))),
-        }
-        .map_err(|e| ClusterError(format!("apply {kind}/{name}: {e}")))?;
-    }
-    Ok(())
-}
-
-/// The pair `name`.
-pub async fn get_pair(client: &kube::Client, name: &str) -> kube::Result<HAPair> {
-    Api::<HAPair>::all(client.clone()).get(name).await
-}
-
-/// The Lease of pair `pair`: (holder, epoch = `leaseTransitions`).
-pub async fn get_lease(client: &kube::Client, pair: &str) -> kube::Result<(Option<String>, i64)> {
-    let l = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&havip_crds::lease::pair_lease_name(pair)).await?;
-    let s = l.spec.unwrap_or_default();
-    Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
-}
-
-/// Runs `kubectl-havip <args>` with `kubeconfig`; (success, stdout and stderr).
-pub fn run_plugin(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    match Command::new(bin).env("KUBECONFIG", kubeconfig).args(args).output() {
-        Ok(o) => (
-            o.status.success(),
-            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
-        ),
-        Err(e) => (false, format!("{}: {e}", bin.display())),
     }
 }
 

@@ -7,6 +7,7 @@
 //! Used by `lab up --nodes N` and by the end-to-end suite.
 
 use crate::agent::{SERVICE_PORT, agent_binary};
+pub use crate::api::NAMESPACE;
 use crate::controlplane::{ControlPlane, ControlPlaneOptions};
 use crate::netns::{self, Topology};
 use crate::process::{ManagedProcess, tail};
@@ -20,8 +21,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The operator namespace in the lab.
-pub const NAMESPACE: &str = "havip-system";
 /// The agents' DaemonSet (as the chart names it).
 pub const AGENT_DAEMONSET: &str = "havip-agent";
 
@@ -420,7 +419,7 @@ impl KubeLab {
     /// Applies YAML documents (server-side apply, field manager `havip-e2e`).
     pub async fn apply(&self, yaml: &str) -> Result<()> {
         let client = self.client().await?;
-        crate::cluster::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
+        crate::api::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
     }
 
     /// The lab's standard pair over all nodes: paths data (InternalIP) and mgmt
@@ -525,12 +524,12 @@ impl KubeLab {
 
     /// The pair.
     pub async fn pair(&self, name: &str) -> Result<HAPair> {
-        crate::cluster::get_pair(&self.client().await?, name).await.map_err(kerr(format!("get HAPair {name}")))
+        crate::api::get_pair(&self.client().await?, name).await.map_err(kerr(format!("get HAPair {name}")))
     }
 
     /// The pair's Lease: (holder, epoch).
     pub async fn lease(&self, pair: &str) -> Result<(Option<String>, i64)> {
-        crate::cluster::get_lease(&self.client().await?, pair).await.map_err(kerr("get the pair Lease"))
+        crate::api::get_lease(&self.client().await?, pair).await.map_err(kerr("get the pair Lease"))
     }
 
     /// Polls `cond` on the pair until it holds or `timeout` passes.
@@ -583,7 +582,7 @@ impl KubeLab {
             Ok(a) => a.with_file_name("kubectl-havip"),
             Err(e) => return (false, e.to_string()),
         };
-        crate::cluster::run_plugin(&bin, &self.cp.kubeconfig(), args)
+        crate::api::run_plugin(&bin, &self.cp.kubeconfig(), args)
     }
 
     /// `kubectl <args>` against the lab; (success, stdout).

@@ -3,6 +3,7 @@
 //! always clean up, and the `lab` binary built on them.
 
 pub mod agent;
+pub mod api;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;

@@ -340,6 +340,26 @@ fn a_re_created_pair_starts_fresh_instead_of_inheriting_the_old_ones_state() {
         Ok(lab.holders().is_ok_and(|h| h.is_empty()))
     })
     .expect("released");
+    // And both agents gave the old pair up (its role gauge goes with it): a member still
+    // running the old incarnation would heartbeat its epoch to the new one (CI: epoch 3).
+    netns::wait_until(
+        "both agents to give the old pair up",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || Ok((0..2).all(|i| lab.agent_metric_sum(i, "havip_agent_role{", &["pair=\"web\""]) == Some(0.0))),
+    )
+    .unwrap_or_else(|e| {
+        let gauges: Vec<String> = (0..2)
+            .flat_map(|i| {
+                lab.agent_metrics(i)
+                    .lines()
+                    .filter(|l| l.starts_with("havip_agent_role{") || l.starts_with("havip_agent_epoch{"))
+                    .map(|l| format!("n{i}: {l}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        panic!("{e}: {gauges:#?}")
+    });
     lab.block_on(async {
         let leases: Api<Lease> = Api::namespaced(lab.client().await.expect("client"), NAMESPACE);
         leases

@@ -337,7 +337,7 @@ async fn witness(
     } else {
         let addr: std::net::SocketAddr =
             metrics_address.parse().map_err(|e| format!("invalid metrics address {metrics_address:?}: {e}"))?;
-        let (bound, t) = havip_crds::httpd::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
+        let (bound, t) = havip_endpoints::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
             .await
             .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
         tracing::info!(address = %bound, "metrics and health endpoints");
@@ -357,7 +357,7 @@ async fn witness(
 
 struct WitnessEndpoints(Arc<havip_node_agent::witness::WitnessMetrics>);
 
-impl havip_crds::httpd::Endpoints for WitnessEndpoints {
+impl havip_endpoints::Endpoints for WitnessEndpoints {
     fn metrics(&self) -> String {
         self.0.encode()
     }
@@ -471,7 +471,7 @@ async fn standalone(
                 metrics,
                 agents: pairs.iter().map(|p| (p.pair.clone(), p.handle.clone())).collect(),
             });
-            let (bound, t) = havip_crds::httpd::serve(addr, ep)
+            let (bound, t) = havip_endpoints::serve(addr, ep)
                 .await
                 .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
             tracing::info!(address = %bound, "metrics and health endpoints");
@@ -512,7 +512,7 @@ async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_addr
             metrics_address.parse().map_err(|e| format!("--metrics-address {metrics_address:?}: {e}"))?;
         let ep = Arc::new(MetricsOnly(metrics.clone()));
         let (bound, t) =
-            havip_crds::httpd::serve(addr, ep).await.map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
+            havip_endpoints::serve(addr, ep).await.map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
         tracing::info!(address = %bound, "metrics and health endpoints");
         Some(t)
     };
@@ -521,7 +521,7 @@ async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_addr
 
 struct MetricsOnly(Arc<AgentMetrics>);
 
-impl havip_crds::httpd::Endpoints for MetricsOnly {
+impl havip_endpoints::Endpoints for MetricsOnly {
     fn metrics(&self) -> String {
         self.0.encode()
     }
@@ -535,7 +535,7 @@ struct Endpoints {
     agents: Vec<(String, runtime::Handle)>,
 }
 
-impl havip_crds::httpd::Endpoints for Endpoints {
+impl havip_endpoints::Endpoints for Endpoints {
     fn metrics(&self) -> String {
         self.metrics.encode()
     }

@@ -1,4 +1,4 @@
-//! Rules of issue 3 seen from the member holding the VIPs: handovers, two actives, planned
+//! State-machine rules seen from the member holding the VIPs: handovers, two actives, planned
 //! and forced failover (both sides), maintenance.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

@@ -1,4 +1,4 @@
-//! Rules of issue 3 about policy: flap suspension, automatic failback (seed 003), and the
+//! State-machine rules about policy: flap suspension, automatic failback, and the
 //! defaults, codes and validation the I/O layer relies on.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

@@ -1,4 +1,4 @@
-//! Rules of issue 3 seen from a member that does not hold the VIPs: start-up, takeover of
+//! State-machine rules seen from a member that does not hold the VIPs: start-up, takeover of
 //! a lost peer, fencing, versions, agent restart on the active, N members.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

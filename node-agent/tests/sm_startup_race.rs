@@ -1,8 +1,8 @@
-#![allow(clippy::unwrap_used)]
 //! Start-up race found on real kernels: two members started together finish their Init
 //! listens a few milliseconds apart. The lower-priority member must treat the
 //! higher-priority peer that is still in Init as a candidate (and give it its turn),
 //! instead of electing itself because the peer is "not a standby yet".
+#![allow(clippy::unwrap_used)]
 
 mod sm_support;
 use havip_node_agent::sm::*;

@@ -129,7 +129,7 @@ async fn run(args: Args) -> Result<&'static str, Error> {
     });
 
     let metrics = Arc::new(Metrics::new());
-    let (bound, _server) = havip_crds::httpd::serve(args.metrics_address, metrics.clone())
+    let (bound, _server) = havip_endpoints::serve(args.metrics_address, metrics.clone())
         .await
         .map_err(|source| Error::Metrics { addr: args.metrics_address, source })?;
     tracing::info!(address = %bound, "metrics and health endpoints listening");

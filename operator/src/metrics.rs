@@ -111,7 +111,7 @@ impl Metrics {
     }
 }
 
-impl havip_crds::httpd::Endpoints for Metrics {
+impl havip_endpoints::Endpoints for Metrics {
     fn metrics(&self) -> String {
         self.encode()
     }

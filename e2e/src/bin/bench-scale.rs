@@ -168,7 +168,7 @@ fn synthetic(i: usize, nodes: usize) -> (String, String, String, String) {
 }
 
 async fn create_pairs(client: &Client, args: &Args, real_yaml: &str, synthetic_pairs: usize) -> Result<(), BoxError> {
-    havip_e2e::cluster::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
+    havip_e2e::api::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
     let pairs: Api<HAPair> = Api::all(client.clone());
     let fips: Api<havip_crds::FloatingIP> = Api::all(client.clone());
     futures::stream::iter(0..synthetic_pairs)

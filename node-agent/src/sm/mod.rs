@@ -1,5 +1,5 @@
-//! The pure HA state machine of a pair member (issue 3; seed 004 decisions, seed 003
-//! failback policy).
+//! The pure HA state machine of a pair member: elections, takeovers, planned handovers,
+//! fencing, failback policy and alarms (docs/state-machine.md lists every rule).
 //!
 //! No I/O, no clock reads, no randomness, no threads: time comes in as [`Millis`] with
 //! every [`Input`], and the machine answers with [`Action`]s for the I/O layer to execute
