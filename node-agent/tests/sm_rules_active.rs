@@ -371,6 +371,31 @@ fn planned_failover_rolls_back_after_1s_without_confirm() {
 }
 
 #[test]
+fn a_handover_on_carrier_loss_whose_confirm_never_comes_gives_the_vips_up_without_a_newer_epoch() {
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.carrier(false);
+    let (id, _) = first_prepare(&out).expect("prepare");
+    h.now += 5;
+    let out = h.hear_on(1, &with_op(standby(B, 100, 3), id, OpKind::PrepareAck));
+    assert_eq!(last_commit(&out), Some((id, node(B), 4)));
+    // B took over under the commit, but its Confirm is lost (the link went with it). The
+    // confirm timeout passes with the carrier still down.
+    let out = h.run(4_100, &[], None);
+    assert!(!h.m.holds_vips(), "gave the VIPs up");
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert!(cas_of(&out).is_empty(), "no takeback");
+    assert!(
+        role_changes(&out).iter().all(|(_, to, _, _)| *to != Role::Active),
+        "no takeback: {:?}",
+        role_changes(&out)
+    );
+    // Its epoch is the commit's, never newer: B holding under 4 stays the holder.
+    assert_eq!(h.status().epoch, 4);
+    assert_eq!(last_advert(&h.since(4_000)).epoch, 4);
+}
+
+#[test]
 fn planned_failover_without_prepare_ack_aborts_and_keeps_everything() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;

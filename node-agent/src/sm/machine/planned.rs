@@ -92,7 +92,19 @@ impl Machine {
             return;
         };
         self.ops.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
-        if let OpPhase::Committed { epoch, .. } = op.phase {
+        if let OpPhase::Committed { epoch, .. } = op.phase
+            && self.carrier_lost()
+        {
+            // Without carrier the VIPs serve nobody here. Taking them back under an epoch
+            // newer than the commit would only outrank the target, which may well hold them
+            // under the commit (its Confirm lost with the link): once the links return, the
+            // adverts this member queued meanwhile (held in the neighbour queue) would make
+            // that holder yield to a member that no longer holds. Give them up instead; the
+            // target holds under the commit, or takes over by its own rules.
+            self.bump_epoch(epoch);
+            let to = self.out_role(Role::Standby);
+            self.release(now, to, Reason::CarrierLost, out);
+        } else if let OpPhase::Committed { epoch, .. } = op.phase {
             // Take the VIPs back under an epoch newer than the committed one.
             let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
             let expected = self.lease_expected(self.held_epoch);
