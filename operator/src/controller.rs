@@ -90,105 +90,89 @@ enum Filter<K, T> {
     Changed(Box<dyn Fn(&K) -> T + Send + Sync>),
 }
 
+impl<K: Resource, T: PartialEq> Filter<K, T> {
+    /// Whether an applied object triggers; `seen` holds the keys of [`Filter::Changed`].
+    fn admits_applied(&self, o: &K, seen: &mut HashMap<String, T>) -> bool {
+        let Filter::Changed(key) = self else { return true };
+        let k = key(o);
+        let name = o.meta().name.clone().unwrap_or_default();
+        if seen.get(&name) == Some(&k) {
+            return false;
+        }
+        seen.insert(name, k);
+        true
+    }
+
+    /// Whether a deleted object triggers (its key is forgotten either way).
+    fn admits_deleted(&self, o: &K, seen: &mut HashMap<String, T>) -> bool {
+        seen.remove(o.meta().name.as_deref().unwrap_or_default());
+        !matches!(self, Filter::Applied)
+    }
+}
+
 /// A stream of objects that trigger reconciles.
 type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
 
 /// Drives a watch (already `.reflect`ed into its store) in a task of its own, and
 /// forwards the objects that should trigger reconciles to each consumer through a
-/// channel of its own, one per filter (a kind is watched once, however many
-/// controllers it triggers). A watch error goes to the first consumer only.
+/// channel of its own, one per filter, in the filters' order (a kind is watched once,
+/// however many controllers it triggers). A watch error goes to the first consumer only.
 ///
 /// The stores the reconciles read are thus kept up to date (and become ready)
 /// independently of how the controllers poll their trigger streams: a reconcile that
 /// waits for every store can never wait on a stream only its own controller drives.
-fn drive<K, T>(
+fn drive<K, T, const N: usize>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-    filters: Vec<Filter<K, T>>,
+    filters: [Filter<K, T>; N],
     ready: tokio::sync::watch::Sender<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Vec<Triggers<K>>
+) -> [Triggers<K>; N]
 where
     K: Resource + Clone + Send + 'static,
     K::DynamicType: Default,
     T: PartialEq + Send + 'static,
 {
-    let mut outputs = Vec::new();
-    let mut streams = Vec::new();
-    for filter in filters {
+    let mut outputs = Vec::with_capacity(N);
+    let streams = filters.map(|filter| {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<K, watcher::Error>>(1024);
         outputs.push((filter, tx, HashMap::<String, T>::new()));
-        streams
-            .push(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed());
-    }
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed()
+    });
     tasks.push(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
-            let (applied, deleted, error) = match ev {
-                Ok(Event::Apply(o) | Event::InitApply(o)) => (Some(o), None, None),
-                Ok(Event::Delete(o)) => (None, Some(o), None),
-                Ok(Event::Init) => continue,
+            match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    for (filter, tx, seen) in &mut outputs {
+                        if filter.admits_applied(&o, seen) {
+                            let _ = tx.send(Ok(o.clone())).await;
+                        }
+                    }
+                }
+                Ok(Event::Delete(o)) => {
+                    for (filter, tx, seen) in &mut outputs {
+                        if filter.admits_deleted(&o, seen) {
+                            let _ = tx.send(Ok(o.clone())).await;
+                        }
+                    }
+                }
+                Ok(Event::Init) => {}
                 Ok(Event::InitDone) => {
                     tracing::debug!(kind = %K::kind(&Default::default()), "initial list done");
                     ready.send_replace(true);
-                    continue;
                 }
-                Err(e) => (None, None, Some(e)),
-            };
-            let mut error = error;
-            let mut open = 0;
-            for (filter, tx, seen) in &mut outputs {
-                let item = if let Some(e) = error.take() {
-                    Some(Err(e))
-                } else if let Some(o) = &applied {
-                    match filter {
-                        Filter::Applied | Filter::Touched => Some(Ok(o.clone())),
-                        Filter::Changed(key) => {
-                            let k = key(o);
-                            let name = o.meta().name.clone().unwrap_or_default();
-                            if seen.get(&name) == Some(&k) {
-                                None
-                            } else {
-                                seen.insert(name, k);
-                                Some(Ok(o.clone()))
-                            }
-                        }
+                Err(e) => {
+                    if let Some((_, tx, _)) = outputs.first() {
+                        let _ = tx.send(Err(e)).await;
                     }
-                } else if let Some(o) = &deleted {
-                    seen.remove(o.meta().name.as_deref().unwrap_or_default());
-                    match filter {
-                        Filter::Applied => None,
-                        Filter::Touched | Filter::Changed(_) => Some(Ok(o.clone())),
-                    }
-                } else {
-                    None
-                };
-                if tx.is_closed() {
-                    continue;
-                }
-                open += 1;
-                if let Some(item) = item {
-                    let _ = tx.send(item).await;
                 }
             }
-            if open == 0 {
+            if outputs.iter().all(|(_, tx, _)| tx.is_closed()) {
                 break;
             }
         }
     }));
     streams
-}
-
-/// The one stream of a single-filter [`drive`].
-fn one<K: Send + 'static>(streams: Vec<Triggers<K>>) -> [Triggers<K>; 1] {
-    let mut it = streams.into_iter();
-    [it.next().unwrap_or_else(|| futures::stream::empty().boxed())]
-}
-
-/// The two streams of a two-filter [`drive`], in the filters' order.
-fn two<K: Send + 'static>(streams: Vec<Triggers<K>>) -> [Triggers<K>; 2] {
-    let mut it = streams.into_iter();
-    let mut next = || it.next().unwrap_or_else(|| futures::stream::empty().boxed());
-    [next(), next()]
 }
 
 /// Runs both controllers until `stop` resolves (graceful: running reconciles finish).
@@ -242,18 +226,18 @@ pub async fn run_controllers(
     // reconcile reads, its own controller (primary) and the other controller (secondary).
     // Their caches drop managedFields (several managers per object: the user, the
     // operator, one per agent): nothing here reads them.
-    let [pair_primary, pair_stream] = two(drive(
+    let [pair_primary, pair_stream] = drive(
         watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
-        vec![Filter::Applied, Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ()))],
+        [Filter::Applied, Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ()))],
         pairs_ready,
         &mut tasks,
-    ));
-    let [fip_primary, fip_stream] = two(drive(
+    );
+    let [fip_primary, fip_stream] = drive(
         watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(fips_w),
-        vec![Filter::<_, ()>::Applied, Filter::Touched],
+        [Filter::<_, ()>::Applied, Filter::Touched],
         fips_ready,
         &mut tasks,
-    ));
+    );
     let hapair_ctrl = Controller::for_stream(pair_primary, pairs.clone());
     let fip_ctrl = Controller::for_stream(fip_primary, fips.clone());
     let fip_mapper = move |f: DeserializeGuard<FloatingIP>| {
@@ -291,15 +275,15 @@ pub async fn run_controllers(
     // Node → the pairs naming it.
     // Nodes are listed in pages, not from the watch cache at once: a cluster's Nodes
     // carry ~20 KB of status each (5,000 of them would be a 100 MB answer).
-    let [node_stream] = one(drive(
+    let [node_stream] = drive(
         watcher(nodes_api, watcher::Config::default().page_size(NODE_PAGE))
             .default_backoff()
             .modify(slim_node)
             .reflect(nodes_w),
-        vec![Filter::Changed(Box::new(node_addresses))],
+        [Filter::Changed(Box::new(node_addresses))],
         nodes_ready,
         &mut tasks,
-    ));
+    );
     let pairs_for_nodes = pairs.clone();
     let node_mapper = move |n: Node| {
         let name = n.name_any();
@@ -311,27 +295,27 @@ pub async fn run_controllers(
             .collect::<Vec<_>>()
     };
     // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
-    let [lease_stream] = one(drive(
+    let [lease_stream] = drive(
         reflector(
             leases_w,
             watcher(leases_api, wc.clone()).default_backoff().modify(|l: &mut Lease| {
                 l.metadata.managed_fields = None;
             }),
         ),
-        vec![Filter::<_, ()>::Touched],
+        [Filter::<_, ()>::Touched],
         leases_ready,
         &mut tasks,
-    ));
+    );
     let lease_mapper = |l: Lease| pair_of_lease(&l.name_any()).map(ObjectRef::new);
     // Key Secret → pair: the operator's own by label, a Secret named by keySecretRef →
     // the pairs naming it (the operator keeps their member labels on it). Every Secret of
     // the namespace is watched; only havip's own keep their data in the cache.
-    let [secret_stream] = one(drive(
+    let [secret_stream] = drive(
         reflector(secrets_w, watcher(secrets_api, wc.clone()).default_backoff().modify(slim_secret)),
-        vec![Filter::<_, ()>::Touched],
+        [Filter::<_, ()>::Touched],
         secrets_ready,
         &mut tasks,
-    ));
+    );
     let pairs_for_secrets = pairs.clone();
     let secret_mapper = move |s: Secret| {
         if let Some(p) = s.labels().get(PAIR_LABEL)

@@ -142,7 +142,7 @@ impl TryFrom<&str> for VipId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PathId(pub u8);
 
-/// The role of a member (seed 004).
+/// The role of a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// Starting up: listening for peers (init listen); holds no VIP unless it adopts the

@@ -364,7 +364,7 @@ impl Machine {
             .max_by_key(|&i| self.peers[i].priority)
     }
 
-    /// Automatic failback (seed 003), decided by the active non-preferred member: the
+    /// Automatic failback, decided by the active non-preferred member: the
     /// preferred member ready for the recovery window, the pair on this member for the
     /// minimum time, no quarantine, quiet traffic for the quiet window (unknown waits), not
     /// paused or suspended. Re-validated again just before the commit.

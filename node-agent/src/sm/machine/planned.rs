@@ -92,9 +92,19 @@ impl Machine {
             return;
         };
         self.ops.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
-        if let OpPhase::Committed { epoch, .. } = op.phase
-            && self.carrier_lost()
-        {
+        if let OpPhase::Committed { epoch, .. } = op.phase {
+            self.abort_committed(epoch, now, out);
+        }
+        self.pacing.advert_now = true;
+        if !matches!(op.origin, Origin::Operator { .. }) {
+            self.ops.handover_retry_at = Some(now.plus(self.t().handover_retry_ms));
+        }
+        self.report_op(op.id, false, message.to_owned(), out);
+    }
+
+    /// The VIPs after a committed handover was aborted (this member still holds them).
+    fn abort_committed(&mut self, epoch: u64, now: Millis, out: &mut Vec<Action>) {
+        if self.carrier_lost() {
             // Without carrier the VIPs serve nobody here. Taking them back under an epoch
             // newer than the commit would only outrank the target, which may well hold them
             // under the commit (its Confirm lost with the link): once the links return, the
@@ -104,27 +114,22 @@ impl Machine {
             self.bump_epoch(epoch);
             let to = self.out_role(Role::Standby);
             self.release(now, to, Reason::CarrierLost, out);
-        } else if let OpPhase::Committed { epoch, .. } = op.phase {
-            // Take the VIPs back under an epoch newer than the committed one.
-            let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
-            let expected = self.lease_expected(self.held_epoch);
-            // The commit left a fresh epoch for this unless the Lease moved on meanwhile;
-            // then keep the held one (a target holding under the commit wins by epoch).
-            let e = Self::fresh_epoch(self.epoch.max(epoch).max(lease_epoch)).unwrap_or(self.held_epoch);
-            self.epoch = self.epoch.max(e);
-            self.held_epoch = e;
-            self.set_role(Role::Active, Reason::Aborted, now, out);
-            self.pacing.last_burst = Some(now);
-            out.push(Action::Announce { kind: AnnounceKind::Burst });
-            if self.store.cas.is_none() {
-                self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
-            }
+            return;
         }
-        self.pacing.advert_now = true;
-        if !matches!(op.origin, Origin::Operator { .. }) {
-            self.ops.handover_retry_at = Some(now.plus(self.t().handover_retry_ms));
+        // Take the VIPs back under an epoch newer than the committed one.
+        let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
+        let expected = self.lease_expected(self.held_epoch);
+        // The commit left a fresh epoch for this unless the Lease moved on meanwhile;
+        // then keep the held one (a target holding under the commit wins by epoch).
+        let e = Self::fresh_epoch(self.epoch.max(epoch).max(lease_epoch)).unwrap_or(self.held_epoch);
+        self.epoch = self.epoch.max(e);
+        self.held_epoch = e;
+        self.set_role(Role::Active, Reason::Aborted, now, out);
+        self.pacing.last_burst = Some(now);
+        out.push(Action::Announce { kind: AnnounceKind::Burst });
+        if self.store.cas.is_none() {
+            self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
         }
-        self.report_op(op.id, false, message.to_owned(), out);
     }
 
     /// Drops the operation because another holder with a newer epoch won (no takeback).
@@ -232,7 +237,7 @@ impl Machine {
         }
     }
 
-    /// Re-validation on the initiator right before the commit (seed 003: re-check the
+    /// Re-validation on the initiator right before the commit (re-check the
     /// conditions at the moment of acting). `Some(reason)` = abort.
     fn revalidate_op(&self, now: Millis) -> Option<&'static str> {
         let op = self.ops.op.as_ref()?;
