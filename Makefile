@@ -6,7 +6,7 @@ SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
-.PHONY: help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
+.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -41,7 +41,10 @@ test-e2e: testbin ## Tests against a real kube-apiserver + etcd, and the netns a
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p havip-e2e
 
-test: lint testbin ## Everything CI runs (root runs the network-namespace suites too)
+prereqs: ## Install what `make test` needs (Debian packages through apt-get, as root; says what and why)
+	@bash hack/prereqs.sh test
+
+test: prereqs lint testbin ## Everything CI runs (root runs the network-namespace suites too)
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check

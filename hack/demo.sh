@@ -12,6 +12,8 @@ fi
 
 echo "havip demo: a floating IP on a pair of nodes, a cut cable and a planned failover, all on this machine"
 echo
+# nftables, iproute2 and util-linux through apt-get where missing (it says what and why).
+bash hack/prereqs.sh demo
 echo "[1/9] building havip (cargo build --workspace --bins; the first build takes several minutes) …"
 start=$SECONDS
 if [[ -t 2 ]]; then

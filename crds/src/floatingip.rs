@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Pair","type":"string","jsonPath":".spec.pair","description":"The HAPair that holds it"}"#,
     printcolumn = r#"{"name":"Holder","type":"string","jsonPath":".status.holder","description":"The node that holds it now"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Pending, Announced, Unhealthy or Conflict"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Held by the pair's active and announced"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +68,39 @@ pub struct ProbeSpec {
     #[x_kube(validation = Rule::new("self.all(p, p >= 1 && p <= 65535)").message("spec.probe.ports: a port must be between 1 and 65535"))]
     #[schemars(length(max = 16))]
     pub ports: Vec<i32>,
+
+    /// HTTP health checks of each member's own node, answered with 200 when the node
+    /// can serve the VIP — such as kube-proxy's `healthCheckNodePort` of a Service with
+    /// `externalTrafficPolicy: Local`, which says whether the node runs a ready endpoint.
+    /// They count as the member's own listeners: a member whose check fails is not
+    /// ready (no takeover or handover target), and the active hands over when its check
+    /// stays failed (reason `ListenerDown`). The operator sets them for Services; set
+    /// by hand, they work the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub health_checks: Vec<HealthCheck>,
+}
+
+/// An HTTP health check of a member's own node: `GET http://<node address>:<port><path>`;
+/// status 200 is healthy, anything else (or no answer within the probe timeout) is not.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// The TCP port, on the node's own address in the VIP's subnet.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The request path.
+    #[serde(default = "default_health_path")]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message("spec.probe.healthChecks: a path must start with /"))]
+    #[schemars(length(max = 256))]
+    pub path: String,
+}
+
+/// The path of kube-proxy's Service health check.
+pub const DEFAULT_HEALTH_PATH: &str = "/healthz";
+
+fn default_health_path() -> String {
+    DEFAULT_HEALTH_PATH.to_owned()
 }
 
 /// When the holder announces the VIP (GARP requests with sender = target IP for IPv4,
@@ -129,31 +163,41 @@ impl Default for AnnounceSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FloatingIPStatus {
-    /// The node that holds the VIP.
+    /// The node that holds the VIP (written by its agent; removed when it stops holding
+    /// it, or by the operator once the holder reports that it holds nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
-    /// Pending, Announced, Unhealthy or Conflict.
+    /// Pending (nobody holds it), Announced (held and announced, the self-check passes),
+    /// Unhealthy (held, but missing from the kernel or its listeners do not answer) or
+    /// Conflict (a foreign host answers for the address too; see conflictMac).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<VipState>,
-    /// MAC address of the holder's interface.
+    /// MAC address of the holder's interface: what clients' neighbour entries should show
+    /// for the address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_mac: Option<String>,
-    /// The interface that carries the VIP.
+    /// The interface that carries the VIP on the holder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
     /// The epoch of the pair when the holder took the VIP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<i64>,
-    /// When the holder last announced the VIP.
+    /// When the holder last wrote these fields (on taking the VIP and on every change of
+    /// its state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_announced: Option<Time>,
-    /// A foreign MAC address seen answering for the VIP (state Conflict).
+    /// The foreign MAC address last seen answering for the VIP (state Conflict only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict_mac: Option<String>,
-    /// The spec generation this status describes.
+    /// The spec generation the operator's conditions describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions (Ready, Conflict, …).
+    /// Conditions, written by the operator: Ready (True: held by the pair's active and
+    /// announced; False with the reason NotHeld, HolderNotActive, VipUnhealthy,
+    /// VipConflict, or why it was refused; Unknown, HolderNotReporting: the holder has not
+    /// reported for a while and may still hold it), Accepted (handed to the pair's agents,
+    /// or refused: AddressInUse, NodeAddress), Conflict (True: a foreign host answers for
+    /// the address), PairFound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -162,7 +206,7 @@ pub struct FloatingIPStatus {
 /// State of a VIP.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VipState {
-    /// Nobody holds it yet.
+    /// Nobody holds it.
     Pending,
     /// Held and announced; the self-check passed.
     Announced,

@@ -69,8 +69,8 @@ pub struct HAPairSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
-    /// Name of the Node object of this member.
-    #[x_kube(validation = Rule::new("size(self) > 0").message("member node name must not be empty"))]
+    /// Name of the Node object of this member: a DNS-1123 subdomain, as Node names are.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.members[].node must be a Node name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (a DNS-1123 subdomain)"))]
     #[schemars(length(max = 253))]
     pub node: String,
 
@@ -162,7 +162,9 @@ pub struct SecretRef {
     /// Name of the Secret.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// Namespace of the Secret (default: the operator's namespace).
+    /// Namespace of the Secret: only the operator's own namespace (the default) works —
+    /// the agents read Secrets there only — and another one is refused with the
+    /// InvalidSpec condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 }
@@ -221,8 +223,10 @@ pub struct TakeoverSpec {
     #[schemars(length(max = 32), extend("default" = crate::defaults::CARRIER_STABLE_FOR))]
     pub carrier_stable_for: String,
 
-    /// Addresses probed (ARP/NDP) to decide whether this member is cut off. Empty: the
-    /// node's default gateway. When none ever answers, the gateway check is off.
+    /// Addresses probed to decide whether this member is cut off: by ARP (IPv4) or
+    /// neighbour solicitation (IPv6, from the node's own address in the target's subnet,
+    /// else its link-local address). Empty: the node's default gateways (IPv4 and IPv6).
+    /// When none ever answers, the gateway check is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = Rule::new("self.all(a, isIP(a))").message("takeover.fenceTargets must be IP addresses"))]
     #[schemars(length(max = 4))]
@@ -462,10 +466,12 @@ impl Phase {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Transition {
-    /// The previous active member (empty if none).
+    /// The pair's `lastTransition`: the previous active member (empty if none); a
+    /// member's: its previous role.
     #[serde(default)]
     pub from: String,
-    /// The new active member (empty if none).
+    /// The pair's `lastTransition`: the new active member (empty if none); a member's:
+    /// its new role.
     #[serde(default)]
     pub to: String,
     /// Why, as a CamelCase reason (see the reasons in the havip-crds crate).

@@ -29,6 +29,7 @@ fn examples_parse_into_typed_resources() {
     let docs = examples();
     let mut pairs = 0;
     let mut fips = 0;
+    let (mut pools, mut services) = (0, 0);
     for (file, doc) in docs {
         match doc["kind"].as_str() {
             Some("HAPair") => {
@@ -53,10 +54,26 @@ fn examples_parse_into_typed_resources() {
                 assert!(f.spec.address.contains('/'), "{file}: address needs a prefix");
                 fips += 1;
             }
+            Some("VIPPool") => {
+                let p: havip_crds::VIPPool = serde_yaml::from_value(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
+                let blocks = havip_crds::vippool::pool_blocks(&p.spec).unwrap_or_else(|e| panic!("{file}: {e}"));
+                assert!(!blocks.is_empty(), "{file}: a pool needs addresses");
+                pools += 1;
+            }
+            Some("Service") => {
+                let class = doc["spec"]["loadBalancerClass"].as_str();
+                assert_eq!(
+                    class,
+                    Some(havip_crds::vippool::service::LOAD_BALANCER_CLASS),
+                    "{file}: the Service's class"
+                );
+                services += 1;
+            }
             other => panic!("{file}: unexpected kind {other:?}"),
         }
     }
     // Two IPv4 VIPs, one IPv6 pair, one failback pair.
     assert_eq!(pairs, 3, "expected three example pairs");
+    assert_eq!((pools, services), (1, 1), "the LoadBalancer example: a pool and a Service");
     assert!(fips >= 4, "expected at least four FloatingIPs");
 }

@@ -124,7 +124,8 @@ pub struct PairOptions {
     /// Number of members (2..=5).
     pub members: usize,
     /// Extra YAML appended under `takeover:` etc. is not needed for most tests; this
-    /// replaces the whole `takeover:` section when set.
+    /// replaces the whole `takeover:` section when set (`{gateway6}` in it stands for the
+    /// gateway's IPv6 address).
     pub takeover_yaml: Option<String>,
     /// `startAlone:`.
     pub start_alone: bool,
@@ -270,7 +271,8 @@ impl AgentLab {
             pair_key_hex(k)
         ));
         match &self.opts.takeover_yaml {
-            Some(t) => y.push_str(t),
+            // `{gateway6}`: the gateway's IPv6 address.
+            Some(t) => y.push_str(&t.replace("{gateway6}", &self.topo.gateway().ip6.to_string())),
             None => y.push_str("takeover:\n  bootHold: 60s\n"),
         }
         if let Some(f) = &self.opts.failback_yaml {

@@ -16,7 +16,7 @@ pub const NAMESPACE: &str = "havip-system";
 #[error("{0}")]
 pub struct ApplyError(pub String);
 
-/// Applies HAPair/FloatingIP YAML documents server-side (field manager `havip-e2e`).
+/// Applies HAPair/FloatingIP/VIPPool YAML documents server-side (field manager `havip-e2e`).
 pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<(), ApplyError> {
     use serde::Deserialize;
     for doc in serde_yaml::Deserializer::from_str(yaml) {
@@ -30,6 +30,9 @@ pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<(), Ap
         match kind.as_str() {
             "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
             "FloatingIP" => Api::<FloatingIP>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop),
+            "VIPPool" => {
+                Api::<havip_crds::VIPPool>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
+            }
             other => return Err(ApplyError(format!("unsupported kind {other}"))),
         }
         .map_err(|e| ApplyError(format!("apply {kind}/{name}: {e}")))?;

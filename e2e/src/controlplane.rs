@@ -216,7 +216,8 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
             "--api-audiences=https://kubernetes.default.svc.cluster.local".to_owned(),
             "--authorization-mode=RBAC".to_owned(),
-            "--service-cluster-ip-range=10.96.0.0/12".to_owned(),
+            // Dual-stack, so that Services can ask for both families (the load-balancer tests).
+            "--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112".to_owned(),
             "--allow-privileged=true".to_owned(),
             // Nothing routes to the advertised address from pods here; do not maintain
             // the kubernetes Service endpoints.

@@ -5,7 +5,7 @@
 //! Everything here is command construction (pure functions, unit-tested: kind cannot
 //! create a cluster where no image can be pulled) and a thin [`Cluster`]
 //! implementation that runs those commands:
-//! node cut = disconnect the node container from the kind network · agent restart =
+//! node cut = the host end of the node's eth0 on the kind bridge down · agent restart =
 //! delete the node's agent pod (the DaemonSet starts a new one) · operator stop =
 //! scale the Deployment to 0 · API outage = drop the nodes' TCP to the API server
 //! port · client = a container on the kind network running `e2e-tool probe`.
@@ -129,6 +129,18 @@ impl KindConfig {
             format!("image.tag={}", self.tag),
             s("--set"),
             s("image.pullPolicy=Never"),
+            // The operator on the control-plane node, off the pair's members: a cut member
+            // must not also cut the operator's leader off the API server (that is its own
+            // scenario, the leader pod deleted), or every status the scenarios wait for
+            // would trail by a leader election.
+            s("--set-string"),
+            s(r"operator.nodeSelector.node-role\.kubernetes\.io/control-plane="),
+            s("--set"),
+            s("operator.tolerations[0].key=node-role.kubernetes.io/control-plane"),
+            s("--set"),
+            s("operator.tolerations[0].operator=Exists"),
+            s("--set"),
+            s("operator.tolerations[0].effect=NoSchedule"),
             s("--wait"),
             s("--timeout"),
             s("180s"),
@@ -204,26 +216,21 @@ spec:
         y
     }
 
-    /// `docker network disconnect` (node cut).
-    pub fn disconnect(node: &str) -> Vec<String> {
-        vec![s("docker"), s("network"), s("disconnect"), s(NETWORK), node.to_owned()]
+    /// The index of the host end of the node container's `eth0` (its `iflink`).
+    pub fn eth0_peer_index(node: &str) -> Vec<String> {
+        vec![s("docker"), s("exec"), node.to_owned(), s("cat"), s("/sys/class/net/eth0/iflink")]
     }
 
-    /// `docker network connect` with the node's original address (so the Node
-    /// object's InternalIP stays right).
-    pub fn connect(node: &str, ip: Ipv4Addr) -> Vec<String> {
-        vec![s("docker"), s("network"), s("connect"), s("--ip"), ip.to_string(), s(NETWORK), node.to_owned()]
+    /// The host's links, one per line (`<index>: <name>@…: …`).
+    pub fn host_links() -> Vec<String> {
+        vec![s("ip"), s("-o"), s("link"), s("show")]
     }
 
-    /// The node container's address on the kind network.
-    pub fn inspect_ip(node: &str) -> Vec<String> {
-        vec![
-            s("docker"),
-            s("inspect"),
-            s("-f"),
-            format!("{{{{.NetworkSettings.Networks.{NETWORK}.IPAddress}}}}"),
-            node.to_owned(),
-        ]
+    /// Sets a host link (the node's cable on the kind bridge) down (node cut) or up
+    /// (restore). Like pulling the node's cable: the node's `eth0` loses carrier and keeps
+    /// its name, addresses and routes, so the restore is the cable plugged in again.
+    pub fn host_link(name: &str, up: bool) -> Vec<String> {
+        vec![s("ip"), s("link"), s("set"), s("dev"), name.to_owned(), s(if up { "up" } else { "down" })]
     }
 
     /// The kind network's subnets.
@@ -304,6 +311,12 @@ spec:
             target.to_string(),
             s("--interval-ms"),
             s("20"),
+            // The responders are containers on kind nodes that share this machine's cores
+            // with four kubelets and the control plane: an accepted connection may wait
+            // for its one-line answer longer than on the local lab. A connect that fails
+            // (refused, reset, no SYN-ACK within 50 ms) still counts at once.
+            s("--read-timeout-ms"),
+            s("250"),
         ]
     }
 
@@ -352,6 +365,15 @@ pub fn vip_in_subnet(cidr: &str) -> Option<(Ipv4Addr, u8)> {
     Some((Ipv4Addr::from(broadcast - 55), prefix))
 }
 
+/// The name of the link with `index` in `ip -o link show` output (`42: veth1a2b@if41: …`).
+fn host_link_name(links: &str, index: &str) -> Option<String> {
+    links.lines().find_map(|l| {
+        let (i, rest) = l.split_once(": ")?;
+        let name = rest.split(':').next()?.split('@').next()?;
+        (i.trim() == index).then(|| name.to_owned())
+    })
+}
+
 /// Runs argv; stdout on success, else an error with stderr.
 pub fn run(argv: &[String]) -> Result<String> {
     let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
@@ -367,7 +389,6 @@ pub fn run(argv: &[String]) -> Result<String> {
 pub struct KindCluster {
     /// Names and paths.
     pub cfg: KindConfig,
-    ips: Vec<Ipv4Addr>,
     vip: (Ipv4Addr, u8),
     api_blocked: bool,
     /// The chart runs with other values than [`KindConfig::install_chart`]'s, or is
@@ -428,17 +449,22 @@ impl KindCluster {
 
     /// Attaches to an existing suite cluster (after `kind-e2e up`).
     pub fn attach(cfg: KindConfig) -> Result<Self> {
-        let mut ips = Vec::new();
-        for n in cfg.worker_nodes() {
-            let ip = run(&KindConfig::inspect_ip(&n))?;
-            ips.push(ip.trim().parse().map_err(|e| ClusterError(format!("address of {n} ({ip:?}): {e}")))?);
-        }
         let subnets = run(&KindConfig::inspect_subnets())?;
         let vip = subnets
             .split_whitespace()
             .find_map(vip_in_subnet)
             .ok_or_else(|| ClusterError(format!("no IPv4 subnet of /8../24 in the kind network: {subnets:?}")))?;
-        Ok(Self { cfg, ips, vip, api_blocked: false, chart_changed: false })
+        Ok(Self { cfg, vip, api_blocked: false, chart_changed: false })
+    }
+
+    /// The host end of node `i`'s `eth0` on the kind bridge (its "cable").
+    fn cable(&self, i: usize) -> Result<String> {
+        let node = self.node_name(i)?;
+        let index = run(&KindConfig::eth0_peer_index(&node))?;
+        let index = index.trim();
+        let links = run(&KindConfig::host_links())?;
+        host_link_name(&links, index)
+            .ok_or_else(|| ClusterError(format!("no host link with index {index} (the peer of {node}'s eth0)")))
     }
 
     /// Deletes the cluster.
@@ -508,15 +534,12 @@ impl Cluster for KindCluster {
         self.cfg.pair_yaml(name, members, self.vip.0, self.vip.1)
     }
     fn cut_node(&mut self, i: usize) -> Result<()> {
-        run(&KindConfig::disconnect(&self.node_name(i)?)).map(drop)
+        let cable = self.cable(i)?;
+        run(&KindConfig::host_link(&cable, false)).map(drop)
     }
     fn restore_node(&mut self, i: usize) -> Result<()> {
-        let node = self.node_name(i)?;
-        match run(&KindConfig::connect(&node, self.ips[i])) {
-            // Connecting a connected container: nothing to restore.
-            Err(e) if e.0.contains("already exists") => Ok(()),
-            r => r.map(drop),
-        }
+        let cable = self.cable(i)?;
+        run(&KindConfig::host_link(&cable, true)).map(drop)
     }
     fn stop_operator(&mut self) -> Result<()> {
         run(&self.cfg.scale_operator(0))?;
@@ -561,36 +584,7 @@ impl Cluster for KindCluster {
         Ok(())
     }
     fn client(&self) -> Result<Box<dyn TrafficClient>> {
-        let target = SocketAddr::from((self.vip.0, SERVICE_PORT));
-        let argv = self.cfg.client(target);
-        let _ = run(&self.cfg.client_rm());
-        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
-        let stdout = child.stdout.take().ok_or_else(|| ClusterError("client has no stdout".to_owned()))?;
-        let timeline: Arc<Mutex<Vec<Probe>>> = Arc::default();
-        let t2 = timeline.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
-                if let Ok(p) = serde_json::from_str::<Probe>(&line)
-                    && let Ok(mut t) = t2.lock()
-                {
-                    t.push(p);
-                }
-            }
-        });
-        Ok(Box::new(KindClient {
-            child,
-            rm: self.cfg.client_rm(),
-            target,
-            started: Instant::now(),
-            timeline,
-            reader: Some(reader),
-        }))
+        self.client_for(SocketAddr::from((self.vip.0, SERVICE_PORT)))
     }
     fn holders(&self) -> Result<Vec<usize>> {
         let vip = format!(" {}/", self.vip.0);
@@ -623,6 +617,49 @@ impl Cluster for KindCluster {
 impl KindCluster {
     fn node_name(&self, i: usize) -> Result<String> {
         self.cfg.worker_nodes().get(i).cloned().ok_or_else(|| ClusterError(format!("no worker {i}")))
+    }
+
+    /// A client container probing `target` (`e2e-tool probe`).
+    pub fn client_for(&self, target: SocketAddr) -> Result<Box<dyn TrafficClient>> {
+        let argv = self.cfg.client(target);
+        let _ = run(&self.cfg.client_rm());
+        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
+        let stdout = child.stdout.take().ok_or_else(|| ClusterError("client has no stdout".to_owned()))?;
+        let timeline: Arc<Mutex<Vec<Probe>>> = Arc::default();
+        let t2 = timeline.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
+                if let Ok(p) = serde_json::from_str::<Probe>(&line)
+                    && let Ok(mut t) = t2.lock()
+                {
+                    t.push(p);
+                }
+            }
+        });
+        Ok(Box::new(KindClient {
+            child,
+            rm: self.cfg.client_rm(),
+            target,
+            started: Instant::now(),
+            timeline,
+            reader: Some(reader),
+        }))
+    }
+
+    /// The suite's e2e-tools image (`respond`, `probe`).
+    pub fn tools_image(&self) -> String {
+        self.cfg.image("havip-e2e-tools")
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<()> {
+        Self::kubectl_apply(&self.cfg, yaml)
     }
 
     /// The standard pair's VIP and prefix length.
@@ -746,19 +783,17 @@ mod tests {
     }
 
     #[test]
-    fn node_cut_is_a_network_disconnect_and_restore_keeps_the_address() {
+    fn node_cut_is_the_nodes_cable_on_the_kind_bridge_down_and_up() {
         assert_eq!(
-            KindConfig::disconnect("havip-e2e-worker").join(" "),
-            "docker network disconnect kind havip-e2e-worker"
+            KindConfig::eth0_peer_index("havip-e2e-worker").join(" "),
+            "docker exec havip-e2e-worker cat /sys/class/net/eth0/iflink"
         );
-        assert_eq!(
-            KindConfig::connect("havip-e2e-worker", Ipv4Addr::new(172, 18, 0, 3)).join(" "),
-            "docker network connect --ip 172.18.0.3 kind havip-e2e-worker"
-        );
-        assert_eq!(
-            KindConfig::inspect_ip("n").join(" "),
-            "docker inspect -f {{.NetworkSettings.Networks.kind.IPAddress}} n"
-        );
+        assert_eq!(KindConfig::host_link("veth1a2b", false).join(" "), "ip link set dev veth1a2b down");
+        assert_eq!(KindConfig::host_link("veth1a2b", true).join(" "), "ip link set dev veth1a2b up");
+        let links = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\n41: br-1234: <BROADCAST> mtu 1500\n43: veth1a2b@if42: <BROADCAST,MULTICAST,UP> mtu 1500 master br-1234\n";
+        assert_eq!(host_link_name(links, "43").as_deref(), Some("veth1a2b"));
+        assert_eq!(host_link_name(links, "41").as_deref(), Some("br-1234"));
+        assert_eq!(host_link_name(links, "4"), None);
     }
 
     #[test]
@@ -791,7 +826,7 @@ mod tests {
         let c = cfg();
         assert_eq!(
             c.client(SocketAddr::from((Ipv4Addr::new(172, 18, 255, 200), 8080))).join(" "),
-            "docker run --rm --name havip-e2e-client --network kind havip/havip-e2e-tools:dev probe --target 172.18.255.200:8080 --interval-ms 20"
+            "docker run --rm --name havip-e2e-client --network kind havip/havip-e2e-tools:dev probe --target 172.18.255.200:8080 --interval-ms 20 --read-timeout-ms 250"
         );
         assert_eq!(c.client_rm().join(" "), "docker rm -f havip-e2e-client");
     }

@@ -1297,6 +1297,13 @@ impl Topology {
         )
     }
 
+    /// Blackholes a node while its links keep carrier: every frame in and out of both
+    /// of its interfaces is dropped, ARP and neighbour discovery included (table
+    /// `hvfault_blackhole`), as a dead switch port that still shows link would.
+    pub fn blackhole(&self, node: usize) -> Result<Fault> {
+        self.install_filter(node, format!("{FAULT_TABLE_PREFIX}blackhole"), &[String::new()], &Link::BOTH)
+    }
+
     /// Drops TCP to or from `port` on the node's `links` (table `hvfault_tcp_…`).
     pub fn block_tcp_port(&self, node: usize, port: u16, links: &[Link]) -> Result<Fault> {
         let table = format!("{FAULT_TABLE_PREFIX}tcp_{port}_{}", Self::links_tag(links));
@@ -1371,10 +1378,11 @@ impl Topology {
         Ok(fault)
     }
 
-    /// Waits until every node and client interface has a link-local IPv6 address
-    /// and no address is tentative (DAD done; about 1–2 s after creation).
+    /// Waits until every node, client and gateway interface has a link-local IPv6
+    /// address and no address is tentative (DAD done; about 1–2 s after creation).
     pub fn wait_ipv6_ready(&self, timeout: Duration) -> Result<()> {
-        let mut ifs: Vec<(String, &str)> = vec![(self.client.ns.clone(), DATA_IF)];
+        let mut ifs: Vec<(String, &str)> =
+            vec![(self.client.ns.clone(), DATA_IF), (self.gateway.ns.clone(), self.gateway.ifname.as_str())];
         for n in &self.nodes {
             ifs.push((n.ns.clone(), DATA_IF));
             ifs.push((n.ns.clone(), MGMT_IF));

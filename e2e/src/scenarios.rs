@@ -126,8 +126,10 @@ fn member_role(p: &HAPair, node: &str) -> Option<MemberRole> {
 
 /// Applies the standard pair over `members` nodes (with `extra_spec` inserted before
 /// `heartbeat:`) and waits until it is Live with node 0 active. Returns the time
-/// from the apply to Live.
-pub fn live_pair<C: Cluster>(c: &mut C, members: usize, extra_spec: &str) -> Duration {
+/// from the apply to Live and the epoch it went Live under: 1 for a name the nodes never
+/// saw, higher when an agent still had a state file of an earlier pair of that name
+/// (epochs never go back on a node), so the scenarios count from it.
+pub fn live_pair<C: Cluster>(c: &mut C, members: usize, extra_spec: &str) -> (Duration, i64) {
     let mut yaml = c.pair_yaml(PAIR, members);
     if !extra_spec.is_empty() {
         yaml = yaml.replacen("  heartbeat:\n", &format!("{extra_spec}  heartbeat:\n"), 1);
@@ -135,11 +137,14 @@ pub fn live_pair<C: Cluster>(c: &mut C, members: usize, extra_spec: &str) -> Dur
     let n0 = node(c, 0);
     let start = Instant::now();
     c.apply_yaml(&yaml).expect("apply the pair");
-    c.wait_pair(PAIR, Duration::from_secs(10), &format!("phase Live with {n0} active"), |p| {
-        phase(p) == Some(Phase::Live) && active(p).as_deref() == Some(n0.as_str())
-    })
-    .expect("pair Live");
-    start.elapsed()
+    let p = c
+        .wait_pair(PAIR, Duration::from_secs(10), &format!("phase Live with {n0} active"), |p| {
+            phase(p) == Some(Phase::Live)
+                && active(p).as_deref() == Some(n0.as_str())
+                && p.status.as_ref().and_then(|s| s.epoch).is_some()
+        })
+        .expect("pair Live");
+    (start.elapsed(), p.status.and_then(|s| s.epoch).unwrap_or_default())
 }
 
 fn wait_phase<C: Cluster>(c: &C, want: Phase, active_node: &str, timeout: Duration) -> HAPair {
@@ -175,7 +180,7 @@ fn wait_lease<C: Cluster>(c: &C, holder: &str, epoch: i64, timeout: Duration) {
 
 /// Create a pair → Live within 5 s; `kubectl get hapairs` shows its columns.
 pub fn pair_goes_live<C: Cluster>(c: &mut C) {
-    let took = live_pair(c, 2, "");
+    let (took, epoch) = live_pair(c, 2, "");
     assert!(took < Duration::from_secs(5), "Live after {took:?}\n{}", c.logs_tail(20));
     let (n0, n1) = (node(c, 0), node(c, 1));
     let (ok, out) = c.kubectl(&["get", "hapairs"]);
@@ -183,7 +188,7 @@ pub fn pair_goes_live<C: Cluster>(c: &mut C) {
     let header: Vec<&str> = out.lines().next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(header, ["NAME", "ACTIVE", "STANDBY", "PHASE", "EPOCH", "VIPS", "AGE"]);
     let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
-    assert_eq!(&row[..6], [PAIR, n0.as_str(), n1.as_str(), "Live", "1", "1"], "{out}");
+    assert_eq!(&row[..6], [PAIR, n0.as_str(), n1.as_str(), "Live", epoch.to_string().as_str(), "1"], "{out}");
     let (ok, out) = c.kubectl(&["get", "fip"]);
     assert!(ok && out.contains(&n0) && out.contains("Announced"), "{out}");
     let (ok, out) = c.plugin(&["status", PAIR]);
@@ -194,20 +199,28 @@ pub fn pair_goes_live<C: Cluster>(c: &mut C) {
 /// holder, Events; the pair reads Degraded (naming the lost member) until the old
 /// active returns as standby (FailedOver).
 pub fn active_node_cut<C: Cluster>(c: &mut C) {
-    live_pair(c, 2, "");
+    let (_, e) = live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
     let client = c.client().expect("client");
     client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
     c.cut_node(0).expect("cut");
     client.wait_for_responder(&n1, Duration::from_secs(5)).expect("n1 answers");
-    let p = wait_active(c, &n1, 2, Duration::from_secs(10));
+    let p = wait_active(c, &n1, e + 1, Duration::from_secs(10));
     let st = p.status.expect("status");
     assert_eq!(st.phase, Some(Phase::Degraded), "{st:?}");
     assert!(
         st.conditions.iter().any(|x| x.type_ == "Degraded" && x.status == "True" && x.message.contains(&n0)),
         "{st:?}"
     );
-    assert_eq!(c.lease(PAIR).expect("lease"), (Some(n1.clone()), 2));
+    assert_eq!(c.lease(PAIR).expect("lease"), (Some(n1.clone()), e + 1));
+    // The pair's last transition carries the new active's own reason: it took over a
+    // lost peer (RoleChange only until n1's report arrives).
+    c.wait_pair(PAIR, Duration::from_secs(10), "lastTransition n0 → n1: PeerLost", |p| {
+        p.status.as_ref().and_then(|s| s.last_transition.as_ref()).is_some_and(|t| {
+            t.from == n0 && t.to == n1 && t.epoch == e + 1 && t.reason == havip_crds::TransitionReason::PeerLost
+        })
+    })
+    .expect("the takeover's reason");
     let ev = c.events_about(PAIR);
     assert!(ev.iter().any(|e| e.contains(&n1) && e.contains("Active")), "role-change Events: {ev:?}");
     let report = client.stop().expect("report");
@@ -247,11 +260,11 @@ pub fn forced_failover<C: Cluster>(c: &mut C) {
 /// Maintenance on the active hands over; on the standby it takes the member out of
 /// the takeover candidates.
 pub fn maintenance<C: Cluster>(c: &mut C) {
-    live_pair(c, 2, "");
+    let (_, e) = live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
     let (ok, out) = c.plugin(&["maintenance", PAIR, &n0, "on"]);
     assert!(ok, "{out}");
-    wait_active(c, &n1, 2, Duration::from_secs(10));
+    wait_active(c, &n1, e + 1, Duration::from_secs(10));
     assert_eq!(c.holders().expect("holders"), vec![1]);
     // The operator recomputes the conditions after n0 reports Maintenance (it reports
     // Demoting first, which is not a missing standby).
@@ -289,17 +302,17 @@ pub fn maintenance<C: Cluster>(c: &mut C) {
 /// quarantine window suspends failback.
 pub fn automatic_failback<C: Cluster>(c: &mut C) {
     let spec = "  failback:\n    mode: Automatic\n    recoveryWindow: 3s\n    minimumTimeOnStandby: 1s\n    quietWindow: 1s\n    quarantine:\n      failovers: 2\n      within: 10m\n      hold: 10m\n  flapSuspension:\n    moves: 20\n";
-    live_pair(c, 2, spec);
+    let (_, e) = live_pair(c, 2, spec);
     let (n0, n1) = (node(c, 0), node(c, 1));
     c.cut_node(0).expect("cut");
-    wait_active(c, &n1, 2, Duration::from_secs(10));
+    wait_active(c, &n1, e + 1, Duration::from_secs(10));
     let back = Instant::now();
     c.restore_node(0).expect("restore");
     wait_phase(c, Phase::Live, &n0, Duration::from_secs(30));
     assert!(back.elapsed() >= Duration::from_secs(3), "failback after {:?}, before the 3 s window", back.elapsed());
     // Failover 2 within the window: quarantine, no failback this time.
     c.cut_node(0).expect("cut");
-    wait_active(c, &n1, 4, Duration::from_secs(10));
+    wait_active(c, &n1, e + 3, Duration::from_secs(10));
     c.restore_node(0).expect("restore");
     // Past the recovery window (3 s) with margin: a failback would have happened.
     std::thread::sleep(Duration::from_secs(8));
@@ -310,25 +323,25 @@ pub fn automatic_failback<C: Cluster>(c: &mut C) {
 /// With the operator stopped, a cut active still fails over (the agents CAS the
 /// Lease themselves); the operator catches up when it returns.
 pub fn operator_stopped<C: Cluster>(c: &mut C) {
-    live_pair(c, 2, "");
+    let (_, e) = live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
     c.stop_operator().expect("stop the operator");
     let client = c.client().expect("client");
     client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
     c.cut_node(0).expect("cut");
     client.wait_for_responder(&n1, Duration::from_secs(5)).expect("failover without the operator");
-    wait_lease(c, &n1, 2, Duration::from_secs(5));
+    wait_lease(c, &n1, e + 1, Duration::from_secs(5));
     c.start_operator().expect("operator back");
-    wait_active(c, &n1, 2, Duration::from_secs(15));
+    wait_active(c, &n1, e + 1, Duration::from_secs(15));
     drop(client.stop());
 }
 
 /// API server unreachable, then the active is cut: the standby still takes over
 /// (standalone rules), and Lease and status catch up when the API returns.
 pub fn api_outage<C: Cluster>(c: &mut C) {
-    live_pair(c, 2, "");
+    let (_, e) = live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
-    wait_lease(c, &n0, 1, Duration::from_secs(5));
+    wait_lease(c, &n0, e, Duration::from_secs(5));
     let client = c.client().expect("client");
     client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
     c.api_outage_begin().expect("API outage");
@@ -337,10 +350,10 @@ pub fn api_outage<C: Cluster>(c: &mut C) {
     let report = client.stop().expect("report");
     assert!(report.longest_gap_ms < 1500.0, "{}", report.summary());
     c.api_outage_end().expect("API back");
-    wait_lease(c, &n1, 2, Duration::from_secs(20));
+    wait_lease(c, &n1, e + 1, Duration::from_secs(20));
     c.wait_pair(PAIR, Duration::from_secs(20), "n1's status caught up", |p| {
         p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Active) && m.epoch == Some(2))
+            s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Active) && m.epoch == Some(e + 1))
         })
     })
     .expect("status caught up");
@@ -349,14 +362,14 @@ pub fn api_outage<C: Cluster>(c: &mut C) {
 /// A rolling upgrade of the active's agent (SIGTERM, new process) loses no connect
 /// and moves nothing.
 pub fn agent_restart<C: Cluster>(c: &mut C) {
-    live_pair(c, 2, "");
+    let (_, e) = live_pair(c, 2, "");
     let n0 = node(c, 0);
     let client = c.client().expect("client");
     client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
     c.restart_agent(0).expect("restart the agent");
-    c.wait_pair(PAIR, Duration::from_secs(30), "n0 Active again under epoch 1", |p| {
+    c.wait_pair(PAIR, Duration::from_secs(30), &format!("n0 Active again under epoch {e}"), |p| {
         p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == n0 && m.role == Some(MemberRole::Active) && m.epoch == Some(1))
+            s.members.iter().any(|m| m.node == n0 && m.role == Some(MemberRole::Active) && m.epoch == Some(e))
         })
     })
     .expect("n0 adopted the VIPs");
@@ -364,7 +377,7 @@ pub fn agent_restart<C: Cluster>(c: &mut C) {
     let report = client.stop().expect("report");
     assert_eq!(report.failed, 0, "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec![n0.as_str()], "no takeover");
-    wait_lease(c, &n0, 1, Duration::from_secs(2));
+    wait_lease(c, &n0, e, Duration::from_secs(2));
 }
 
 /// A bad spec edit: refused by the API server (CEL), or accepted but impossible
@@ -413,7 +426,8 @@ pub fn key_rotation<C: Cluster>(c: &mut C) {
 }
 
 /// A dead member replaced in the spec: the VIPs stay on the survivor, the key is
-/// rotated, the newcomer joins as standby.
+/// rotated, the newcomer joins as standby, the departed member's entry leaves
+/// `status.members`.
 pub fn member_replacement<C: Cluster>(c: &mut C) {
     live_pair(c, 2, "");
     let (n0, n1, n2) = (node(c, 0), node(c, 1), node(c, 2));
@@ -427,11 +441,12 @@ pub fn member_replacement<C: Cluster>(c: &mut C) {
     let replaced = c.pair_yaml(PAIR, 2).replace(&format!("node: {n1}\n"), &format!("node: {n2}\n"));
     c.apply_yaml(&replaced).expect("replacement");
     let p = c
-        .wait_pair(PAIR, Duration::from_secs(20), "n2 standby, key rotated", |p| {
+        .wait_pair(PAIR, Duration::from_secs(20), "n2 standby, key rotated, n1's entry gone", |p| {
             member_role(p, &n2) == Some(MemberRole::Standby)
-                && p.status
-                    .as_ref()
-                    .is_some_and(|s| s.members.iter().any(|m| m.node == n0 && m.key_id.is_some_and(|k| k > key_before)))
+                && p.status.as_ref().is_some_and(|s| {
+                    s.members.iter().any(|m| m.node == n0 && m.key_id.is_some_and(|k| k > key_before))
+                        && !s.members.iter().any(|m| m.node == n1)
+                })
         })
         .expect("replaced");
     assert_eq!(active(&p).as_deref(), Some(n0.as_str()), "the VIPs stayed on the survivor");

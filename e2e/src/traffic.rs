@@ -69,7 +69,8 @@ struct Running {
     local: SocketAddr,
 }
 
-/// A TCP server in a namespace that accepts, writes `<name>\n` and closes.
+/// A TCP server in a namespace that accepts, writes `<name>\n` and closes
+/// ([`Listener::http`]: reads an HTTP request first, as a health-check server would).
 ///
 /// Bound to `0.0.0.0:port` it answers on every address of the namespace, also
 /// on a VIP that an agent adds later. [`Listener::stop`] closes the listening
@@ -78,6 +79,8 @@ pub struct Listener {
     ns: String,
     name: String,
     bind: SocketAddr,
+    /// Read the request's head before answering.
+    http: bool,
     accepted: Arc<AtomicU64>,
     running: Option<Running>,
 }
@@ -102,6 +105,23 @@ impl Listener {
             ns: ns.to_owned(),
             name: name.to_owned(),
             bind,
+            http: false,
+            accepted: Arc::new(AtomicU64::new(0)),
+            running: None,
+        };
+        l.start_again()?;
+        Ok(l)
+    }
+
+    /// An HTTP server on `bind` in `ns` answering every request with `status_line`
+    /// (e.g. `HTTP/1.0 200 OK`) and no body: it reads the request's head first (up to
+    /// 200 ms), so that closing does not reset a client whose request was unread.
+    pub fn http(ns: &str, status_line: &str, bind: SocketAddr) -> Result<Self> {
+        let mut l = Self {
+            ns: ns.to_owned(),
+            name: format!("{status_line}\r\nContent-Length: 0\r\n\r"),
+            bind,
+            http: true,
             accepted: Arc::new(AtomicU64::new(0)),
             running: None,
         };
@@ -123,8 +143,8 @@ impl Listener {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<std::io::Result<SocketAddr>>(1);
-        let (stop2, accepted, reply, bind) =
-            (stop.clone(), self.accepted.clone(), format!("{}\n", self.name).into_bytes(), self.bind);
+        let (stop2, accepted, reply, bind, http) =
+            (stop.clone(), self.accepted.clone(), format!("{}\n", self.name).into_bytes(), self.bind, self.http);
         let thread = run_in_netns(&self.ns, move || {
             let listener = match TcpListener::bind(bind).and_then(|l| {
                 l.set_nonblocking(true)?;
@@ -137,7 +157,7 @@ impl Listener {
                 }
             };
             let _ = tx.send(listener.local_addr());
-            serve(&listener, &stop2, &accepted, &reply);
+            serve(&listener, &stop2, &accepted, &reply, http);
         })?;
         match rx.recv() {
             Ok(Ok(local)) => {
@@ -197,7 +217,7 @@ impl Drop for Listener {
     }
 }
 
-fn serve(listener: &TcpListener, stop: &AtomicBool, accepted: &AtomicU64, reply: &[u8]) {
+fn serve(listener: &TcpListener, stop: &AtomicBool, accepted: &AtomicU64, reply: &[u8], http: bool) {
     while !stop.load(Ordering::SeqCst) {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(20u16)) {
@@ -213,6 +233,9 @@ fn serve(listener: &TcpListener, stop: &AtomicBool, accepted: &AtomicU64, reply:
                 Ok((mut s, _peer)) => {
                     let _ = s.set_nonblocking(false);
                     let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                    if http {
+                        read_request_head(&mut s);
+                    }
                     if let Err(e) = s.write_all(reply) {
                         tracing::debug!(error = %e, "listener could not answer");
                     }
@@ -225,6 +248,19 @@ fn serve(listener: &TcpListener, stop: &AtomicBool, accepted: &AtomicU64, reply:
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Reads until the blank line that ends an HTTP request's head, EOF, 4 KiB or 200 ms.
+fn read_request_head(s: &mut TcpStream) {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 4096 {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
         }
     }
 }
@@ -677,7 +713,7 @@ pub fn respond(bind: SocketAddr, name: &str, stop: &AtomicBool) -> std::io::Resu
     let listener = TcpListener::bind(bind)?;
     listener.set_nonblocking(true)?;
     let accepted = AtomicU64::new(0);
-    serve(&listener, stop, &accepted, format!("{name}\n").as_bytes());
+    serve(&listener, stop, &accepted, format!("{name}\n").as_bytes(), false);
     Ok(())
 }
 

@@ -302,6 +302,61 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
 }
 
 #[test]
+fn an_ipv6_standby_blackholed_with_carrier_up_does_not_take_over() {
+    // The only fence target: the gateway's IPv6 address (no IPv4 gateway check).
+    let takeover = "takeover:\n  bootHold: 60s\n  fenceTargets: [\"{gateway6}\"]\n".to_owned();
+    let Some(lab) = lab(PairOptions { ipv6_vip: true, takeover_yaml: Some(takeover), ..Default::default() }) else {
+        return;
+    };
+    lab.topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 ready");
+    let prober = bring_up(&lab);
+    let gateway = |lab: &AgentLab, i: usize| lab.status(i).and_then(|s| s["gateway"].as_str().map(str::to_owned));
+    netns::wait_until("n1 reaches its IPv6 gateway", Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(gateway(&lab, 1).as_deref() == Some("Reachable"))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    // n1 loses everything but carrier: it hears no heartbeat and cannot reach the VIPs,
+    // but it cannot reach its gateway either, so it must not take over.
+    let fault = lab.topo.blackhole(1).expect("blackhole n1");
+    netns::wait_until(
+        "n1 finds its IPv6 gateway unreachable",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || Ok(gateway(&lab, 1).as_deref() == Some("Unreachable")),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    // Well past the heartbeat timeout and the probe span: still nobody but n0 holds a VIP.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
+    lab.topo.heal(&fault).expect("heal");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+}
+
+#[test]
+fn a_foreign_host_claiming_an_ipv6_vip_is_reported_as_a_conflict() {
+    let Some(lab) = lab(PairOptions { ipv6_vip: true, ..Default::default() }) else { return };
+    lab.topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 ready");
+    let _prober = bring_up(&lab);
+    // The gateway host adds the IPv6 VIP too, without duplicate address detection (a
+    // misconfigured neighbour; with DAD it would find n0's copy and give up its own).
+    let gw = lab.topo.gateway().clone();
+    let vip6 = lab.topo.vip6(0);
+    netns::exec(&gw.ns, "ip", &["addr", "add", &format!("{vip6}/64"), "dev", &gw.ifname, "nodad"]).expect("add");
+    netns::wait_until("VipConflict on n0", Duration::from_secs(10), Duration::from_millis(100), || {
+        Ok(lab.status(0).is_some_and(|s| s["alarms"].as_array().is_some_and(|a| a.iter().any(|x| x == "VipConflict"))))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    assert!(lab.metric_sum(0, "havip_agent_vip_conflicts", &[]) >= 1.0, "{}", lab.metrics(0));
+    // n0 keeps the VIP: a foreign MAC is not a reason to give up.
+    assert_eq!(lab.holders(0).expect("holders"), vec![0]);
+}
+
+#[test]
 fn a_vip_removed_from_the_configuration_is_removed_at_start() {
     let Some(mut lab) = lab(PairOptions { vips: 2, ..PairOptions::default() }) else { return };
     let _prober = bring_up(&lab);

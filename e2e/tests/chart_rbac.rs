@@ -146,6 +146,49 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "operator changes a HAPair's spec",
         );
         assert!(m.contains("forbidden") && m.contains("may not change the spec"), "{m}");
+        // FloatingIPs: the operator creates, changes and deletes only those of Services'
+        // addresses (labelled havip.io/load-balancer=true).
+        let fip = |name: &str, lb: bool| -> FloatingIP {
+            let mut v = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP",
+                "metadata": {"name": name}, "spec": {"pair": "web", "address": "203.0.113.77/32"}});
+            if lb {
+                v["metadata"]["labels"] = serde_json::json!({"havip.io/load-balancer": "true"});
+            }
+            serde_json::from_value(v).expect("fip")
+        };
+        let m = refused(
+            fips.create(&PostParams::default(), &fip("by-operator", false)).await,
+            "operator creates a plain FloatingIP",
+        );
+        assert!(m.contains("only the FloatingIPs of Services' addresses"), "{m}");
+        fips.create(&PostParams::default(), &fip("lb-203-0-113-77", true))
+            .await
+            .expect("the operator creates a Service's FloatingIP");
+        fips.patch(
+            "lb-203-0-113-77",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"probe": {"ports": [81]}}})),
+        )
+        .await
+        .expect("the operator changes a Service's FloatingIP");
+        let m = refused(
+            fips.patch(
+                "lb-203-0-113-77",
+                &PatchParams::default(),
+                &label("havip.io/load-balancer", serde_json::Value::Null),
+            )
+            .await,
+            "operator turns a Service's FloatingIP into a plain one",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        fips.delete("lb-203-0-113-77", &DeleteParams::default())
+            .await
+            .expect("the operator deletes a Service's FloatingIP");
+        let m = refused(
+            fips.delete("web-vip", &DeleteParams::default()).await,
+            "operator deletes a FloatingIP written by hand",
+        );
+        assert!(m.contains("only the FloatingIPs it allocated"), "{m}");
         // The agents cannot label anything.
         let m = refused(
             Api::<havip_crds::FloatingIP>::all(agent.clone())
@@ -265,7 +308,8 @@ async fn hapair_status_forgeries(admin: &Client, agent0: &Client, agent1: &Clien
 }
 
 /// The FloatingIP's status: an agent may set the holder fields naming its own node
-/// (taking them over by a forced apply), never clear the holder or name another node.
+/// (taking them over by a forced apply) and remove its own (an apply without them, when
+/// it stops holding), never name another node or remove another node's holder.
 async fn floating_ip_forgeries(agent0: &Client, agent1: &Client) {
     let fips0: Api<FloatingIP> = Api::all(agent0.clone());
     let fips1: Api<FloatingIP> = Api::all(agent1.clone());
@@ -275,12 +319,7 @@ async fn floating_ip_forgeries(agent0: &Client, agent1: &Client) {
         fips0.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": null}))).await,
         "agent n0 clears n1's FloatingIP holder",
     );
-    assert!(m.contains("may only report itself as the FloatingIP holder"), "{m}");
-    let m = refused(
-        fips1.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": null}))).await,
-        "agent n1 clears its own FloatingIP holder",
-    );
-    assert!(m.contains("may only report itself as the FloatingIP holder"), "{m}");
+    assert!(m.contains("may only report itself as the FloatingIP holder, or remove its own"), "{m}");
     let m = refused(
         fips1.patch_status("web-vip", &PatchParams::default(), &merge(serde_json::json!({"holder": "n0"}))).await,
         "agent n1 names n0 as the FloatingIP holder",
@@ -298,6 +337,15 @@ async fn floating_ip_forgeries(agent0: &Client, agent1: &Client) {
     );
     assert!(m.contains("may not change status.observedGeneration"), "{m}");
 
+    // What an agent that holds nothing applies (it owns no holder field): allowed, and it
+    // changes nothing.
+    let release = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP", "status": {}});
+    let f = fips0
+        .patch_status("web-vip", &PatchParams::apply(&manager::agent("n0")).force(), &Patch::Apply(&release))
+        .await
+        .expect("n0's release is a no-op");
+    assert_eq!(f.status.as_ref().and_then(|s| s.holder.as_deref()), Some("n1"), "n1's fields stay");
+
     // A take-over by a forced apply of the holder fields (what a new active writes), then
     // back to the real holder.
     let take = |node: &str, epoch: i64| {
@@ -310,14 +358,23 @@ async fn floating_ip_forgeries(agent0: &Client, agent1: &Client) {
         .await
         .expect("n0 takes the FloatingIP over");
     assert_eq!(f.status.as_ref().and_then(|s| s.holder.as_deref()), Some("n0"));
+    let n1_back = take("n1", before.epoch.unwrap_or(2));
+    let pp1 = PatchParams::apply(&manager::agent("n1")).force();
+    fips1.patch_status("web-vip", &pp1, &Patch::Apply(&n1_back)).await.expect("n1 takes the FloatingIP back");
+    // The holder gives it up: it removes the holder fields (what an agent that holds
+    // nothing any more writes while the FloatingIP still names it).
+    let rv = fips1.get("web-vip").await.expect("fip").metadata.resource_version;
+    let remove = serde_json::json!({"metadata": {"resourceVersion": rv}, "status": {
+        "holder": null, "state": null, "holderMac": null, "conflictMac": null, "interface": null, "epoch": null,
+        "lastAnnounced": null,
+    }});
     let f = fips1
-        .patch_status(
-            "web-vip",
-            &PatchParams::apply(&manager::agent("n1")).force(),
-            &Patch::Apply(&take("n1", before.epoch.unwrap_or(2))),
-        )
+        .patch_status("web-vip", &PatchParams::default(), &Patch::Merge(&remove))
         .await
-        .expect("n1 takes the FloatingIP back");
+        .expect("n1 removes its own holder fields");
+    let st = f.status.unwrap_or_default();
+    assert_eq!((st.holder, st.state, st.epoch), (None, None, None), "its fields are gone");
+    let f = fips1.patch_status("web-vip", &pp1, &Patch::Apply(&n1_back)).await.expect("n1 holds it again");
     assert_eq!(f.status.as_ref().and_then(|s| s.holder.as_deref()), Some("n1"));
 }
 

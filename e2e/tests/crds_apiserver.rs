@@ -30,14 +30,21 @@ fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
 fn dynamic_api(client: &Client, doc: &serde_json::Value) -> Api<DynamicObject> {
     let api_version = doc["apiVersion"].as_str().expect("apiVersion");
     let kind = doc["kind"].as_str().expect("kind");
-    let (group, version) = api_version.split_once('/').expect("group/version");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let plural = match kind {
         "HAPair" => "hapairs",
         "FloatingIP" => "floatingips",
+        "VIPPool" => "vippools",
+        "Service" => "services",
         other => panic!("unexpected kind {other}"),
     };
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match kind {
+        // The examples' namespaced objects go to `default`.
+        "Service" => Api::namespaced_with(client.clone(), "default", &resource),
+        _ => Api::all_with(client.clone(), &resource),
+    }
 }
 
 async fn install_crds(client: &Client) {
@@ -52,7 +59,7 @@ async fn install_crds(client: &Client) {
     }
     // Established within 30 s.
     let deadline = Instant::now() + Duration::from_secs(30);
-    for name in ["hapairs.havip.io", "floatingips.havip.io"] {
+    for name in ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"] {
         loop {
             let crd = crds.get(name).await.expect("CRD readable");
             let established = crd
@@ -116,6 +123,16 @@ fn invalid_manifests() -> Vec<(&'static str, &'static str, &'static str)> {
             "the same priority twice",
             "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {name: bad}\nspec: {members: [{node: a, priority: 7},{node: b, priority: 7}]}",
             "member priorities must be distinct",
+        ),
+        (
+            "a node name no Node can have",
+            "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {name: bad}\nspec: {members: [{node: a, priority: 1},{node: 'Node_B!', priority: 2}]}",
+            "spec.members[].node must be a Node name",
+        ),
+        (
+            "an empty node name",
+            "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {name: bad}\nspec: {members: [{node: a, priority: 1},{node: '', priority: 2}]}",
+            "spec.members[].node must be a Node name",
         ),
         (
             "priority 0",
@@ -197,6 +214,26 @@ fn invalid_manifests() -> Vec<(&'static str, &'static str, &'static str)> {
             "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {name: bad}\nspec: {pair: web, address: 192.0.2.10/24, announce: {repeatInterval: 500ms}}",
             "announce.repeatInterval must be more than 1s",
         ),
+        (
+            "a pool without addresses",
+            "apiVersion: havip.io/v1alpha1\nkind: VIPPool\nmetadata: {name: bad}\nspec: {pair: web, addresses: []}",
+            "spec.addresses must list at least one CIDR or range",
+        ),
+        (
+            "a pool entry that is neither a CIDR nor a range",
+            "apiVersion: havip.io/v1alpha1\nkind: VIPPool\nmetadata: {name: bad}\nspec: {pair: web, addresses: [192.0.2.0/24, 192.0.2.300/32]}",
+            "each entry must be a CIDR",
+        ),
+        (
+            "a pool range across families",
+            "apiVersion: havip.io/v1alpha1\nkind: VIPPool\nmetadata: {name: bad}\nspec: {pair: web, addresses: ['192.0.2.1-2001:db8::1']}",
+            "a range of one family",
+        ),
+        (
+            "a pool without a pair",
+            "apiVersion: havip.io/v1alpha1\nkind: VIPPool\nmetadata: {name: bad}\nspec: {pair: '', addresses: [192.0.2.0/28]}",
+            "spec.pair must name an HAPair",
+        ),
     ]
 }
 
@@ -268,7 +305,7 @@ async fn check_printer_columns(cp: &ControlPlane, client: &Client) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "kubectl get fip failed: {}", String::from_utf8_lossy(&out.stderr));
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "ADDRESS", "PAIR", "HOLDER", "STATE", "AGE"], "{text}");
+    assert_eq!(header, ["NAME", "ADDRESS", "PAIR", "HOLDER", "STATE", "READY", "AGE"], "{text}");
     let row: Vec<&str> = text
         .lines()
         .find(|l| l.starts_with("web-ingress "))

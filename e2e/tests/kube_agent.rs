@@ -307,14 +307,20 @@ fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
     assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGTERM keeps the VIP");
     lab.block_on(delete_pair(&lab));
     lab.start_agent(0).expect("restart");
-    netns::wait_until("n0 to remove the gone pair's VIP", Duration::from_secs(20), Duration::from_millis(50), || {
-        Ok(!netns::has_address(&n0, "eth0", vip.into())?)
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    // The VIP goes first and the files after it (the ledger last, so that a VIP whose
+    // removal failed stays recorded): the wait covers all of it.
     let state = lab.dir().join("state-0");
-    for f in ["web.state.json", "web.vips.json"] {
-        assert!(!state.join(f).exists(), "{f} removed with the pair");
-    }
+    let files = ["web.state.json", "web.vips.json"];
+    netns::wait_until(
+        "n0 to remove the gone pair's VIP and files",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || Ok(!netns::has_address(&n0, "eth0", vip.into())? && files.iter().all(|f| !state.join(f).exists())),
+    )
+    .unwrap_or_else(|e| {
+        let left: Vec<_> = files.iter().filter(|f| state.join(f).exists()).collect();
+        panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
+    });
     lab.stop_agent(1);
 }
 

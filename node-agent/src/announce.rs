@@ -1,6 +1,7 @@
 //! Layer-2 announcements and probes: gratuitous ARP, unsolicited IPv6 neighbour
-//! advertisements, ARP requests (duplicate-VIP and gateway probes), and a listener
-//! for the ARP traffic that answers them.
+//! advertisements, ARP requests and IPv6 neighbour solicitations (duplicate-VIP and
+//! gateway probes), and listeners for the ARP and neighbour-advertisement traffic that
+//! answers them.
 //!
 //! Kernel facts this module is built on:
 //! - Linux updates an *existing* neighbour entry at once (even inside the 1 s
@@ -12,9 +13,17 @@
 //! - An unsolicited NA must carry the Override flag, go to all-nodes (ff02::1) with hop
 //!   limit 255 and a target link-layer address option, or receivers ignore it.
 //!
+//! - A neighbour solicitation from the unspecified address (`::`, a DAD probe) is
+//!   answered by the address's holder with an NA to all-nodes and changes nobody's
+//!   neighbour cache — the IPv6 form of an RFC 5227 ARP probe — but makes a host whose
+//!   copy of the address is still tentative give it up. So `::` is used only for the
+//!   VIPs (where that is right: the VIP is ours); gateways are asked from an own address.
+//!
 //! Sending uses a raw `AF_PACKET` socket opened with protocol 0, which receives
-//! nothing (no copy of the host's traffic); receiving uses a `SOCK_DGRAM` packet
-//! socket bound to `ETH_P_ARP` on one interface, which sees only ARP.
+//! nothing (no copy of the host's traffic); receiving ARP uses a `SOCK_DGRAM` packet
+//! socket bound to `ETH_P_ARP` on one interface, which sees only ARP; receiving
+//! neighbour advertisements uses a raw ICMPv6 socket bound to the interface, which sees
+//! only ICMPv6 (after netfilter's input hook, like any packet for this host).
 
 use pnet::datalink::{self, Channel, ChannelType, DataLinkSender, MacAddr, NetworkInterface};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -130,6 +139,12 @@ impl L2Sender {
         self.send("unsolicited NA", &unsolicited_na_frame(self.mac, ip))
     }
 
+    /// Asks "who has `target`?" with a neighbour solicitation from `src` (`::` makes it
+    /// a DAD probe: see the module docs).
+    pub fn send_neighbor_solicitation(&self, target: Ipv6Addr, src: Ipv6Addr) -> Result<(), AnnounceError> {
+        self.send("neighbour solicitation", &neighbor_solicitation_frame(self.mac, src, target))
+    }
+
     /// Broadcasts "who has `target`? tell `sender_ip`" (`sender_ip` 0.0.0.0 makes it an
     /// RFC 5227 probe that changes nobody's neighbour table).
     pub fn send_arp_request(&self, target: Ipv4Addr, sender_ip: Ipv4Addr) -> Result<(), AnnounceError> {
@@ -179,18 +194,46 @@ pub fn unsolicited_na_frame(mac: MacAddr, ip: Ipv6Addr) -> Vec<u8> {
     icmp.extend_from_slice(&ip.octets());
     icmp.extend_from_slice(&[2, 1]);
     icmp.extend_from_slice(&mac.octets());
-    let csum = icmpv6_checksum(&ip, &dst, &icmp);
-    icmp[2..4].copy_from_slice(&csum.to_be_bytes());
+    icmpv6_frame(mac, multicast_mac(&dst), ip, dst, icmp)
+}
 
+/// A neighbour solicitation for `target` from `src`: to the target's solicited-node
+/// multicast group (ff02::1:ffXX:XXXX), hop limit 255, with a source link-layer address
+/// option unless `src` is `::` (RFC 4861 §4.3 forbids it then).
+pub fn neighbor_solicitation_frame(mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
+    let t = target.octets();
+    let dst = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(t[13]), u16::from_be_bytes([t[14], t[15]]));
+    let mut icmp = Vec::with_capacity(32);
+    icmp.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
+    icmp.extend_from_slice(&t);
+    if !src.is_unspecified() {
+        icmp.extend_from_slice(&[1, 1]);
+        icmp.extend_from_slice(&mac.octets());
+    }
+    icmpv6_frame(mac, multicast_mac(&dst), src, dst, icmp)
+}
+
+/// The Ethernet address of an IPv6 multicast group: 33:33 and its last 32 bits.
+fn multicast_mac(group: &Ipv6Addr) -> [u8; 6] {
+    let g = group.octets();
+    [0x33, 0x33, g[12], g[13], g[14], g[15]]
+}
+
+/// An Ethernet + IPv6 frame (hop limit 255, as neighbour discovery requires: RFC 4861
+/// §7.1) around the ICMPv6 message `icmp`, whose checksum it fills in.
+fn icmpv6_frame(mac: MacAddr, dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, mut icmp: Vec<u8>) -> Vec<u8> {
+    icmp[2..4].copy_from_slice(&[0, 0]);
+    let csum = icmpv6_checksum(&src, &dst, &icmp);
+    icmp[2..4].copy_from_slice(&csum.to_be_bytes());
     let mut f = Vec::with_capacity(14 + 40 + icmp.len());
-    f.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 1]); // all-nodes multicast MAC
+    f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&mac.octets());
     f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
     f.extend_from_slice(&[0x60, 0, 0, 0]); // version 6, no traffic class or flow label
     f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
     f.push(58); // next header: ICMPv6
     f.push(255); // hop limit: required by RFC 4861 §7.1.2
-    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&src.octets());
     f.extend_from_slice(&dst.octets());
     f.extend_from_slice(&icmp);
     f
@@ -242,6 +285,96 @@ pub fn parse_arp(payload: &[u8]) -> Option<ArpSeen> {
         sender_ip: ip(&payload[14..18]),
         target_ip: ip(&payload[24..28]),
     })
+}
+
+/// A neighbour advertisement seen on an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NaSeen {
+    /// The address it advertises.
+    pub target: Ipv6Addr,
+    /// Its target link-layer address option (sent in answer to a multicast
+    /// solicitation and in unsolicited advertisements), if present.
+    pub mac: Option<MacAddr>,
+}
+
+/// Parses an ICMPv6 message (no IPv6 header) as a neighbour advertisement. Never
+/// panics; anything else is `None`.
+pub fn parse_na(icmp: &[u8]) -> Option<NaSeen> {
+    if icmp.len() < 24 || icmp[0] != 136 || icmp[1] != 0 {
+        return None;
+    }
+    let target = Ipv6Addr::from(<[u8; 16]>::try_from(&icmp[8..24]).ok()?);
+    let mut mac = None;
+    let mut opts = &icmp[24..];
+    // Options: type, length in units of 8 bytes (0 is invalid: stop), data.
+    while opts.len() >= 8 {
+        let len = usize::from(opts[1]) * 8;
+        if len == 0 || len > opts.len() {
+            break;
+        }
+        if opts[0] == 2 && len >= 8 {
+            mac = Some(MacAddr::new(opts[2], opts[3], opts[4], opts[5], opts[6], opts[7]));
+        }
+        opts = &opts[len..];
+    }
+    Some(NaSeen { target, mac })
+}
+
+/// Receives the neighbour advertisements that reach this host on one interface (a
+/// raw ICMPv6 socket bound to it, on a dedicated thread) and hands each to a callback.
+/// Stops when dropped.
+pub struct NdListener {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NdListener {
+    /// Starts listening on `ifname` (needs CAP_NET_RAW); `on_na` runs on the listener
+    /// thread.
+    pub fn start(ifname: &str, on_na: impl Fn(NaSeen) + Send + 'static) -> Result<Self, AnnounceError> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let open_err = |source| AnnounceError::Open { ifname: ifname.to_owned(), source };
+        let socket = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).map_err(open_err)?;
+        socket.bind_device(Some(ifname.as_bytes())).map_err(open_err)?;
+        socket.set_read_timeout(Some(Duration::from_millis(100))).map_err(open_err)?;
+        // A datagram socket for `recv`: a raw ICMPv6 socket hands over one ICMPv6
+        // message per read, without the IPv6 header.
+        let socket = std::net::UdpSocket::from(socket);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let name = ifname.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("nd-{ifname}"))
+            .spawn(move || {
+                let mut buf = [0u8; 1500];
+                while !stop2.load(Ordering::Relaxed) {
+                    match socket.recv(&mut buf) {
+                        Ok(n) => {
+                            if let Some(na) = parse_na(&buf[..n]) {
+                                on_na(na);
+                            }
+                        }
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        }
+                        Err(e) => {
+                            tracing::warn!(ifname = %name, error = %e, "neighbour advertisement listener read failed");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                }
+            })
+            .map_err(open_err)?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for NdListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Receives every ARP packet on one interface (a dedicated thread) and hands each to
@@ -350,6 +483,55 @@ mod tests {
         assert_eq!(opts.len(), 1);
         assert_eq!(opts[0].option_type, pnet::packet::icmpv6::ndp::NdpOptionTypes::TargetLLAddr);
         assert_eq!(opts[0].data, MAC.octets().to_vec());
+    }
+
+    #[test]
+    fn neighbor_solicitation_goes_to_the_solicited_node_group_with_a_valid_checksum() {
+        let target: Ipv6Addr = "2001:db8::a:bc:de10".parse().expect("ip");
+        for src in ["fe80::1".parse::<Ipv6Addr>().expect("ip"), Ipv6Addr::UNSPECIFIED] {
+            let f = neighbor_solicitation_frame(MAC, src, target);
+            let eth = EthernetPacket::new(&f).expect("ethernet");
+            assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0xff, 0xbc, 0xde, 0x10));
+            let v6 = Ipv6Packet::new(eth.payload()).expect("ipv6");
+            assert_eq!(v6.get_hop_limit(), 255);
+            assert_eq!(v6.get_source(), src);
+            assert_eq!(v6.get_destination(), "ff02::1:ffbc:de10".parse::<Ipv6Addr>().expect("ip"));
+            let icmp = Icmpv6Packet::new(v6.payload()).expect("icmpv6");
+            assert_eq!(icmp.get_icmpv6_type(), Icmpv6Types::NeighborSolicit);
+            let expected = pnet::packet::icmpv6::checksum(&icmp, &v6.get_source(), &v6.get_destination());
+            assert_eq!(icmp.get_checksum(), expected);
+            let ns = pnet::packet::icmpv6::ndp::NeighborSolicitPacket::new(v6.payload()).expect("ns");
+            assert_eq!(ns.get_target_addr(), target);
+            let opts = ns.get_options();
+            if src.is_unspecified() {
+                assert!(opts.is_empty(), "no source link-layer option from ::");
+            } else {
+                assert_eq!(opts.len(), 1);
+                assert_eq!(opts[0].option_type, pnet::packet::icmpv6::ndp::NdpOptionTypes::SourceLLAddr);
+                assert_eq!(opts[0].data, MAC.octets().to_vec());
+            }
+        }
+    }
+
+    #[test]
+    fn a_neighbour_advertisement_parses_with_its_target_and_mac() {
+        let ip: Ipv6Addr = "2001:db8::10".parse().expect("ip");
+        let f = unsolicited_na_frame(MAC, ip);
+        let icmp = &f[14 + 40..];
+        assert_eq!(parse_na(icmp), Some(NaSeen { target: ip, mac: Some(MAC) }));
+        // Without options (a solicited NA to a unicast solicitation may carry none).
+        assert_eq!(parse_na(&icmp[..24]), Some(NaSeen { target: ip, mac: None }));
+        // Not an NA, or broken options: nothing, or no MAC; garbage never panics.
+        let mut ns = icmp.to_vec();
+        ns[0] = 135;
+        assert_eq!(parse_na(&ns), None);
+        let mut bad = icmp.to_vec();
+        bad[25] = 0;
+        assert_eq!(parse_na(&bad).and_then(|n| n.mac), None, "a zero option length ends the parse");
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len).map(|i| if i == 0 { 136 } else { (i * 37 % 251) as u8 }).collect();
+            let _ = parse_na(&junk);
+        }
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct VipConfig {
     pub interface: Option<String>,
     /// TCP ports probed on the VIP.
     pub probe_ports: Vec<u16>,
+    /// HTTP health checks of this node (port, path), probed on its own address: more
+    /// listeners of its own, never probed by a peer.
+    pub health_checks: Vec<(u16, String)>,
     /// Announcement schedule.
     pub announce: AnnounceSchedule,
 }
@@ -237,6 +240,7 @@ pub fn build_sm_config(settings: &SmSettings<'_>) -> Result<sm::Config, ConfigEr
             Ok(sm::VipSpec {
                 id: sm::VipId::new(v.id.clone()).map_err(|e| invalid(format!("VIP id {:?}: {e}", v.id)))?,
                 probe_ports: v.probe_ports.clone(),
+                health_ports: v.health_checks.iter().map(|(p, _)| *p).collect(),
             })
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -518,9 +522,27 @@ pub struct StandaloneVip {
     /// TCP ports served on the VIP (probed).
     #[serde(default)]
     pub probe_ports: Vec<u16>,
+    /// HTTP health checks of this node (the FloatingIP `probe.healthChecks` schema).
+    #[serde(default)]
+    pub health_checks: Vec<havip_crds::HealthCheck>,
     /// Announcement schedule (the FloatingIP `announce` schema).
     #[serde(default)]
     pub announce: AnnounceSpec,
+}
+
+/// The health checks of a VIP as (port, path); a port outside 1..=65535 or a path not
+/// starting with `/` is an error.
+pub fn health_checks(checks: &[havip_crds::HealthCheck]) -> Result<Vec<(u16, String)>, ConfigError> {
+    checks
+        .iter()
+        .map(|c| match u16::try_from(c.port) {
+            Ok(p) if p > 0 && c.path.starts_with('/') => Ok((p, c.path.clone())),
+            _ => Err(invalid(format!(
+                "health check {}:{:?}: a port 1..=65535 and a path starting with /",
+                c.port, c.path
+            ))),
+        })
+        .collect()
 }
 
 /// Decodes a hex key.
@@ -609,6 +631,7 @@ impl StandaloneFile {
                 prefix,
                 interface: v.interface.clone(),
                 probe_ports: v.probe_ports.clone(),
+                health_checks: health_checks(&v.health_checks)?,
                 announce: AnnounceSchedule::from_spec(&v.announce)?,
             });
         }

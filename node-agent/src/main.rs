@@ -66,7 +66,10 @@ enum Cmd {
         /// Directory for the persisted state (a hostPath).
         #[arg(long, env = "HAVIP_STATE_DIR", default_value = "/var/lib/havip")]
         state_dir: PathBuf,
-        /// Metrics and health address; `off` disables it.
+        /// Metrics and health address: `IP:PORT`, `[IPv6]:PORT`, or `IPv6:PORT` unbracketed
+        /// (the part after the last colon is the port: the chart passes the node's
+        /// `status.hostIP` this way); `off` disables it. On the host network,
+        /// `0.0.0.0` answers on every address of the node, the VIPs included.
         #[arg(long, env = "HAVIP_METRICS_ADDRESS", default_value = "0.0.0.0:9797")]
         metrics_address: String,
         /// Do not hand the VIPs over before exiting on a cordoned node.
@@ -332,16 +335,15 @@ async fn witness(
     state.load().map_err(|e| e.to_string())?;
     let sock = server::bind(listen).await.map_err(|e| e.to_string())?;
     let metrics = Arc::new(WitnessMetrics::new());
-    let _http = if metrics_address == "off" {
-        None
-    } else {
-        let addr: std::net::SocketAddr =
-            metrics_address.parse().map_err(|e| format!("invalid metrics address {metrics_address:?}: {e}"))?;
-        let (bound, t) = havip_endpoints::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
-            .await
-            .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
-        tracing::info!(address = %bound, "metrics and health endpoints");
-        Some(t)
+    let _http = match havip_node_agent::metrics::parse_address(&metrics_address)? {
+        None => None,
+        Some(addr) => {
+            let (bound, t) = havip_endpoints::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
+                .await
+                .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
+            tracing::info!(address = %bound, "metrics and health endpoints");
+            Some(t)
+        }
     };
     tracing::info!(listen = %listen, state = %state.path().display(), max_pairs, "havip witness serving");
     let serve = server::serve(sock, WitnessOptions { keys, state, max_pairs }, metrics);
@@ -397,8 +399,7 @@ async fn standalone(
         }
     }
     let metrics_address = match metrics_address.as_deref() {
-        Some("off") => None,
-        Some(a) => Some(a.parse().map_err(|e| format!("--metrics-address {a:?}: {e}"))?),
+        Some(a) => havip_node_agent::metrics::parse_address(a).map_err(|e| format!("--metrics-address: {e}"))?,
         None => file_metrics.map(|(a, _)| a).or_else(|| "127.0.0.1:9797".parse().ok()),
     };
     let mut configs: Vec<PairFile> = Vec::new();
@@ -505,16 +506,16 @@ async fn standalone(
 async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_address: String) -> Result<(), String> {
     let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
     let metrics = Arc::new(AgentMetrics::new());
-    let _http = if metrics_address == "off" {
-        None
-    } else {
-        let addr: std::net::SocketAddr =
-            metrics_address.parse().map_err(|e| format!("--metrics-address {metrics_address:?}: {e}"))?;
-        let ep = Arc::new(MetricsOnly(metrics.clone()));
-        let (bound, t) =
-            havip_endpoints::serve(addr, ep).await.map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
-        tracing::info!(address = %bound, "metrics and health endpoints");
-        Some(t)
+    let _http = match havip_node_agent::metrics::parse_address(&metrics_address)? {
+        None => None,
+        Some(addr) => {
+            let ep = Arc::new(MetricsOnly(metrics.clone()));
+            let (bound, t) = havip_endpoints::serve(addr, ep)
+                .await
+                .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
+            tracing::info!(address = %bound, "metrics and health endpoints");
+            Some(t)
+        }
     };
     havip_node_agent::kube::run(client, opts, metrics).await.map_err(|e| e.to_string())
 }

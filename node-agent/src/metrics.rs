@@ -281,6 +281,30 @@ impl PairMetrics {
     }
 }
 
+/// Parses a metrics and health address: `off` (no endpoint, `None`), `ip:port`,
+/// `[ipv6]:port`, or `ipv6:port` with the IPv6 address unbracketed — what the chart
+/// passes as `$(HAVIP_HOST_IP):<port>` from the downward API (`status.hostIP` carries no
+/// brackets, the image has no shell to add them, and the kubelet's `$(VAR)` expansion
+/// cannot tell the families apart). The port is mandatory, so the part after the last
+/// colon of an unbracketed IPv6 form is always the port.
+pub fn parse_address(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+    if s == "off" {
+        return Ok(None);
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    let unbracketed = s.rsplit_once(':').and_then(|(host, port)| {
+        let ip = host.parse::<Ipv6Addr>().ok()?;
+        let port = port.parse::<u16>().ok()?;
+        Some(SocketAddr::new(IpAddr::V6(ip), port))
+    });
+    unbracketed.map(Some).ok_or_else(|| {
+        format!("invalid metrics address {s:?}: expected off, IP:PORT, [IPv6]:PORT or IPv6:PORT (the port is required)")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,5 +342,23 @@ mod tests {
         assert!(!text.contains("havip_agent_epoch{pair=\"web\""), "forgotten:\n{text}");
         assert!(!text.contains("havip_agent_alarms{pair=\"web\""), "forgotten:\n{text}");
         assert!(text.contains("havip_agent_role{pair=\"db\""), "the other pair stays:\n{text}");
+    }
+
+    #[test]
+    fn metrics_addresses_take_every_form_the_chart_and_people_write() {
+        let ok = |s: &str| parse_address(s).expect(s).expect("an address").to_string();
+        assert_eq!(parse_address("off"), Ok(None));
+        assert_eq!(ok("0.0.0.0:9797"), "0.0.0.0:9797");
+        assert_eq!(ok("10.0.0.7:9797"), "10.0.0.7:9797");
+        assert_eq!(ok("[fd00::7]:9797"), "[fd00::7]:9797");
+        // The downward API's IPv6 host IP, unbracketed: the last group is the port.
+        assert_eq!(ok("fd00::7:9797"), "[fd00::7]:9797");
+        assert_eq!(ok("2001:db8:0:1:0:0:0:7:9797"), "[2001:db8:0:1::7]:9797");
+        assert_eq!(ok("::1:9797"), "[::1]:9797");
+        assert_eq!(ok(":::9797"), "[::]:9797");
+        for bad in ["", "10.0.0.7", "10.0.0.7:", "10.0.0.7:70000", "fd00::7", "[fd00::7]", "host:9797", "fd00::7:x"] {
+            let e = parse_address(bad).expect_err(bad);
+            assert!(e.contains("the port is required"), "{bad}: {e}");
+        }
     }
 }

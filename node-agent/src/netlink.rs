@@ -390,11 +390,16 @@ impl Netlink {
     }
 
     /// The interface that holds one of the node's own (non-havip) addresses in the
-    /// subnet `addr/prefix`.
+    /// subnet `addr/prefix`; failing that (a host VIP such as `192.0.2.10/32`, as
+    /// Services' addresses are), the interface of an own address whose own subnet
+    /// contains `addr`.
     pub async fn interface_for_subnet(&self, addr: IpAddr, prefix: u8) -> Result<String, NetlinkError> {
         let links = self.links().await?;
-        let own =
-            self.addresses().await?.into_iter().filter(|a| !a.is_havip()).find(|a| same_subnet(a.addr, addr, prefix));
+        let own: Vec<_> = self.addresses().await?.into_iter().filter(|a| !a.is_havip()).collect();
+        let own = own
+            .iter()
+            .find(|a| same_subnet(a.addr, addr, prefix))
+            .or_else(|| own.iter().find(|a| same_subnet(a.addr, addr, a.prefix)));
         own.and_then(|a| links.into_iter().find(|l| l.index == a.ifindex))
             .map(|l| l.name)
             .ok_or(NetlinkError::NoInterfaceForSubnet { addr, prefix })

@@ -1,10 +1,11 @@
 //! Probes that feed the state machine: TCP connect probes of the VIP listeners,
-//! gateway (fence target) reachability by ARP, duplicate-VIP detection by ARP, and a
+//! gateway (fence target) reachability and duplicate-VIP detection by ARP (IPv4) and
+//! neighbour solicitation (IPv6), and a
 //! traffic sampler for the failback quiet window; and the observer tasks that run them
 //! for a pair (`spawn_…`, [`PeerProbes`]). Probes observe and report; what a verdict
 //! means is the state machine's business, never decided here.
 
-use crate::announce::{ArpListener, ArpSeen, L2Sender};
+use crate::announce::{ArpListener, ArpSeen, L2Sender, NaSeen, NdListener};
 use crate::metrics::PairMetrics;
 use crate::sm;
 use pnet::datalink::MacAddr;
@@ -22,57 +23,120 @@ pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
     matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
-/// Remembers the ARP replies seen on an interface, so that probes can ask "who
-/// answered for this IP since then?".
-#[derive(Default)]
-pub struct ArpBook {
-    seen: Mutex<HashMap<Ipv4Addr, Vec<(MacAddr, Instant)>>>,
+/// `GET path` over HTTP/1.0 on `addr`: true when the answer's status is 200 within
+/// `timeout` (connect, request and status line together).
+pub async fn http_probe(addr: SocketAddr, path: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: havip-agent\r\n\r\n");
+        s.write_all(request.as_bytes()).await.ok()?;
+        // The status line is all that is read: "HTTP/1.x 200 …".
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while n < buf.len() {
+            let read = s.read(&mut buf[n..]).await.ok()?;
+            if read == 0 {
+                break;
+            }
+            n += read;
+            if buf[..n].contains(&b'\n') {
+                break;
+            }
+        }
+        let line = std::str::from_utf8(&buf[..n]).ok()?;
+        let mut words = line.split_whitespace();
+        let version = words.next()?;
+        Some(version.starts_with("HTTP/") && words.next() == Some("200"))
+    };
+    matches!(tokio::time::timeout(timeout, exchange).await, Ok(Some(true)))
 }
 
-impl ArpBook {
-    /// Records an ARP packet (requests too: a GARP from a foreign holder is a claim).
-    pub fn record(&self, a: ArpSeen) {
-        if a.sender_ip.is_unspecified() {
+/// Remembers who claimed which address on an interface — ARP packets for IPv4,
+/// neighbour advertisements for IPv6 — so that probes can ask "who answered for this IP
+/// since then?".
+#[derive(Default)]
+pub struct NeighborBook {
+    seen: Mutex<HashMap<IpAddr, Vec<(MacAddr, Instant)>>>,
+}
+
+impl NeighborBook {
+    /// Records that `mac` claimed `ip` (an ARP request counts too: a GARP from a
+    /// foreign holder is a claim).
+    pub fn record(&self, ip: IpAddr, mac: MacAddr) {
+        if ip.is_unspecified() {
             return;
         }
         let mut m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let v = m.entry(a.sender_ip).or_default();
-        v.retain(|(mac, at)| *mac != a.sender_mac && at.elapsed() < Duration::from_secs(30));
-        v.push((a.sender_mac, Instant::now()));
+        let v = m.entry(ip).or_default();
+        v.retain(|(old, at)| *old != mac && at.elapsed() < Duration::from_secs(30));
+        v.push((mac, Instant::now()));
+    }
+
+    /// Records an ARP packet.
+    pub fn record_arp(&self, a: ArpSeen) {
+        self.record(IpAddr::V4(a.sender_ip), a.sender_mac);
+    }
+
+    /// Records a neighbour advertisement (one without a link-layer address option is a
+    /// claim by an unknown MAC, recorded as 00:00:00:00:00:00).
+    pub fn record_na(&self, na: NaSeen) {
+        self.record(IpAddr::V6(na.target), na.mac.unwrap_or(MacAddr::zero()));
     }
 
     /// MACs that claimed `ip` since `since`.
-    pub fn claimants_since(&self, ip: Ipv4Addr, since: Instant) -> Vec<MacAddr> {
+    pub fn claimants_since(&self, ip: IpAddr, since: Instant) -> Vec<MacAddr> {
         let m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         m.get(&ip).map(|v| v.iter().filter(|(_, at)| *at >= since).map(|(mac, _)| *mac).collect()).unwrap_or_default()
     }
 }
 
-/// An ARP listener plus sender on one interface, shared by the gateway and conflict
-/// probes and the announcer.
-pub struct ArpPort {
+/// A layer-2 sender plus listeners on one interface — ARP always, IPv6 neighbour
+/// advertisements when opened for IPv6 — shared by the gateway and conflict probes and
+/// the announcer.
+pub struct L2Port {
     /// The sender.
     pub sender: L2Sender,
-    /// ARP replies seen.
-    pub book: Arc<ArpBook>,
-    _listener: ArpListener,
+    /// Who claimed which address.
+    pub book: Arc<NeighborBook>,
+    _arp: ArpListener,
+    nd: Option<NdListener>,
 }
 
-impl ArpPort {
-    /// Opens `ifname` for sending and listening.
-    pub fn open(ifname: &str) -> Result<Self, crate::announce::AnnounceError> {
+impl L2Port {
+    /// Opens `ifname` for sending and listening to ARP, and to neighbour advertisements
+    /// when `ipv6` (a raw ICMPv6 socket and a thread: only where IPv6 is probed).
+    pub fn open(ifname: &str, ipv6: bool) -> Result<Self, crate::announce::AnnounceError> {
         let sender = L2Sender::open(ifname)?;
-        let book = Arc::new(ArpBook::default());
+        let book = Arc::new(NeighborBook::default());
         let b = book.clone();
-        let listener = ArpListener::start(ifname, move |a| b.record(a))?;
-        Ok(Self { sender, book, _listener: listener })
+        let arp = ArpListener::start(ifname, move |a| b.record_arp(a))?;
+        let nd = if ipv6 {
+            let b = book.clone();
+            Some(NdListener::start(ifname, move |na| b.record_na(na))?)
+        } else {
+            None
+        };
+        Ok(Self { sender, book, _arp: arp, nd })
     }
 
-    /// Asks who has `target` (from `sender_ip`) and waits up to `wait` for answers;
-    /// returns the MACs that claimed it, excluding our own.
-    pub async fn who_has(&self, target: Ipv4Addr, sender_ip: Ipv4Addr, wait: Duration) -> Vec<MacAddr> {
+    /// Whether it listens to neighbour advertisements.
+    pub fn has_ipv6(&self) -> bool {
+        self.nd.is_some()
+    }
+
+    /// Asks who has `target` — by ARP from `source`, or by neighbour solicitation from
+    /// `source` (`0.0.0.0` / `::`: a probe that changes nobody's neighbour cache) — and
+    /// waits up to `wait` for answers; returns the MACs that claimed it, excluding our
+    /// own. Nothing is asked across families, nor for IPv6 on a port opened without it.
+    pub async fn who_has(&self, target: IpAddr, source: IpAddr, wait: Duration) -> Vec<MacAddr> {
         let since = Instant::now();
-        if self.sender.send_arp_request(target, sender_ip).is_err() {
+        let sent = match (target, source) {
+            (IpAddr::V4(t), IpAddr::V4(s)) => self.sender.send_arp_request(t, s),
+            (IpAddr::V6(t), IpAddr::V6(s)) if self.nd.is_some() => self.sender.send_neighbor_solicitation(t, s),
+            _ => return Vec::new(),
+        };
+        if sent.is_err() {
             return Vec::new();
         }
         let deadline = since + wait;
@@ -84,6 +148,15 @@ impl ArpPort {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+}
+
+/// The unspecified address of `ip`'s family: the source of a probe that changes
+/// nobody's neighbour cache.
+pub fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
 }
 
@@ -150,17 +223,6 @@ impl TrafficSampler {
     }
 }
 
-/// The IPv4 source address to use in ARP probes on an interface: the node's own
-/// (non-havip) address in the same subnet as `target`, else 0.0.0.0 (an RFC 5227 probe).
-pub fn arp_source_for(own: &[(IpAddr, u8)], target: Ipv4Addr) -> Ipv4Addr {
-    own.iter()
-        .find_map(|(a, p)| match a {
-            IpAddr::V4(v4) if crate::netlink::same_subnet(*a, IpAddr::V4(target), *p) => Some(*v4),
-            _ => None,
-        })
-        .unwrap_or(Ipv4Addr::UNSPECIFIED)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,16 +240,22 @@ mod tests {
     }
 
     #[test]
-    fn arp_book_reports_claimants_after_a_point_in_time() {
-        let book = ArpBook::default();
+    fn neighbor_book_reports_claimants_after_a_point_in_time() {
+        let book = NeighborBook::default();
         let ip = Ipv4Addr::new(10, 0, 0, 5);
         let mac = MacAddr::new(2, 0, 0, 0, 0, 1);
         let before = Instant::now();
-        book.record(ArpSeen { op: 2, sender_mac: mac, sender_ip: ip, target_ip: Ipv4Addr::new(10, 0, 0, 1) });
-        assert_eq!(book.claimants_since(ip, before), vec![mac]);
+        book.record_arp(ArpSeen { op: 2, sender_mac: mac, sender_ip: ip, target_ip: Ipv4Addr::new(10, 0, 0, 1) });
+        assert_eq!(book.claimants_since(IpAddr::V4(ip), before), vec![mac]);
         std::thread::sleep(Duration::from_millis(2));
-        assert!(book.claimants_since(ip, Instant::now()).is_empty());
-        assert!(book.claimants_since(Ipv4Addr::new(10, 0, 0, 6), before).is_empty());
+        assert!(book.claimants_since(IpAddr::V4(ip), Instant::now()).is_empty());
+        assert!(book.claimants_since(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 6)), before).is_empty());
+        // IPv6: an advertisement names its target; one without a MAC is an unknown one.
+        let v6: std::net::Ipv6Addr = "2001:db8::10".parse().expect("ip");
+        book.record_na(NaSeen { target: v6, mac: Some(mac) });
+        book.record_na(NaSeen { target: v6, mac: None });
+        assert_eq!(book.claimants_since(IpAddr::V6(v6), before), vec![mac, MacAddr::zero()]);
+        assert!(book.claimants_since(IpAddr::V4(ip), Instant::now()).is_empty(), "families apart");
     }
 
     #[tokio::test]
@@ -197,13 +265,6 @@ mod tests {
         assert!(tcp_probe(addr, Duration::from_millis(500)).await);
         drop(l);
         assert!(!tcp_probe(addr, Duration::from_millis(500)).await, "refused is down");
-    }
-
-    #[test]
-    fn arp_source_prefers_own_address_in_subnet() {
-        let own = vec![("10.0.0.11".parse().expect("ip"), 24), ("192.168.1.2".parse().expect("ip"), 24)];
-        assert_eq!(arp_source_for(&own, Ipv4Addr::new(10, 0, 0, 254)), Ipv4Addr::new(10, 0, 0, 11));
-        assert_eq!(arp_source_for(&own, Ipv4Addr::new(172, 16, 0, 1)), Ipv4Addr::UNSPECIFIED);
     }
 }
 
@@ -321,6 +382,17 @@ pub struct LocalTarget {
     pub own_addr: IpAddr,
     /// The probed port.
     pub port: u16,
+    /// How.
+    pub check: LocalCheck,
+}
+
+/// How a local target is probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalCheck {
+    /// A TCP connect: on the VIP while holding it, else on the node's own address.
+    Tcp,
+    /// `GET <path>` over HTTP/1.0 on the node's own address; healthy on status 200.
+    Http(String),
 }
 
 /// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] (nothing to do
@@ -339,8 +411,12 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
         loop {
             let hold = holding.load(Ordering::Relaxed);
             for t in &targets {
-                let addr = SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port);
-                let up = tcp_probe(addr, timeout).await;
+                let up = match &t.check {
+                    LocalCheck::Tcp => {
+                        tcp_probe(SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port), timeout).await
+                    }
+                    LocalCheck::Http(path) => http_probe(SocketAddr::new(t.own_addr, t.port), path, timeout).await,
+                };
                 metrics.probe("local", up);
                 if tx.send(sm::Input::LocalProbe { vip: t.vip.clone(), port: t.port, up }.into()).await.is_err() {
                     return;
@@ -351,10 +427,11 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
     })
 }
 
-/// A gateway or fence target probed by ARP: (target, source address, port).
-pub type FenceProbe = (Ipv4Addr, Ipv4Addr, Arc<ArpPort>);
+/// A gateway or fence target probed by ARP or neighbour solicitation: (target, source
+/// address, port).
+pub type FenceProbe = (IpAddr, IpAddr, Arc<L2Port>);
 
-/// Asks the fence targets by ARP every 500 ms (any answer means reachable) and sends the
+/// Asks the fence targets every 500 ms (any answer means reachable) and sends the
 /// [`GatewayTracker`]'s view whenever it changes.
 pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     targets: Vec<FenceProbe>,
@@ -383,10 +460,11 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     })
 }
 
-/// Duplicate-VIP detection every 2 s while holding: any host that answers ARP for a
-/// held VIP is a conflict (this host does not answer its own requests).
+/// Duplicate-VIP detection every 2 s while holding: any host that answers an ARP
+/// request or a neighbour solicitation for a held VIP is a conflict (this host does not
+/// answer its own requests).
 pub fn spawn_conflict_watch<E: From<sm::Input> + Send + 'static>(
-    targets: Vec<(sm::VipId, Ipv4Addr, Arc<ArpPort>)>,
+    targets: Vec<(sm::VipId, IpAddr, Arc<L2Port>)>,
     holding: Arc<AtomicBool>,
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
@@ -400,7 +478,7 @@ pub fn spawn_conflict_watch<E: From<sm::Input> + Send + 'static>(
                 continue;
             }
             for (vip, ip, port) in &targets {
-                for mac in port.who_has(*ip, Ipv4Addr::UNSPECIFIED, ARP_WAIT).await {
+                for mac in port.who_has(*ip, unspecified_like(*ip), ARP_WAIT).await {
                     tracing::warn!(vip = %ip, foreign_mac = %mac, "a foreign host answers for a held VIP");
                     let _ = tx.send(sm::Input::Conflict { vip: vip.clone(), foreign_mac: mac.octets() }.into()).await;
                 }

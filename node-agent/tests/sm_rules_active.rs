@@ -146,9 +146,37 @@ fn handover_on_listener_down_10s() {
 }
 
 #[test]
+fn a_failing_health_check_is_a_listener_down_and_hands_over_after_10s() {
+    // A health check (kube-proxy's healthCheckNodePort of an externalTrafficPolicy:
+    // Local Service) is one more listener of the member's own, never probed by a peer.
+    let mut cfg = pair(A);
+    cfg.vips[0].health_ports = vec![31_000];
+    let mut h = H::new(cfg, Persisted { epoch: 3, last_role: Role::Active, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[VIP]);
+    h.listeners(true);
+    let out = h.run(3_000, &[standby(B, 100, 3)], None);
+    assert!(adverts(&out).last().is_some_and(|a| a.ready_all), "both listeners up: ready");
+    // The VIP's port answers, the node's health check fails (no local endpoint).
+    h.feed(Input::LocalProbe { vip: vip(VIP), port: 31_000, up: false });
+    let out = h.run(12_900, &[standby(B, 100, 3)], None);
+    assert!(first_prepare(&out).is_none(), "not before 10 s");
+    assert!(adverts(&out).last().is_some_and(|a| !a.ready_all), "a failing health check: not ready");
+    let out = h.run(13_200, &[standby(B, 100, 3)], None);
+    let (id, _) = first_prepare(&out).expect("prepare after 10 s");
+    complete_handover(&mut h, id);
+    assert!(role_changes(&h.since(0)).contains(&(Role::Active, Role::Demoting, Reason::ListenerDown, 3)));
+    // A peer probe result for the health port is not a thing: peers probe VIP ports only.
+    let mut cfg = pair(A);
+    cfg.vips[0].health_ports = vec![31_000];
+    assert_eq!(cfg.vips[0].listener_ports().collect::<Vec<_>>(), vec![80, 31_000]);
+    assert_eq!(cfg.vips[0].probe_ports, vec![80]);
+}
+
+#[test]
 fn handover_moves_the_whole_member() {
     let mut cfg = pair(A);
-    cfg.vips.push(VipSpec { id: vip(VIP2), probe_ports: vec![443] });
+    cfg.vips.push(VipSpec { id: vip(VIP2), probe_ports: vec![443], health_ports: vec![] });
     let mut h = H::new(cfg, Persisted { epoch: 3, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     h.local_vips(&[VIP, VIP2]);
@@ -672,19 +700,22 @@ fn maintenance_is_persisted_across_restarts() {
 fn two_actives_foreign_holder_conflict_raises_alarm_and_reannounces() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;
-    let conflict = Input::Conflict { vip: vip(VIP), foreign_mac: [2, 0, 0, 0, 0, 9] };
-    let out = h.feed(conflict.clone());
+    let out = h.feed(Input::Conflict { vip: vip(VIP), foreign_mac: [2, 0, 0, 0, 0, 9] });
     assert_eq!(raised(&out), vec![Alarm::VipConflict]);
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
     assert!(removes(&out).is_empty(), "a foreign MAC is not a reason to give up");
-    // Reported again 2 s later (the next duplicate probe): re-announced, alarm still up.
+    assert_eq!(h.status().conflicts, vec![(vip(VIP), [2, 0, 0, 0, 0, 9])], "the status names the foreign MAC");
+    // Reported again 2 s later (the next duplicate probe), by another host: re-announced,
+    // alarm still up, the status names the MAC seen last.
     h.now = 5_010;
-    let out = h.feed(conflict);
+    let out = h.feed(Input::Conflict { vip: vip(VIP), foreign_mac: [2, 0, 0, 0, 0, 0xa] });
     assert!(!raised(&out).contains(&Alarm::VipConflict));
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
-    // Clears 10 s after the last report.
+    assert_eq!(h.status().conflicts, vec![(vip(VIP), [2, 0, 0, 0, 0, 0xa])]);
+    // Clears 10 s after the last report, and the MAC with it.
     let out = h.run(15_020, &[standby(B, 100, 3)], None);
     assert!(cleared(&out).contains(&Alarm::VipConflict));
+    assert!(h.status().conflicts.is_empty());
 }
 
 #[test]

@@ -149,6 +149,7 @@ fn flap_member_whose_carrier_returned_takes_no_vips_until_stable() {
     // B's link blips (100 ms), and A dies right after it.
     h.now = 2_000;
     h.carrier(false);
+    assert_eq!(h.status().not_ready, Some(NotReady::CutOff), "cut off while its link is down");
     h.now = 2_100;
     h.carrier(true);
     assert_eq!(h.status().carrier_settled_at, Some(Millis(4_100)));
@@ -156,6 +157,7 @@ fn flap_member_whose_carrier_returned_takes_no_vips_until_stable() {
     assert!(cas_of(&out).is_empty(), "no takeover while the link settles");
     assert_eq!(h.status().blocker, Some(Blocker::CarrierSettling));
     assert!(!last_advert(&out).ready_all, "not ready in its adverts");
+    assert_eq!(h.status().not_ready, Some(NotReady::CarrierSettling), "and in its status, for the same reason");
     let out = h.run(4_100, &[], Some(false));
     assert_eq!(cas_of(&out), vec![(2, 1)], "takes over once the link was up for 2 s");
     assert_eq!(h.status().carrier_settled_at, None);

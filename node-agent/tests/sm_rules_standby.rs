@@ -571,7 +571,7 @@ fn n_members_maintenance_or_cut_off_peers_do_not_outrank() {
 #[test]
 fn agent_restart_on_active_adds_a_missing_vip_only_after_the_init_listen() {
     let mut cfg = pair(A);
-    cfg.vips.push(VipSpec { id: vip(VIP2), probe_ports: vec![443] });
+    cfg.vips.push(VipSpec { id: vip(VIP2), probe_ports: vec![443], health_ports: vec![] });
     let mut h = H::new(cfg, Persisted { epoch: 7, last_role: Role::Active, ..Persisted::default() });
     h.env_links();
     let out = h.local_vips(&[VIP]); // one of the two is gone

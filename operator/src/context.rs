@@ -42,10 +42,12 @@ pub struct PairMemory {
     /// Request ids acted on by this process (per request kind key), in case the cache
     /// does not show the operator's own record yet when the pair is reconciled again.
     pub handled: BTreeMap<String, String>,
-    /// Of a FloatingIP: the `Accepted` condition (status and message) this process last
-    /// applied, so that a reconcile that runs before the cache shows it neither writes
-    /// it nor announces it again.
-    pub admission: Option<(bool, String)>,
+    /// Of a FloatingIP: the conditions (with the object's uid and generation) this
+    /// process last applied, so that a reconcile that runs before the cache shows them
+    /// neither writes them nor announces them again. The uid: a FloatingIP deleted and
+    /// created again under its name (a Service's address released and allocated again)
+    /// is a new object that needs its own conditions.
+    pub admission: Option<(Option<String>, Option<i64>, crate::model::FipVerdict)>,
 }
 
 /// Everything a reconcile needs.
@@ -72,6 +74,8 @@ pub struct Context {
     pub memory: Mutex<HashMap<String, PairMemory>>,
     /// One flag per secondary store, true once its initial list is in.
     pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// What the load-balancer controllers read besides pairs and FloatingIPs.
+    pub lb: crate::loadbalancer::LbStores,
 }
 
 impl Context {
@@ -91,6 +95,18 @@ impl Context {
         tokio::time::timeout(timeout, all_ready(&self.ready))
             .await
             .map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
+    }
+
+    /// Waits until the stores of the load-balancer controllers have their initial lists
+    /// (theirs, and those of pairs and FloatingIPs).
+    pub async fn wait_lb_ready(&self) -> Result<(), Error> {
+        let timeout = Duration::from_secs(30);
+        tokio::time::timeout(timeout, async {
+            all_ready(&self.ready).await;
+            all_ready(&self.lb.ready).await;
+        })
+        .await
+        .map_err(|_| Error::CacheSync { seconds: timeout.as_secs() })
     }
 
     /// Runs `f` on the pair's memory.
@@ -123,7 +139,7 @@ impl Context {
             type_: Some(if ev.warning { "Warning" } else { "Normal" }.to_owned()),
             event_time: Some(MicroTime(now)),
             regarding: Some(reference),
-            reporting_controller: Some("havip.io/operator".to_owned()),
+            reporting_controller: Some(havip_crds::reporting::OPERATOR.to_owned()),
             reporting_instance: Some(truncate(&self.settings.identity, 128)),
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", now.as_nanosecond())),

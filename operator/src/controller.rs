@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn drop_managed_fields<K: Resource>(o: &mut K) {
+pub(crate) fn drop_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
@@ -77,7 +77,7 @@ fn node_addresses(n: &Node) -> NodeAddresses {
 }
 
 /// Which watch events of a resource trigger reconciles (one filter per consumer).
-enum Filter<K, T> {
+pub(crate) enum Filter<K, T> {
     /// Every object applied (its controller's primary stream: deletions are not
     /// reconciled, owner references and the periodic resync clean up).
     Applied,
@@ -111,7 +111,7 @@ impl<K: Resource, T: PartialEq> Filter<K, T> {
 }
 
 /// A stream of objects that trigger reconciles.
-type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+pub(crate) type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
 
 /// Drives a watch (already `.reflect`ed into its store) in a task of its own, and
 /// forwards the objects that should trigger reconciles to each consumer through a
@@ -121,7 +121,7 @@ type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>
 /// The stores the reconciles read are thus kept up to date (and become ready)
 /// independently of how the controllers poll their trigger streams: a reconcile that
 /// waits for every store can never wait on a stream only its own controller drives.
-fn drive<K, T, const N: usize>(
+pub(crate) fn drive<K, T, const N: usize>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     filters: [Filter<K, T>; N],
     ready: tokio::sync::watch::Sender<bool>,
@@ -202,6 +202,8 @@ pub async fn run_controllers(
     let (nodes_ready, nodes_ready_rx) = tokio::sync::watch::channel(false);
     let (leases_ready, leases_ready_rx) = tokio::sync::watch::channel(false);
     let (secrets_ready, secrets_ready_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    let (lb, lb_watches) = crate::loadbalancer::watch(&client, &mut tasks);
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
@@ -214,6 +216,7 @@ pub async fn run_controllers(
         secrets,
         memory: Mutex::default(),
         ready: vec![pairs_ready_rx, fips_ready_rx, nodes_ready_rx, leases_ready_rx, secrets_ready_rx],
+        lb,
     });
 
     // FloatingIP → its pair (and the pair it named before, when it moved), and the pairs
@@ -221,20 +224,24 @@ pub async fn run_controllers(
     // refused may have changed.
     let fip_pairs: Arc<Mutex<HashMap<String, FipPair>>> = Arc::default();
     let fips_for_fips = fips.clone();
-    let mut tasks = Vec::new();
     // HAPairs and FloatingIPs are each watched once: the watch feeds the store every
     // reconcile reads, its own controller (primary) and the other controller (secondary).
     // Their caches drop managedFields (several managers per object: the user, the
     // operator, one per agent): nothing here reads them.
-    let [pair_primary, pair_stream] = drive(
+    let [pair_primary, pair_stream, pairs_for_services, pairs_for_pools] = drive(
         watcher(pairs_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(pairs_w),
-        [Filter::Applied, Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ()))],
+        [
+            Filter::Applied,
+            Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ())),
+            Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ())),
+            Filter::Changed(Box::new(|_: &DeserializeGuard<HAPair>| ())),
+        ],
         pairs_ready,
         &mut tasks,
     );
-    let [fip_primary, fip_stream] = drive(
+    let [fip_primary, fip_stream, fips_for_services, fips_for_pools] = drive(
         watcher(fips_api, wc.clone()).default_backoff().modify(drop_managed_fields).reflect(fips_w),
-        [Filter::<_, ()>::Applied, Filter::Touched],
+        [Filter::<_, ()>::Applied, Filter::Touched, Filter::Touched, Filter::Touched],
         fips_ready,
         &mut tasks,
     );
@@ -360,10 +367,19 @@ pub async fn run_controllers(
                     Err(p) => p.into_inner(),
                 };
                 memory.retain(|k, _| pairs.contains(k) || fips.contains(k));
+                drop(memory);
+                let services: std::collections::HashSet<String> =
+                    ctx.lb.services.state().iter().map(|s| crate::loadbalancer::model::service_key(s)).collect();
+                let mut lb_memory = match ctx.lb.memory.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                lb_memory.retain(|k, _| services.contains(k));
             }
         }
     };
     let config = ControllerConfig::default().concurrency(settings.concurrency);
+    let (config_lb, stop_lb) = (config.clone(), stop.clone());
     let hapair = hapair_ctrl
         .with_config(config.clone())
         .watches_stream(fip_stream, fip_mapper)
@@ -377,11 +393,18 @@ pub async fn run_controllers(
         .with_config(config)
         .watches_stream(pair_stream, pair_mapper)
         .graceful_shutdown_on(stop)
-        .run(crate::floatingip::reconcile, error_policy::<FloatingIP>, ctx)
+        .run(crate::floatingip::reconcile, error_policy::<FloatingIP>, ctx.clone())
         .for_each(|res| async move { log_result("floatingip", res) });
+    let lb = crate::loadbalancer::run(
+        ctx.clone(),
+        lb_watches,
+        crate::loadbalancer::SharedTriggers { pairs_for_services, pairs_for_pools, fips_for_services, fips_for_pools },
+        config_lb,
+        stop_lb,
+    );
     tracing::info!(namespace = %ns, "controllers started");
     tokio::select! {
-        () = async { futures::join!(hapair, fip); } => {}
+        () = async { futures::join!(hapair, fip, lb); } => {}
         () = gc => {}
     }
     for t in tasks {
@@ -390,7 +413,7 @@ pub async fn run_controllers(
     tracing::info!("controllers stopped");
 }
 
-fn log_result<K: Resource, E: std::fmt::Display>(
+pub(crate) fn log_result<K: Resource, E: std::fmt::Display>(
     controller: &'static str,
     res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<E, watcher::Error>>,
 ) {

@@ -107,6 +107,17 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// Creating, applying or deleting a FloatingIP of a Service's address failed.
+    #[error("failed to {op} FloatingIP {name}: {source}")]
+    FloatingIp {
+        /// create, apply or delete.
+        op: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// Listing objects failed.
     #[error("failed to list {kind}: {source}")]
     List {
@@ -192,6 +203,7 @@ impl Error {
             Error::PatchSpec { .. } => "patch_spec",
             Error::Label { .. } => "label",
             Error::Get { .. } => "get",
+            Error::FloatingIp { .. } => "floating_ip",
             Error::List { .. } => "list",
             Error::Watch { .. } => "watch",
             Error::LeaderLease { .. } => "leader_lease",
@@ -214,6 +226,7 @@ impl Error {
             | Error::UpdateSecret { source, .. }
             | Error::ApplyStatus { source, .. }
             | Error::Annotate { source, .. }
+            | Error::FloatingIp { source, .. }
             | Error::LeaderLease { source, .. } => source,
             _ => return false,
         };

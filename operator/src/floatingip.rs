@@ -1,6 +1,7 @@
-//! The FloatingIP reconcile: the operator owns one condition of each FloatingIP,
-//! `PairFound` (its own entry of the list-map, field manager `havip-operator`); the
-//! holder's agent owns the rest of the status.
+//! The FloatingIP reconcile: the operator owns the `PairFound` condition of each
+//! FloatingIP (its own entry of the list-map, field manager `havip-operator`); while the
+//! pair exists its reconcile writes `Accepted`, `Ready` and `Conflict`, and here, when the
+//! pair is missing, they say so. The holder's agent owns the holder fields.
 
 use crate::Error;
 use crate::context::{Context, Ev};
@@ -71,6 +72,9 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
     if !found {
         let api: Api<FloatingIP> = Api::all(ctx.client.clone());
         crate::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
+        // Not accepted, not ready: the conditions the pair's reconcile writes while the
+        // pair exists.
+        crate::status::apply_fip_status(ctx, fip, model::orphan_verdict(fip)).await?;
     }
     Ok(Action::requeue(ctx.settings.resync * 5))
 }

@@ -46,6 +46,16 @@ impl Reconciled for HAPair {
     }
 }
 
+impl Reconciled for havip_crds::VIPPool {
+    const CONTROLLER: &'static str = "vippool";
+    fn memory_key(name: &str) -> String {
+        format!("vippool/{name}")
+    }
+    fn trace_reconciling(name: &str) {
+        tracing::debug!(vippool = %name, "reconciling");
+    }
+}
+
 impl Reconciled for FloatingIP {
     const CONTROLLER: &'static str = "floatingip";
     fn memory_key(name: &str) -> String {

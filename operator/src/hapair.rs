@@ -279,7 +279,7 @@ fn gather(pair: &HAPair, ctx: &Context, lease: Option<&Lease>, key: Option<KeyIn
     refused.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Observed {
         refused,
-        spec_problems: model::validate_spec(&name, &pair.spec),
+        spec_problems: model::validate_spec(&name, &pair.spec, &ctx.settings.namespace),
         name,
         spec: pair.spec.clone(),
         status: pair.status.clone().unwrap_or_default(),
@@ -414,6 +414,7 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     label_lease_and_secret(ctx, pair, lease.as_ref(), secret.as_ref()).await?;
     let revision = model::revision(&o);
     let assessment = model::assess(&o, &revision);
+    fip_statuses(ctx, &o, &assessment).await?;
     let (transition, new_transition) = model::last_transition(&o);
     let mut command = o.status.command.clone();
     let mut last_op = o.status.last_operation.clone();
@@ -564,6 +565,10 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     if model::without_timestamps(&desired) != model::without_timestamps(&previous) {
         apply_status(ctx, &name, &desired).await?;
     }
+    let departed = model::departed_members(&o);
+    if !departed.is_empty() {
+        remove_member_entries(ctx, &name, &departed).await?;
+    }
     if let Some((kind, id)) = handled {
         ctx.with_memory(&name, |m| m.handled.insert(kind.key().to_owned(), id.clone()));
         // Not fatal: the answer is already in the status (which also keeps the id from
@@ -671,90 +676,35 @@ async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Er
     Ok(Action::requeue(requeue))
 }
 
-/// The `Accepted` condition and the member labels of each FloatingIP of the pair, and an
-/// Event when one is refused or accepted again.
+/// The member labels of each FloatingIP of the pair: the accepted ones carry them (the
+/// agents select on them), the refused ones none.
 async fn admit_floating_ips(ctx: &Context, pair: &HAPair, o: &Observed) -> Result<(), Error> {
     let members = model::member_labels(&pair.spec);
     let none = BTreeSet::new();
     let api: Api<havip_crds::FloatingIP> = Api::all(ctx.client.clone());
-    let verdicts =
-        o.vips.iter().map(|v| (v.name.as_str(), None)).chain(o.refused.iter().map(|(v, r)| (v.name.as_str(), Some(r))));
-    for (name, refusal) in verdicts {
+    for (name, refusal) in fip_refusals(o) {
         let Some(fip) = ctx.fips.get(&ObjectRef::new(name)) else { continue };
         let Ok(fip) = &fip.0 else { continue };
-        set_accepted(ctx, fip, refusal).await?;
         let desired = if refusal.is_none() { &members } else { &none };
         label_members(ctx, &api, "FloatingIP", name, fip.labels(), desired).await?;
     }
     Ok(())
 }
 
-/// Applies a FloatingIP's `Accepted` condition when it changed (its own field manager),
-/// with an Event on a refusal and on an acceptance after one.
-async fn set_accepted(
-    ctx: &Context,
-    fip: &havip_crds::FloatingIP,
-    refusal: Option<&model::Refusal>,
-) -> Result<(), Error> {
-    let name = fip.name_any();
-    let accepted = refusal.is_none();
-    let (why, message) = match refusal {
-        None => (
-            reason::AS_EXPECTED,
-            format!("address {} is handed to the agents of pair {}", fip.spec.address, fip.spec.pair),
-        ),
-        Some(r) => (r.reason(), r.message(&fip.spec.address)),
-    };
-    let previous = fip.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let current = previous.iter().find(|c| c.type_ == havip_crds::condition::ACCEPTED);
-    let generation = fip.meta().generation;
-    let status = if accepted { "True" } else { "False" };
-    let key = format!("fip/{name}");
-    let verdict = (accepted, message.clone());
-    if current.is_some_and(|c| {
-        c.status == status && c.reason == why && c.message == message && c.observed_generation == generation
-    }) {
-        ctx.with_memory(&key, |m| m.admission = Some(verdict));
-        return Ok(());
-    }
-    if ctx.with_memory(&key, |m| m.admission.as_ref() == Some(&verdict))
-        && current.is_none_or(|c| c.observed_generation == generation)
-    {
-        // Applied by this process already; the cache has not caught up yet.
-        return Ok(());
-    }
-    ctx.guard("status")?;
-    let cond = model::condition(
-        previous,
-        havip_crds::condition::ACCEPTED,
-        accepted,
-        why,
-        message.clone(),
-        generation,
-        Timestamp::now(),
-    );
-    let patch = serde_json::json!({
-        "apiVersion": havip_crds::FloatingIP::api_version(&()),
-        "kind": havip_crds::FloatingIP::kind(&()),
-        "status": {"conditions": [cond]},
-    });
-    let api: Api<havip_crds::FloatingIP> = Api::all(ctx.client.clone());
-    match api.patch_status(&name, &PatchParams::apply(manager::OPERATOR_ADMISSION).force(), &Patch::Apply(&patch)).await
-    {
-        Ok(_) => {}
-        Err(e) if is_status(&e, 404) => return Ok(()),
-        Err(source) => {
-            return Err(Error::ApplyStatus { kind: "FloatingIP", name, source: Box::new(source) });
-        }
-    }
-    ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind: "FloatingIP" }).inc();
-    ctx.with_memory(&key, |m| m.admission = Some(verdict));
-    let was = current.map(|c| c.status.as_str());
-    if !accepted && was != Some("False") {
-        tracing::warn!(floatingip = %name, reason = why, %message, "FloatingIP refused");
-        ctx.event(fip, Ev::warning(why, "Validate", message)).await;
-    } else if accepted && was == Some("False") {
-        ctx.event(fip, Ev::normal("Accepted", "Validate", message)).await;
+/// Each FloatingIP of the pair by name, with why it was refused (`None`: accepted).
+fn fip_refusals(o: &Observed) -> impl Iterator<Item = (&str, Option<&model::Refusal>)> {
+    o.vips.iter().map(|v| (v.name.as_str(), None)).chain(o.refused.iter().map(|(v, r)| (v.name.as_str(), Some(r))))
+}
+
+/// The operator's part of each FloatingIP's status (`Accepted`, `Ready`, `Conflict`,
+/// `observedGeneration`, and `state: Pending` while nobody holds it), with an Event on a
+/// refusal and on an acceptance after one.
+async fn fip_statuses(ctx: &Context, o: &Observed, a: &model::Assessment) -> Result<(), Error> {
+    for (name, refusal) in fip_refusals(o) {
+        let Some(fip) = ctx.fips.get(&ObjectRef::new(name)) else { continue };
+        let Ok(fip) = &fip.0 else { continue };
+        let verdict = model::fip_verdict(o, a, fip, refusal);
+        crate::status::apply_fip_status(ctx, fip, verdict).await?;
     }
     Ok(())
 }
@@ -809,6 +759,40 @@ fn refused(kind: RequestKind, id: &str, why: String, now: Timestamp) -> Operatio
         result: OperationResult::Refused,
         message: why,
         time: Some(Time(now)),
+    }
+}
+
+/// Removes the `status.members` entries of departed members (`(position, node)`, highest
+/// position first) with one JSON patch that first tests each position still holds that
+/// node (an entry added or removed since the cache was read fails the patch; the next
+/// reconcile retries). A departed agent that still writes adds its entry back until it
+/// notices; it is removed again then.
+async fn remove_member_entries(ctx: &Context, name: &str, departed: &[(usize, String)]) -> Result<(), Error> {
+    ctx.guard("status")?;
+    let mut ops = Vec::new();
+    for (i, node) in departed {
+        ops.push(serde_json::json!({"op": "test", "path": format!("/status/members/{i}/node"), "value": node}));
+        ops.push(serde_json::json!({"op": "remove", "path": format!("/status/members/{i}")}));
+    }
+    let patch: json_patch::Patch = match serde_json::from_value(serde_json::Value::Array(ops)) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(pair = %name, error = %e, "failed to build the JSON patch removing departed members");
+            return Ok(());
+        }
+    };
+    let api: Api<HAPair> = Api::all(ctx.client.clone());
+    let pp = PatchParams { field_manager: Some(manager::OPERATOR.to_owned()), ..PatchParams::default() };
+    match api.patch_status(name, &pp, &Patch::Json::<()>(patch)).await {
+        Ok(_) => {
+            let nodes: Vec<&str> = departed.iter().map(|(_, n)| n.as_str()).collect();
+            tracing::info!(pair = %name, members = ?nodes, "removed the status entries of departed members");
+            ctx.metrics.status_writes.get_or_create(&crate::metrics::KindLabels { kind: "HAPair" }).inc();
+            Ok(())
+        }
+        // The entries moved since the cache was read (a failed test), or the pair is gone.
+        Err(e) if is_status(&e, 422) || is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+        Err(source) => Err(Error::ApplyStatus { kind: "HAPair", name: name.to_owned(), source: Box::new(source) }),
     }
 }
 

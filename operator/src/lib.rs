@@ -42,6 +42,7 @@ pub mod floatingip;
 pub mod guard;
 pub mod hapair;
 pub mod leader;
+pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
@@ -64,6 +65,9 @@ pub struct Settings {
     pub resync: Duration,
     /// Reconciles running at once per controller.
     pub concurrency: u16,
+    /// Serve Services of type LoadBalancer without a `loadBalancerClass` too (havip as
+    /// the cluster's default load-balancer provider).
+    pub default_load_balancer: bool,
 }
 
 /// Builds a client from a kubeconfig path, or the usual inference (KUBECONFIG,

@@ -65,6 +65,10 @@ struct Args {
     /// Reconciles running at once, per controller.
     #[arg(long, env = "HAVIP_CONCURRENCY", default_value = "8")]
     concurrency: u16,
+    /// Serve Services of type LoadBalancer that name no `loadBalancerClass` as well as
+    /// those of class havip.io/l2 (havip as the cluster's default provider).
+    #[arg(long, env = "HAVIP_DEFAULT_LOAD_BALANCER", default_value_t = false, action = clap::ArgAction::Set)]
+    default_load_balancer: bool,
 }
 
 #[tokio::main]
@@ -144,6 +148,7 @@ async fn run(args: Args) -> Result<&'static str, Error> {
         identity: identity.clone(),
         resync: args.resync,
         concurrency: args.concurrency,
+        default_load_balancer: args.default_load_balancer,
     };
     let cfg = LeaderConfig {
         namespace: args.namespace.clone(),

@@ -112,8 +112,9 @@ async fn creation(client: &Client) {
 async fn healthy(client: &Client, pair: &str, active: &str, standby: &str, epoch: i64) {
     let p = get_pair(client, pair).await;
     let rev = revision_of(&p);
+    // A member reports its own roles, as its agent does.
     let mut a = entry(active, "Active", epoch, &rev, VIP);
-    a["lastTransition"] = serde_json::json!({"from": standby, "to": active, "reason": if epoch == 1 { "Elected" } else { "PeerLost" }, "epoch": epoch});
+    a["lastTransition"] = serde_json::json!({"from": "Standby", "to": "Active", "reason": if epoch == 1 { "Elected" } else { "PeerLost" }, "epoch": epoch});
     report(client, pair, a).await;
     report(client, pair, entry(standby, "Standby", epoch, &rev, VIP)).await;
 }
@@ -227,7 +228,8 @@ async fn commands(client: &Client, op: &Operator) {
     report(client, "s1", answer).await;
     set_lease(client, "s1", Some("n2"), 5).await;
     let mut n2 = entry("n2", "Active", 5, &rev, VIP);
-    n2["lastTransition"] = serde_json::json!({"from": "n1", "to": "n2", "reason": "PlannedFailover", "epoch": 5});
+    n2["lastTransition"] =
+        serde_json::json!({"from": "Standby", "to": "Active", "reason": "PlannedFailover", "epoch": 5});
     report(client, "s1", n2).await;
     let (result, message) = wait_answer(client, "s1", "f1").await;
     assert_eq!(result, "Succeeded");
@@ -621,12 +623,12 @@ async fn plugin_end_to_end(client: &Client, cp: &ControlPlane) {
     assert!(out.contains("PlannedFailover") && out.contains("Succeeded") && out.contains("handed over to n1"), "{out}");
 
     let (code, out, err) = plugin(cp, &["failover", "s1", "--to", "nope"]);
-    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(code, 6, "refused: stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains("Refused") && out.contains("nope is not a member"), "{out}");
 
     let (code, out, err) = plugin(cp, &["--timeout", "2s", "failover", "no-such-pair"]);
-    assert_ne!(code, 0, "{out}{err}");
-    assert!(err.contains("no-such-pair"), "{err}");
+    assert_eq!(code, 3, "not found: {out}{err}");
+    assert!(err.contains("no-such-pair") && err.contains("kubectl havip list"), "{err}");
 
     let (code, out, _) = plugin(cp, &["status", "s1"]);
     assert_eq!(code, 0);
@@ -643,7 +645,7 @@ async fn plugin_end_to_end(client: &Client, cp: &ControlPlane) {
     // Maintenance is declarative: the spec changes at once; the verb waits for the
     // member's agent to confirm it.
     let (code, out, err) = plugin(cp, &["--timeout", "2s", "maintenance", "s6", "n2", "on"]);
-    assert_eq!(code, 2, "no agent confirms: timeout\n{out}{err}");
+    assert_eq!(code, 7, "no agent confirms: pending\n{out}{err}");
     assert!(out.contains("has not confirmed"), "{out}");
     let p = get_pair(client, "s6").await;
     assert!(p.spec.members.iter().any(|m| m.node == "n2" && m.maintenance), "{:?}", p.spec.members);
@@ -655,12 +657,12 @@ async fn plugin_end_to_end(client: &Client, cp: &ControlPlane) {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("applied by its agent"), "{out}");
     let (code, out, err) = plugin(cp, &["maintenance", "s6", "zz", "on"]);
-    assert_ne!(code, 0, "{out}{err}");
+    assert_eq!(code, 2, "usage: {out}{err}");
     assert!(err.contains("zz is not a member"), "{err}");
 
     // rotate-key answers InProgress until the members use the new key: a timeout.
     let (code, out, err) = plugin(cp, &["--timeout", "3s", "rotate-key", "s6"]);
-    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(code, 7, "pending: {out}{err}");
     assert!(out.contains("RotateKey") && out.contains("InProgress"), "{out}");
     eprintln!("kubectl-havip: failover end to end, refusal, maintenance, rotate-key, status ✓");
 }
@@ -693,15 +695,14 @@ async fn member_replacement(client: &Client) {
     let mut n3 = entry("n3", "Standby", 1, &rev, VIP);
     n3["keyId"] = 2.into();
     report(client, "s7", n3).await;
-    let p = wait_pair(client, "s7", "rotation done, Live with n3", |p| {
+    wait_pair(client, "s7", "rotation done, Live with n3, n2's entry removed", |p| {
         let st = p.status.as_ref().unwrap();
-        st.key_rotation.is_none() && st.phase == Some(Phase::Live) && st.standby.as_deref() == Some("n3")
+        st.key_rotation.is_none()
+            && st.phase == Some(Phase::Live)
+            && st.standby.as_deref() == Some("n3")
+            && !st.members.iter().any(|m| m.node == "n2")
     })
     .await;
-    assert!(
-        p.status.as_ref().unwrap().members.iter().any(|m| m.node == "n2"),
-        "n2's stale entry stays (its agent owns it)"
-    );
     assert_eq!(secret_field(&secret(client, "s7").await, "previousKey"), None);
     eprintln!("member replacement: key rotated, newcomer standby ✓");
 }

@@ -11,6 +11,10 @@
 //! `advert_int 0.1`). Then the havip agent's idle RSS and CPU with each VIP count of
 //! `--footprint-vips` (default 1, 10 and 100).
 //!
+//! For each (system, scenario) the median run's client probes around the move are
+//! printed too (`"bench": "timeline"`: each probe's start and end relative to the last
+//! answer of the old holder, and who answered); `bench-report` draws them as an SVG.
+//!
 //! Root only. `make bench-failover` and `make bench` run it; `--runs N` sets the runs per
 //! scenario.
 
@@ -70,6 +74,29 @@ struct Outcome {
     gap_ms: f64,
     failed: usize,
     new_holder_reached: bool,
+    /// The client's probes from `TIMELINE_BEFORE_MS` before the last answer of the old
+    /// holder to `TIMELINE_AFTER_MS` after the first answer of the new one: (start, end,
+    /// responder), in ms relative to that last answer.
+    timeline: Timeline,
+}
+
+/// A run's probes around the move: (start ms, end ms, responder).
+type Timeline = Vec<(f64, f64, Option<String>)>;
+
+const TIMELINE_BEFORE_MS: f64 = 150.0;
+const TIMELINE_AFTER_MS: f64 = 150.0;
+
+/// The probes around the longest gap, relative to its start (see [`Outcome::timeline`]).
+fn around_the_gap(report: &ProbeReport) -> Timeline {
+    let Some(gap) = report.longest_gap.as_ref() else { return Vec::new() };
+    let (from, to) = (gap.from_ms - TIMELINE_BEFORE_MS, gap.to_ms + TIMELINE_AFTER_MS);
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    report
+        .timeline
+        .iter()
+        .filter(|p| p.end_ms >= from && p.start_ms <= to)
+        .map(|p| (r1(p.start_ms - gap.from_ms), r1(p.end_ms - gap.from_ms), p.outcome.as_ref().ok().cloned()))
+        .collect()
 }
 
 fn finish(prober: Prober, new_holder: &str, deadline: Duration) -> Outcome {
@@ -80,12 +107,19 @@ fn finish(prober: Prober, new_holder: &str, deadline: Duration) -> Outcome {
     }
     let report: ProbeReport = match prober.stop() {
         Ok(r) => r,
-        Err(_) => return Outcome { gap_ms: f64::NAN, failed: usize::MAX, new_holder_reached: false },
+        Err(_) => {
+            return Outcome { gap_ms: f64::NAN, failed: usize::MAX, new_holder_reached: false, timeline: Vec::new() };
+        }
     };
     if std::env::var_os("BENCH_VERBOSE").is_some() {
         eprintln!("  {}", report.summary());
     }
-    Outcome { gap_ms: report.longest_gap_ms, failed: report.failed, new_holder_reached: reached }
+    Outcome {
+        gap_ms: report.longest_gap_ms,
+        failed: report.failed,
+        new_holder_reached: reached,
+        timeline: around_the_gap(&report),
+    }
 }
 
 fn cut_node(topo: &Topology, node: usize) -> Result<(), String> {
@@ -221,6 +255,7 @@ fn main() -> std::process::ExitCode {
     for scenario in &scenarios {
         for system in &systems {
             let mut gaps = Vec::new();
+            let mut timelines: Vec<(f64, Timeline)> = Vec::new();
             let mut failed_max = 0usize;
             let mut unreached = 0;
             for run in 0..args.runs {
@@ -245,6 +280,7 @@ fn main() -> std::process::ExitCode {
                         );
                         gaps.push(o.gap_ms);
                         failed_max = failed_max.max(o.failed);
+                        timelines.push((o.gap_ms, o.timeline));
                     }
                     Err(e) => {
                         failed_runs += 1;
@@ -268,6 +304,21 @@ fn main() -> std::process::ExitCode {
                     "runs_without_takeover": unreached,
                 })
             );
+            // The median run's probes, for the picture.
+            timelines.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((gap, probes)) = timelines.get(timelines.len().saturating_sub(1) / 2) {
+                println!(
+                    "{}",
+                    json!({
+                        "bench": "timeline",
+                        "system": system,
+                        "scenario": scenario.name(),
+                        "gap_ms": (gap * 10.0).round() / 10.0,
+                        "interval_ms": 5,
+                        "probes": probes.iter().map(|(s, e, who)| json!([s, e, who])).collect::<Vec<_>>(),
+                    })
+                );
+            }
             results.push(((*system).to_owned(), *scenario, p50, p99, failed_max));
         }
         // Ratios havip / keepalived for this scenario.

@@ -68,6 +68,14 @@ fn main() -> std::process::ExitCode {
                 eprintln!("bench-report: failed to write {}: {e}", out.display());
                 return std::process::ExitCode::FAILURE;
             }
+            // The pictures the report links, next to their results files.
+            if let Some((name, svg)) = newest(&files, Kind::Failover).and_then(timeline_svg) {
+                let path = dir.join(&name);
+                if let Err(e) = std::fs::write(&path, svg) {
+                    eprintln!("bench-report: failed to write {}: {e}", path.display());
+                    return std::process::ExitCode::FAILURE;
+                }
+            }
             eprintln!("bench-report: wrote {} from {} file(s) in {}", out.display(), files.len(), dir.display());
             std::process::ExitCode::SUCCESS
         }
@@ -197,6 +205,8 @@ enum Kind {
     ScaleOperator,
     /// bench-scale: the agent of a node with two pairs in the big cluster.
     ScaleAgent,
+    /// bench-failover: the median run's client probes around a move.
+    Timeline,
 }
 
 fn kind(v: &Value) -> Option<Kind> {
@@ -218,6 +228,7 @@ fn kind(v: &Value) -> Option<Kind> {
         "scale_setup" => Some(Kind::ScaleSetup),
         "scale_operator" => Some(Kind::ScaleOperator),
         "scale_agent" => Some(Kind::ScaleAgent),
+        "timeline" => Some(Kind::Timeline),
         _ => None,
     }
 }
@@ -384,6 +395,137 @@ fn failover_section(out: &mut String, files: &[RunFile]) {
     if f.lines.iter().filter(|v| kind(v) == Some(Kind::Failover)).any(|v| num(v, "runs").unwrap_or(0.0) < 10.0) {
         out.push_str("With fewer than 10 runs per row the p99 is the largest gap seen, not a statistical p99.\n\n");
     }
+    if let Some((name, _)) = timeline_svg(f) {
+        let _ = writeln!(
+            out,
+            "What the client saw in the median run of each row — every connect attempt (one every 5 ms) as a bar from \
+its start to its end, by who answered; 0 is the old holder's last answer (drawn by `bench-report` from the \
+`timeline` lines of [`{}`](bench/{})):\n\n![client connects around each move, havip and keepalived side by side](bench/{name})\n",
+            f.file, f.file
+        );
+    }
+}
+
+/// The SVG drawn from a failover file's `timeline` lines, and its file name (the
+/// results file's, `.svg`): a panel per scenario, a row per system, each probe a bar from
+/// its start to its end, blue for the old holder, green for the new one, red for a failed
+/// connect. `None` without timelines.
+fn timeline_svg(f: &RunFile) -> Option<(String, String)> {
+    let lines = rows(f, Kind::Timeline);
+    if lines.is_empty() {
+        return None;
+    }
+    struct Row<'a> {
+        system: &'a str,
+        gap: f64,
+        probes: Vec<(f64, f64, Option<&'a str>)>,
+    }
+    let mut panels: Vec<(&str, Vec<Row<'_>>)> = Vec::new();
+    for v in lines {
+        let scenario = v.get("scenario").and_then(Value::as_str).unwrap_or("?");
+        let probes = v
+            .get("probes")
+            .and_then(Value::as_array)
+            .map(|ps| {
+                ps.iter()
+                    .filter_map(|p| {
+                        let p = p.as_array()?;
+                        Some((p.first()?.as_f64()?, p.get(1)?.as_f64()?, p.get(2).and_then(Value::as_str)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let row = Row {
+            system: v.get("system").and_then(Value::as_str).unwrap_or("?"),
+            gap: num(v, "gap_ms").unwrap_or(0.0),
+            probes,
+        };
+        match panels.iter_mut().find(|(s, _)| *s == scenario) {
+            Some((_, rows)) => rows.push(row),
+            None => panels.push((scenario, vec![row])),
+        }
+    }
+    const W: f64 = 960.0;
+    const LEFT: f64 = 230.0;
+    const RIGHT: f64 = 20.0;
+    const ROW: f64 = 26.0;
+    const PANEL_HEAD: f64 = 46.0;
+    const AXIS: f64 = 30.0;
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let height: f64 = 40.0 + panels.iter().map(|(_, rows)| PANEL_HEAD + ROW * rows.len() as f64 + AXIS).sum::<f64>();
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r##"<rect width="{W}" height="{height}" fill="#ffffff"/>"##);
+    let _ = writeln!(
+        svg,
+        r##"<text x="10" y="20" font-size="14" font-weight="bold">Client connects around a move ({})</text>"##,
+        esc(&f.file)
+    );
+    for (i, (label, color)) in
+        [("old holder answered", "#4878d0"), ("new holder answered", "#3a9d4a"), ("connect failed", "#d65f5f")]
+            .iter()
+            .enumerate()
+    {
+        let x = W - 520.0 + 170.0 * i as f64;
+        let _ = writeln!(svg, r#"<rect x="{x}" y="10" width="12" height="12" fill="{color}"/>"#);
+        let _ = writeln!(svg, r#"<text x="{}" y="20">{label}</text>"#, x + 16.0);
+    }
+    let mut y = 40.0;
+    for (scenario, rows) in &panels {
+        // One scale per panel, so the systems compare at a glance.
+        let lo = rows.iter().flat_map(|r| r.probes.iter().map(|p| p.0)).fold(0.0_f64, f64::min);
+        let hi = rows.iter().flat_map(|r| r.probes.iter().map(|p| p.1)).fold(1.0_f64, f64::max);
+        let span = (hi - lo).max(1.0);
+        let x_of = |ms: f64| LEFT + (ms - lo) / span * (W - LEFT - RIGHT);
+        let _ = writeln!(
+            svg,
+            r#"<text x="10" y="{}" font-size="13" font-weight="bold">{}</text>"#,
+            y + 24.0,
+            esc(scenario)
+        );
+        y += PANEL_HEAD;
+        for r in rows {
+            let _ =
+                writeln!(svg, r#"<text x="10" y="{}">{} — gap {:.1} ms</text>"#, y + ROW * 0.6, esc(r.system), r.gap);
+            let first = r.probes.iter().find_map(|p| p.2);
+            for (s, e, who) in &r.probes {
+                let color = match who {
+                    None => "#d65f5f",
+                    Some(w) if Some(*w) == first => "#4878d0",
+                    Some(_) => "#3a9d4a",
+                };
+                let (x0, x1) = (x_of(*s), x_of(*e));
+                let _ = writeln!(
+                    svg,
+                    r#"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"/>"#,
+                    y + 4.0,
+                    (x1 - x0).max(1.0),
+                    ROW - 8.0
+                );
+            }
+            y += ROW;
+        }
+        // The time axis: a tick every `step` ms.
+        let step = [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]
+            .into_iter()
+            .find(|s| span / s <= 12.0)
+            .unwrap_or(10_000.0);
+        let _ = writeln!(svg, r##"<line x1="{LEFT}" y1="{y}" x2="{}" y2="{y}" stroke="#555555"/>"##, W - RIGHT);
+        let mut t = (lo / step).ceil() * step;
+        while t <= hi {
+            let x = x_of(t);
+            let _ = writeln!(svg, r##"<line x1="{x:.1}" y1="{y}" x2="{x:.1}" y2="{}" stroke="#555555"/>"##, y + 4.0);
+            let _ = writeln!(svg, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{t:.0} ms</text>"#, y + 16.0);
+            t += step;
+        }
+        y += AXIS;
+    }
+    svg.push_str("</svg>\n");
+    let name = format!("{}.svg", f.file.strip_suffix(".jsonl").unwrap_or(&f.file));
+    Some((name, svg))
 }
 
 fn footprint_section(out: &mut String, files: &[RunFile]) {
@@ -934,6 +1076,32 @@ and three pairs per node"
         let md = render(&files);
         assert!(md.contains("did not read FailedOver within 1650 ms"), "{md}");
         assert!(!md.contains("read FailedOver 1650 ms after the cut"), "{md}");
+    }
+
+    #[test]
+    fn the_timelines_are_drawn_from_their_json_lines_and_linked_from_the_report() {
+        let timelines = r#"{"bench":"timeline","system":"havip","scenario":"cut","gap_ms":310.0,"interval_ms":5,"probes":[[-10.0,-9.5,"n0"],[-5.0,45.0,null],[300.0,310.0,"n1"]]}
+{"bench":"timeline","system":"keepalived-v3","scenario":"cut","gap_ms":360.0,"interval_ms":5,"probes":[[-10.0,-9.0,"n0"],[355.0,360.0,"n1"]]}
+{"bench":"timeline","system":"havip","scenario":"planned","gap_ms":6.0,"interval_ms":5,"probes":[[-5.0,-4.0,"n0"],[1.0,6.0,"n1"]]}
+"#;
+        let text = format!("{FAILOVER}{timelines}");
+        let files: Vec<RunFile> = parse_file("failover-2026-11-30.jsonl", &text).into_iter().collect();
+        let (name, svg) = timeline_svg(&files[0]).expect("an SVG");
+        assert_eq!(name, "failover-2026-11-30.svg");
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && svg.trim_end().ends_with("</svg>"));
+        // One bar per probe (7), plus the background and the 3 legend swatches.
+        assert_eq!(svg.matches("<rect ").count(), 7 + 4, "{svg}");
+        assert_eq!(svg.matches(r##"fill="#d65f5f""##).count(), 1 + 1, "one failed connect plus its legend swatch");
+        assert_eq!(svg.matches(r##"fill="#3a9d4a""##).count(), 3 + 1, "three answers of the new holder");
+        for label in ["havip — gap 310.0 ms", "keepalived-v3 — gap 360.0 ms", ">cut<", ">planned<", "0 ms"] {
+            assert!(svg.contains(label), "{label}: {svg}");
+        }
+        let md = render(&files);
+        assert!(md.contains("](bench/failover-2026-11-30.svg)"), "{md}");
+        // Without timelines: no picture, no link.
+        let plain: Vec<RunFile> = parse_file("failover-2026-11-30.jsonl", FAILOVER).into_iter().collect();
+        assert!(timeline_svg(&plain[0]).is_none());
+        assert!(!render(&plain).contains(".svg"));
     }
 
     #[test]

@@ -40,6 +40,10 @@ enum Cmd {
         /// Milliseconds between connects.
         #[arg(long, default_value_t = 20)]
         interval_ms: u64,
+        /// Milliseconds an accepted connection may take to deliver the responder's name
+        /// before the probe counts as failed (`read_timeout`).
+        #[arg(long, default_value_t = 50)]
+        read_timeout_ms: u64,
     },
 }
 
@@ -54,8 +58,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Probe { target, interval_ms } => {
-            let config = ProberConfig::new(target).interval(Duration::from_millis(interval_ms.max(1)));
+        Cmd::Probe { target, interval_ms, read_timeout_ms } => {
+            let config = ProberConfig::new(target)
+                .interval(Duration::from_millis(interval_ms.max(1)))
+                .read_timeout(Duration::from_millis(read_timeout_ms.max(1)));
             let mut out = std::io::stdout().lock();
             probe_stream(&config, &stop, &mut |p| {
                 if let Ok(line) = serde_json::to_string(p) {

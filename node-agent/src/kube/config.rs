@@ -240,6 +240,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
             prefix,
             interface: f.spec.interface.clone(),
             probe_ports: f.spec.probe.ports.iter().filter_map(|p| u16::try_from(*p).ok()).collect(),
+            health_checks: crate::config::health_checks(&f.spec.probe.health_checks).map_err(fip_error)?,
             announce: AnnounceSchedule::from_spec(&f.spec.announce).map_err(fip_error)?,
         });
         fip_specs.insert(f.name_any(), f.spec.clone());

@@ -1,11 +1,12 @@
 //! What one pair's agent tells the cluster: its own `status.members[]` entry (on every
-//! meaningful change and every 60 s), the FloatingIP status while it holds the VIPs,
-//! Events for its role changes and alarms, and its answers to the operator's commands.
+//! meaningful change and every 60 s), the FloatingIP status while it holds the VIPs (and
+//! its removal when it stops holding them), Events for its role changes and alarms, and
+//! its answers to the operator's commands.
 //! The state machine's values are mapped to the API's words here, once; both status
 //! writers go through one apply-until-accepted loop. Nothing here decides anything.
 
 use crate::config::{AgentConfig, VipConfig};
-use crate::runtime::{self, Reporter};
+use crate::runtime::{self, Reporter, VipLink};
 use crate::sm;
 use havip_crds::hapair::{PathAddress, PathHeard, VipReadiness};
 use havip_crds::{
@@ -16,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter as KReporter};
 use kube::{Client, Resource, ResourceExt};
+use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -24,8 +26,99 @@ use tokio::sync::{mpsc, watch};
 /// operator uses to tell a silent member).
 const REFRESH: Duration = Duration::from_secs(60);
 
-/// The FloatingIP status of the held VIPs: their state and the epoch they are held under.
-type FipState = (VipState, u64);
+/// What this member tells the FloatingIPs of its pair.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+enum FipState {
+    /// Starting up (role Init): whatever an earlier run wrote stays until the machine
+    /// settles (a restarted holder adopts its VIPs within a second).
+    #[default]
+    Starting,
+    /// Holds nothing: this member's holder fields are removed.
+    Free,
+    /// Holds the VIPs.
+    Held(Held),
+}
+
+/// The VIPs this member holds: their state (pair-wide: `Announced` or `Unhealthy`), the
+/// epoch they are held under, and the foreign MACs seen answering for some of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Held {
+    state: VipState,
+    epoch: u64,
+    conflicts: Vec<(String, [u8; 6])>,
+}
+
+fn mac_string(m: &[u8; 6]) -> String {
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+/// The status this member applies to the FloatingIP of `vip` while it holds the VIPs.
+fn fip_status(node: &str, h: &Held, vip: &VipConfig, link: Option<&VipLink>) -> serde_json::Value {
+    let conflict = h.conflicts.iter().find(|(id, _)| *id == vip.id).map(|(_, m)| mac_string(m));
+    let state = if conflict.is_some() { VipState::Conflict } else { h.state };
+    let mut status = serde_json::json!({
+        "holder": node,
+        "state": state,
+        "interface": link.map(|l| l.ifname.clone()).or_else(|| vip.interface.clone()),
+        "epoch": h.epoch,
+        "lastAnnounced": now_time(),
+    });
+    if let Some(mac) = link.and_then(|l| l.mac.as_ref()) {
+        status["holderMac"] = serde_json::Value::String(mac_string(mac));
+    }
+    if let Some(mac) = conflict {
+        status["conflictMac"] = serde_json::Value::String(mac);
+    }
+    serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP", "status": status})
+}
+
+/// The holder fields, all removed: what this member writes onto a FloatingIP that still
+/// names it as holder once it holds nothing, under the `resourceVersion` it read. (Not an
+/// apply without the fields: a field another member applied with the same value, such
+/// as `state: Announced`, is owned by both and would stay.)
+fn fip_release(resource_version: Option<String>) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {
+            "holder": null, "state": null, "holderMac": null, "conflictMac": null,
+            "interface": null, "epoch": null, "lastAnnounced": null,
+        },
+    })
+}
+
+/// Removes this member's holder fields from FloatingIP `name` if it still names
+/// `node`: a read, then a merge patch under the read's resourceVersion (a newer holder's
+/// write in between wins: read again). Backs off like [`apply_until_accepted`]; false
+/// when `superseded` stopped it first.
+async fn release_fip(api: &Api<FloatingIP>, name: &str, node: &str, superseded: impl Fn() -> bool) -> bool {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let result = match api.get_opt(name).await {
+            Ok(None) => return true,
+            Ok(Some(f)) if f.status.as_ref().and_then(|s| s.holder.as_deref()) != Some(node) => return true,
+            Ok(Some(f)) => {
+                let patch = fip_release(f.resource_version());
+                let pp =
+                    PatchParams { field_manager: Some(havip_crds::manager::agent(node)), ..PatchParams::default() };
+                api.patch_status(name, &pp, &Patch::Merge(&patch)).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => return true,
+            Err(kube::Error::Api(s)) if s.code == 404 => return true,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
+                tracing::warn!(kind = "FloatingIP", name, error = %e, retry_in = ?delay, "failed to remove this node's holder fields");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+                if superseded() {
+                    return false;
+                }
+            }
+        }
+    }
+}
 
 /// A failover command this member was handed, waiting for the machine's result.
 struct Pending {
@@ -39,7 +132,9 @@ struct Pending {
 pub(super) struct KubeReporter {
     node: String,
     view: Mutex<ReporterView>,
-    fip: watch::Sender<Option<FipState>>,
+    fip: watch::Sender<FipState>,
+    /// The VIPs' interfaces as the runtime resolved them.
+    links: Mutex<Vec<VipLink>>,
     entry: watch::Sender<Option<MemberStatus>>,
     events: mpsc::UnboundedSender<sm::Event>,
     /// The one failover this member may be executing for the operator: the machine
@@ -79,7 +174,7 @@ impl ReporterView {
 
 /// The receiving ends of a reporter, for [`spawn_writers`].
 pub(super) struct Outlets {
-    fip: watch::Receiver<Option<FipState>>,
+    fip: watch::Receiver<FipState>,
     entry: watch::Receiver<Option<MemberStatus>>,
     events: mpsc::UnboundedReceiver<sm::Event>,
 }
@@ -96,12 +191,13 @@ impl KubeReporter {
     /// A reporter for `node` running `cfg`, and the ends its writers read.
     pub(super) fn new(node: &str, cfg: &AgentConfig) -> (KubeReporter, Outlets) {
         let (entry, entry_rx) = watch::channel(None);
-        let (fip, fip_rx) = watch::channel(None);
+        let (fip, fip_rx) = watch::channel(FipState::Starting);
         let (events, events_rx) = mpsc::unbounded_channel();
         let reporter = KubeReporter {
             node: node.to_owned(),
             view: Mutex::new(ReporterView::of(cfg)),
             fip,
+            links: Mutex::new(Vec::new()),
             entry,
             events,
             pending: Mutex::new(None),
@@ -133,7 +229,7 @@ impl KubeReporter {
         // A VIP added to (or changed in) a held configuration needs its FloatingIP's
         // holder fields written, though role and epoch stay what they were.
         if vips_changed {
-            self.fip.send_if_modified(|cur| cur.is_some());
+            self.fip.send_modify(|_| {});
         }
     }
 
@@ -197,8 +293,15 @@ impl KubeReporter {
             .iter()
             .map(|v| VipReadiness {
                 address: format!("{}/{}", v.addr, v.prefix),
-                ready: st.ready_all,
-                reason: (!st.ready_all).then(|| "a listener of this VIP does not answer".to_owned()),
+                ready: st.not_ready.is_none(),
+                reason: st.not_ready.map(|n| {
+                    match n {
+                        sm::NotReady::Listener => "a listener of this VIP does not answer",
+                        sm::NotReady::CutOff => "this member is cut off (a link without carrier, or no gateway)",
+                        sm::NotReady::CarrierSettling => "its carrier returned a moment ago and is not stable yet",
+                    }
+                    .to_owned()
+                }),
             })
             .collect();
         MemberStatus {
@@ -256,16 +359,21 @@ impl Reporter for KubeReporter {
     }
 
     fn status(&self, status: &sm::Status) {
-        let fip = (status.holds_vips && status.role == sm::Role::Active).then(|| {
-            let state = if status.alarms.contains(&sm::Alarm::VipConflict) {
-                VipState::Conflict
-            } else if status.alarms.contains(&sm::Alarm::VipUnhealthy) {
-                VipState::Unhealthy
-            } else {
-                VipState::Announced
-            };
-            (state, status.epoch)
-        });
+        let fip = if status.holds_vips && status.role == sm::Role::Active {
+            FipState::Held(Held {
+                state: if status.alarms.contains(&sm::Alarm::VipUnhealthy) {
+                    VipState::Unhealthy
+                } else {
+                    VipState::Announced
+                },
+                epoch: status.epoch,
+                conflicts: status.conflicts.iter().map(|(v, m)| (v.as_str().to_owned(), *m)).collect(),
+            })
+        } else if status.role == sm::Role::Init {
+            FipState::Starting
+        } else {
+            FipState::Free
+        };
         self.fip.send_if_modified(|cur| {
             if *cur == fip {
                 false
@@ -275,6 +383,11 @@ impl Reporter for KubeReporter {
             }
         });
         self.publish(status);
+    }
+
+    fn links(&self, links: &[VipLink]) {
+        *lock(&self.links) = links.to_vec();
+        self.fip.send_modify(|_| {});
     }
 }
 
@@ -368,27 +481,30 @@ pub(super) fn spawn_writers(
 
 /// Server-side applies `patch` to the status of `name` until the API server takes it,
 /// backing off from 200 ms to 5 s: an outage delays status, nothing else. Stops early
-/// when the object is gone (404), or when `superseded` says a newer value is waiting.
+/// when the object is gone (404, counts as done), or when `superseded` says a newer
+/// value is waiting (returns false: not written). Failures are logged at `warn` with
+/// the object and the API server's reason (an RBAC or admission refusal must be seen).
 async fn apply_until_accepted<K>(
     api: &Api<K>,
     name: &str,
     pp: &PatchParams,
     patch: &serde_json::Value,
     superseded: impl Fn() -> bool,
-) where
+) -> bool
+where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut delay = Duration::from_millis(200);
     loop {
         match api.patch_status(name, pp, &Patch::Apply(patch)).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Ok(_) => return true,
+            Err(kube::Error::Api(s)) if s.code == 404 => return true,
             Err(e) => {
-                tracing::debug!(kind = %K::kind(&()), name, error = %e, "status write failed; retrying");
+                tracing::warn!(kind = %K::kind(&()), name, error = %e, retry_in = ?delay, "status write failed");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
                 if superseded() {
-                    return;
+                    return false;
                 }
             }
         }
@@ -417,30 +533,46 @@ async fn entry_writer(api: Api<HAPair>, pair: String, pp: PatchParams, mut rx: w
 }
 
 /// Writes the FloatingIP status while this member holds the VIPs (holder, state,
-/// epoch), when it changes. The previous holder's entries are taken over (forced apply).
+/// interface and its MAC, epoch, a foreign MAC seen answering), when it changes; the
+/// previous holder's fields are taken over (forced apply). When it stops holding them
+/// (or a VIP leaves the configuration) it removes the holder fields where they still name
+/// it, so that a FloatingIP nobody holds names no holder.
 async fn fip_writer(
     api: Api<FloatingIP>,
     pp: PatchParams,
     reporter: std::sync::Arc<KubeReporter>,
-    mut rx: watch::Receiver<Option<FipState>>,
+    mut rx: watch::Receiver<FipState>,
 ) {
+    // FloatingIPs this member may have holder fields on: at start every VIP of the
+    // configuration (an earlier run may have held them).
+    let mut written: BTreeSet<String> = lock(&reporter.view).vips.iter().map(|v| v.id.clone()).collect();
     loop {
-        let cur = *rx.borrow_and_update();
-        if let Some((state, epoch)) = cur {
-            let vips = lock(&reporter.view).vips.clone();
-            for v in &vips {
-                let patch = serde_json::json!({
-                    "apiVersion": "havip.io/v1alpha1",
-                    "kind": "FloatingIP",
-                    "status": {
-                        "holder": reporter.node,
-                        "state": state,
-                        "interface": v.interface,
-                        "epoch": epoch,
-                        "lastAnnounced": now_time(),
-                    },
-                });
-                apply_until_accepted(&api, &v.id, &pp, &patch, || rx.has_changed().unwrap_or(false)).await;
+        let cur = rx.borrow_and_update().clone();
+        let vips = lock(&reporter.view).vips.clone();
+        let links = lock(&reporter.links).clone();
+        let superseded = || rx.has_changed().unwrap_or(false);
+        let held = match &cur {
+            FipState::Starting => None,
+            FipState::Free => Some(None),
+            FipState::Held(h) => Some(Some(h)),
+        };
+        if let Some(held) = held {
+            let mut holding = BTreeSet::new();
+            if let Some(h) = held {
+                for v in &vips {
+                    let link = links.iter().find(|l| l.id == v.id);
+                    let patch = fip_status(&reporter.node, h, v, link);
+                    if apply_until_accepted(&api, &v.id, &pp, &patch, superseded).await {
+                        written.insert(v.id.clone());
+                    }
+                    holding.insert(v.id.clone());
+                }
+            }
+            let stale: Vec<String> = written.difference(&holding).cloned().collect();
+            for id in stale {
+                if release_fip(&api, &id, &reporter.node, superseded).await {
+                    written.remove(&id);
+                }
             }
         }
         if rx.changed().await.is_err() {
@@ -451,7 +583,10 @@ async fn fip_writer(
 
 /// Publishes Events for role changes, alarms and operation results (on the HAPair).
 async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::UnboundedReceiver<sm::Event>) {
-    let recorder = Recorder::new(client, KReporter { controller: "havip-agent".into(), instance: Some(node.clone()) });
+    let recorder = Recorder::new(
+        client,
+        KReporter { controller: havip_crds::reporting::AGENT.into(), instance: Some(node.clone()) },
+    );
     let reference = pair.object_ref(&());
     while let Some(ev) = rx.recv().await {
         let (type_, reason, note) = match &ev {
@@ -500,6 +635,41 @@ mod tests {
             assert_eq!(api_reason(r), api, "{r:?}");
             // Agent Events and metric labels keep the machine's own names.
             assert_eq!(r.as_str(), format!("{r:?}"));
+        }
+    }
+
+    #[test]
+    fn the_floatingip_status_names_the_holder_its_mac_and_a_foreign_mac() {
+        let vip = |id: &str| VipConfig {
+            id: id.to_owned(),
+            addr: "192.0.2.10".parse().expect("ip"),
+            prefix: 24,
+            interface: None,
+            probe_ports: vec![80],
+            health_checks: vec![],
+            announce: crate::config::AnnounceSchedule::from_spec(&Default::default()).expect("defaults"),
+        };
+        let held =
+            Held { state: VipState::Announced, epoch: 4, conflicts: vec![("b".to_owned(), [0x02, 0, 0, 0, 0, 0x0b])] };
+        let link = VipLink { id: "a".to_owned(), ifname: "eth1".to_owned(), mac: Some([0xaa, 0xbb, 0xcc, 0, 1, 2]) };
+        let a = fip_status("n0", &held, &vip("a"), Some(&link));
+        let s = &a["status"];
+        assert_eq!(s["holder"], "n0");
+        assert_eq!(s["state"], "Announced");
+        assert_eq!(s["interface"], "eth1", "the interface the runtime resolved");
+        assert_eq!(s["holderMac"], "aa:bb:cc:00:01:02");
+        assert_eq!(s["epoch"], 4);
+        assert!(s.get("conflictMac").is_none(), "no foreign host answers for a: {s}");
+        // Only the VIP a foreign host answers for is in conflict, with that host's MAC.
+        let b = fip_status("n0", &held, &vip("b"), None);
+        assert_eq!(b["status"]["state"], "Conflict");
+        assert_eq!(b["status"]["conflictMac"], "02:00:00:00:00:0b");
+        assert!(b["status"].get("holderMac").is_none(), "no link known: no MAC");
+        // Released: every holder field removed, under the resourceVersion read.
+        let r = fip_release(Some("42".to_owned()));
+        assert_eq!(r["metadata"]["resourceVersion"], "42");
+        for k in ["holder", "state", "holderMac", "conflictMac", "interface", "epoch", "lastAnnounced"] {
+            assert!(r["status"][k].is_null() && r["status"].get(k).is_some(), "{k} removed: {r}");
         }
     }
 

@@ -126,7 +126,13 @@ impl Watches {
         let (notify, metrics) = (notify.clone(), metrics.clone());
         self.tasks.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
+            // A failing watch (RBAC, admission, an unreachable API server) is a warning
+            // once, then quiet until it works again (the watcher retries with backoff).
+            let mut failing = false;
             while let Some(ev) = stream.next().await {
+                if ev.is_ok() && std::mem::take(&mut failing) {
+                    tracing::info!(kind, "watch works again");
+                }
                 let event = match ev {
                     Ok(watcher::Event::Apply(_)) => "applied",
                     Ok(watcher::Event::Delete(_)) => "deleted",
@@ -138,7 +144,11 @@ impl Watches {
                         continue;
                     }
                     Err(e) => {
-                        tracing::debug!(kind, error = %e, "watch error (retrying)");
+                        if std::mem::replace(&mut failing, true) {
+                            tracing::debug!(kind, error = %e, "watch still failing (retrying)");
+                        } else {
+                            tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");
+                        }
                         continue;
                     }
                 };

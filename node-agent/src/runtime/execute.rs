@@ -185,8 +185,8 @@ impl Runtime {
     /// more than a second apart, then a periodic refresh until the VIPs are removed.
     pub(super) fn announce(&mut self, kind: sm::AnnounceKind) {
         self.stop_announcer();
-        let vips: Vec<(ResolvedVip, Arc<ArpPort>)> =
-            self.vips.iter().filter_map(|v| self.arp.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
+        let vips: Vec<(ResolvedVip, Arc<L2Port>)> =
+            self.vips.iter().filter_map(|v| self.l2.get(&v.vip.ifname).map(|p| (v.clone(), p.clone()))).collect();
         let Some((first, _)) = vips.first() else { return };
         let sched = first.announce.clone();
         let metrics = self.metrics.clone();
@@ -215,7 +215,7 @@ impl Runtime {
     pub(super) fn self_check(&mut self) {
         let tx = self.tx.clone();
         let vips = self.vips.clone();
-        let arp = self.arp.clone();
+        let l2 = self.l2.clone();
         let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
         tokio::spawn(async move {
             for v in &vips {
@@ -226,8 +226,9 @@ impl Runtime {
                     }
                     let _ = tx.send(Event::Input(sm::Input::LocalProbe { vip: v.id.clone(), port: *p, up })).await;
                 }
-                if let (IpAddr::V4(ip), Some(port)) = (v.vip.addr, arp.get(&v.vip.ifname)) {
-                    for mac in port.who_has(ip, std::net::Ipv4Addr::UNSPECIFIED, Duration::from_millis(300)).await {
+                if let Some(port) = l2.get(&v.vip.ifname) {
+                    let ip = v.vip.addr;
+                    for mac in port.who_has(ip, crate::probes::unspecified_like(ip), Duration::from_millis(300)).await {
                         tracing::warn!(vip = %v.vip, foreign_mac = %mac, "self-check: a foreign host answers for the VIP");
                         let _ = tx
                             .send(Event::Input(sm::Input::Conflict { vip: v.id.clone(), foreign_mac: mac.octets() }))

@@ -10,26 +10,66 @@ pub(super) struct ResolvedVip {
     pub(super) id: sm::VipId,
     pub(super) vip: Vip,
     pub(super) ports: Vec<u16>,
+    pub(super) health_checks: Vec<(u16, String)>,
     pub(super) announce: AnnounceSchedule,
+    /// The interface's MAC address (`None`: not an Ethernet address).
+    pub(super) mac: Option<[u8; 6]>,
+}
+
+impl ResolvedVip {
+    /// What the reporter is told of it.
+    pub(super) fn link(&self) -> VipLink {
+        VipLink { id: self.id.as_str().to_owned(), ifname: self.vip.ifname.clone(), mac: self.mac }
+    }
+}
+
+/// A gateway or fence target: probed on `ifname` from `source`.
+#[derive(Clone, Debug)]
+pub(super) struct FenceTarget {
+    pub(super) target: IpAddr,
+    pub(super) ifname: String,
+    pub(super) source: IpAddr,
+}
+
+fn is_link_local(a: IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// The source of a fence target's probes among the interface's own addresses: for IPv4
+/// the one in the target's subnet, else 0.0.0.0 (an RFC 5227 probe); for IPv6 the one in
+/// the target's subnet, else the interface's link-local address — never `::`, whose
+/// solicitation would make a router still checking its own address give it up.
+fn probe_source(own: &[&crate::netlink::AddrInfo], target: IpAddr) -> Option<IpAddr> {
+    // A tentative or duplicate IPv6 address cannot be a source yet.
+    let own: Vec<&&crate::netlink::AddrInfo> = own.iter().filter(|a| !a.tentative && !a.dad_failed).collect();
+    let same = own.iter().find(|a| {
+        a.addr.is_ipv4() == target.is_ipv4()
+            && !is_link_local(a.addr)
+            && crate::netlink::same_subnet(a.addr, target, a.prefix)
+    });
+    match target {
+        IpAddr::V4(_) => Some(same.map(|a| a.addr).unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))),
+        IpAddr::V6(_) => same.or_else(|| own.iter().find(|a| is_link_local(a.addr))).map(|a| a.addr),
+    }
 }
 
 /// The I/O resources built from a configuration (rebuilt on a reconfiguration).
 pub(super) struct Io {
     pub(super) vips: Vec<ResolvedVip>,
-    pub(super) arp: HashMap<String, Arc<ArpPort>>,
+    pub(super) l2: HashMap<String, Arc<L2Port>>,
     pub(super) hb: EndpointSpec,
     pub(super) data_link: String,
     pub(super) vip_links: BTreeSet<String>,
-    pub(super) fence: Vec<(IpAddr, String)>,
+    pub(super) fence: Vec<FenceTarget>,
     pub(super) own: Vec<(IpAddr, u8)>,
 }
 
 /// Resolves a configuration's I/O: VIP interfaces, the data link, layer-2 ports (reusing
-/// `reuse_arp`'s), fence targets, this node's own addresses and the heartbeat paths.
+/// `reuse_l2`'s), fence targets, this node's own addresses and the heartbeat paths.
 pub(super) async fn build_io(
     cfg: &AgentConfig,
     nl: &Netlink,
-    reuse_arp: &HashMap<String, Arc<ArpPort>>,
+    reuse_l2: &HashMap<String, Arc<L2Port>>,
 ) -> Result<Io, RuntimeError> {
     let me =
         cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
@@ -44,7 +84,9 @@ pub(super) async fn build_io(
             id: sm::VipId::new(v.id.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?,
             vip: Vip { addr: v.addr, prefix: v.prefix, ifname },
             ports: v.probe_ports.clone(),
+            health_checks: v.health_checks.clone(),
             announce: v.announce.clone(),
+            mac: None,
         });
     }
     // The data link: the interface holding this node's address on the first path.
@@ -62,39 +104,75 @@ pub(super) async fn build_io(
         .and_then(|a| links.iter().find(|l| l.index == a.ifindex))
         .map(|l| l.name.clone())
         .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
+    for v in &mut vips {
+        v.mac = links.iter().find(|l| l.name == v.vip.ifname).and_then(|l| <[u8; 6]>::try_from(l.mac.as_slice()).ok());
+    }
     let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
 
-    // Layer-2 ports: one per VIP interface and one for the gateway probe's interface.
+    // Fence targets: the gateways of the default routes (IPv4 and IPv6), or the
+    // configured ones, each with the interface it is reached on and the source address
+    // its probes use.
     let gateways = nl.default_gateways().await.unwrap_or_default();
-    let fence: Vec<(IpAddr, String)> = if cfg.probe.fence_targets.is_empty() {
+    let own_on = |ifname: &String| -> Vec<&crate::netlink::AddrInfo> {
+        let index = links.iter().find(|l| &l.name == ifname).map(|l| l.index);
+        own.iter().filter(|a| !a.is_havip() && Some(a.ifindex) == index).collect()
+    };
+    let targets: Vec<(IpAddr, String)> = if cfg.probe.fence_targets.is_empty() {
         gateways
             .iter()
             .filter_map(|(gw, idx)| links.iter().find(|l| l.index == *idx).map(|l| (*gw, l.name.clone())))
-            .filter(|(gw, _)| gw.is_ipv4())
             .collect()
     } else {
         let mut v = Vec::new();
         for t in &cfg.probe.fence_targets {
-            // The interface that holds an own address in the target's subnet, else the data link.
+            // The interface that holds an own address in the target's subnet (for a
+            // link-local target, the interface of the default route through it), else
+            // the data link.
             let ifname = own
                 .iter()
-                .filter(|a| !a.is_havip() && crate::netlink::same_subnet(a.addr, *t, a.prefix))
+                .filter(|a| {
+                    !a.is_havip() && !is_link_local(a.addr) && crate::netlink::same_subnet(a.addr, *t, a.prefix)
+                })
                 .find_map(|a| links.iter().find(|l| l.index == a.ifindex))
                 .map(|l| l.name.clone())
+                .or_else(|| {
+                    gateways
+                        .iter()
+                        .filter(|(gw, _)| gw == t)
+                        .find_map(|(_, idx)| links.iter().find(|l| l.index == *idx).map(|l| l.name.clone()))
+                })
                 .unwrap_or_else(|| data_link.clone());
             v.push((*t, ifname));
         }
         v
     };
-    let mut arp: HashMap<String, Arc<ArpPort>> = HashMap::new();
-    for ifname in vip_links.iter().cloned().chain(fence.iter().map(|(_, i)| i.clone())) {
-        if !arp.contains_key(&ifname) {
-            let port = match reuse_arp.get(&ifname) {
-                Some(p) => p.clone(),
-                None => Arc::new(ArpPort::open(&ifname)?),
-            };
-            arp.insert(ifname.clone(), port);
+    let mut fence = Vec::new();
+    for (target, ifname) in targets {
+        match probe_source(&own_on(&ifname), target) {
+            Some(source) => fence.push(FenceTarget { target, ifname, source }),
+            None => {
+                tracing::warn!(%target, ifname = %ifname, "no own address to ask this fence target from: it is not probed")
+            }
         }
+    }
+
+    // Layer-2 ports: one per VIP interface and per fence target interface; IPv6 ones
+    // also listen to neighbour advertisements.
+    let mut needs: std::collections::BTreeMap<String, bool> = std::collections::BTreeMap::new();
+    for (ifname, v6) in vips
+        .iter()
+        .map(|v| (v.vip.ifname.clone(), v.vip.addr.is_ipv6()))
+        .chain(fence.iter().map(|f| (f.ifname.clone(), f.target.is_ipv6())))
+    {
+        *needs.entry(ifname).or_default() |= v6;
+    }
+    let mut l2: HashMap<String, Arc<L2Port>> = HashMap::new();
+    for (ifname, v6) in needs {
+        let port = match reuse_l2.get(&ifname) {
+            Some(p) if p.has_ipv6() || !v6 => p.clone(),
+            _ => Arc::new(L2Port::open(&ifname, v6)?),
+        };
+        l2.insert(ifname, port);
     }
     let own_v4: Vec<(IpAddr, u8)> = own.iter().filter(|a| !a.is_havip()).map(|a| (a.addr, a.prefix)).collect();
 
@@ -121,7 +199,7 @@ pub(super) async fn build_io(
         keys: cfg.keys.clone(),
         heartbeat_timeout: Duration::from_millis(cfg.sm.timings.heartbeat_timeout_ms),
     };
-    Ok(Io { vips, arp, hb, data_link, vip_links, fence, own: own_v4 })
+    Ok(Io { vips, l2, hb, data_link, vip_links, fence, own: own_v4 })
 }
 
 /// Removes what the pair's ledger holds beyond `current` (VIPs of a configuration that
@@ -164,7 +242,7 @@ impl Runtime {
         &mut self,
         data_link: String,
         vip_links: BTreeSet<String>,
-        fence: Vec<(IpAddr, String)>,
+        fence: Vec<FenceTarget>,
         own: Vec<(IpAddr, u8)>,
     ) {
         // Carrier, on a netlink connection of its own.
@@ -206,7 +284,21 @@ impl Runtime {
                     .find(|(a, p)| crate::netlink::same_subnet(*a, v.vip.addr, *p))
                     .map(|(a, _)| *a)
                     .unwrap_or(v.vip.addr);
-                v.ports.iter().map(move |p| LocalTarget { vip: v.id.clone(), vip_addr: v.vip.addr, own_addr, port: *p })
+                let tcp = v.ports.iter().map(move |p| LocalTarget {
+                    vip: v.id.clone(),
+                    vip_addr: v.vip.addr,
+                    own_addr,
+                    port: *p,
+                    check: LocalCheck::Tcp,
+                });
+                let http = v.health_checks.iter().map(move |(p, path)| LocalTarget {
+                    vip: v.id.clone(),
+                    vip_addr: v.vip.addr,
+                    own_addr,
+                    port: *p,
+                    check: LocalCheck::Http(path.clone()),
+                });
+                tcp.chain(http)
             })
             .collect();
         let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
@@ -218,27 +310,53 @@ impl Runtime {
             self.tx.clone(),
         ));
 
-        let fence_ports: Vec<FenceProbe> = fence
-            .iter()
-            .filter_map(|(t, ifname)| match (t, self.arp.get(ifname)) {
-                (IpAddr::V4(v4), Some(p)) => Some((*v4, arp_source_for(&own, *v4), p.clone())),
-                _ => None,
-            })
-            .collect();
+        let fence_ports: Vec<FenceProbe> =
+            fence.iter().filter_map(|f| self.l2.get(&f.ifname).map(|p| (f.target, f.source, p.clone()))).collect();
         self.tasks.push(spawn_gateway_watch(fence_ports, self.tx.clone()));
 
-        let conflict_targets: Vec<(sm::VipId, std::net::Ipv4Addr, Arc<ArpPort>)> = self
+        let conflict_targets: Vec<(sm::VipId, IpAddr, Arc<L2Port>)> = self
             .vips
             .iter()
-            .filter_map(|v| match (v.vip.addr, self.arp.get(&v.vip.ifname)) {
-                (IpAddr::V4(ip), Some(p)) => Some((v.id.clone(), ip, p.clone())),
-                _ => None,
-            })
+            .filter_map(|v| self.l2.get(&v.vip.ifname).map(|p| (v.id.clone(), v.vip.addr, p.clone())))
             .collect();
         self.tasks.push(spawn_conflict_watch(conflict_targets, self.holding.clone(), self.tx.clone()));
 
         let ifaces: Vec<String> =
             self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         self.tasks.push(spawn_traffic_sampler(ifaces, self.tx.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(a: &str, prefix: u8) -> crate::netlink::AddrInfo {
+        crate::netlink::AddrInfo {
+            ifindex: 2,
+            addr: a.parse().expect("ip"),
+            prefix,
+            label: None,
+            proto: None,
+            dad_failed: false,
+            tentative: false,
+        }
+    }
+
+    #[test]
+    fn fence_probes_ask_from_an_own_address_in_the_subnet_or_the_link_local_one() {
+        let (v4, other, v6, ll) =
+            (addr("10.0.0.11", 24), addr("192.168.1.2", 24), addr("2001:db8::11", 64), addr("fe80::11", 64));
+        let own = [&v4, &other, &v6, &ll];
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert_eq!(probe_source(&own, ip("10.0.0.254")), Some(ip("10.0.0.11")));
+        assert_eq!(probe_source(&own, ip("172.16.0.1")), Some(ip("0.0.0.0")), "an RFC 5227 probe");
+        assert_eq!(probe_source(&own, ip("2001:db8::1")), Some(ip("2001:db8::11")));
+        assert_eq!(probe_source(&own, ip("fe80::1")), Some(ip("fe80::11")), "a link-local gateway");
+        assert_eq!(probe_source(&own, ip("2001:db8:1::1")), Some(ip("fe80::11")), "off-subnet: the link-local one");
+        // Never `::`: without a usable link-local address an IPv6 target is not probed.
+        let mut tentative = addr("fe80::11", 64);
+        tentative.tentative = true;
+        assert_eq!(probe_source(&[&v4, &tentative], ip("fe80::1")), None);
     }
 }

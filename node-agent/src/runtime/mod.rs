@@ -14,7 +14,7 @@ use crate::ledger::VipLedger;
 use crate::metrics::PairMetrics;
 use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
 use crate::probes::{
-    ArpPort, FenceProbe, LocalTarget, PeerProbes, arp_source_for, spawn_conflict_watch, spawn_gateway_watch,
+    FenceProbe, L2Port, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch, spawn_gateway_watch,
     spawn_local_probes, spawn_traffic_sampler, tcp_probe,
 };
 use crate::sm;
@@ -52,6 +52,20 @@ pub trait Reporter: Send + Sync + 'static {
     fn event(&self, event: &sm::Event, status: &sm::Status);
     /// The status changed (called after every step that changed it).
     fn status(&self, status: &sm::Status);
+    /// The interfaces the configuration's VIPs resolved to (after a start or a
+    /// reconfiguration, before the machine acts on it).
+    fn links(&self, _links: &[VipLink]) {}
+}
+
+/// A VIP's interface, as resolved from the configuration and the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipLink {
+    /// The VIP id (the FloatingIP's name in Kubernetes mode).
+    pub id: String,
+    /// The interface that carries it.
+    pub ifname: String,
+    /// That interface's MAC address.
+    pub mac: Option<[u8; 6]>,
 }
 
 /// A reporter that only logs (standalone mode).
@@ -232,7 +246,8 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let last_heard_ms = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
 
-    let Io { vips, arp, hb: _, data_link, vip_links, fence, own } = io;
+    let Io { vips, l2, hb: _, data_link, vip_links, fence, own } = io;
+    opts.reporter.links(&vips.iter().map(ResolvedVip::link).collect::<Vec<_>>());
     // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
     // stalls cannot have let a peer take over); announcements then wait two heartbeat
     // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
@@ -250,7 +265,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         origin,
         nl,
         vips,
-        arp,
+        l2,
         hb,
         state: opts.state,
         lease: opts.lease,
@@ -284,7 +299,7 @@ struct Runtime {
     tick: Duration,
     nl: Netlink,
     vips: Vec<ResolvedVip>,
-    arp: HashMap<String, Arc<ArpPort>>,
+    l2: HashMap<String, Arc<L2Port>>,
     hb: Arc<Endpoint>,
     state: StateFile,
     lease: Option<Arc<dyn LeaseStore>>,
@@ -389,7 +404,7 @@ impl Runtime {
 
     /// Applies `cfg`, or leaves everything as it was and says why.
     async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
-        let io = build_io(&cfg, &self.nl, &self.arp).await?;
+        let io = build_io(&cfg, &self.nl, &self.l2).await?;
         self.hb.update(io.hb.clone()).await?;
         // VIPs of the old configuration are the machine's to remove (below); only what the
         // ledger holds beyond both is stale.
@@ -398,6 +413,7 @@ impl Runtime {
         let keep: Vec<ResolvedVip> = io.vips.iter().cloned().chain(old).collect();
         remove_stale_vips(&self.nl, &self.ledger, &keep).await;
         tracing::info!(revision = cfg.sm.config_revision, vips = cfg.vips.len(), "applying a new configuration");
+        self.reporter.links(&io.vips.iter().map(ResolvedVip::link).collect::<Vec<_>>());
         for t in self.tasks.drain(..) {
             t.abort();
         }
@@ -410,7 +426,7 @@ impl Runtime {
             }
         }
         self.vips = all;
-        self.arp = io.arp;
+        self.l2 = io.l2;
         self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
         self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
         self.cfg = cfg;

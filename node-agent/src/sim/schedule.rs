@@ -54,6 +54,7 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
             } else {
                 vec![80 + u16::try_from(i).unwrap_or(0)]
             },
+            health_ports: Vec::new(),
         })
         .collect();
     let has_target = vips.iter().any(|v| !v.probe_ports.is_empty());

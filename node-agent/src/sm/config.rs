@@ -26,6 +26,16 @@ pub struct VipSpec {
     /// TCP ports probed through the VIP. Empty = no data-plane target for this VIP (UDP-only
     /// listeners): the probe of the pair reads unknown when no VIP has a port.
     pub probe_ports: Vec<u16>,
+    /// Ports of this member's own health checks (HTTP on its own address): listeners of
+    /// its own like `probe_ports`, but never probed by a peer.
+    pub health_ports: Vec<u16>,
+}
+
+impl VipSpec {
+    /// The ports of this member's own listeners: the probe ports, then the health checks.
+    pub fn listener_ports(&self) -> impl Iterator<Item = u16> + '_ {
+        self.probe_ports.iter().chain(&self.health_ports).copied()
+    }
 }
 
 /// All timings, in milliseconds. The defaults are the project's decisions (brief of issue

@@ -450,6 +450,37 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order (the label values of
+    /// `havip_agent_role_transitions_total{name}`: the chart's dashboard test checks the
+    /// reasons it queries against these).
+    pub const ALL: [Reason; 25] = [
+        Reason::Startup,
+        Reason::Adopted,
+        Reason::Election,
+        Reason::Takeover,
+        Reason::LeaseConflict,
+        Reason::ClaimAbandoned,
+        Reason::PlannedFailover,
+        Reason::ForcedFailover,
+        Reason::HandoverAccepted,
+        Reason::AutoHandoverAccepted,
+        Reason::CarrierLost,
+        Reason::GatewayLost,
+        Reason::VipUnhealthy,
+        Reason::ListenerDown,
+        Reason::Failback,
+        Reason::MaintenanceOn,
+        Reason::MaintenanceOff,
+        Reason::Fenced,
+        Reason::Unfenced,
+        Reason::NewerEpochPeer,
+        Reason::NewerEpochLease,
+        Reason::Aborted,
+        Reason::AbortedByPeer,
+        Reason::Unpaired,
+        Reason::Paired,
+    ];
+
     /// Name for logs, agent Events and metric labels (`"Takeover"`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -504,7 +535,7 @@ impl Reason {
 
 #[cfg(test)]
 mod tests {
-    use super::Alarm;
+    use super::{Alarm, Reason};
 
     /// Position of `a` in [`Alarm::ALL`], by an exhaustive match: a new variant does not
     /// compile until it is placed here, and the test below then wants it in `ALL` too.
@@ -524,6 +555,48 @@ mod tests {
             Alarm::PeerPartition => 11,
             Alarm::WitnessUnreachable => 12,
         }
+    }
+
+    /// Position of `r` in [`Reason::ALL`] (exhaustive, as [`position`]).
+    fn reason_position(r: Reason) -> usize {
+        match r {
+            Reason::Startup => 0,
+            Reason::Adopted => 1,
+            Reason::Election => 2,
+            Reason::Takeover => 3,
+            Reason::LeaseConflict => 4,
+            Reason::ClaimAbandoned => 5,
+            Reason::PlannedFailover => 6,
+            Reason::ForcedFailover => 7,
+            Reason::HandoverAccepted => 8,
+            Reason::AutoHandoverAccepted => 9,
+            Reason::CarrierLost => 10,
+            Reason::GatewayLost => 11,
+            Reason::VipUnhealthy => 12,
+            Reason::ListenerDown => 13,
+            Reason::Failback => 14,
+            Reason::MaintenanceOn => 15,
+            Reason::MaintenanceOff => 16,
+            Reason::Fenced => 17,
+            Reason::Unfenced => 18,
+            Reason::NewerEpochPeer => 19,
+            Reason::NewerEpochLease => 20,
+            Reason::Aborted => 21,
+            Reason::AbortedByPeer => 22,
+            Reason::Unpaired => 23,
+            Reason::Paired => 24,
+        }
+    }
+
+    #[test]
+    fn reason_all_lists_every_reason_once() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(reason_position(*r), i, "{r:?} out of place in Reason::ALL");
+        }
+        let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Reason::ALL.len(), "reason names are unique");
     }
 
     #[test]

@@ -83,7 +83,9 @@ pub use config::{
 };
 pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason, RejectReason};
 pub use machine::Machine;
-pub use status::{Blocker, LeaseView, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition};
+pub use status::{
+    Blocker, LeaseView, NotReady, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition,
+};
 pub use types::{
     AnnounceKind, Link, MAX_EPOCH, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
     ProtocolVersion, Role, VipId,

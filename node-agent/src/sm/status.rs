@@ -37,6 +37,9 @@ pub struct Status {
     pub boot_hold_until: Option<Millis>,
     /// Own listeners up for every VIP.
     pub ready_all: bool,
+    /// Why peers would not hand this member the VIPs now (what its heartbeats say), or
+    /// `None`: it is a ready target.
+    pub not_ready: Option<NotReady>,
     /// Own data and VIP links have carrier (unknown reads false).
     pub carrier_ok: bool,
     /// Link dampening: the own carrier returned and counts as stable (ready as a handover
@@ -53,6 +56,9 @@ pub struct Status {
     pub peers: Vec<PeerStatus>,
     /// Active alarms, sorted.
     pub alarms: Vec<Alarm>,
+    /// While the `VipConflict` alarm stands: each VIP a foreign host answered for, with
+    /// the foreign MAC last seen, sorted by VIP.
+    pub conflicts: Vec<(VipId, [u8; 6])>,
     /// Last Lease state seen (from a watch, a read or a CAS answer).
     pub lease: Option<LeaseView>,
     /// The Lease may be behind this member's epoch (a CAS was unavailable).
@@ -210,4 +216,15 @@ pub enum OperationPhase {
     Acked,
     /// Target: took the VIPs, confirming.
     Accepted,
+}
+
+/// Why a member is no ready handover target (its heartbeats carry `ready_all: false`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// A listener (a probe port or a health check of its own) does not answer.
+    Listener,
+    /// Cut off: a link without carrier, or the gateway unreachable.
+    CutOff,
+    /// Its carrier returned a moment ago and does not count as stable yet.
+    CarrierSettling,
 }

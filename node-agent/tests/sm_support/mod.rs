@@ -24,7 +24,7 @@ pub fn vip(s: &str) -> VipId {
 pub fn config(local: &str, members: &[(&str, u8)]) -> Config {
     let mut c = Config::new(node(local), members.iter().map(|(n, p)| Member { node: node(n), priority: *p }).collect());
     c.paths = vec![PathId(0), PathId(1)];
-    c.vips = vec![VipSpec { id: vip(VIP), probe_ports: vec![80] }];
+    c.vips = vec![VipSpec { id: vip(VIP), probe_ports: vec![80], health_ports: vec![] }];
     c
 }
 
@@ -120,7 +120,7 @@ impl H {
     pub fn listeners(&mut self, up: bool) -> Vec<Action> {
         let mut out = Vec::new();
         for v in self.m.config().vips.clone() {
-            for p in v.probe_ports {
+            for p in v.listener_ports() {
                 out.extend(self.feed(Input::LocalProbe { vip: v.id.clone(), port: p, up }));
             }
         }

@@ -128,12 +128,14 @@ pub struct Observed {
 }
 
 mod assess;
+mod fip;
 mod keys;
 mod requests;
 mod spec;
 mod status;
 
 pub use assess::*;
+pub use fip::*;
 pub use keys::*;
 pub use requests::*;
 pub use spec::*;

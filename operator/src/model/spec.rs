@@ -96,11 +96,25 @@ pub fn member_labels(spec: &HAPairSpec) -> BTreeSet<String> {
     havip_crds::membership::label_keys(spec.members.iter().map(|m| m.node.as_str()))
 }
 
+/// Whether `s` is a DNS-1123 subdomain (what a Node's name must be): at most 253
+/// characters, dot-separated labels of lower-case letters, digits and '-', each starting
+/// and ending with a letter or digit.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(label_ok)
+}
+
 /// Checks a spec for what CEL should have refused, plus what only the operator can
-/// know (a pair name too long for its Lease and Secret names). A pair's Lease cannot be
-/// the leader-election Lease: pair Leases carry a prefix the operator refuses for the
+/// know (a pair name too long for its Lease and Secret names; a key Secret outside the
+/// operator's `namespace`, where no agent reads Secrets). A pair's Lease cannot be the
+/// leader-election Lease: pair Leases carry a prefix the operator refuses for the
 /// leader-election Lease at startup.
-pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
+pub fn validate_spec(name: &str, spec: &HAPairSpec, namespace: &str) -> Vec<String> {
     let mut out = Vec::new();
     if name.len() > 63 {
         out.push(format!("the pair name {name:?} is longer than 63 characters"));
@@ -113,6 +127,8 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
     for m in &spec.members {
         if m.node.is_empty() {
             out.push("a member has an empty node name".to_owned());
+        } else if !is_dns1123_subdomain(&m.node) {
+            out.push(format!("member {:?}: not a Node name (a DNS-1123 subdomain)", m.node));
         } else if !nodes.insert(m.node.as_str()) {
             out.push(format!("node {} appears twice in spec.members", m.node));
         }
@@ -126,6 +142,11 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec) -> Vec<String> {
         out.push("more than one member is in maintenance".to_owned());
     }
     let hb = &spec.heartbeat;
+    if let Some(ns) = hb.key_secret_ref.as_ref().and_then(|r| r.namespace.as_deref()).filter(|n| *n != namespace) {
+        out.push(format!(
+            "heartbeat.keySecretRef.namespace {ns:?}: the key Secret must be in the operator's namespace {namespace:?} (the agents read Secrets only there)"
+        ));
+    }
     let durations = [
         ("heartbeat.interval", &hb.interval),
         ("heartbeat.timeout", &hb.timeout),

@@ -119,9 +119,11 @@ pub fn last_transition(o: &Observed) -> (Option<havip_crds::Transition>, bool) {
     if lease.transitions == 0 && holder.is_empty() {
         return (o.status.last_transition.clone(), false);
     }
+    // The holder's own report of its last role change: roles in `from`/`to` (it became
+    // Active under the Lease's epoch).
     let reported = member_status(&o.status, &holder)
         .and_then(|s| s.last_transition.as_ref())
-        .filter(|t| t.epoch == lease.transitions && t.to == holder)
+        .filter(|t| t.epoch == lease.transitions && t.to == MemberRole::Active.as_str())
         .map(|t| t.reason.clone());
     if let Some(prev) = &o.status.last_transition
         && prev.epoch == lease.transitions
@@ -214,4 +216,20 @@ pub fn without_timestamps(s: &HAPairStatus) -> HAPairStatus {
         k.started = None;
     }
     s
+}
+
+/// The entries of `status.members` whose node is no longer in `spec.members`, with their
+/// positions (highest first, the order in which they can be removed one by one): a
+/// departed member's agent stops writing its entry, so the operator removes it.
+pub fn departed_members(o: &Observed) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = o
+        .status
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !o.spec.members.iter().any(|m| m.node == s.node))
+        .map(|(i, s)| (i, s.node.clone()))
+        .collect();
+    out.reverse();
+    out
 }

@@ -289,14 +289,32 @@ fn invalid_spec_condition() {
     let mut s = spec();
     s.members[1].priority = 200;
     s.takeover.hold_down = "999999999999999999999h".to_owned();
-    let problems = validate_spec("p", &s);
+    let problems = validate_spec("p", &s, "havip-system");
     assert!(problems.iter().any(|p| p.contains("priority 200 is used twice")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("takeover.holdDown")), "{problems:?}");
     // A pair named `operator` is fine: its Lease is not the leader-election Lease.
-    assert!(validate_spec("operator", &spec()).is_empty());
+    assert!(validate_spec("operator", &spec(), "havip-system").is_empty());
     assert_eq!(lease_name("operator"), "hapair-operator");
-    assert!(validate_spec(&"p".repeat(64), &spec()).iter().any(|p| p.contains("longer than 63")));
-    assert!(validate_spec("p", &spec()).is_empty());
+    assert!(validate_spec(&"p".repeat(64), &spec(), "havip-system").iter().any(|p| p.contains("longer than 63")));
+    assert!(validate_spec("p", &spec(), "havip-system").is_empty());
+    // A node name no Node can have; a key Secret where no agent reads Secrets.
+    let mut s = spec();
+    s.members[0].node = "Node_B!".to_owned();
+    s.heartbeat.key_secret_ref =
+        Some(serde_json::from_value(serde_json::json!({"name": "k", "namespace": "apps"})).unwrap());
+    let bad = validate_spec("p", &s, "havip-system");
+    assert!(bad.iter().any(|p| p.contains("\"Node_B!\": not a Node name")), "{bad:?}");
+    assert!(bad.iter().any(|p| p.contains("keySecretRef.namespace \"apps\"")), "{bad:?}");
+    s.heartbeat.key_secret_ref =
+        Some(serde_json::from_value(serde_json::json!({"name": "k", "namespace": "havip-system"})).unwrap());
+    s.members[0].node = "node-a.example.com".to_owned();
+    assert!(validate_spec("p", &s, "havip-system").is_empty());
+    for (name, ok) in
+        [("a", true), ("a-b.c", true), ("-a", false), ("a-", false), ("A", false), ("a..b", false), ("", false)]
+    {
+        assert_eq!(is_dns1123_subdomain(name), ok, "{name:?}");
+    }
+    assert!(!is_dns1123_subdomain(&"a".repeat(254)));
     let mut o = healthy();
     o.spec_problems = problems;
     let conds = conditions(&o, &run(&o), &revision(&o));
@@ -578,9 +596,10 @@ fn transitions_follow_the_lease() {
         ("a", "b", TransitionReason::RoleChange.as_str())
     );
     o.status.last_transition = Some(tr);
+    // A member reports its own roles (what its agent writes).
     m(&mut o, "b").last_transition = Some(Transition {
-        from: "a".to_owned(),
-        to: "b".to_owned(),
+        from: MemberRole::Standby.as_str().to_owned(),
+        to: MemberRole::Active.as_str().to_owned(),
         reason: TransitionReason::PeerLost,
         epoch: 2,
         time: None,
@@ -629,10 +648,24 @@ fn agent_transition_reasons_map_to_the_documented_reasons() {
         let mut o = healthy();
         o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
         m(&mut o, "b").last_transition = Some(
-            serde_json::from_value(serde_json::json!({"from": "a", "to": "b", "reason": agent, "epoch": 2})).unwrap(),
+            serde_json::from_value(serde_json::json!({"from": "Standby", "to": "Active", "reason": agent, "epoch": 2}))
+                .unwrap(),
         );
         let (tr, _) = last_transition(&o);
         assert_eq!(tr.unwrap().reason.as_str(), pair, "{agent}");
+    }
+    // Only the holder's report of becoming Active under the Lease's epoch counts.
+    for (to, epoch) in [("Demoting", 2), ("Active", 1)] {
+        let mut o = healthy();
+        o.lease = Some(LeaseInfo { holder: Some("b".to_owned()), transitions: 2, renew_time: None });
+        m(&mut o, "b").last_transition = Some(
+            serde_json::from_value(
+                serde_json::json!({"from": "Standby", "to": to, "reason": "PeerLost", "epoch": epoch}),
+            )
+            .unwrap(),
+        );
+        let (tr, _) = last_transition(&o);
+        assert_ne!(tr.unwrap().reason, TransitionReason::PeerLost, "{to} at epoch {epoch}: not this report");
     }
 }
 
@@ -756,4 +789,113 @@ fn the_status_publishes_every_members_heartbeat_addresses() {
     o.nodes.insert("a".to_owned(), node("10.0.0.9"));
     assert_ne!(revision(&o), before);
     assert_eq!(published_addresses(&o)[0].paths[0].address, "10.0.0.9");
+}
+
+/// A FloatingIP of the pair with the holder fields an agent wrote `named_secs_ago`.
+fn held_fip(
+    holder: Option<&str>,
+    state: Option<VipState>,
+    named_secs_ago: i64,
+    now: Timestamp,
+) -> havip_crds::FloatingIP {
+    let mut f = havip_crds::FloatingIP::new("vip", fip("10.0.0.10/24"));
+    f.metadata.generation = Some(2);
+    f.status = Some(havip_crds::FloatingIPStatus {
+        holder: holder.map(str::to_owned),
+        state,
+        epoch: Some(1),
+        last_announced: Some(t(named_secs_ago, now)),
+        ..Default::default()
+    });
+    f
+}
+
+#[test]
+fn a_floatingip_is_ready_when_the_pairs_active_announces_it() {
+    let o = healthy();
+    let a = run(&o);
+    let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 10, o.now), None);
+    assert_eq!((v.ready.status, v.ready.reason), ("True", fip_reason::ANNOUNCED), "{v:?}");
+    assert_eq!(v.ready.message, "10.0.0.10/24 is announced by a (epoch 1)");
+    assert_eq!((v.accepted.status, v.conflict.status), ("True", "False"));
+    assert!(!v.pending);
+    // Conditions carry the generation; the same verdict again is current.
+    let conds = fip_conditions(&[], &v, Some(2), o.now);
+    assert_eq!(conds.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), ["Accepted", "Ready", "Conflict"]);
+    assert!(conds.iter().all(|c| c.observed_generation == Some(2)));
+    assert!(fip_conditions_current(&conds, &v, Some(2)));
+    assert!(!fip_conditions_current(&conds, &v, Some(3)), "a newer generation needs a write");
+}
+
+#[test]
+fn a_floatingip_nobody_holds_is_pending_and_not_ready() {
+    let o = healthy();
+    let a = run(&o);
+    // Never held: not ready, and the operator writes state Pending once.
+    let v = fip_verdict(&o, &a, &held_fip(None, None, 10, o.now), None);
+    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::NOT_HELD), "{v:?}");
+    assert!(v.pending);
+    let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), None);
+    assert!(!v.pending, "already Pending: no write");
+    // A pair that failed: the message says why nobody holds it.
+    let mut o = healthy();
+    o.lease = Some(LeaseInfo { holder: None, transitions: 3, renew_time: None });
+    m(&mut o, "a").role = Some(MemberRole::Fenced);
+    let a = run(&o);
+    assert_eq!(a.phase, Phase::Failed);
+    let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), None);
+    assert!(v.ready.message.contains("the Lease has no holder"), "{}", v.ready.message);
+}
+
+#[test]
+fn a_holder_that_reports_holding_nothing_since_is_cleared_but_a_silent_one_is_not() {
+    let mut o = healthy();
+    let now = o.now;
+    // a fenced itself after naming itself holder (its report, 5 s ago, is later than the
+    // holder fields, 10 s ago): it holds nothing.
+    m(&mut o, "a").role = Some(MemberRole::Fenced);
+    o.lease = Some(LeaseInfo { holder: None, transitions: 3, renew_time: None });
+    let a = run(&o);
+    let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 10, now), None);
+    assert!(v.pending, "{v:?}");
+    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::NOT_HELD));
+    // The same role reported before the holder fields were written (a report that
+    // lags): not proof, nothing is cleared.
+    let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 2, now), None);
+    assert!(!v.pending, "{v:?}");
+    // A holder that stopped reporting may still hold the VIP (cut off from the API):
+    // Unknown, its fields stay.
+    let mut o = healthy();
+    m(&mut o, "a").last_seen = Some(t(600, now));
+    let a = run(&o);
+    let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 700, now), None);
+    assert_eq!((v.ready.status, v.ready.reason), ("Unknown", fip_reason::HOLDER_NOT_REPORTING), "{v:?}");
+    assert!(!v.pending);
+}
+
+#[test]
+fn a_floatingip_in_conflict_or_held_by_another_member_is_not_ready() {
+    let o = healthy();
+    let a = run(&o);
+    let mut f = held_fip(Some("a"), Some(VipState::Conflict), 10, o.now);
+    f.status.as_mut().unwrap().conflict_mac = Some("02:00:00:00:00:09".to_owned());
+    let v = fip_verdict(&o, &a, &f, None);
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::VIP_CONFLICT));
+    assert_eq!((v.conflict.status, v.conflict.reason), ("True", reason::VIP_CONFLICT));
+    assert!(v.conflict.message.contains("02:00:00:00:00:09"), "{}", v.conflict.message);
+    let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Unhealthy), 10, o.now), None);
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::VIP_UNHEALTHY));
+    // b named itself holder (after its last report as standby) while the Lease still
+    // names a: a move in progress.
+    let v = fip_verdict(&o, &a, &held_fip(Some("b"), Some(VipState::Announced), 2, o.now), None);
+    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::HOLDER_NOT_ACTIVE), "{v:?}");
+    // Refused: neither accepted nor ready.
+    let r = Refusal::NodeAddress { node: "a".to_owned(), kind: "InternalIP".to_owned() };
+    let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), Some(&r));
+    assert_eq!((v.accepted.status, v.accepted.reason), ("False", reason::NODE_ADDRESS));
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::NODE_ADDRESS));
+    // Without its pair.
+    let v = orphan_verdict(&held_fip(None, None, 10, o.now));
+    assert_eq!((v.ready.status, v.ready.reason), ("False", local_reason::PAIR_NOT_FOUND));
+    assert!(v.pending);
 }

@@ -45,7 +45,7 @@ pub async fn install_crds(client: &Client) {
             .await
             .unwrap_or_else(|e| panic!("installing CRD {name} failed: {e}"));
     }
-    for name in ["hapairs.havip.io", "floatingips.havip.io"] {
+    for name in ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"] {
         eventually(&format!("CRD {name} Established"), Duration::from_secs(30), || {
             let crds = crds.clone();
             async move {
@@ -369,24 +369,27 @@ pub fn condition_of<'a>(
     p.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
 }
 
-/// The least privileges the operator runs with (as the chart grants them, plus
-/// `patch` on `hapairs` for the operator's `havip.io/handled` annotation), bound to
-/// `user`.
+/// The least privileges the operator runs with: the chart's ClusterRole `havip-operator`
+/// (read from the rendered chart, so the tests run with exactly what users install),
+/// bound to `user`.
 pub async fn install_operator_rbac(client: &Client, user: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let pp = PatchParams::apply("havip-test").force();
-    let cr: ClusterRole = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "havip-operator"},
-        "rules": [
-            {"apiGroups": ["havip.io"], "resources": ["hapairs", "floatingips"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["havip.io"], "resources": ["hapairs", "floatingips"], "verbs": ["patch"]},
-            {"apiGroups": ["havip.io"], "resources": ["hapairs/status", "floatingips/status"], "verbs": ["get", "patch", "update"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}
-        ]
-    }))
-    .unwrap();
+    let rendered =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/rendered/havip-default.yaml"))
+            .expect("charts/rendered/havip-default.yaml (make chart)");
+    let mut cr: ClusterRole = serde_yaml::Deserializer::from_str(&rendered)
+        .filter_map(|d| serde_yaml::Value::deserialize(d).ok())
+        .find(|v| {
+            v.get("kind").and_then(|k| k.as_str()) == Some("ClusterRole")
+                && v.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()) == Some("havip-operator")
+        })
+        .map(|v| serde_yaml::from_value(v).expect("the chart's ClusterRole"))
+        .expect("the chart renders the ClusterRole havip-operator");
+    cr.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: Some("havip-operator".into()),
+        ..Default::default()
+    };
     Api::<ClusterRole>::all(client.clone())
         .patch("havip-operator", &pp, &Patch::Apply(&cr))
         .await

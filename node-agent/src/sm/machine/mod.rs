@@ -22,7 +22,7 @@ use observe::{AlarmTimers, Boot, FlapGuard};
 use planned::Operations;
 use standby::StoreTrack;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::advert::Advert;
 use super::config::{Config, ConfigError, Timings};
@@ -180,6 +180,8 @@ pub struct Machine {
     listeners: Vec<Vec<Option<ListenerTrack>>>,
     vip_missing_since: Option<Millis>,
     conflict_last: Option<Millis>,
+    /// The foreign MAC last seen answering for each VIP while the conflict alarm stands.
+    conflict_macs: BTreeMap<VipId, [u8; 6]>,
     traffic_at: Option<Millis>,
     quiet_since: Option<Millis>,
     last_vip_change: Option<Millis>,
@@ -278,6 +280,7 @@ impl Machine {
             local_vips: None,
             vip_missing_since: None,
             conflict_last: None,
+            conflict_macs: BTreeMap::new(),
             traffic_at: None,
             quiet_since: None,
             last_vip_change: None,
@@ -407,7 +410,7 @@ impl Machine {
         }
         self.probes = vec![ProbeTrack::default(); self.cfg.vips.len()];
         let old_listeners = std::mem::take(&mut self.listeners);
-        self.listeners = self.cfg.vips.iter().map(|v| vec![None; v.probe_ports.len()]).collect();
+        self.listeners = self.cfg.vips.iter().map(|v| vec![None; v.listener_ports().count()]).collect();
         // Listener states are keyed by position; keep them only if the shape is unchanged.
         if old_listeners.len() == self.listeners.len()
             && old_listeners.iter().zip(&self.listeners).all(|(a, b)| a.len() == b.len())
@@ -520,6 +523,21 @@ impl Machine {
     /// Own listeners answer for every (VIP, port); a VIP without ports is ready.
     fn ready_all(&self) -> bool {
         self.listeners.iter().all(|ports| ports.iter().all(|l| l.is_some_and(|l| l.up)))
+    }
+
+    /// Why peers would not hand this member the VIPs now (`None`: a ready target); the
+    /// heartbeats' `ready_all` and the status agree through this.
+    fn not_ready(&self) -> Option<super::status::NotReady> {
+        use super::status::NotReady;
+        if !self.ready_all() {
+            Some(NotReady::Listener)
+        } else if self.cut_off() {
+            Some(NotReady::CutOff)
+        } else if self.carrier_settling(self.last_now) {
+            Some(NotReady::CarrierSettling)
+        } else {
+            None
+        }
     }
 
     fn version_mismatch(&self) -> bool {
@@ -745,6 +763,7 @@ impl Machine {
         let conflict_clear = self.t().conflict_clear_ms;
         if self.conflict_last.is_some_and(|t| now.since(t) >= conflict_clear) {
             self.conflict_last = None;
+            self.conflict_macs.clear();
             self.clear_alarm(Alarm::VipConflict, out);
         }
         if self.ops.sticky.as_ref().is_some_and(|(_, until)| now >= *until) {

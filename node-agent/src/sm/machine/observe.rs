@@ -135,7 +135,7 @@ impl Machine {
         let Some(vi) = self.vip_index(vip) else {
             return;
         };
-        let Some(pi) = self.cfg.vips[vi].probe_ports.iter().position(|p| *p == port) else {
+        let Some(pi) = self.cfg.vips[vi].listener_ports().position(|p| p == port) else {
             return;
         };
         let slot = &mut self.listeners[vi][pi];
@@ -310,6 +310,7 @@ impl Machine {
             return;
         }
         self.conflict_last = Some(now);
+        self.conflict_macs.insert(vip.clone(), mac);
         let detail = format!(
             "{vip} answered by {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
             mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]
