@@ -1,22 +1,23 @@
-//! The controllers' shared context: the API client, the caches every reconcile reads,
-//! the per-object memory, Events, the labels the operator puts on what it creates, the
-//! backoff and the reconcile timer. It holds no decision (those are in [`crate::model`])
+//! The controllers' shared context: the API client, the caches every reconcile reads
+//! (the load-balancer controllers' too), the per-object memory, Events, the metadata the
+//! operator puts on what it creates, the backoff and the reconcile timer. It holds no decision (those are in [`crate::model`])
 //! and writes nothing but Events.
 
 use crate::metrics::Metrics;
 use crate::model;
 use crate::{Error, Settings};
-use havip_crds::{FloatingIP, HAPair};
+use havip_crds::{FloatingIP, HAPair, VIPPool};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,24 +31,58 @@ pub const PAIR_LABEL: &str = "havip.io/pair";
 /// nothing here is needed for correctness).
 #[derive(Default, Debug)]
 pub struct PairMemory {
-    /// Member roles last seen (for role-change Events).
-    pub roles: BTreeMap<String, havip_crds::MemberRole>,
+    /// What the HAPair plan reads and returns (roles seen, a role change not announced
+    /// yet, request ids acted on).
+    pub pair: crate::model::PairMemo,
     /// Consecutive reconcile failures (for the backoff).
     pub failures: u32,
     /// The generation of an unreadable object already warned about.
     pub warned_generation: Option<i64>,
-    /// A role change seen but not yet announced by an Event (epoch), waiting for the
-    /// new active to report why.
-    pub unannounced_epoch: Option<i64>,
-    /// Request ids acted on by this process (per request kind key), in case the cache
-    /// does not show the operator's own record yet when the pair is reconciled again.
-    pub handled: BTreeMap<String, String>,
     /// Of a FloatingIP: the conditions (with the object's uid and generation) this
     /// process last applied, so that a reconcile that runs before the cache shows them
     /// neither writes them nor announces them again. The uid: a FloatingIP deleted and
     /// created again under its name (a Service's address released and allocated again)
     /// is a new object that needs its own conditions.
     pub admission: Option<(Option<String>, Option<i64>, crate::model::FipVerdict)>,
+}
+
+/// What the load-balancer controllers read besides pairs and FloatingIPs.
+pub struct LbStores {
+    /// Every Service (managedFields and the last-applied annotation dropped).
+    pub services: Store<Service>,
+    /// Every VIPPool.
+    pub pools: Store<DeserializeGuard<VIPPool>>,
+    /// Every Namespace, reduced to its name and labels.
+    pub namespaces: Store<Namespace>,
+    /// One flag per store above, true once its initial list is in.
+    pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// Held while an allocation changes (plan and apply).
+    pub lock: tokio::sync::Mutex<()>,
+    /// Per-Service memory.
+    pub memory: Mutex<HashMap<String, ServiceMemory>>,
+}
+
+impl LbStores {
+    /// Runs `f` on a Service's memory.
+    pub fn with_memory<T>(&self, key: &str, f: impl FnOnce(&mut ServiceMemory) -> T) -> T {
+        let mut guard = match self.memory.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(guard.entry(key.to_owned()).or_default())
+    }
+}
+
+/// What the operator remembers about a Service (lost on restart; nothing here is
+/// needed for correctness).
+#[derive(Default, Debug)]
+pub struct ServiceMemory {
+    /// Consecutive failed reconciles.
+    pub failures: u32,
+    /// The warning last published (not repeated while it holds).
+    pub warned: Option<String>,
+    /// The last holder seen of each address (`None`: seen, never held yet).
+    pub holders: BTreeMap<IpAddr, Option<String>>,
 }
 
 /// Everything a reconcile needs.
@@ -75,7 +110,7 @@ pub struct Context {
     /// One flag per secondary store, true once its initial list is in.
     pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
     /// What the load-balancer controllers read besides pairs and FloatingIPs.
-    pub lb: crate::loadbalancer::LbStores,
+    pub lb: LbStores,
 }
 
 impl Context {
@@ -168,27 +203,24 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-/// An Event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ev {
-    /// Warning (else Normal).
-    pub warning: bool,
-    /// CamelCase reason.
-    pub reason: String,
-    /// What the operator did (CamelCase).
-    pub action: &'static str,
-    /// A sentence.
-    pub note: String,
-}
+pub use crate::model::Ev;
 
-impl Ev {
-    /// A Normal Event.
-    pub fn normal(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
-        Self { warning: false, reason: reason.into(), action, note: note.into() }
-    }
-    /// A Warning Event.
-    pub fn warning(reason: impl Into<String>, action: &'static str, note: impl Into<String>) -> Self {
-        Self { warning: true, reason: reason.into(), action, note: note.into() }
+/// Metadata of an object the operator creates for `pair` in `ns`: the managed-by, pair
+/// and member labels, and the pair as controlling owner.
+pub fn owned_meta(pair: &HAPair, name: String, ns: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(ns.to_owned()),
+        labels: Some(
+            [(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()), (PAIR_LABEL.to_owned(), pair.name_any())]
+                .into_iter()
+                .chain(
+                    model::member_labels(&pair.spec).into_iter().map(|k| (k, havip_crds::membership::VALUE.to_owned())),
+                )
+                .collect(),
+        ),
+        owner_references: pair.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
     }
 }
 

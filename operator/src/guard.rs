@@ -12,10 +12,8 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Requeue of an object that cannot be acted on: slow, it will not fix itself.
-pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
+pub use crate::model::INVALID_REQUEUE;
 
 /// A kind reconciled through [`guarded_reconcile`].
 pub trait Reconciled:

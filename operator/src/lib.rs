@@ -41,12 +41,14 @@ pub mod error;
 pub mod floatingip;
 pub mod guard;
 pub mod hapair;
+pub mod keysecret;
 pub mod leader;
 pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
 pub mod status;
+pub mod triggers;
 
 pub use error::Error;
 

@@ -63,15 +63,33 @@ pub async fn label_members<K>(
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let Some(patch) = model::member_label_patch(current, desired) else { return Ok(false) };
+    match model::member_label_patch(current, desired) {
+        Some(patch) => Ok(patch_member_labels(ctx, api, kind, name, &patch).await?.is_some()),
+        None => Ok(false),
+    }
+}
+
+/// Applies a member-label merge patch ([`model::member_label_patch`]) under the
+/// operator's label field manager. An object deleted meanwhile is not an error.
+/// Returns the patched object (None: it was gone).
+pub async fn patch_member_labels<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     ctx.guard("labels")?;
     let pp = PatchParams { field_manager: Some(manager::OPERATOR_LABELS.to_owned()), ..PatchParams::default() };
-    match api.patch(name, &pp, &Patch::Merge(&patch)).await {
-        Ok(_) => {
+    match api.patch(name, &pp, &Patch::Merge(patch)).await {
+        Ok(o) => {
             tracing::debug!(kind, object = %name, patch = %patch, "member labels set");
-            Ok(true)
+            Ok(Some(o))
         }
-        Err(e) if is_status(&e, 404) => Ok(false),
+        Err(e) if is_status(&e, 404) => Ok(None),
         Err(source) => Err(Error::Label { kind, name: name.to_owned(), source: Box::new(source) }),
     }
 }
@@ -97,6 +115,7 @@ pub async fn apply_fip_status(
     if model::fip_conditions_current(previous, &verdict, generation)
         && fip.status.as_ref().is_some_and(|s| s.observed_generation == generation)
     {
+        // (With `pending` handled above, this is [`model::fip_status_current`].)
         ctx.with_memory(&key, |m| m.admission = Some(memo));
         return Ok(());
     }

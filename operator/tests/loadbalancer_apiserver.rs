@@ -480,15 +480,18 @@ async fn restart_keeps_every_address(
         assert!(a[0].starts_with("10.20.0."), "{key}: {a:?} (the bulk pool selects only its namespace)");
         before.insert(key, a);
     }
-    // Settled: every FloatingIP accepted, its pair found and its member labels set (the
-    // first operator's last writes), before the versions are taken.
+    // Settled: every FloatingIP accepted, its pair found, its member labels set and,
+    // where nobody holds it, `state: Pending` written (the first operator's last
+    // writes), before the versions are taken.
     let versions: BTreeMap<String, Option<String>> =
         eventually("every FloatingIP settled", Duration::from_secs(20), || async {
             let all = fips(client).await;
             let settled = all.values().all(|f| {
                 let conds = f.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
                 let has = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
-                has("Accepted") && has("PairFound") && f.labels().contains_key("member.havip.io/n1")
+                let st = f.status.clone().unwrap_or_default();
+                let pending_or_held = st.state == Some(havip_crds::VipState::Pending) || st.holder.is_some();
+                has("Accepted") && has("PairFound") && pending_or_held && f.labels().contains_key("member.havip.io/n1")
             });
             settled.then(|| all.into_iter().map(|(n, f)| (n, f.resource_version())).collect())
         })

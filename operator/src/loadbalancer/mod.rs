@@ -19,9 +19,9 @@ pub mod model;
 pub mod pool;
 pub mod service;
 
-use crate::context::Context;
-use crate::controller::{Filter, Triggers, drive, drop_managed_fields};
+use crate::context::{Context, LbStores};
 use crate::guard::error_policy;
+use crate::triggers::{Filter, Triggers, drive, drop_managed_fields};
 use futures::StreamExt;
 use havip_crds::{FloatingIP, HAPair, VIPPool};
 use k8s_openapi::api::core::v1::{Namespace, Service};
@@ -30,39 +30,11 @@ use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, ResourceExt};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// What the load-balancer controllers read besides pairs and FloatingIPs.
-pub struct LbStores {
-    /// Every Service (managedFields and the last-applied annotation dropped).
-    pub services: Store<Service>,
-    /// Every VIPPool.
-    pub pools: Store<DeserializeGuard<VIPPool>>,
-    /// Every Namespace, reduced to its name and labels.
-    pub namespaces: Store<Namespace>,
-    /// One flag per store above, true once its initial list is in.
-    pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
-    /// Held while an allocation changes (plan and apply).
-    pub lock: tokio::sync::Mutex<()>,
-    /// Per-Service memory.
-    pub memory: Mutex<HashMap<String, service::ServiceMemory>>,
-}
-
-impl LbStores {
-    /// Runs `f` on a Service's memory.
-    pub fn with_memory<T>(&self, key: &str, f: impl FnOnce(&mut service::ServiceMemory) -> T) -> T {
-        let mut guard = match self.memory.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        f(guard.entry(key.to_owned()).or_default())
-    }
-}
 
 /// The watches of the load-balancer controllers (their trigger streams).
 pub struct LbWatches {
@@ -194,7 +166,7 @@ pub async fn run(
         .watches_stream(watches.namespaces, by_namespace)
         .graceful_shutdown_on(stop.clone())
         .run(service::reconcile, service::error_policy, ctx.clone())
-        .for_each(|res| async move { crate::controller::log_result("service", res) });
+        .for_each(|res| async move { crate::triggers::log_result("service", res) });
     // Pool controller: its pools; any FloatingIP or pair change → every pool (few).
     let (p1, p2) = (ctx.clone(), ctx.clone());
     let all_pools =
@@ -205,7 +177,7 @@ pub async fn run(
         .watches_stream(shared.pairs_for_pools, move |_| all_pools(&p2.lb))
         .graceful_shutdown_on(stop.clone())
         .run(pool::reconcile, error_policy::<VIPPool>, ctx.clone())
-        .for_each(|res| async move { crate::controller::log_result("vippool", res) });
+        .for_each(|res| async move { crate::triggers::log_result("vippool", res) });
     // The sweep: on every Service event (deletions are what it is for) and every resync.
     let sweep = {
         let ctx = ctx.clone();

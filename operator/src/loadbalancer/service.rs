@@ -4,13 +4,13 @@
 //! the Events. Every allocation change runs under one lock, so two Services planned at
 //! once never pick the same free address; the FloatingIP's name is the last guard.
 
-use super::LbStores;
 use super::alloc::{self, Choice, Plan, ServiceKey};
 use super::model::{
     self, PoolState, desired_fip, eligible, ingress_ips, is_allocated, pool_states, request_of, service_key,
     services_of,
 };
 use crate::Error;
+use crate::context::LbStores;
 use crate::context::{Context, Ev, ReconcileTimer, backoff};
 use crate::error::is_status;
 use havip_crds::vippool::service as contract;
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,18 +38,6 @@ pub mod reason {
     pub const HOLDER_CHANGED: &str = "HolderChanged";
     /// An annotation of the Service cannot be read.
     pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
-}
-
-/// What the operator remembers about a Service (lost on restart; nothing here is
-/// needed for correctness).
-#[derive(Default, Debug)]
-pub struct ServiceMemory {
-    /// Consecutive failed reconciles.
-    pub failures: u32,
-    /// The warning last published (not repeated while it holds).
-    pub warned: Option<String>,
-    /// The last holder seen of each address (`None`: seen, never held yet).
-    pub holders: BTreeMap<IpAddr, Option<String>>,
 }
 
 /// Reconciles one Service.

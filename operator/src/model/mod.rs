@@ -5,7 +5,8 @@
 //! ([`crate::hapair`]) gathers the inputs from its caches and applies the outputs.
 //!
 //! Here: the observation ([`Observed`] and its parts) and the constants; the decisions
-//! are in [`spec`], [`assess`], [`status`], [`requests`] and [`keys`].
+//! are in [`spec`], [`assess`], [`status`], [`requests`], [`keys`], [`fip`] and
+//! [`events`], and [`plan`] composes them into every write of one HAPair reconcile.
 
 use havip_crds::hapair::{MemberStatus, NodeAddressType};
 use havip_crds::revision::{config_revision, format_revision};
@@ -27,6 +28,9 @@ pub const NOT_REPORTING_AFTER: Duration = Duration::from_secs(180);
 pub const HANDOVER_SETTLE: Duration = Duration::from_secs(5);
 /// A command nobody answered within this long is answered `Failed`.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requeue of an object that cannot be acted on: slow, it will not fix itself (a change
+/// to it triggers a reconcile at once).
+pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
 
 /// Reasons the operator adds to those of [`havip_crds::reason`].
 pub mod local_reason {
@@ -128,18 +132,24 @@ pub struct Observed {
 }
 
 mod assess;
+mod events;
 mod fip;
 mod keys;
+mod plan;
 mod requests;
 mod spec;
 mod status;
 
 pub use assess::*;
+pub use events::*;
 pub use fip::*;
 pub use keys::*;
+pub use plan::*;
 pub use requests::*;
 pub use spec::*;
 pub use status::*;
 
+#[cfg(test)]
+mod plan_tests;
 #[cfg(test)]
 mod tests;

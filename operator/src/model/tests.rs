@@ -8,22 +8,22 @@ use super::*;
 use havip_crds::hapair::{PathHeard, VipReadiness};
 use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};
 
-fn t(secs_ago: i64, now: Timestamp) -> Time {
+pub(super) fn t(secs_ago: i64, now: Timestamp) -> Time {
     Time(Timestamp::from_second(now.as_second() - secs_ago).unwrap())
 }
 
-fn spec() -> HAPairSpec {
+pub(super) fn spec() -> HAPairSpec {
     serde_json::from_value(serde_json::json!({
         "members": [{"node": "a", "priority": 200}, {"node": "b", "priority": 100}]
     }))
     .unwrap()
 }
 
-fn fip(addr: &str) -> FloatingIPSpec {
+pub(super) fn fip(addr: &str) -> FloatingIPSpec {
     serde_json::from_value(serde_json::json!({"pair": "p", "address": addr})).unwrap()
 }
 
-fn member(node: &str, role_: MemberRole, now: Timestamp) -> MemberStatus {
+pub(super) fn member(node: &str, role_: MemberRole, now: Timestamp) -> MemberStatus {
     MemberStatus {
         node: node.to_owned(),
         role: Some(role_),
@@ -38,12 +38,12 @@ fn member(node: &str, role_: MemberRole, now: Timestamp) -> MemberStatus {
     }
 }
 
-fn node(ip: &str) -> Option<NodeInfo> {
+pub(super) fn node(ip: &str) -> Option<NodeInfo> {
     Some(NodeInfo { addresses: vec![("InternalIP".to_owned(), ip.to_owned())] })
 }
 
 /// A healthy pair: a (preferred) active, b a ready standby, both on the revision.
-fn healthy() -> Observed {
+pub(super) fn healthy() -> Observed {
     let now = Timestamp::from_second(1_800_000_000).unwrap();
     let mut o = Observed {
         name: "p".to_owned(),
@@ -68,7 +68,7 @@ fn healthy() -> Observed {
     o
 }
 
-fn apply_revision(o: &mut Observed) {
+pub(super) fn apply_revision(o: &mut Observed) {
     let rev = revision(o);
     for m in &mut o.status.members {
         m.applied_revision = Some(rev.clone());
