@@ -149,35 +149,6 @@ pub use schedule::{sim_failback, sim_timings};
 use crate::sm::{Reason, Role};
 use world::{Fault, World};
 
-/// Every reason, for the per-reason counters.
-const ALL_REASONS: [Reason; 25] = [
-    Reason::Startup,
-    Reason::Adopted,
-    Reason::Election,
-    Reason::Takeover,
-    Reason::LeaseConflict,
-    Reason::ClaimAbandoned,
-    Reason::PlannedFailover,
-    Reason::ForcedFailover,
-    Reason::HandoverAccepted,
-    Reason::AutoHandoverAccepted,
-    Reason::CarrierLost,
-    Reason::GatewayLost,
-    Reason::VipUnhealthy,
-    Reason::ListenerDown,
-    Reason::Failback,
-    Reason::MaintenanceOn,
-    Reason::MaintenanceOff,
-    Reason::Fenced,
-    Reason::Unfenced,
-    Reason::NewerEpochPeer,
-    Reason::NewerEpochLease,
-    Reason::Aborted,
-    Reason::AbortedByPeer,
-    Reason::Unpaired,
-    Reason::Paired,
-];
-
 /// Most members simulated.
 pub const MAX_NODES: usize = 5;
 /// Most VIPs simulated.
@@ -483,7 +454,7 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         bursts_checked: w.stats.bursts_checked,
         splits_checked: w.stats.splits_checked,
         replacement_ms: w.stats.replacement_ms.clone(),
-        role_changes: ALL_REASONS.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
+        role_changes: Reason::ALL.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
         violations: w.chk.violations.clone(),
         trace,
         digest: w.digest,
