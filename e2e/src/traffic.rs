@@ -484,6 +484,23 @@ impl ProbeReport {
         self.runs.iter().map(|r| r.name.as_str()).collect()
     }
 
+    /// The failures a planned move must not have: every failure except a reset of a
+    /// probe that ran across a change of responder (from `margin_ms` before the old
+    /// responder's last answer to `margin_ms` after the new one's first). Such a probe's
+    /// handshake straddled the flip: its SYN reached the old holder, its ACK the new one,
+    /// which has no socket for it and resets it — the documented limit of a move that
+    /// does not drain connections (a window of about one round trip).
+    pub fn failures_beyond_the_flip(&self, margin_ms: f64) -> Vec<&Failure> {
+        let flips: Vec<(f64, f64)> =
+            self.runs.windows(2).map(|w| (w[0].last_ms - margin_ms, w[1].first_ms + margin_ms)).collect();
+        self.failures
+            .iter()
+            .filter(|f| {
+                f.kind != ProbeError::Reset || !flips.iter().any(|(from, to)| f.start_ms >= *from && f.t_ms <= *to)
+            })
+            .collect()
+    }
+
     /// Failures counted by kind.
     pub fn failure_kinds(&self) -> BTreeMap<&'static str, usize> {
         let mut m = BTreeMap::new();
@@ -891,6 +908,25 @@ mod tests {
         // The first of equal gaps is kept.
         assert_eq!(r.longest_gap_ms, 10.0);
         assert_eq!(r.longest_gap.as_ref().unwrap().from_ms, 6.0);
+    }
+
+    #[test]
+    fn only_a_reset_across_the_flip_is_excused_on_a_planned_move() {
+        let r = report(vec![
+            ok(0.0, 1.0, "n0"),
+            ok(5.0, 6.0, "n0"),
+            err(8.0, 9.0, ProbeError::Reset),
+            ok(10.0, 11.0, "n1"),
+            ok(15.0, 16.0, "n1"),
+        ]);
+        assert!(r.failures_beyond_the_flip(2.0).is_empty(), "{:?}", r.failures);
+        // A reset far from the flip, another kind of failure at the flip, or no flip.
+        let far = report(vec![ok(0.0, 1.0, "n0"), err(100.0, 101.0, ProbeError::Reset), ok(200.0, 201.0, "n0")]);
+        assert_eq!(far.failures_beyond_the_flip(2.0).len(), 1);
+        let timeout = report(vec![ok(0.0, 1.0, "n0"), err(2.0, 9.0, ProbeError::ConnectTimeout), ok(10.0, 11.0, "n1")]);
+        assert_eq!(timeout.failures_beyond_the_flip(2.0).len(), 1);
+        let late = report(vec![ok(0.0, 1.0, "n0"), ok(10.0, 11.0, "n1"), err(40.0, 41.0, ProbeError::Reset)]);
+        assert_eq!(late.failures_beyond_the_flip(2.0).len(), 1);
     }
 
     #[test]
