@@ -229,8 +229,8 @@ pub fn active_node_cut<C: Cluster>(c: &mut C) {
     wait_phase(c, Phase::FailedOver, &n1, Duration::from_secs(15));
 }
 
-/// `kubectl havip failover` → the standby takes over; no failed connect but a reset of a
-/// handshake that straddles the flip.
+/// `kubectl havip failover` → the standby takes over; no failed connect but one whose
+/// handshake straddles the flip.
 pub fn planned_failover<C: Cluster>(c: &mut C) {
     live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
@@ -243,8 +243,8 @@ pub fn planned_failover<C: Cluster>(c: &mut C) {
     // Keep probing a little after the move: late failures count too.
     std::thread::sleep(Duration::from_millis(300));
     let report = client.stop().expect("report");
-    // No failed connect, but for at most one reset of a connection whose handshake
-    // straddled the flip (README: a planned move does not drain connections).
+    // No failed connect, but for at most one connection whose handshake straddled the
+    // flip (README: a planned move does not drain connections).
     assert!(report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(), "{}", report.summary());
     let op = c.pair(PAIR).expect("pair").status.and_then(|s| s.last_operation).expect("lastOperation");
     assert_eq!(op.result, OperationResult::Succeeded, "{op:?}");

@@ -484,19 +484,22 @@ impl ProbeReport {
         self.runs.iter().map(|r| r.name.as_str()).collect()
     }
 
-    /// The failures a planned move must not have: every failure except a reset of a
-    /// probe that ran across a change of responder (from `margin_ms` before the old
+    /// The failures a planned move must not have: every failure except one that
+    /// connected and then lost its connection (a reset, or no reply within the read
+    /// timeout) and began across a change of responder (from `margin_ms` before the old
     /// responder's last answer to `margin_ms` after the new one's first). Such a probe's
-    /// handshake straddled the flip: its SYN reached the old holder, its ACK the new one,
-    /// which has no socket for it and resets it — the documented limit of a move that
-    /// does not drain connections (a window of about one round trip).
+    /// handshake straddled the flip: its SYN reached the old holder, its ACK or request
+    /// the new one, which has no socket for it (a reset) or does not have the address
+    /// yet (dropped) — the documented limit of a move that does not drain connections
+    /// (a window of about one round trip).
     pub fn failures_beyond_the_flip(&self, margin_ms: f64) -> Vec<&Failure> {
         let flips: Vec<(f64, f64)> =
             self.runs.windows(2).map(|w| (w[0].last_ms - margin_ms, w[1].first_ms + margin_ms)).collect();
         self.failures
             .iter()
             .filter(|f| {
-                f.kind != ProbeError::Reset || !flips.iter().any(|(from, to)| f.start_ms >= *from && f.t_ms <= *to)
+                let lost = matches!(f.kind, ProbeError::Reset | ProbeError::ReadTimeout);
+                !lost || !flips.iter().any(|(from, to)| f.start_ms >= *from && f.start_ms <= *to)
             })
             .collect()
     }
@@ -925,6 +928,17 @@ mod tests {
         assert_eq!(far.failures_beyond_the_flip(2.0).len(), 1);
         let timeout = report(vec![ok(0.0, 1.0, "n0"), err(2.0, 9.0, ProbeError::ConnectTimeout), ok(10.0, 11.0, "n1")]);
         assert_eq!(timeout.failures_beyond_the_flip(2.0).len(), 1);
+        // A connection set up with the old holder whose reply never came (its request
+        // went to the new one) is the same case; one that began long before is not.
+        let lost = report(vec![ok(0.0, 1.0, "n0"), err(2.0, 60.0, ProbeError::ReadTimeout), ok(10.0, 11.0, "n1")]);
+        assert!(lost.failures_beyond_the_flip(2.0).is_empty());
+        let early = report(vec![
+            ok(0.0, 1.0, "n0"),
+            ok(50.0, 51.0, "n0"),
+            err(20.0, 90.0, ProbeError::ReadTimeout),
+            ok(95.0, 96.0, "n1"),
+        ]);
+        assert_eq!(early.failures_beyond_the_flip(2.0).len(), 1);
         let late = report(vec![ok(0.0, 1.0, "n0"), ok(10.0, 11.0, "n1"), err(40.0, 41.0, ProbeError::Reset)]);
         assert_eq!(late.failures_beyond_the_flip(2.0).len(), 1);
     }

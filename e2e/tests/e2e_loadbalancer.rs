@@ -220,8 +220,8 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
     prober.wait_for_responder("n1", Duration::from_secs(20)).expect("n1 holds it after n0 lost its endpoint");
     let report = prober.stop().expect("report");
     eprintln!("endpoint moved: {}", report.summary());
-    // A planned move: no failed connect, but for at most one reset of a connection whose
-    // handshake straddled the flip (README: connections are not drained).
+    // A planned move: no failed connect, but for at most one connection whose handshake
+    // straddled the flip (README: connections are not drained).
     assert!(
         report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(),
         "a planned move: {}",
