@@ -158,7 +158,9 @@ fn operator_leader_deleted(c: &mut KindCluster) {
     .expect("failed over");
     std::thread::sleep(Duration::from_millis(300));
     let report = client.stop().expect("report");
-    assert_eq!(report.failed, 0, "{}", report.summary());
+    // A planned move: no failed connect but at most one whose handshake straddled the
+    // flip (README: a planned move does not drain connections).
+    assert!(report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(), "{}", report.summary());
     c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "deployment/havip-operator", "--timeout=120s"])
         .expect("the Deployment replaced the deleted replica");
 }
@@ -180,7 +182,9 @@ fn drain_active(c: &mut KindCluster) {
     .expect("handed over");
     std::thread::sleep(Duration::from_millis(300));
     let report = client.stop().expect("report");
-    assert_eq!(report.failed, 0, "{}", report.summary());
+    // A planned move: no failed connect but at most one whose handshake straddled the
+    // flip (README: a planned move does not drain connections).
+    assert!(report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(), "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec![n0.as_str(), n1.as_str()], "{}", report.summary());
     assert_eq!(c.holders().expect("holders"), vec![1]);
 }
