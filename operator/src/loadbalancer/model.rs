@@ -91,18 +91,17 @@ pub fn request_of(svc: &Service) -> Result<Request, BadAnnotation> {
     Ok(Request { service: service_key(svc), families, require_all, requested, pools, sharing_key, ports, previous })
 }
 
+/// A Service's `spec.ports` (empty when absent).
+fn service_ports(svc: &Service) -> &[k8s_openapi::api::core::v1::ServicePort] {
+    svc.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default()
+}
+
 /// The ports of a Service.
 pub fn ports_of(svc: &Service) -> BTreeSet<PortKey> {
-    svc.spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref())
-        .map(|ports| {
-            ports
-                .iter()
-                .map(|p| PortKey { protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()), port: p.port })
-                .collect()
-        })
-        .unwrap_or_default()
+    service_ports(svc)
+        .iter()
+        .map(|p| PortKey { protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()), port: p.port })
+        .collect()
 }
 
 /// The addresses in a Service's `status.loadBalancer.ingress`.
@@ -349,18 +348,12 @@ pub fn health_check(svc: &Service) -> Option<HealthCheck> {
 /// (`allocateLoadBalancerNodePorts: false`) adds none: its address is announced without a
 /// data-plane check.
 pub fn probe_ports(svc: &Service) -> BTreeSet<i32> {
-    svc.spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref())
-        .map(|ports| {
-            ports
-                .iter()
-                .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-                .filter_map(|p| p.node_port)
-                .filter(|p| (1..=65535).contains(p))
-                .collect()
-        })
-        .unwrap_or_default()
+    service_ports(svc)
+        .iter()
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .filter_map(|p| p.node_port)
+        .filter(|p| (1..=65535).contains(p))
+        .collect()
 }
 
 #[cfg(test)]
