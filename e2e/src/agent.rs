@@ -142,6 +142,8 @@ pub struct PairOptions {
     /// Run a witness (`havip-agent witness`) in the client's namespace and name it in every
     /// pair's file: takeovers need its vote.
     pub witness: bool,
+    /// `profile: Fast` (heartbeat 30 ms, timeout 90 ms, fast probes).
+    pub fast_profile: bool,
 }
 
 impl Default for PairOptions {
@@ -155,6 +157,7 @@ impl Default for PairOptions {
             failback_yaml: None,
             pairs: 1,
             witness: false,
+            fast_profile: false,
         }
     }
 }
@@ -278,6 +281,9 @@ impl AgentLab {
         if let Some(f) = &self.opts.failback_yaml {
             y.push_str(f);
         }
+        if self.opts.fast_profile {
+            y.push_str("profile: Fast\n");
+        }
         y.push_str("vips:\n");
         for j in 0..self.opts.vips {
             y.push_str(&format!(
@@ -319,12 +325,7 @@ impl AgentLab {
 
     /// Address of VIP `j`: the topology's VIPs for 0..10, then `10.k.0.150…249`.
     pub fn vip_addr(&self, j: u8) -> std::net::Ipv4Addr {
-        if j < 10 {
-            self.topo.vip(j)
-        } else {
-            let [a, b, c, _] = self.topo.vip(0).octets();
-            std::net::Ipv4Addr::new(a, b, c, 140u8.saturating_add(j))
-        }
+        self.topo.vip_at(j)
     }
 
     /// Member `i`'s state directory.

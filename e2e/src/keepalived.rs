@@ -124,6 +124,8 @@ pub struct KeepalivedConfig {
     pub extra_global: Vec<String>,
     /// Extra lines for the `vrrp_instance`.
     pub extra_instance: Vec<String>,
+    /// More virtual addresses of the instance, after the VIP (same interface).
+    pub more_vips: Vec<(Ipv4Addr, u8)>,
 }
 
 impl KeepalivedConfig {
@@ -142,6 +144,7 @@ impl KeepalivedConfig {
             garp_master_repeat: None,
             extra_global: Vec::new(),
             extra_instance: Vec::new(),
+            more_vips: Vec::new(),
         }
     }
 
@@ -159,6 +162,12 @@ impl KeepalivedConfig {
     /// Sets the VIP.
     pub fn vip(mut self, ip: Ipv4Addr, prefix_len: u8) -> Self {
         self.vip = Some((ip, prefix_len));
+        self
+    }
+
+    /// Adds virtual addresses after the VIP.
+    pub fn more_vips(mut self, vips: impl IntoIterator<Item = (Ipv4Addr, u8)>) -> Self {
+        self.more_vips.extend(vips);
         self
     }
 
@@ -236,7 +245,9 @@ impl KeepalivedConfig {
             let _ = writeln!(c, "    {l}");
         }
         let _ = writeln!(c, "    virtual_ipaddress {{");
-        let _ = writeln!(c, "        {}/{} dev {}", vip.0, vip.1, self.interface);
+        for v in std::iter::once(&vip).chain(&self.more_vips) {
+            let _ = writeln!(c, "        {}/{} dev {}", v.0, v.1, self.interface);
+        }
         let _ = writeln!(c, "    }}");
         let _ = writeln!(c, "}}");
         Ok(c)
@@ -406,6 +417,11 @@ impl Keepalived {
                 _ => None,
             }
         })
+    }
+
+    /// The keepalived parent's process id, while it runs (its VRRP child is below it).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(ManagedProcess::pid)
     }
 
     /// The node's name (`n<i>`).

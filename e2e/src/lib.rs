@@ -7,6 +7,7 @@ pub mod api;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;
+pub mod footprint;
 pub mod keepalived;
 pub mod kind;
 pub mod kind_scenarios;

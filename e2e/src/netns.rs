@@ -1157,6 +1157,12 @@ impl Topology {
         Ipv4Addr::new(10, self.k, 0, 50 + j.min(9))
     }
 
+    /// The `j`-th of up to 110 IPv4 VIPs on the data link: [`Topology::vip`]`(j)` for the
+    /// first ten, then `10.<k>.0.<140+j>`.
+    pub fn vip_at(&self, j: u8) -> Ipv4Addr {
+        if j < 10 { self.vip(j) } else { Ipv4Addr::new(10, self.k, 0, 140u8.saturating_add(j)) }
+    }
+
     /// An IPv6 VIP on the data link: `fd00:6876:<k>::<50+j>`.
     pub fn vip6(&self, j: u8) -> Ipv6Addr {
         v6(self.k, 0, 50 + j.min(9))

@@ -320,12 +320,16 @@ pub fn parse_na(icmp: &[u8]) -> Option<NaSeen> {
     Some(NaSeen { target, mac })
 }
 
+/// How long an L2 listener thread blocks in one read before it looks at its stop flag:
+/// a read that times out is a wakeup of an idle agent, so it is long; a dropped listener
+/// ends within it.
+const L2_LISTENER_POLL: Duration = Duration::from_secs(2);
+
 /// Receives the neighbour advertisements that reach this host on one interface (a
 /// raw ICMPv6 socket bound to it, on a dedicated thread) and hands each to a callback.
 /// Stops when dropped.
 pub struct NdListener {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl NdListener {
@@ -336,14 +340,14 @@ impl NdListener {
         let open_err = |source| AnnounceError::Open { ifname: ifname.to_owned(), source };
         let socket = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).map_err(open_err)?;
         socket.bind_device(Some(ifname.as_bytes())).map_err(open_err)?;
-        socket.set_read_timeout(Some(Duration::from_millis(100))).map_err(open_err)?;
+        socket.set_read_timeout(Some(L2_LISTENER_POLL)).map_err(open_err)?;
         // A datagram socket for `recv`: a raw ICMPv6 socket hands over one ICMPv6
         // message per read, without the IPv6 header.
         let socket = std::net::UdpSocket::from(socket);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let name = ifname.to_owned();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name(format!("nd-{ifname}"))
             .spawn(move || {
                 let mut buf = [0u8; 1500];
@@ -364,16 +368,15 @@ impl NdListener {
                 }
             })
             .map_err(open_err)?;
-        Ok(Self { stop, thread: Some(thread) })
+        Ok(Self { stop })
     }
 }
 
 impl Drop for NdListener {
     fn drop(&mut self) {
+        // Not joined: the thread sees the flag at its next packet or read timeout (at most
+        // `L2_LISTENER_POLL`) and ends; waiting for it here would stall the caller's task.
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -381,7 +384,6 @@ impl Drop for NdListener {
 /// a callback. Stops when dropped.
 pub struct ArpListener {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ArpListener {
@@ -390,7 +392,7 @@ impl ArpListener {
         let (iface, _) = find_interface(ifname)?;
         let config = datalink::Config {
             channel_type: ChannelType::Layer3(ETH_P_ARP),
-            read_timeout: Some(Duration::from_millis(100)),
+            read_timeout: Some(L2_LISTENER_POLL),
             ..Default::default()
         };
         let open_err = |source| AnnounceError::Open { ifname: ifname.to_owned(), source };
@@ -401,7 +403,7 @@ impl ArpListener {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let name = ifname.to_owned();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name(format!("arp-{ifname}"))
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
@@ -420,16 +422,14 @@ impl ArpListener {
                 }
             })
             .map_err(open_err)?;
-        Ok(Self { stop, thread: Some(thread) })
+        Ok(Self { stop })
     }
 }
 
 impl Drop for ArpListener {
     fn drop(&mut self) {
+        // Not joined, as for `NdListener`.
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -20,4 +20,5 @@ pub mod runtime;
 pub mod sim;
 pub mod sm;
 pub mod state;
+pub mod timer;
 pub mod witness;

@@ -169,7 +169,12 @@ fn on_off(s: &str) -> Result<bool, String> {
     }
 }
 
-#[tokio::main]
+// One thread runs every task: the agent's work is small and I/O-bound (heartbeats,
+// probes, a state machine step per input), and a single-threaded runtime wakes once per
+// event, where a multi-threaded one also wakes a second worker and its I/O driver through
+// futexes and eventfds on nearly every event — most of an idle agent's CPU time. Blocking
+// work (the L2 listeners) runs on threads of its own.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {

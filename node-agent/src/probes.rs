@@ -8,10 +8,11 @@
 use crate::announce::{ArpListener, ArpSeen, L2Sender, NaSeen, NdListener};
 use crate::metrics::PairMetrics;
 use crate::sm;
+use crate::timer::Timer;
 use pnet::datalink::MacAddr;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -58,6 +59,8 @@ pub async fn http_probe(addr: SocketAddr, path: &str, timeout: Duration) -> bool
 #[derive(Default)]
 pub struct NeighborBook {
     seen: Mutex<HashMap<IpAddr, Vec<(MacAddr, Instant)>>>,
+    /// Wakes the probes waiting for an answer (instead of polling the book).
+    recorded: tokio::sync::Notify,
 }
 
 impl NeighborBook {
@@ -71,6 +74,8 @@ impl NeighborBook {
         let v = m.entry(ip).or_default();
         v.retain(|(old, at)| *old != mac && at.elapsed() < Duration::from_secs(30));
         v.push((mac, Instant::now()));
+        drop(m);
+        self.recorded.notify_waiters();
     }
 
     /// Records an ARP packet.
@@ -139,14 +144,19 @@ impl L2Port {
         if sent.is_err() {
             return Vec::new();
         }
-        let deadline = since + wait;
+        let deadline = tokio::time::Instant::from_std(since + wait);
         loop {
+            // Registered before the book is read, so an answer recorded in between wakes it.
+            let recorded = self.book.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
             let found: Vec<MacAddr> =
                 self.book.claimants_since(target, since).into_iter().filter(|m| *m != self.sender.mac()).collect();
-            if !found.is_empty() || Instant::now() >= deadline {
+            if !found.is_empty() || tokio::time::Instant::now() >= deadline {
                 return found;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // An answer or the deadline; either way the book is read again above.
+            let _ = tokio::time::timeout_at(deadline, recorded).await;
         }
     }
 }
@@ -275,8 +285,10 @@ mod tests {
 // closed (the runtime's tasks are also aborted when it stops).
 // ---------------------------------------------------------------------------------
 
-/// Probe interval through the VIPs while every peer is heard (a standby's steady state).
-pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+/// Probe interval through the VIPs while every peer is heard (a standby's steady state):
+/// the evidence a takeover needs is gathered at the fast rate once a heartbeat is
+/// overdue; this slow round only keeps the reported verdict current.
+pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Interval between two rounds of probes of the member's own listeners.
 pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -293,9 +305,11 @@ const TRAFFIC_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long an ARP request of the gateway or conflict probes waits for replies.
 const ARP_WAIT: Duration = Duration::from_millis(300);
 
-/// Data-plane probes through the VIPs while this member does not hold them: fast while
-/// a heartbeat is overdue (or the machine has no verdict yet), slow while the peers are
-/// heard.
+/// Data-plane probes through the VIPs while this member does not hold them: every
+/// target at the fast rate while the machine needs a verdict ([`PeerProbes::urgent`]: no
+/// holder heard, or its heartbeat overdue), one target per [`SLOW_PROBE_INTERVAL`]
+/// otherwise, nothing while holding. The task sleeps between rounds and is woken when
+/// the flags change, so an idle standby wakes for it once every two seconds.
 pub struct PeerProbes {
     /// Every (VIP, address:port) to probe.
     pub targets: Vec<(sm::VipId, SocketAddr)>,
@@ -303,18 +317,12 @@ pub struct PeerProbes {
     pub interval: Duration,
     /// One connect's timeout.
     pub timeout: Duration,
-    /// A heartbeat is overdue after this long without one (1.2 heartbeat intervals):
-    /// from then on every target is probed at the fast rate, so that the data-plane
-    /// verdict is ready when the heartbeat timeout expires.
-    pub overdue: Duration,
     /// Set while this member holds the VIPs (no probes then).
     pub holding: Arc<AtomicBool>,
-    /// Set while the machine waits for a first verdict (start-up, new VIPs).
-    pub pending: Arc<AtomicBool>,
-    /// When a peer was last heard, in milliseconds since `origin`.
-    pub last_heard_ms: Arc<AtomicU64>,
-    /// The runtime's clock origin.
-    pub origin: Instant,
+    /// Set while the machine needs the verdict now ([`sm::Machine::holder_overdue`]).
+    pub urgent: Arc<AtomicBool>,
+    /// Notified when `urgent` is set or `holding` cleared.
+    pub wake: Arc<tokio::sync::Notify>,
     /// Where probe results are counted.
     pub metrics: PairMetrics,
 }
@@ -326,31 +334,30 @@ impl PeerProbes {
             if self.targets.is_empty() {
                 return;
             }
-            let overdue_ms = self.overdue.as_millis() as u64;
             let mut slow_due = Instant::now();
             let mut next = 0usize;
+            let mut timer = Timer::new();
             loop {
-                tokio::time::sleep(self.interval).await;
                 if tx.is_closed() {
                     return;
                 }
-                if self.holding.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let since = (self.origin.elapsed().as_millis() as u64)
-                    .saturating_sub(self.last_heard_ms.load(Ordering::Relaxed));
-                let overdue = since > overdue_ms || self.pending.load(Ordering::Relaxed);
-                if !overdue && Instant::now() < slow_due {
-                    continue;
-                }
-                slow_due = Instant::now() + SLOW_PROBE_INTERVAL;
-                // Steady state: one target per round, in turn (any VIP answering means the
-                // active serves). Overdue: every target, since "down" needs them all.
-                let round: Vec<&(sm::VipId, SocketAddr)> = if overdue {
+                // Registered before the flags are read, so a change in between wakes it.
+                let woken = self.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let holding = self.holding.load(Ordering::Relaxed);
+                let urgent = !holding && self.urgent.load(Ordering::Relaxed);
+                let now = Instant::now();
+                let round: Vec<&(sm::VipId, SocketAddr)> = if urgent {
+                    // "Down" needs every target.
                     self.targets.iter().collect()
-                } else {
+                } else if !holding && now >= slow_due {
+                    // Any VIP answering means the active serves: one target per round, in turn.
+                    slow_due = now + SLOW_PROBE_INTERVAL;
                     next = (next + 1) % self.targets.len();
                     vec![&self.targets[next]]
+                } else {
+                    Vec::new()
                 };
                 for (vip, addr) in round {
                     let tx = tx.clone();
@@ -364,6 +371,16 @@ impl PeerProbes {
                         metrics.probe("peer", up);
                         let _ = tx.send(sm::Input::PeerProbe { vip, result }.into()).await;
                     });
+                }
+                if urgent {
+                    timer.sleep(self.interval).await;
+                } else if holding {
+                    woken.await;
+                } else {
+                    tokio::select! {
+                        _ = timer.sleep_until(slow_due) => {}
+                        _ = woken => {}
+                    }
                 }
             }
         })
@@ -387,7 +404,7 @@ pub struct LocalTarget {
 }
 
 /// How a local target is probed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LocalCheck {
     /// A TCP connect: on the VIP while holding it, else on the node's own address.
     Tcp,
@@ -405,24 +422,44 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut timer = Timer::new();
         if targets.is_empty() {
             return;
         }
+        // The machine keeps each listener's state and when it last changed, so only
+        // changes are sent (a step per change, not per probe); the first round sends all.
+        let mut last: Vec<Option<bool>> = vec![None; targets.len()];
         loop {
             let hold = holding.load(Ordering::Relaxed);
-            for t in &targets {
-                let up = match &t.check {
-                    LocalCheck::Tcp => {
-                        tcp_probe(SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port), timeout).await
-                    }
-                    LocalCheck::Http(path) => http_probe(SocketAddr::new(t.own_addr, t.port), path, timeout).await,
+            // One probe per distinct check in a round: the VIPs of a standby all probe the
+            // node's own address, usually on the same port.
+            let mut round: HashMap<(SocketAddr, &LocalCheck), bool> = HashMap::new();
+            for (i, t) in targets.iter().enumerate() {
+                let addr = match &t.check {
+                    LocalCheck::Tcp => SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port),
+                    LocalCheck::Http(_) => SocketAddr::new(t.own_addr, t.port),
                 };
-                metrics.probe("local", up);
+                let up = match round.get(&(addr, &t.check)) {
+                    Some(up) => *up,
+                    None => {
+                        let up = match &t.check {
+                            LocalCheck::Tcp => tcp_probe(addr, timeout).await,
+                            LocalCheck::Http(path) => http_probe(addr, path, timeout).await,
+                        };
+                        metrics.probe("local", up);
+                        round.insert((addr, &t.check), up);
+                        up
+                    }
+                };
+                if last[i] == Some(up) {
+                    continue;
+                }
+                last[i] = Some(up);
                 if tx.send(sm::Input::LocalProbe { vip: t.vip.clone(), port: t.port, up }.into()).await.is_err() {
                     return;
                 }
             }
-            tokio::time::sleep(LOCAL_PROBE_INTERVAL).await;
+            timer.sleep(LOCAL_PROBE_INTERVAL).await;
         }
     })
 }
@@ -438,6 +475,7 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut timer = Timer::new();
         let mut tracker = GatewayTracker::default();
         let mut last: Option<Option<bool>> = None;
         loop {
@@ -455,7 +493,7 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
                     return;
                 }
             }
-            tokio::time::sleep(GATEWAY_PROBE_INTERVAL).await;
+            timer.sleep(GATEWAY_PROBE_INTERVAL).await;
         }
     })
 }
@@ -469,8 +507,9 @@ pub fn spawn_conflict_watch<E: From<sm::Input> + Send + 'static>(
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut timer = Timer::new();
         loop {
-            tokio::time::sleep(CONFLICT_PROBE_INTERVAL).await;
+            timer.sleep(CONFLICT_PROBE_INTERVAL).await;
             if tx.is_closed() {
                 return;
             }
@@ -493,13 +532,14 @@ pub fn spawn_traffic_sampler<E: From<sm::Input> + Send + 'static>(
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut timer = Timer::new();
         let mut sampler = TrafficSampler::new(ifaces);
         loop {
             let bps = sampler.sample();
             if tx.send(sm::Input::Traffic { bytes_per_sec: bps }.into()).await.is_err() {
                 return;
             }
-            tokio::time::sleep(TRAFFIC_SAMPLE_INTERVAL).await;
+            timer.sleep(TRAFFIC_SAMPLE_INTERVAL).await;
         }
     })
 }

@@ -20,12 +20,13 @@
 
 use clap::Parser;
 use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
+use havip_e2e::footprint;
 use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::netns::{Link, Topology};
 use havip_e2e::traffic::{Listener, ProbeReport, Prober};
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Failover benchmark: havip against keepalived.
 #[derive(Parser, Debug)]
@@ -34,8 +35,9 @@ struct Args {
     /// Runs per (system, scenario).
     #[arg(long, default_value_t = 10)]
     runs: usize,
-    /// Only these systems (comma separated): havip, keepalived-v2, keepalived-v3.
-    #[arg(long, default_value = "havip,keepalived-v2,keepalived-v3")]
+    /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
+    /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int 0.03`).
+    #[arg(long, default_value = "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms")]
     systems: String,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned.
     #[arg(long, default_value = "cut,kill-then-cut,planned")]
@@ -48,8 +50,12 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,10,100", value_parser = clap::value_parser!(u8).range(1..=109))]
     footprint_vips: Vec<u8>,
     /// Seconds of idle for the footprint measurement.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 30)]
     idle_seconds: u64,
+    /// Systems of the idle measurement (comma separated): havip, havip-fast and the
+    /// keepalived systems of `--systems`.
+    #[arg(long, default_value = "havip,havip-fast,keepalived-v3,keepalived-v3-30ms")]
+    idle_systems: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,8 +133,8 @@ fn cut_node(topo: &Topology, node: usize) -> Result<(), String> {
     topo.cut_cable(node, Link::Data).map_err(|e| e.to_string())
 }
 
-fn run_havip(scenario: Scenario) -> Result<Outcome, String> {
-    let mut lab = AgentLab::start(PairOptions::default()).map_err(|e| e.to_string())?;
+fn run_havip(scenario: Scenario, fast_profile: bool) -> Result<Outcome, String> {
+    let mut lab = AgentLab::start(PairOptions { fast_profile, ..Default::default() }).map_err(|e| e.to_string())?;
     lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
     // The standby must be steady (heard, ready) before any scenario.
     std::thread::sleep(Duration::from_millis(1200));
@@ -158,11 +164,25 @@ fn run_havip(scenario: Scenario) -> Result<Outcome, String> {
     Ok(out)
 }
 
-fn run_keepalived(scenario: Scenario, v3: bool) -> Result<Outcome, String> {
+/// keepalived's configuration for a system name: `keepalived-v2` (VRRPv2 defaults),
+/// `keepalived-v3` (VRRPv3, `advert_int 0.1`, havip's default heartbeat) or
+/// `keepalived-v3-30ms` (`advert_int 0.03`, the Fast profile's heartbeat).
+fn keepalived_config(system: &str) -> Option<KeepalivedConfig> {
+    match system {
+        "keepalived-v2" => Some(KeepalivedConfig::v2_defaults()),
+        "keepalived-v3" => Some(KeepalivedConfig::v3_fast()),
+        "keepalived-v3-30ms" => {
+            Some(KeepalivedConfig { advert_int: Duration::from_millis(30), ..KeepalivedConfig::v3_fast() })
+        }
+        _ => None,
+    }
+}
+
+fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Result<Outcome, String> {
     let topo = Topology::builder().nodes(2).build().map_err(|e| e.to_string())?;
     let _l0 = Listener::on_node(&topo, 0, SERVICE_PORT).map_err(|e| e.to_string())?;
     let _l1 = Listener::on_node(&topo, 1, SERVICE_PORT).map_err(|e| e.to_string())?;
-    let cfg = || if v3 { KeepalivedConfig::v3_fast() } else { KeepalivedConfig::v2_defaults() };
+    let cfg = || config.clone();
     let vip = topo.vip(0);
     let mut k0 = Keepalived::start(&topo, 0, cfg().vip(vip, 24)).map_err(|e| e.to_string())?;
     let k1 = Keepalived::start(&topo, 1, cfg().vip(vip, 24)).map_err(|e| e.to_string())?;
@@ -194,42 +214,70 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn rss_and_cpu(pid: u32, window: Duration) -> Option<(u64, f64)> {
-    let ticks = || -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the command name (which may contain spaces) start after ") ".
-        let rest = stat.rsplit_once(") ")?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-    };
-    let t0 = ticks()?;
-    let start = Instant::now();
-    std::thread::sleep(window);
-    let t1 = ticks()?;
-    let hz = 100.0; // USER_HZ on Linux
-    let cpu = (t1 - t0) as f64 / hz / start.elapsed().as_secs_f64() * 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some((rss_kib, cpu))
+/// [`footprint::measure`] of each node's daemon, with the packets each node sent in the
+/// window (every interface: the daemons' own traffic, the lab sends nothing else).
+fn measure_nodes(topo: &Topology, pids: &[u32], window: Duration) -> Vec<(footprint::Usage, u64, Option<u64>)> {
+    let ns: Vec<String> = topo.nodes().iter().map(|n| n.ns.clone()).collect();
+    let before: Vec<Option<u64>> = ns.iter().map(|n| footprint::tx_packets(n)).collect();
+    let usage = footprint::measure(pids, window);
+    usage
+        .into_iter()
+        .zip(ns.iter().zip(before))
+        .map(|((u, rss), (n, b))| (u, rss, footprint::tx_packets(n).zip(b).map(|(a, b)| a.saturating_sub(b))))
+        .collect()
 }
 
-fn footprint(vips: u8, idle: Duration) -> Result<serde_json::Value, String> {
-    let lab = AgentLab::start(PairOptions { vips, ..Default::default() }).map_err(|e| e.to_string())?;
-    lab.wait_sole_holder(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_secs(3));
-    let pid = |i: usize| lab.agents[i].as_ref().and_then(|p| p.pid());
-    let (Some(p0), Some(p1)) = (pid(0), pid(1)) else { return Err("agent not running".into()) };
-    let h = std::thread::spawn(move || rss_and_cpu(p1, idle));
-    let active = rss_and_cpu(p0, idle).ok_or("cannot read /proc for the active")?;
-    let standby = h.join().ok().flatten().ok_or("cannot read /proc for the standby")?;
+/// One idle measurement: `system` holding `vips` addresses on two nodes, both daemons
+/// measured over the same window (CPU time, wakeups and RSS of each process tree).
+fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, String> {
+    let settle = Duration::from_secs(3);
+    let (usage, profile) = match system {
+        "havip" | "havip-fast" => {
+            let fast = system == "havip-fast";
+            let lab = AgentLab::start(PairOptions { vips, fast_profile: fast, ..Default::default() })
+                .map_err(|e| e.to_string())?;
+            lab.wait_sole_holder(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            std::thread::sleep(settle);
+            let pid = |i: usize| lab.agents[i].as_ref().and_then(|p| p.pid());
+            let (Some(p0), Some(p1)) = (pid(0), pid(1)) else { return Err("agent not running".into()) };
+            let usage = measure_nodes(&lab.topo, &[p0, p1], window);
+            let profile = if fast {
+                "Fast: heartbeat 30 ms, timeout 90 ms"
+            } else {
+                "Standard: heartbeat 100 ms, timeout 300 ms"
+            };
+            (usage, profile.to_owned())
+        }
+        k if keepalived_config(k).is_some() => {
+            let topo = Topology::builder().nodes(2).build().map_err(|e| e.to_string())?;
+            let _l0 = Listener::on_node(&topo, 0, SERVICE_PORT).map_err(|e| e.to_string())?;
+            let _l1 = Listener::on_node(&topo, 1, SERVICE_PORT).map_err(|e| e.to_string())?;
+            let base = keepalived_config(k).unwrap_or_else(KeepalivedConfig::v3_fast);
+            let cfg = || base.clone().vip(topo.vip_at(0), 24).more_vips((1..vips).map(|j| (topo.vip_at(j), 24)));
+            let k0 = Keepalived::start(&topo, 0, cfg()).map_err(|e| e.to_string())?;
+            let k1 = Keepalived::start(&topo, 1, cfg()).map_err(|e| e.to_string())?;
+            k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+            std::thread::sleep(settle);
+            let (Some(p0), Some(p1)) = (k0.pid(), k1.pid()) else { return Err("keepalived not running".into()) };
+            let profile = format!("VRRPv{}, advert_int {} ms", base.version, base.advert_int.as_millis());
+            (measure_nodes(&topo, &[p0, p1], window), profile)
+        }
+        other => return Err(format!("unknown system {other}")),
+    };
+    let [(active, active_rss, active_pkts), (standby, standby_rss, standby_pkts)] =
+        <[_; 2]>::try_from(usage).map_err(|_| "two nodes expected")?;
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    let per_s = |p: Option<u64>| p.map(|p| r1(p as f64 / active.window_s));
     Ok(json!({
-        "bench": "agent-idle-footprint",
+        "bench": "idle",
+        "system": system,
+        "profile": profile,
         "vips": vips,
-        "idle_seconds": idle.as_secs(),
-        "active_rss_kib": active.0,
-        "active_cpu_percent": (active.1 * 100.0).round() / 100.0,
-        "standby_rss_kib": standby.0,
-        "standby_cpu_percent": (standby.1 * 100.0).round() / 100.0,
+        "window_s": r1(active.window_s),
+        "cpu_ms_per_min_total": r1(active.cpu_ms_per_min + standby.cpu_ms_per_min),
+        "packets_per_s_total": per_s(active_pkts.zip(standby_pkts).map(|(a, b)| a + b)),
+        "active": {"cpu_ms_per_min": r1(active.cpu_ms_per_min), "wakeups_per_s": r1(active.wakeups_per_s), "rss_kib": active_rss, "threads_exited": active.threads_exited, "packets_per_s": per_s(active_pkts)},
+        "standby": {"cpu_ms_per_min": r1(standby.cpu_ms_per_min), "wakeups_per_s": r1(standby.wakeups_per_s), "rss_kib": standby_rss, "threads_exited": standby.threads_exited, "packets_per_s": per_s(standby_pkts)},
     }))
 }
 
@@ -260,10 +308,12 @@ fn main() -> std::process::ExitCode {
             let mut unreached = 0;
             for run in 0..args.runs {
                 let r = match *system {
-                    "havip" => run_havip(*scenario),
-                    "keepalived-v2" => run_keepalived(*scenario, false),
-                    "keepalived-v3" => run_keepalived(*scenario, true),
-                    other => Err(format!("unknown system {other}")),
+                    "havip" => run_havip(*scenario, false),
+                    "havip-fast" => run_havip(*scenario, true),
+                    other => match keepalived_config(other) {
+                        Some(c) => run_keepalived(*scenario, c),
+                        None => Err(format!("unknown system {other}")),
+                    },
                 };
                 match r {
                     Ok(o) => {
@@ -321,13 +371,14 @@ fn main() -> std::process::ExitCode {
             }
             results.push(((*system).to_owned(), *scenario, p50, p99, failed_max));
         }
-        // Ratios havip / keepalived for this scenario.
-        if let Some((_, _, h50, h99, _)) = results.iter().find(|r| r.0 == "havip" && r.1 == *scenario).cloned() {
-            for (sys, _, k50, k99, _) in results.iter().filter(|r| r.0 != "havip" && r.1 == *scenario) {
+        // Ratios of each havip profile to each other system, for this scenario.
+        let here: Vec<_> = results.iter().filter(|r| r.1 == *scenario).collect();
+        for (h, _, h50, h99, _) in here.iter().filter(|r| r.0.starts_with("havip")) {
+            for (sys, _, k50, k99, _) in here.iter().filter(|r| !r.0.starts_with("havip")) {
                 println!(
                     "{}",
                     json!({
-                        "ratio": format!("havip/{sys}"),
+                        "ratio": format!("{h}/{sys}"),
                         "scenario": scenario.name(),
                         "p50_gap_ratio": ((h50 / k50) * 1000.0).round() / 1000.0,
                         "p99_gap_ratio": ((h99 / k99) * 1000.0).round() / 1000.0,
@@ -338,11 +389,29 @@ fn main() -> std::process::ExitCode {
     }
     if !args.no_footprint {
         for &vips in &args.footprint_vips {
-            match footprint(vips, Duration::from_secs(args.idle_seconds)) {
-                Ok(v) => println!("{v}"),
-                Err(e) => {
-                    failed_runs += 1;
-                    eprintln!("footprint with {vips} VIPs: error: {e}");
+            let mut totals: Vec<(String, f64)> = Vec::new();
+            for system in args.idle_systems.split(',') {
+                match idle(system, vips, Duration::from_secs(args.idle_seconds)) {
+                    Ok(v) => {
+                        println!("{v}");
+                        if let Some(t) = v["cpu_ms_per_min_total"].as_f64() {
+                            totals.push((system.to_owned(), t));
+                        }
+                    }
+                    Err(e) => {
+                        failed_runs += 1;
+                        eprintln!("idle {system} with {vips} VIPs: error: {e}");
+                    }
+                }
+            }
+            // Ratios of each havip profile to each keepalived, same VIP count, same run.
+            for (h, t) in totals.iter().filter(|(s, _)| s.starts_with("havip")) {
+                for (k, kt) in totals.iter().filter(|(s, _)| s.starts_with("keepalived")) {
+                    let ratio = ((t / kt) * 100.0).round() / 100.0;
+                    println!(
+                        "{}",
+                        json!({"ratio": format!("{h}/{k}"), "bench": "idle", "vips": vips, "cpu_ratio": ratio})
+                    );
                 }
             }
         }

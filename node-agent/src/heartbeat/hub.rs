@@ -21,7 +21,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::net::UdpSocket;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 
 /// Which pair's endpoint receives the datagrams naming it, per socket.
 type Routes = Arc<RwLock<HashMap<String, Route>>>;
@@ -70,7 +71,10 @@ impl Drop for SocketLease {
 
 /// Binds `addr` for this agent alone. `EADDRINUSE` gets a message that names the fix.
 /// Returns the receiving side (on the reactor) and the sending side (a duplicate).
-fn bind_exclusive(addr: SocketAddr) -> Result<(UdpSocket, std::net::UdpSocket), HeartbeatError> {
+/// The receiving half is registered for readability only: the sending half is the same
+/// socket, and a registration for writability too would wake the receiver's task (an
+/// edge-triggered `EPOLLOUT`) after every heartbeat sent.
+fn bind_exclusive(addr: SocketAddr) -> Result<(AsyncFd<std::net::UdpSocket>, std::net::UdpSocket), HeartbeatError> {
     use socket2::{Domain, Protocol, Socket, Type};
     let io = |source: std::io::Error| {
         if source.kind() == std::io::ErrorKind::AddrInUse {
@@ -87,7 +91,12 @@ fn bind_exclusive(addr: SocketAddr) -> Result<(UdpSocket, std::net::UdpSocket), 
     sock.bind(&addr.into()).map_err(io)?;
     let std: std::net::UdpSocket = sock.into();
     let send = std.try_clone().map_err(io)?;
-    Ok((UdpSocket::from_std(std).map_err(io)?, send))
+    // `with_interest` is deprecated in favour of an `unsafe` constructor (this crate forbids
+    // unsafe code) because a registration could outlive a descriptor it does not own;
+    // here the `AsyncFd` owns the socket, so it cannot.
+    #[allow(deprecated)]
+    let recv = AsyncFd::with_interest(std, Interest::READABLE).map_err(io)?;
+    Ok((recv, send))
 }
 
 /// A random non-zero u64 (a session id, a challenge, a request id).
@@ -217,11 +226,19 @@ impl Hub {
 }
 
 /// The receiver of one socket: demultiplexes by pair name.
-async fn receive(sock: UdpSocket, local: SocketAddr, routes: Routes, metrics: Arc<AgentMetrics>) {
+async fn receive(sock: AsyncFd<std::net::UdpSocket>, local: SocketAddr, routes: Routes, metrics: Arc<AgentMetrics>) {
     let label = local.ip().to_string();
     let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
     loop {
-        let (n, from) = match sock.recv_from(&mut buf).await {
+        let received = match sock.readable().await {
+            Ok(mut ready) => match ready.try_io(|s| s.get_ref().recv_from(&mut buf)) {
+                Ok(r) => r,
+                // Not readable after all (the readiness was stale): wait again.
+                Err(_would_block) => continue,
+            },
+            Err(e) => Err(e),
+        };
+        let (n, from) = match received {
             Ok(x) => x,
             Err(e) => {
                 metrics.io_error("heartbeat_recv");

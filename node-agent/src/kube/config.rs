@@ -247,14 +247,18 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
     }
     vips.sort_by(|a, b| a.id.cmp(&b.id));
     let revision = havip_crds::revision::config_revision(spec, &fip_specs, &addr_table);
+    // The timings in force: the profile's where the spec leaves the defaults.
+    let (mut hb_interval, mut hb_timeout, mut takeover) =
+        (spec.heartbeat.interval.clone(), spec.heartbeat.timeout.clone(), spec.takeover.clone());
+    spec.profile.apply(&mut hb_interval, &mut hb_timeout, &mut takeover);
     let sm = build_sm_config(&SmSettings {
         node: view.node,
         members: &members,
         paths: &paths,
         vips: &vips,
-        heartbeat_interval: &spec.heartbeat.interval,
-        heartbeat_timeout: &spec.heartbeat.timeout,
-        takeover: &spec.takeover,
+        heartbeat_interval: &hb_interval,
+        heartbeat_timeout: &hb_timeout,
+        takeover: &takeover,
         failback: &spec.failback,
         flap: &spec.flap_suspension,
         start_alone: false,
@@ -265,8 +269,8 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
             .map_err(|source| ConfigError::Duration { field: field.into(), source })
     };
     let probe = ProbeConfig {
-        interval: duration("takeover.probeInterval", &spec.takeover.probe_interval)?,
-        timeout: duration("takeover.probeTimeout", &spec.takeover.probe_timeout)?,
+        interval: duration("takeover.probeInterval", &takeover.probe_interval)?,
+        timeout: duration("takeover.probeTimeout", &takeover.probe_timeout)?,
         // The schema refuses anything but IP addresses here.
         fence_targets: spec.takeover.fence_targets.iter().filter_map(|t| t.parse().ok()).collect(),
     };

@@ -265,11 +265,9 @@ impl Runtime {
                     .collect(),
                 interval: self.cfg.probe.interval,
                 timeout: self.cfg.probe.timeout,
-                overdue: Duration::from_millis(self.cfg.sm.timings.heartbeat_interval_ms * 6 / 5),
                 holding: self.holding.clone(),
-                pending: self.probe_pending.clone(),
-                last_heard_ms: self.last_heard_ms.clone(),
-                origin: self.origin,
+                urgent: self.probes_urgent.clone(),
+                wake: self.probes_wake.clone(),
                 metrics: self.metrics.clone(),
             }
             .spawn(self.tx.clone()),

@@ -22,7 +22,7 @@ use crate::state::StateFile;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -241,25 +241,29 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
             }
         }
     });
-    let (status_tx, status_rx) = watch::channel(Arc::new(machine.status()));
+    let initial = machine.status();
+    status_metrics(&opts.metrics, None, &initial);
+    let (status_tx, status_rx) = watch::channel(Arc::new(initial));
     let holding = Arc::new(AtomicBool::new(false));
-    let last_heard_ms = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
 
     let Io { vips, l2, hb: _, data_link, vip_links, fence, own } = io;
     opts.reporter.links(&vips.iter().map(ResolvedVip::link).collect::<Vec<_>>());
-    // A stall is a gap of more than half a heartbeat timeout between ticks (shorter
-    // stalls cannot have let a peer take over); announcements then wait two heartbeat
-    // intervals, in which the peers' queued heartbeats (and a Lease change) are read.
+    // A stall is a gap of more than half a heartbeat timeout beyond the longest regular
+    // gap between ticks — a heartbeat interval, when the machine is steady (shorter stalls
+    // cannot have let a peer take over: this member's heartbeats go out on its ticks);
+    // announcements then wait two heartbeat intervals, in which the peers' queued
+    // heartbeats (and a Lease change) are read.
     let t = &cfg.sm.timings;
     let gate = AnnounceGate::new(
-        Duration::from_millis(t.tick_ms.max(5)),
+        Duration::from_millis(t.heartbeat_interval_ms.max(t.tick_ms)),
         Duration::from_millis((t.heartbeat_timeout_ms / 2).max(50)),
         Duration::from_millis((2 * t.heartbeat_interval_ms).max(200)),
     );
     let metrics = opts.metrics.clone();
+    let timer = crate::timer::Timer::new();
     let mut rt = Runtime {
-        tick: Duration::from_millis(cfg.sm.timings.tick_ms.max(5)),
+        timer,
         cfg,
         machine,
         origin,
@@ -274,8 +278,8 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         tx: tx.clone(),
         status_tx,
         holding: holding.clone(),
-        probe_pending: Arc::new(AtomicBool::new(true)),
-        last_heard_ms: last_heard_ms.clone(),
+        probes_urgent: Arc::new(AtomicBool::new(true)),
+        probes_wake: Arc::new(tokio::sync::Notify::new()),
         waiters: HashMap::new(),
         announcer: None,
         skew: Arc::new(SkewTracker::default()),
@@ -293,10 +297,11 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
 }
 
 struct Runtime {
+    /// The tick timer.
+    timer: crate::timer::Timer,
     cfg: AgentConfig,
     machine: sm::Machine,
     origin: Instant,
-    tick: Duration,
     nl: Netlink,
     vips: Vec<ResolvedVip>,
     l2: HashMap<String, Arc<L2Port>>,
@@ -308,8 +313,10 @@ struct Runtime {
     tx: mpsc::Sender<Event>,
     status_tx: watch::Sender<Arc<sm::Status>>,
     holding: Arc<AtomicBool>,
-    probe_pending: Arc<AtomicBool>,
-    last_heard_ms: Arc<AtomicU64>,
+    /// Set while the machine needs a data-plane verdict now (the peer probes run fast).
+    probes_urgent: Arc<AtomicBool>,
+    /// Wakes the peer probes when they must start (urgent, or the VIPs were given up).
+    probes_wake: Arc<tokio::sync::Notify>,
     waiters: HashMap<u64, oneshot::Sender<Reply>>,
     announcer: Option<tokio::task::JoinHandle<()>>,
     skew: Arc<SkewTracker>,
@@ -339,11 +346,15 @@ impl Runtime {
         // Initial observations: what the kernel holds now (adoption after an agent
         // restart), then a first tick.
         self.observe_local_vips().await;
-        let mut ticker = tokio::time::interval(self.tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Ticks come when the machine needs them (`Machine::next_tick`): every tick while
+        // something is pending, about once per heartbeat when steady. The timer is re-armed
+        // after every step, since any input may change what the machine waits for.
+        let mut due = self.origin;
+        let mut last_tick = self.now();
         loop {
             tokio::select! {
-                _ = ticker.tick() => {
+                _ = self.timer.sleep_until(due) => {
+                    last_tick = self.now();
                     if let Some(gap) = self.gate.tick() {
                         tracing::warn!(
                             stalled_ms = gap.as_millis() as u64,
@@ -391,6 +402,7 @@ impl Runtime {
                 },
             }
             self.drain().await;
+            due = self.origin + Duration::from_millis(self.machine.next_tick(last_tick).0);
         }
         tracing::info!("agent stopping; VIPs and role are kept for the next start");
         for t in self.tasks.drain(..) {
@@ -427,7 +439,6 @@ impl Runtime {
         }
         self.vips = all;
         self.l2 = io.l2;
-        self.tick = Duration::from_millis(cfg.sm.timings.tick_ms.max(5));
         self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
         self.cfg = cfg;
         self.spawn_tasks(io.data_link, io.vip_links, io.fence, io.own);
@@ -441,7 +452,6 @@ impl Runtime {
         match r {
             Received::Advert { path, advert, skew_ms } => {
                 self.skew.record(advert.sender.as_str(), skew_ms);
-                self.last_heard_ms.store(self.origin.elapsed().as_millis() as u64, Ordering::Relaxed);
                 self.queue.push_back(sm::Input::Advert { path, msg: advert });
             }
             Received::Rejected { path, reason } => self.queue.push_back(sm::Input::AdvertRejected { path, reason }),
@@ -491,18 +501,37 @@ impl Runtime {
         }
         if changed {
             let st = self.machine.status();
-            self.holding.store(st.holds_vips, Ordering::Relaxed);
-            self.probe_pending.store(st.probe == sm::ProbeState::Pending, Ordering::Relaxed);
-            self.metrics.set_epoch(st.epoch);
-            self.metrics.set_role(st.role.as_str(), &sm::Role::ALL.map(sm::Role::as_str));
-            self.metrics.set_adverts_ignored(st.ignored_adverts);
-            for a in sm::Alarm::ALL {
-                self.metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
+            let released = self.holding.swap(st.holds_vips, Ordering::Relaxed) && !st.holds_vips;
+            let urgent = self.machine.holder_overdue(self.now());
+            let became_urgent = !self.probes_urgent.swap(urgent, Ordering::Relaxed) && urgent;
+            if released || became_urgent {
+                self.probes_wake.notify_waiters();
             }
-            if **self.status_tx.borrow() != st {
+            let prev = self.status_tx.borrow().clone();
+            if *prev != st {
+                status_metrics(&self.metrics, Some(&prev), &st);
                 self.reporter.status(&st);
                 let _ = self.status_tx.send(Arc::new(st));
             }
+        }
+    }
+}
+
+/// Sets the metrics that mirror the status (only those that changed since `prev`: most
+/// steps change only a peer's last-heard time).
+fn status_metrics(metrics: &PairMetrics, prev: Option<&sm::Status>, st: &sm::Status) {
+    if prev.is_none_or(|p| p.epoch != st.epoch) {
+        metrics.set_epoch(st.epoch);
+    }
+    if prev.is_none_or(|p| p.role != st.role) {
+        metrics.set_role(st.role.as_str(), &sm::Role::ALL.map(sm::Role::as_str));
+    }
+    if prev.is_none_or(|p| p.ignored_adverts != st.ignored_adverts) {
+        metrics.set_adverts_ignored(st.ignored_adverts);
+    }
+    if prev.is_none_or(|p| p.alarms != st.alarms) {
+        for a in sm::Alarm::ALL {
+            metrics.set_alarm(a.as_str(), st.alarms.contains(&a));
         }
     }
 }

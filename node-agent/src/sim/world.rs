@@ -126,6 +126,10 @@ pub(super) struct Node {
     /// Offset of this boot's monotonic clock.
     pub mono_base: u64,
     pub agent_started: u64,
+    /// When the agent's last Tick was fed (true time).
+    pub tick_base: u64,
+    /// When its next Tick is due (true time); a Tick event at any other time is stale.
+    pub tick_at: u64,
 }
 
 impl Node {
@@ -428,6 +432,8 @@ impl World {
                     add_fails: false,
                     mono_base: rng.range(0, 1_000_000),
                     agent_started: 0,
+                    tick_base: 0,
+                    tick_at: 0,
                 }
             })
             .collect();
@@ -532,8 +538,17 @@ impl World {
         let tick = self.p.timings.tick_ms;
         match ev {
             NodeEv::Tick => {
+                if self.nodes[n].tick_at != self.t {
+                    // Superseded: the tick was brought forward (or already fed at this time).
+                    return;
+                }
                 self.feed(n, Input::Tick);
-                self.push_node(n, tick, NodeEv::Tick);
+                self.nodes[n].tick_base = self.t;
+                // Like the runtime: the next tick when the machine needs it, at the regular
+                // interval while the agent is stopped (its timer fires into a stopped process).
+                let next = self.wanted_tick(n).unwrap_or(self.t + tick);
+                self.nodes[n].tick_at = next;
+                self.push(next, Ev::Node { n, inc: self.nodes[n].inc, ev: NodeEv::Tick });
             }
             NodeEv::ProbeStart => {
                 self.probe(n);
@@ -875,6 +890,26 @@ impl World {
         }
         self.buf = buf;
         Checker::after_step(self, n, before, after);
+        // The runtime re-arms its timer after every step: an input may bring the next
+        // tick forward (never back: the one scheduled still fires).
+        if let Some(want) = self.wanted_tick(n)
+            && want < self.nodes[n].tick_at
+        {
+            self.nodes[n].tick_at = want;
+            self.push(want, Ev::Node { n, inc: self.nodes[n].inc, ev: NodeEv::Tick });
+        }
+    }
+
+    /// When node `n`'s machine wants its next Tick (true time, after now), or `None`
+    /// when no agent runs or it is stopped.
+    fn wanted_tick(&self, n: usize) -> Option<u64> {
+        let node = &self.nodes[n];
+        if node.paused || !node.powered {
+            return None;
+        }
+        let m = node.machine.as_ref()?;
+        let at = m.next_tick(Millis(node.tick_base + node.mono_base)).0.saturating_sub(node.mono_base);
+        Some(at.max(self.t + 1))
     }
 
     fn vip_mask(&self, vips: &[VipId]) -> u8 {
@@ -1004,6 +1039,8 @@ impl World {
         let tick = self.p.timings.tick_ms;
         let phase = self.rng.range(2, 1 + tick);
         self.push_node(n, 1, NodeEv::InitFeed);
+        self.nodes[n].tick_base = self.t;
+        self.nodes[n].tick_at = self.t + phase;
         self.push_node(n, phase, NodeEv::Tick);
         let pp = self.rng.range(2, PROBE_INTERVAL);
         self.push_node(n, pp, NodeEv::ProbeStart);

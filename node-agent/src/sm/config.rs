@@ -42,7 +42,9 @@ impl VipSpec {
 /// 3); every one can be overridden.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timings {
-    /// How often the I/O layer feeds [`crate::sm::Input::Tick`] (the machine's resolution).
+    /// How often the I/O layer feeds [`crate::sm::Input::Tick`] while anything is pending
+    /// (the machine's resolution; a steady member ticks about once per heartbeat interval,
+    /// see [`crate::sm::Machine::next_tick`]).
     pub tick_ms: u64,
     /// Heartbeat interval: an advert is sent at least this often.
     pub heartbeat_interval_ms: u64,

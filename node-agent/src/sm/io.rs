@@ -8,7 +8,7 @@ use super::types::{AnnounceKind, Link, NodeId, PathId, ProbeResult, Role, VipId}
 
 /// An observation fed to [`crate::sm::Machine::step`].
 ///
-/// Contract for the I/O layer: feed `Tick` every [`crate::sm::Timings::tick_ms`]; feed
+/// Contract for the I/O layer: feed `Tick` when [`crate::sm::Machine::next_tick`] says; feed
 /// `Carrier` for both links, `Gateway`, `LocalVips` and (when the store is reachable)
 /// `LeaseObserved` at start and on every change (`LocalVips` also after executing
 /// `AddVips`/`RemoveVips`/`SelfCheck`); feed `LocalProbe` for every (VIP, port) on every

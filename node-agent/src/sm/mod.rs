@@ -9,7 +9,9 @@
 //! # Contract for the I/O layer
 //!
 //! * Call [`Machine::step`] for every observation with the current **monotonic** time;
-//!   feed [`Input::Tick`] every [`Timings::tick_ms`]. Execute the returned actions **in
+//!   feed [`Input::Tick`] when [`Machine::next_tick`] says (every [`Timings::tick_ms`]
+//!   while anything is pending, about once per heartbeat interval when steady); re-ask it
+//!   after every step, since any input may bring the next tick forward. Execute the returned actions **in
 //!   order**: a [`Action::Persist`] always precedes the actions it protects (a new epoch is
 //!   on disk before the VIPs are added under it).
 //! * After a stall (the process was stopped or starved for longer than the heartbeat

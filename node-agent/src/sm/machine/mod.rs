@@ -355,6 +355,74 @@ impl Machine {
         }
     }
 
+    /// When the I/O layer must feed the next [`Input::Tick`], the last one having been fed
+    /// at `last_tick`.
+    ///
+    /// Every `tick_ms` while anything time-critical may be pending. In a steady state —
+    /// an Active, Standby or Maintenance member with no planned operation, Lease write or
+    /// claim outstanding, not catching up after a stall, no heartbeat owed now, and (when
+    /// it does not hold the VIPs) hearing a holder whose next heartbeat is not overdue —
+    /// only when its own next heartbeat is due and when a heard holder would become
+    /// overdue (a fifth of an interval late), at least every heartbeat interval. Nothing else
+    /// here needs a finer clock: a takeover starts with a silent holder (and from then on
+    /// the ticks are fast again); the other timers (hold-down, failback windows, alarm
+    /// clearing, the Lease renewals of a holder that cannot hear a peer) run for seconds
+    /// and fire at most one heartbeat interval late. An idle member wakes about once per
+    /// heartbeat instead of every tick.
+    pub fn next_tick(&self, last_tick: Millis) -> Millis {
+        let t = self.t();
+        let fast = last_tick.plus(t.tick_ms);
+        match self.steady_until() {
+            Some(at) => at.min(last_tick.plus(t.heartbeat_interval_ms)).max(fast),
+            None => fast,
+        }
+    }
+
+    /// Whether this member, not holding the VIPs, needs the data-plane verdict now: no
+    /// holder is heard, or a heard holder's heartbeat is overdue (a fifth of an interval late).
+    /// The I/O layer probes the VIPs at the fast rate while this holds, slowly otherwise.
+    pub fn holder_overdue(&self, now: Millis) -> bool {
+        !self.holding && self.holder_deadline().is_none_or(|d| d <= now)
+    }
+
+    /// When the first heard holder becomes overdue: a fifth of an interval after its
+    /// heartbeat was due (`None`: no peer is heard holding). From then on the data-plane
+    /// verdict is gathered at the fast rate, so that it is ready when the heartbeat
+    /// timeout expires.
+    fn holder_deadline(&self) -> Option<Millis> {
+        let t = self.t();
+        let overdue = t.heartbeat_interval_ms + t.heartbeat_interval_ms / 5;
+        self.peers
+            .iter()
+            .filter(|p| p.advert.as_ref().is_some_and(|a| a.holds_vips))
+            .map(|p| p.last_heard.iter().flatten().max().map_or(Millis(0), |h| h.plus(overdue)))
+            .min()
+    }
+
+    /// The latest tick a steady machine needs (`None`: not steady, tick fast).
+    fn steady_until(&self) -> Option<Millis> {
+        let steady_role = matches!(self.role, Role::Active | Role::Standby | Role::Maintenance);
+        if !steady_role
+            || !self.first_step_done
+            || self.catch_up
+            || self.ops.op.is_some()
+            || self.ops.tgt.is_some()
+            || self.store.cas.is_some()
+            || self.store.claim.is_some()
+            || self.pacing.advert_now
+        {
+            return None;
+        }
+        let mut at = self.pacing.next_advert_at?;
+        if !self.holding {
+            // A heard holder's takeover clock starts once it is overdue; with nobody heard
+            // holding, elections and takeovers are due any moment.
+            let deadline = self.holder_deadline().filter(|d| *d > self.last_now)?;
+            at = at.min(deadline);
+        }
+        Some(at)
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg

@@ -5,6 +5,10 @@ use crate::sm::advert::{Advert, OpKind, OpMsg};
 use crate::sm::status::{OperationPhase, OperationStatus, PeerStatus, Status};
 use crate::sm::types::Role;
 
+/// How long a data-plane result counts as current in the reported status: several of
+/// the I/O layer's slow rounds (one probe every 2 s while the holder is heard).
+pub const REPORTED_PROBE_FRESH_MS: u64 = 5_000;
+
 impl Machine {
     /// The heartbeat this member sends now.
     pub(super) fn make_advert(&self) -> Advert {
@@ -120,7 +124,10 @@ impl Machine {
             carrier_ok: self.carrier_ok(),
             carrier_settled_at: self.carrier_settled_at().filter(|t| now < *t),
             gateway: self.gateway,
-            probe: self.probe_state(now),
+            // While the holder is heard its VIPs are probed only now and then (the I/O
+            // layer's slow round): the reported verdict counts an answer as current for
+            // longer than a takeover does, so that the status does not flap to Pending.
+            probe: self.probe_state_within(now, self.t().probe_fresh_ms.max(REPORTED_PROBE_FRESH_MS)),
             blocker: self.current_blocker(now),
             peers,
             alarms: self.alarms.iter().copied().collect(),

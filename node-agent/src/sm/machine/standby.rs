@@ -76,6 +76,11 @@ impl Machine {
 
     /// Aggregate data-plane verdict over the VIPs that have probe ports.
     pub(super) fn probe_state(&self, now: Millis) -> ProbeState {
+        self.probe_state_within(now, self.t().probe_fresh_ms)
+    }
+
+    /// [`Machine::probe_state`] with results up to `fresh_ms` old counting as current.
+    pub(super) fn probe_state_within(&self, now: Millis, fresh_ms: u64) -> ProbeState {
         let t = self.t();
         let needed = t.probe_failures;
         let mut targets = 0usize;
@@ -86,13 +91,13 @@ impl Machine {
             }
             targets += 1;
             if tr.fail_count == 0 {
-                if tr.last_up.is_some_and(|u| now.since(u) <= t.probe_fresh_ms) {
+                if tr.last_up.is_some_and(|u| now.since(u) <= fresh_ms) {
                     return ProbeState::Up;
                 }
             } else if let (Some(first), Some(last)) = (tr.fail_first, tr.fail_last)
                 && tr.fail_count >= needed
                 && last.since(first) >= t.probe_span_ms
-                && now.since(last) <= t.probe_fresh_ms
+                && now.since(last) <= fresh_ms
             {
                 down += 1;
             }
