@@ -1,7 +1,7 @@
 //! havip node agent library: the pure HA state machine ([`sm`]) and its deterministic
 //! simulator ([`sim`]), and the agent's I/O around it: VIP addresses through
-//! rtnetlink ([`netlink`]), announcements and ARP probes ([`announce`]), the heartbeat
-//! ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
+//! rtnetlink ([`netlink`]), the drain's nftables rules ([`nft`]), announcements and ARP
+//! probes ([`announce`]), the heartbeat ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
 //! ([`config`]), the runtime that ties them together ([`runtime`]), the Kubernetes mode
 //! around the runtimes ([`kube`]), the standalone admin socket ([`admin`]) and metrics
 //! ([`metrics`]).
@@ -15,6 +15,7 @@ pub mod lease;
 pub mod ledger;
 pub mod metrics;
 pub mod netlink;
+pub mod nft;
 pub mod probes;
 pub mod runtime;
 pub mod sim;

@@ -1,0 +1,688 @@
+//! nftables rules for a drain, through nf_tables netlink, behind a small typed API.
+//!
+//! A drain moves a VIP on purpose while the old holder still runs, and keeps the TCP
+//! connections established on the old holder alive. Two rule sets do that, each in
+//! tables of its own per pair, so that pairs never collide and a set goes away by
+//! deleting its tables:
+//!
+//! - the **forwarder**, on the *new* holder ([`Nft::set_forwarder`]): a TCP segment to
+//!   the VIP that is not a plain SYN and that this host's conntrack does not know
+//!   belongs to a connection of the old holder; `nf_dup` sends a copy to the old
+//!   holder's node address on the VIP's link — a known next hop, so the copy keeps
+//!   the VIP as destination IP and gets the old holder's MAC — and the original is
+//!   dropped. A plain SYN, a new connection, is served here. Tables
+//!   `ip havip-<pair>-fwd` and `ip6 havip-<pair>-fwd` (`dup` exists in the `ip` and
+//!   `ip6` families only, not in `inet`), chain `prerouting` at priority -150: after
+//!   conntrack (-200), before DNAT (-100), so kube-proxy never sees these packets.
+//! - the **quieter**, on the *old* holder ([`Nft::set_quieter`]): it keeps the VIP as a
+//!   local address, so its sockets keep working, but must not attract traffic for it:
+//!   it does not answer ARP requests / neighbour solicitations for the VIP, and when
+//!   it resolves a client itself it asks from its own node address instead of the VIP
+//!   (which the kernel would otherwise use as sender, and which would point the
+//!   client's entry for the VIP back at it). Tables `arp havip-<pair>-quiet` and
+//!   `ip6 havip-<pair>-quiet`, chains `input` and `output`.
+//!
+//! Every change is one nf_tables batch (all or nothing); every message of it is
+//! acknowledged and every answer is read back, so an error names the operation and
+//! the errno. Reads and writes are bounded by a timeout: a socket that never answers
+//! cannot hang the caller. The API is synchronous; the runtime calls it from
+//! `spawn_blocking`.
+//!
+//! Kernel requirements: nf_tables with the `arp`, `ip` and `ip6` families, and the
+//! `ct`, `dup` (nf_dup_ipv4/ipv6), `payload`, `cmp`, `bitwise`, `meta`, `counter` and
+//! `immediate` expressions. A `ct` expression enables conntrack in the network
+//! namespace when the rule is added (nf_tables takes a reference on it), so nothing
+//! has to load or enable it beforehand.
+//!
+//! Table names: `havip-<pair>-fwd` and `havip-<pair>-quiet`. nf_tables allows 255
+//! bytes; a DNS-1123 pair name has up to 253. A pair name longer than 243 bytes (the
+//! most `havip-…-quiet` fits) is shortened to its first 226 bytes, `_` and 16 hex
+//! digits of its 64-bit FNV-1a hash: stable across versions and machines, and never
+//! equal to a plain name (`_` is not allowed in pair names).
+//!
+//! Size: the typed API, naming and errors here; the wire format in `msg`, the rule
+//! programs in `expr`, the socket in `sock`.
+
+mod expr;
+mod msg;
+mod sock;
+
+pub use expr::Counter;
+
+use expr::{NFPROTO_ARP, NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_NETDEV, NFPROTO_UNSPEC};
+use msg::{NLM_F_APPEND, NLM_F_CREATE};
+use nix::errno::Errno;
+use sock::{Batch, Conn};
+use std::collections::HashSet;
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// How long one request may wait for the kernel's answers.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Every havip table name starts with this.
+pub const TABLE_PREFIX: &str = "havip-";
+const FWD_SUFFIX: &str = "-fwd";
+const QUIET_SUFFIX: &str = "-quiet";
+/// `NFT_NAME_MAXLEN` is 256 with the NUL.
+const MAX_NAME: usize = 255;
+/// The longest pair name used as it is: `havip-<pair>-quiet` must fit.
+const MAX_PLAIN_PAIR: usize = MAX_NAME - TABLE_PREFIX.len() - QUIET_SUFFIX.len();
+/// How much of a longer pair name is kept before `_<hash>`.
+const KEPT_PAIR: usize = MAX_PLAIN_PAIR - 1 - 16;
+/// A DNS-1123 subdomain's maximum length.
+const MAX_PAIR: usize = 253;
+
+/// One VIP the forwarder sends to its old holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ForwardRule {
+    /// The VIP (IPv4 or IPv6).
+    pub vip: IpAddr,
+    /// The old holder's node address on the VIP's link, of the VIP's family: the next
+    /// hop the copies are sent to (its MAC, not its IP, ends up in the frame).
+    pub old_holder: IpAddr,
+    /// The interface index of the VIP's link on this node.
+    pub ifindex: u32,
+}
+
+impl fmt::Display for ForwardRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "forward {} to {} via ifindex {}", self.vip, self.old_holder, self.ifindex)
+    }
+}
+
+/// One VIP the quieter keeps quiet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QuietRule {
+    /// The VIP (IPv4 or IPv6).
+    pub vip: IpAddr,
+    /// This node's own address on the VIP's link, of the VIP's family: the sender of
+    /// its ARP requests / neighbour solicitations instead of the VIP.
+    pub own: IpAddr,
+}
+
+impl fmt::Display for QuietRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "quiet {} (ask from {})", self.vip, self.own)
+    }
+}
+
+/// An nftables address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `ip` (IPv4).
+    Ip,
+    /// `ip6`.
+    Ip6,
+    /// `arp`.
+    Arp,
+    /// `inet` (IPv4 and IPv6).
+    Inet,
+    /// `bridge`.
+    Bridge,
+    /// `netdev`.
+    Netdev,
+    /// A family number this code does not know.
+    Other(u8),
+}
+
+impl Family {
+    fn nfproto(self) -> u8 {
+        match self {
+            Self::Ip => NFPROTO_IPV4,
+            Self::Ip6 => NFPROTO_IPV6,
+            Self::Arp => NFPROTO_ARP,
+            Self::Inet => NFPROTO_INET,
+            Self::Bridge => NFPROTO_BRIDGE,
+            Self::Netdev => NFPROTO_NETDEV,
+            Self::Other(n) => n,
+        }
+    }
+
+    fn from_nfproto(n: u8) -> Self {
+        match n {
+            NFPROTO_IPV4 => Self::Ip,
+            NFPROTO_IPV6 => Self::Ip6,
+            NFPROTO_ARP => Self::Arp,
+            NFPROTO_INET => Self::Inet,
+            NFPROTO_BRIDGE => Self::Bridge,
+            NFPROTO_NETDEV => Self::Netdev,
+            n => Self::Other(n),
+        }
+    }
+
+    /// The family of `addr`'s IP tables.
+    fn of(addr: IpAddr) -> Self {
+        if addr.is_ipv4() { Self::Ip } else { Self::Ip6 }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ip => f.write_str("ip"),
+            Self::Ip6 => f.write_str("ip6"),
+            Self::Arp => f.write_str("arp"),
+            Self::Inet => f.write_str("inet"),
+            Self::Bridge => f.write_str("bridge"),
+            Self::Netdev => f.write_str("netdev"),
+            Self::Other(n) => write!(f, "family {n}"),
+        }
+    }
+}
+
+/// Which rule set a havip table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TableKind {
+    /// `havip-<pair>-fwd`.
+    Forwarder,
+    /// `havip-<pair>-quiet`.
+    Quieter,
+}
+
+impl TableKind {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Forwarder => FWD_SUFFIX,
+            Self::Quieter => QUIET_SUFFIX,
+        }
+    }
+
+    /// The families this kind's tables live in.
+    fn families(self) -> [Family; 2] {
+        match self {
+            Self::Forwarder => [Family::Ip, Family::Ip6],
+            Self::Quieter => [Family::Arp, Family::Ip6],
+        }
+    }
+}
+
+/// A table, by family and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableRef {
+    /// Its family.
+    pub family: Family,
+    /// Its name.
+    pub name: String,
+}
+
+impl TableRef {
+    /// Every table `pair` can have, whether or not it exists.
+    pub fn of_pair(pair: &str) -> Result<Vec<TableRef>, NftError> {
+        let mut out = Vec::new();
+        for kind in [TableKind::Forwarder, TableKind::Quieter] {
+            let name = table_name(pair, kind)?;
+            out.extend(kind.families().map(|family| TableRef { family, name: name.clone() }));
+        }
+        Ok(out)
+    }
+
+    /// Which kind of havip table this is, by its name; `None` if it is not havip's.
+    pub fn kind(&self) -> Option<TableKind> {
+        let rest = self.name.strip_prefix(TABLE_PREFIX)?;
+        [TableKind::Forwarder, TableKind::Quieter]
+            .into_iter()
+            .find(|k| rest.strip_suffix(k.suffix()).is_some_and(|pair| !pair.is_empty()))
+    }
+}
+
+impl fmt::Display for TableRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.family, self.name)
+    }
+}
+
+/// An operation on nf_tables, as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Adding a table.
+    AddTable(TableRef),
+    /// Deleting a table.
+    DeleteTable(TableRef),
+    /// Adding a base chain to a table.
+    AddChain {
+        /// The table.
+        table: TableRef,
+        /// The chain.
+        chain: &'static str,
+    },
+    /// Adding a rule.
+    AddRule {
+        /// The table.
+        table: TableRef,
+        /// The chain.
+        chain: &'static str,
+        /// What the rule does.
+        rule: String,
+    },
+    /// The batch as a whole: sending it, or its commit.
+    Batch,
+    /// Listing tables.
+    ListTables,
+    /// Listing a table's rules.
+    ListRules(TableRef),
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AddTable(t) => write!(f, "add table {t}"),
+            Self::DeleteTable(t) => write!(f, "delete table {t}"),
+            Self::AddChain { table, chain } => write!(f, "add chain {table} {chain}"),
+            Self::AddRule { table, chain, rule } => write!(f, "add rule {table} {chain} ({rule})"),
+            Self::Batch => f.write_str("apply an nf_tables batch"),
+            Self::ListTables => f.write_str("list nftables tables"),
+            Self::ListRules(t) => write!(f, "list the rules of table {t}"),
+        }
+    }
+}
+
+/// Errors of nftables operations. Every message starts with "failed to" and names the
+/// operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    /// The `NETLINK_NETFILTER` socket could not be opened.
+    #[error("failed to open a NETLINK_NETFILTER socket: {0}")]
+    Open(#[source] std::io::Error),
+    /// The pair name cannot name tables.
+    #[error("failed to name the nftables tables of pair {pair:?}: {reason}")]
+    InvalidPair {
+        /// The pair name.
+        pair: String,
+        /// Why.
+        reason: String,
+    },
+    /// A rule cannot be built (mixed families, a duplicate VIP, ifindex 0).
+    #[error("failed to build the {kind} rules of pair {pair}: {reason}")]
+    InvalidRule {
+        /// The pair.
+        pair: String,
+        /// `forwarder` or `quieter`.
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Sending a request failed.
+    #[error("failed to send the request to {op}: {source}")]
+    Send {
+        /// The operation.
+        op: Op,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Receiving the answers failed. For a batch this leaves its outcome unknown (with
+    /// ENOBUFS, answers were lost); `set_*` replace everything, so calling again is safe.
+    #[error("failed to receive the kernel's answer to {op}: {source}")]
+    Receive {
+        /// The operation.
+        op: Op,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel did not answer in time.
+    #[error("failed to {op}: no answer from the kernel within {timeout:?}")]
+    Timeout {
+        /// The first operation still unanswered.
+        op: Op,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The kernel refused an operation.
+    #[error("failed to {op}: {errno}{}{}", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default(), hint(op, *errno))]
+    Kernel {
+        /// The operation.
+        op: Op,
+        /// The kernel's errno.
+        errno: Errno,
+        /// The kernel's extended-ack message, if any.
+        message: Option<String>,
+    },
+    /// An answer could not be parsed, or a havip table holds something havip does not
+    /// write.
+    #[error("failed to {op}: unexpected answer from the kernel: {reason}")]
+    Malformed {
+        /// The operation.
+        op: Op,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A dump kept being interrupted by concurrent ruleset changes.
+    #[error("failed to {op}: the ruleset changed during each of {tries} dumps")]
+    DumpInterrupted {
+        /// The operation.
+        op: Op,
+        /// How many dumps were tried.
+        tries: usize,
+    },
+    /// Several tables could not be removed; every one was tried.
+    #[error("failed to remove {} nftables table(s): {}", errors.len(), errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Remove {
+        /// One error per table that could not be removed.
+        errors: Vec<NftError>,
+    },
+}
+
+impl NftError {
+    fn kernel(op: Op, errno: i32, message: Option<String>) -> Self {
+        Self::Kernel { op, errno: Errno::from_raw(errno), message }
+    }
+
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Open(_) => "open",
+            Self::InvalidPair { .. } | Self::InvalidRule { .. } => "invalid",
+            Self::Send { .. } | Self::Receive { .. } => "io",
+            Self::Timeout { .. } => "timeout",
+            Self::Kernel { errno: Errno::EPERM, .. } => "permission",
+            Self::Kernel { .. } => "kernel",
+            Self::Malformed { .. } | Self::DumpInterrupted { .. } => "dump",
+            Self::Remove { .. } => "remove",
+        }
+    }
+
+    /// The errno, when the kernel refused something.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            Self::Kernel { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+/// A hint for the errnos whose cause is not obvious from `op` and the errno alone.
+fn hint(op: &Op, errno: Errno) -> &'static str {
+    match (op, errno) {
+        (_, Errno::EPERM) => "; nftables needs CAP_NET_ADMIN in the node's network namespace",
+        // nf_tables answers ENOENT for an expression type it cannot find (after trying
+        // to load its module) and EOPNOTSUPP for one the family or hook does not allow.
+        (Op::AddRule { .. }, Errno::ENOENT) => {
+            "; the kernel lacks an expression of this rule (nft_ct, nft_dup_ipv4/ipv6 or nf_conntrack?)"
+        }
+        (Op::AddRule { .. }, Errno::EOPNOTSUPP) => "; the kernel does not support an expression of this rule here",
+        (Op::AddTable(_), Errno::EAFNOSUPPORT) => "; the kernel lacks nf_tables support for this family",
+        (_, Errno::EMSGSIZE | Errno::ENOBUFS) => "; the batch is too large for the netlink socket",
+        _ => "",
+    }
+}
+
+/// Checks that `pair` is a DNS-1123 subdomain (lower-case alphanumerics, `-` and `.`,
+/// starting and ending alphanumeric, at most 253 bytes): pairs are Kubernetes object
+/// names, and the check keeps NULs and the `_` of shortened names out of table names.
+fn check_pair(pair: &str) -> Result<(), NftError> {
+    let invalid = |reason: &str| Err(NftError::InvalidPair { pair: pair.to_owned(), reason: reason.to_owned() });
+    if pair.is_empty() || pair.len() > MAX_PAIR {
+        return invalid("a pair name has 1 to 253 characters");
+    }
+    if !pair.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.') {
+        return invalid("a pair name has only lower-case letters, digits, '-' and '.'");
+    }
+    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if !alnum(pair.bytes().next()) || !alnum(pair.bytes().last()) {
+        return invalid("a pair name starts and ends with a letter or digit");
+    }
+    Ok(())
+}
+
+/// 64-bit FNV-1a: tiny, and unlike `std`'s hasher stable across Rust versions.
+fn fnv1a64(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// The name of `pair`'s tables of `kind` (see the module docs).
+pub fn table_name(pair: &str, kind: TableKind) -> Result<String, NftError> {
+    check_pair(pair)?;
+    let suffix = kind.suffix();
+    if pair.len() <= MAX_PLAIN_PAIR {
+        return Ok(format!("{TABLE_PREFIX}{pair}{suffix}"));
+    }
+    // ASCII was checked, so any byte index is a character boundary.
+    let kept = pair.get(..KEPT_PAIR).unwrap_or(pair);
+    Ok(format!("{TABLE_PREFIX}{kept}_{:016x}{suffix}", fnv1a64(pair)))
+}
+
+/// A handle on nf_tables in the current network namespace: one `NETLINK_NETFILTER`
+/// socket. Not shared between threads; each call is one request and its answers.
+#[derive(Debug)]
+pub struct Nft {
+    conn: Conn,
+}
+
+impl Nft {
+    /// Opens the socket, with [`DEFAULT_TIMEOUT`] per request.
+    pub fn open() -> Result<Nft, NftError> {
+        Self::with_timeout(DEFAULT_TIMEOUT)
+    }
+
+    /// Opens the socket; a request whose answers do not all arrive within `timeout`
+    /// fails with [`NftError::Timeout`].
+    pub fn with_timeout(timeout: Duration) -> Result<Nft, NftError> {
+        Ok(Nft { conn: Conn::open(timeout)? })
+    }
+
+    /// Replaces the pair's forwarder tables with exactly `rules`, in one atomic batch
+    /// (an empty list removes them). Counters restart from zero.
+    pub fn set_forwarder(&mut self, pair: &str, rules: &[ForwardRule]) -> Result<(), NftError> {
+        let name = table_name(pair, TableKind::Forwarder)?;
+        let invalid = |reason: String| NftError::InvalidRule { pair: pair.to_owned(), kind: "forwarder", reason };
+        let mut seen = HashSet::new();
+        for r in rules {
+            if r.vip.is_ipv4() != r.old_holder.is_ipv4() {
+                return Err(invalid(format!("{r}: the VIP and the old holder's address are of different families")));
+            }
+            if r.ifindex == 0 || i32::try_from(r.ifindex).is_err() {
+                return Err(invalid(format!("{r}: not an interface index")));
+            }
+            if !seen.insert(r.vip) {
+                return Err(invalid(format!("{} twice", r.vip)));
+            }
+        }
+        let mut batch = Batch::new(self.conn.next_seq());
+        for family in TableKind::Forwarder.families() {
+            let table = TableRef { family, name: name.clone() };
+            let mine: Vec<&ForwardRule> = rules.iter().filter(|r| Family::of(r.vip) == family).collect();
+            replace_table(&mut batch, &table, !mine.is_empty());
+            if mine.is_empty() {
+                continue;
+            }
+            add_chain(&mut batch, &table, expr::FWD_PREROUTING);
+            for r in mine {
+                let op = Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
+                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                    expr::forward_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
+                });
+            }
+        }
+        tracing::debug!(pair, rules = rules.len(), messages = batch.len(), "nft: setting the forwarder");
+        self.apply(batch)
+    }
+
+    /// Replaces the pair's quieter tables with exactly `rules`, in one atomic batch (an
+    /// empty list removes them).
+    pub fn set_quieter(&mut self, pair: &str, rules: &[QuietRule]) -> Result<(), NftError> {
+        let name = table_name(pair, TableKind::Quieter)?;
+        let invalid = |reason: String| NftError::InvalidRule { pair: pair.to_owned(), kind: "quieter", reason };
+        let mut seen = HashSet::new();
+        for r in rules {
+            if r.vip.is_ipv4() != r.own.is_ipv4() {
+                return Err(invalid(format!("{r}: the VIP and the own address are of different families")));
+            }
+            if !seen.insert(r.vip) {
+                return Err(invalid(format!("{} twice", r.vip)));
+            }
+        }
+        let mut batch = Batch::new(self.conn.next_seq());
+        for family in TableKind::Quieter.families() {
+            let table = TableRef { family, name: name.clone() };
+            // IPv4 VIPs are quieted in the ARP family, IPv6 ones in ip6 (NDP is ICMPv6).
+            let v4 = family == Family::Arp;
+            let mine: Vec<&QuietRule> = rules.iter().filter(|r| r.vip.is_ipv4() == v4).collect();
+            replace_table(&mut batch, &table, !mine.is_empty());
+            if mine.is_empty() {
+                continue;
+            }
+            let (input, output) = if v4 {
+                (expr::QUIET_ARP_INPUT, expr::QUIET_ARP_OUTPUT)
+            } else {
+                (expr::QUIET_IP6_INPUT, expr::QUIET_IP6_OUTPUT)
+            };
+            add_chain(&mut batch, &table, input);
+            add_chain(&mut batch, &table, output);
+            for r in mine {
+                let op = Op::AddRule { table: table.clone(), chain: input.name, rule: r.to_string() };
+                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                    expr::quiet_input_rule(w, &table.name, r.vip)
+                });
+                let op = Op::AddRule { table: table.clone(), chain: output.name, rule: r.to_string() };
+                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                    expr::quiet_output_rule(w, &table.name, r.vip, r.own)
+                });
+            }
+        }
+        tracing::debug!(pair, rules = rules.len(), messages = batch.len(), "nft: setting the quieter");
+        self.apply(batch)
+    }
+
+    /// Packets and bytes the pair's forwarder sent to the old holder so far, per VIP
+    /// (read back from the rules' counters; empty when there is no forwarder).
+    pub fn forwarded(&mut self, pair: &str) -> Result<Vec<(IpAddr, Counter)>, NftError> {
+        let name = table_name(pair, TableKind::Forwarder)?;
+        let mut out = Vec::new();
+        for family in TableKind::Forwarder.families() {
+            let table = TableRef { family, name: name.clone() };
+            let op = Op::ListRules(table.clone());
+            let mut rules = Vec::new();
+            self.conn.dump(
+                &op,
+                expr::NFT_MSG_GETRULE,
+                family.nfproto(),
+                |w| expr::rule_dump_attrs(w, &name),
+                |fam, body| {
+                    rules.push(expr::parse_forward_rule(fam, body)?);
+                    Ok(())
+                },
+            )?;
+            for r in rules {
+                // Older kernels ignore the table filter of a rule dump; keep ours only.
+                if r.table != name || r.family != family.nfproto() {
+                    continue;
+                }
+                if r.chain != expr::FWD_PREROUTING.name {
+                    let reason = format!("a rule in chain {} of a forwarder table", r.chain);
+                    return Err(NftError::Malformed { op, reason });
+                }
+                out.push((r.vip, r.counter));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every havip table present, by name (`havip-…-fwd`, `havip-…-quiet`) in any
+    /// family: for the start-up cleanup of pairs no longer configured (see
+    /// [`Nft::remove_leftovers`]).
+    pub fn havip_tables(&mut self) -> Result<Vec<TableRef>, NftError> {
+        let mut out = Vec::new();
+        self.conn.dump(
+            &Op::ListTables,
+            expr::NFT_MSG_GETTABLE,
+            NFPROTO_UNSPEC,
+            |_| {},
+            |family, body| {
+                let t = TableRef { family: Family::from_nfproto(family), name: expr::parse_table_name(body)? };
+                if t.kind().is_some() {
+                    out.push(t);
+                }
+                Ok(())
+            },
+        )?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes every table of the pair; a table that is not there is success, so this
+    /// is idempotent. Each table goes in its own batch: every one is tried, and the
+    /// errors of those that could not be deleted are returned together.
+    pub fn remove_pair(&mut self, pair: &str) -> Result<(), NftError> {
+        let tables = TableRef::of_pair(pair)?;
+        self.remove_tables(&tables)
+    }
+
+    /// Deletes `tables` (missing ones are success), each in its own batch; tries every
+    /// one and returns the errors together.
+    pub fn remove_tables(&mut self, tables: &[TableRef]) -> Result<(), NftError> {
+        let mut errors = Vec::new();
+        for t in tables {
+            let mut batch = Batch::new(self.conn.next_seq());
+            batch.push(Op::DeleteTable(t.clone()), expr::NFT_MSG_DELTABLE, t.family.nfproto(), 0, |w| {
+                expr::table_name_attr(w, &t.name)
+            });
+            match self.apply(batch) {
+                Ok(()) => tracing::debug!(table = %t, "nft: table deleted"),
+                // ENOENT: there was no such table (nf_tables_deltable's only ENOENT).
+                Err(NftError::Kernel { op: Op::DeleteTable(_), errno: Errno::ENOENT, .. }) => {}
+                Err(e) => {
+                    tracing::warn!(table = %t, error = %e, "nft: failed to delete a table, going on with the others");
+                    errors.push(e);
+                }
+            }
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(NftError::Remove { errors }),
+        }
+    }
+
+    /// Deletes every havip table that belongs to none of the pairs in `keep`, and
+    /// returns them. Invalid names in `keep` are errors (nothing is deleted then).
+    pub fn remove_leftovers(&mut self, keep: &[&str]) -> Result<Vec<TableRef>, NftError> {
+        let mut kept = HashSet::new();
+        for pair in keep {
+            kept.extend(TableRef::of_pair(pair)?);
+        }
+        let leftovers: Vec<TableRef> = self.havip_tables()?.into_iter().filter(|t| !kept.contains(t)).collect();
+        self.remove_tables(&leftovers)?;
+        Ok(leftovers)
+    }
+
+    /// Sends one batch; the first error in batch order is returned, the others logged.
+    fn apply(&mut self, batch: Batch) -> Result<(), NftError> {
+        let mut errors = self.conn.transact(batch)?.into_iter();
+        let Some(first) = errors.next() else { return Ok(()) };
+        for other in errors {
+            tracing::debug!(error = %other, "nft: a further error in the same batch");
+        }
+        Err(first)
+    }
+}
+
+/// Appends "this table is now empty or gone" to `batch`: add it (a no-op if it exists),
+/// delete it (so the delete never fails on a missing table — the usual nft idiom, which
+/// works on every kernel, unlike `NFT_MSG_DESTROYTABLE` from 6.3), and when `recreate`
+/// add it again.
+fn replace_table(batch: &mut Batch, table: &TableRef, recreate: bool) {
+    let family = table.family.nfproto();
+    batch.push(Op::AddTable(table.clone()), expr::NFT_MSG_NEWTABLE, family, NLM_F_CREATE, |w| {
+        expr::table_attrs(w, &table.name)
+    });
+    batch.push(Op::DeleteTable(table.clone()), expr::NFT_MSG_DELTABLE, family, 0, |w| {
+        expr::table_name_attr(w, &table.name)
+    });
+    if recreate {
+        batch.push(Op::AddTable(table.clone()), expr::NFT_MSG_NEWTABLE, family, NLM_F_CREATE, |w| {
+            expr::table_attrs(w, &table.name)
+        });
+    }
+}
+
+fn add_chain(batch: &mut Batch, table: &TableRef, chain: expr::ChainSpec) {
+    let op = Op::AddChain { table: table.clone(), chain: chain.name };
+    batch.push(op, expr::NFT_MSG_NEWCHAIN, table.family.nfproto(), NLM_F_CREATE, |w| {
+        expr::chain_attrs(w, &table.name, chain)
+    });
+}
+
+#[cfg(test)]
+mod tests;
