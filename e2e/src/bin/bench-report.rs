@@ -331,7 +331,7 @@ keepalived, VRRPv2 defaults (advert_int 1 s); `keepalived-v3`: VRRPv3 with \
 ";
 
 /// Added to [`SCENARIOS`] when the file has `metallb-l2` rows.
-const METALLB_SCENARIOS: &str = "\
+const METALLB_SCENARIOS: &str = "
 `metallb-l2`: MetalLB v0.15.2 in layer-2 mode with its own defaults (memberlist LAN \
 settings: its failure detection takes seconds by design), its controller and one speaker \
 per node (in the node's namespace, memberlist on the node's data address) on a local \
