@@ -6,6 +6,7 @@ SEED ?= 1
 export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
+.PHONY: testbin-metallb
 .PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
 
 help: ## List the targets
@@ -16,6 +17,9 @@ build: ## Build every binary (debug)
 
 testbin: ## Build (or reuse) the pinned kube-apiserver, etcd and kubectl
 	@bash hack/testbin.sh control-plane >/dev/null
+
+testbin-metallb: ## Build (or reuse) MetalLB v0.15.2 (controller, speaker, CRDs) for bench-failover's metallb-l2 rows (about 5 min cold)
+	@bash hack/testbin.sh metallb >/dev/null
 
 crds: ## Regenerate the CRD YAML in the chart from the Rust types
 	$(CARGO) run -q -p havip-crds --bin crdgen
@@ -51,7 +55,7 @@ test: prereqs lint testbin ## Everything CI runs (root runs the network-namespac
 	$(MAKE) --no-print-directory chart-check
 	$(MAKE) --no-print-directory simulate SCHEDULES=20000 SEED=1
 
-bench-failover: ## Failover gaps of havip vs keepalived (root): JSON lines; RUNS=10
+bench-failover: ## Failover gaps of havip vs keepalived, and MetalLB L2 once `make testbin-metallb` built it (root): JSON lines; RUNS=10
 	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover
 	HAVIP_AGENT_BIN=$(CURDIR)/target/release/havip-agent ./target/release/bench-failover --runs $(or $(RUNS),10)
 

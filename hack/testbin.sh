@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Provides pinned, real test binaries (kube-apiserver, etcd, kubectl, and optionally helm and kind)
-# for the havip test suites.
+# Provides pinned, real test binaries (kube-apiserver, etcd, kubectl, and optionally helm, kind
+# and MetalLB) for the havip test suites.
 #
-#   hack/testbin.sh [control-plane|helm|kind|all]   (default: control-plane)
+#   hack/testbin.sh [control-plane|helm|kind|metallb|all]   (default: control-plane)
+#
+# `metallb` builds MetalLB's controller and speaker (go.universe.tf/metallb, test tooling only:
+# bench-failover's `metallb-l2` rows and tests/metallb_l2.rs) and copies its CRDs from the
+# module into the same cache directory; nothing of MetalLB is vendored into this repository.
 #
 # Prints the directory that holds the binaries as its last line.
 #
@@ -18,6 +22,8 @@ K8S_VERSION="${HAVIP_K8S_VERSION:-1.37.2}"
 ETCD_VERSION="${HAVIP_ETCD_VERSION:-3.7.0}"
 HELM_VERSION="${HAVIP_HELM_VERSION:-3.22.0}"
 KIND_VERSION="${HAVIP_KIND_VERSION:-0.33.0}"
+# Must match e2e/src/testbin.rs (METALLB_VERSION).
+METALLB_VERSION="${HAVIP_METALLB_VERSION:-0.15.2}"
 CACHE="${HAVIP_CACHE:-$HOME/.cache/havip}"
 what="${1:-control-plane}"
 
@@ -27,12 +33,13 @@ log() { printf '[testbin] %s\n' "$*" >&2; }
 staging_version="v0.${K8S_VERSION#1.}"
 
 build_module_tool() {
-  # build_module_tool <workdir> <out> <package> [extra ldflags]
-  local work="$1" out="$2" pkg="$3" ldflags="${4:-}"
+  # build_module_tool <workdir> <out> <package> [extra ldflags] [module version for go get]
+  # Without a version, `go get` takes the package's module at its latest release.
+  local work="$1" out="$2" pkg="$3" ldflags="${4:-}" version="${5:-}"
   (
     cd "$work"
-    log "resolving $pkg (go get -tool)"
-    GOFLAGS=-mod=mod go get -tool "$pkg" >&2
+    log "resolving $pkg${version:+@$version} (go get -tool)"
+    GOFLAGS=-mod=mod go get -tool "$pkg${version:+@$version}" >&2
     log "compiling $pkg → $out (this can take minutes; go build -v lists packages as they compile)"
     local n=0
     GOFLAGS=-mod=mod CGO_ENABLED=0 go build -v -trimpath -ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg" 2>&1 |
@@ -119,14 +126,48 @@ simple_tool() {
   echo "$dir"
 }
 
+metallb() {
+  # MetalLB's go.mod has no replace directives, so its packages build as tools of a tiny
+  # module that requires exactly that version (the same build list as MetalLB's own).
+  local dir="$CACHE/testbin/metallb-$METALLB_VERSION"
+  local mod="go.universe.tf/metallb"
+  mkdir -p "$dir"
+  if [[ ! -x "$dir/controller" || ! -x "$dir/speaker" ]]; then
+    log "building the MetalLB controller and speaker v$METALLB_VERSION from Go modules"
+    local work
+    work=$(mktemp -d)
+    printf 'module havip.local/testbin-metallb\ngo 1.26\nrequire %s v%s\n' "$mod" "$METALLB_VERSION" >"$work/go.mod"
+    for tool in controller speaker; do
+      [[ -x "$dir/$tool" ]] || build_module_tool "$work" "$dir/$tool" "$mod/$tool" "" "v$METALLB_VERSION"
+    done
+    rm -rf "$work"
+  fi
+  if [[ ! -f "$dir/crds/.complete" ]]; then
+    # The CRDs as released with this version: the module's config/crd/bases (the kustomize
+    # patch that adds the BGPPeer conversion webhook is not applied: the lab runs no webhook).
+    local src
+    src=$(go mod download -json "$mod@v$METALLB_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [[ -d "$src/config/crd/bases" ]] || { log "no config/crd/bases in $mod@v$METALLB_VERSION ($src)"; exit 1; }
+    rm -rf "$dir/crds"
+    mkdir -p "$dir/crds"
+    install -m 0644 "$src"/config/crd/bases/*.yaml "$dir/crds/"
+    touch "$dir/crds/.complete"
+    log "copied $(ls "$dir/crds" | wc -l) MetalLB CRDs from $src/config/crd/bases"
+  fi
+  log "MetalLB v$METALLB_VERSION: controller, speaker and $(ls "$dir/crds" | wc -l) CRDs in $dir"
+  echo "$dir"
+}
+
 case "$what" in
   control-plane) control_plane ;;
+  metallb) metallb ;;
   helm) simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
   kind) simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" ;;
   all)
     simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" >/dev/null
     simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" >/dev/null
+    metallb >/dev/null
     control_plane
     ;;
-  *) echo "usage: $0 [control-plane|helm|kind|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [control-plane|helm|kind|metallb|all]" >&2; exit 2 ;;
 esac

@@ -1,15 +1,20 @@
-//! `bench-failover`: failover gaps of havip and keepalived, side by side, in the same
-//! network-namespace topology, as JSON lines.
+//! `bench-failover`: failover gaps of havip, keepalived and MetalLB (layer 2), side by
+//! side, in the same network-namespace topology, as JSON lines.
 //!
 //! A client in its own namespace connects to VIP:8080 every 5 ms with a 50 ms timeout
 //! (each member runs a listener that names itself) and records the longest gap between
 //! successful connects and the number of failed connects, for three scenarios:
 //! `cut` (the active's cables are pulled), `kill-then-cut` (the active's HA daemon is
 //! SIGKILLed, then its cables pulled 2 s later) and `planned` (havip: `admin failover`;
-//! keepalived: SIGTERM, its priority-0 handover). Systems: `havip` (defaults),
-//! `keepalived-v2` (Debian keepalived, VRRPv2 defaults) and `keepalived-v3` (VRRPv3,
-//! `advert_int 0.1`). Then the havip agent's idle RSS and CPU with each VIP count of
-//! `--footprint-vips` (default 1, 10 and 100).
+//! keepalived: SIGTERM, its priority-0 handover; MetalLB: SIGTERM to the announcing node's
+//! speaker, which leaves memberlist). Systems: `havip` (defaults), `keepalived-v2` (Debian
+//! keepalived, VRRPv2 defaults), `keepalived-v3` (VRRPv3, `advert_int 0.1`) and
+//! `metallb-l2` (MetalLB v0.15.2 in layer-2 mode with its defaults, on a local control
+//! plane: see `havip_e2e::metallb`; the active is whichever node MetalLB elects to
+//! announce). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
+//! `hack/testbin.sh control-plane` have built its binaries; otherwise it prints a
+//! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
+//! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
 //!
 //! For each (system, scenario) the median run's client probes around the move are
 //! printed too (`"bench": "timeline"`: each probe's start and end relative to the last
@@ -22,13 +27,14 @@ use clap::Parser;
 use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
 use havip_e2e::footprint;
 use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
+use havip_e2e::metallb::{MetalLbConfig, MetalLbLab};
 use havip_e2e::netns::{Link, Topology};
 use havip_e2e::traffic::{Listener, ProbeReport, Prober};
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-/// Failover benchmark: havip against keepalived.
+/// Failover benchmark: havip against keepalived and MetalLB.
 #[derive(Parser, Debug)]
 #[command(about)]
 struct Args {
@@ -36,9 +42,11 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     runs: usize,
     /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
-    /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int 0.03`).
-    #[arg(long, default_value = "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms")]
-    systems: String,
+    /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
+    /// 0.03`), metallb-l2. Default: all of them, metallb-l2 only when its binaries are built
+    /// (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh control-plane`).
+    #[arg(long)]
+    systems: Option<String>,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned.
     #[arg(long, default_value = "cut,kill-then-cut,planned")]
     scenarios: String,
@@ -206,6 +214,48 @@ fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Result<Outcom
     Ok(out)
 }
 
+/// MetalLB layer 2: the active is the node MetalLB elected to announce the Service's
+/// address; `planned` is a SIGTERM to its speaker.
+fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
+    let mut lab = MetalLbLab::start(MetalLbConfig::default()).map_err(|e| e.to_string())?;
+    let holder = lab.announcer_index().map_err(|e| e.to_string())?;
+    let Some(other) = (0..lab.topo.nodes().len()).find(|i| *i != holder) else {
+        return Err("no second node".into());
+    };
+    let (old, new) = (lab.topo.node(holder).name.clone(), lab.topo.node(other).name.clone());
+    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    prober.wait_for_responder(&old, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    match scenario {
+        Scenario::Cut => cut_node(&lab.topo, holder)?,
+        Scenario::KillThenCut => {
+            lab.kill_speaker(holder);
+            std::thread::sleep(Duration::from_secs(2));
+            cut_node(&lab.topo, holder)?;
+        }
+        Scenario::Planned => lab.terminate_speaker(holder).map_err(|e| e.to_string())?,
+    }
+    // memberlist's failure detection takes seconds by design: a generous deadline.
+    let out = finish(prober, &new, Duration::from_secs(30));
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        eprintln!("  metallb-l2: {old} announced first, {new} took over; announcers now {:?}", lab.announcers());
+        if !out.new_holder_reached {
+            eprintln!("{}", lab.logs_tail(40));
+        }
+    }
+    Ok(out)
+}
+
+/// Why `metallb-l2` cannot run here, if it cannot: MetalLB or the control plane not built.
+fn metallb_missing() -> Option<String> {
+    if let Err(e) = havip_e2e::testbin::MetalLbBin::find() {
+        return Some(e.to_string());
+    }
+    havip_e2e::testbin::TestBin::find()
+        .err()
+        .map(|e| format!("{e} (build it with `bash hack/testbin.sh control-plane`)"))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -287,7 +337,16 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-failover needs root (network namespaces): {why}");
         return std::process::ExitCode::FAILURE;
     }
-    let systems: Vec<&str> = args.systems.split(',').collect();
+    let metallb_missing = metallb_missing();
+    let asked = args.systems.clone().unwrap_or_else(|| "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2".to_owned());
+    let mut systems: Vec<&str> = asked.split(',').collect();
+    if let Some(why) = &metallb_missing
+        && systems.contains(&"metallb-l2")
+    {
+        eprintln!("metallb-l2: skipped: {why}");
+        println!("{}", json!({"system": "metallb-l2", "skipped": why}));
+        systems.retain(|s| *s != "metallb-l2");
+    }
     let scenarios: Vec<Scenario> = args
         .scenarios
         .split(',')
@@ -310,6 +369,7 @@ fn main() -> std::process::ExitCode {
                 let r = match *system {
                     "havip" => run_havip(*scenario, false),
                     "havip-fast" => run_havip(*scenario, true),
+                    "metallb-l2" => run_metallb(*scenario),
                     other => match keepalived_config(other) {
                         Some(c) => run_keepalived(*scenario, c),
                         None => Err(format!("unknown system {other}")),

@@ -207,6 +207,8 @@ enum Kind {
     ScaleAgent,
     /// bench-failover: the median run's client probes around a move.
     Timeline,
+    /// bench-failover: a system it could not run here (`{"system":…,"skipped":why}`).
+    Skipped,
 }
 
 fn kind(v: &Value) -> Option<Kind> {
@@ -215,6 +217,9 @@ fn kind(v: &Value) -> Option<Kind> {
     }
     if v.get("ratio").is_some() {
         return Some(Kind::Ratio);
+    }
+    if v.get("system").is_some() && v.get("skipped").is_some() {
+        return Some(Kind::Skipped);
     }
     if v.get("system").is_some() && v.get("scenario").is_some() && v.get("p50_gap_ms").is_some() {
         return Some(Kind::Failover);
@@ -325,6 +330,20 @@ keepalived, VRRPv2 defaults (advert_int 1 s); `keepalived-v3`: VRRPv3 with \
 `advert_int 0.1`. Same network-namespace topology, same client, same listeners.
 ";
 
+/// Added to [`SCENARIOS`] when the file has `metallb-l2` rows.
+const METALLB_SCENARIOS: &str = "
+`metallb-l2`: MetalLB v0.15.2 in layer-2 mode with its own defaults (memberlist LAN \
+settings: its failure detection takes seconds by design), its controller and one speaker \
+per node (in the node's namespace, memberlist on the node's data address) on a local \
+kube-apiserver reached over the management cable; a `type: LoadBalancer` Service \
+(`externalTrafficPolicy: Local`) whose EndpointSlice lists both nodes' listeners, and in \
+each node the DNAT of VIP:8080 to its own listener that kube-proxy would install. The \
+active is the node MetalLB elects to announce. `kill-then-cut` SIGKILLs that node's speaker \
+(no memberlist leave; the node keeps serving through the DNAT) and pulls its cables 2 s \
+later; `planned` SIGTERMs it (it leaves memberlist; the old node serves until the new \
+one's gratuitous ARPs move the client).
+";
+
 const DOCUMENTED: &str = "\
 These are the other projects' own documented defaults and claims, or arithmetic on them, \
 each with its source; none of them was measured here.
@@ -338,15 +357,32 @@ each with its source; none of them was measured here.
 | Cilium L2 announcements | lease 15 s / renew 5 s / retry 2 s | 10–20 s (2–4 s with 3 s / 1 s / 200 ms) | documented | docs.cilium.io network/l2-announcements |
 ";
 
+/// Whether a failover file has rows of `system`.
+fn has_system(f: &RunFile, system: &str) -> bool {
+    rows(f, Kind::Failover).iter().any(|v| v.get("system").and_then(Value::as_str) == Some(system))
+}
+
 fn failover_section(out: &mut String, files: &[RunFile]) {
-    out.push_str("## Failover gaps: havip and keepalived side by side (measured here)\n\n");
-    let Some(f) = newest(files, Kind::Failover) else {
+    let newest_file = newest(files, Kind::Failover);
+    let with_metallb = newest_file.is_some_and(|f| has_system(f, "metallb-l2"));
+    let _ = writeln!(
+        out,
+        "## Failover gaps: havip{} side by side (measured here)\n",
+        if with_metallb { ", keepalived and MetalLB" } else { " and keepalived" }
+    );
+    let Some(f) = newest_file else {
         out.push_str("No results yet: run `make bench` (or `make bench-failover`).\n\n");
         return;
     };
     let _ = writeln!(out, "{}\n", provenance(f));
     out.push_str(SCENARIOS);
+    if with_metallb {
+        out.push_str(METALLB_SCENARIOS);
+    }
     out.push('\n');
+    for v in rows(f, Kind::Skipped) {
+        let _ = writeln!(out, "Not run for this file: `{}` ({}).\n", text(v, "system"), text(v, "skipped"));
+    }
     let body = rows(f, Kind::Failover)
         .into_iter()
         .map(|v| {
@@ -400,7 +436,7 @@ fn failover_section(out: &mut String, files: &[RunFile]) {
             out,
             "What the client saw in the median run of each row — every connect attempt (one every 5 ms) as a bar from \
 its start to its end, by who answered; 0 is the old holder's last answer (drawn by `bench-report` from the \
-`timeline` lines of [`{}`](bench/{})):\n\n![client connects around each move, havip and keepalived side by side](bench/{name})\n",
+`timeline` lines of [`{}`](bench/{})):\n\n![client connects around each move, the systems side by side](bench/{name})\n",
             f.file, f.file
         );
     }
@@ -1102,6 +1138,28 @@ and three pairs per node"
         let plain: Vec<RunFile> = parse_file("failover-2026-11-30.jsonl", FAILOVER).into_iter().collect();
         assert!(timeline_svg(&plain[0]).is_none());
         assert!(!render(&plain).contains(".svg"));
+    }
+
+    #[test]
+    fn metallb_rows_render_with_their_ratios_and_a_skip_is_said() {
+        let metallb = r#"{"failed_connects_max":131,"max_gap_ms":6604.6,"p50_gap_ms":6160.4,"p99_gap_ms":6604.6,"runs":5,"runs_without_takeover":0,"scenario":"cut","system":"metallb-l2"}
+{"p50_gap_ratio":0.05,"p99_gap_ratio":0.054,"ratio":"havip/metallb-l2","scenario":"cut"}
+"#;
+        let text = format!("{FAILOVER}{metallb}");
+        let files: Vec<RunFile> = parse_file("failover-2026-12-02.jsonl", &text).into_iter().collect();
+        let md = render(&files);
+        assert!(md.contains("## Failover gaps: havip, keepalived and MetalLB side by side (measured here)"), "{md}");
+        assert!(md.contains("| cut | metallb-l2 | 5 | 6160.4 | 6604.6 | 6604.6 | 131 | 0 |"), "{md}");
+        assert!(md.contains("| cut | havip/metallb-l2 | 0.050 | 0.054 |"), "{md}");
+        assert!(md.contains("`metallb-l2`: MetalLB v0.15.2 in layer-2 mode"), "{md}");
+        // A run without MetalLB built says so and keeps the old title.
+        let skipped = r#"{"system":"metallb-l2","skipped":"MetalLB v0.15.2 is not built"}"#;
+        let text = format!("{FAILOVER}{skipped}\n");
+        let files: Vec<RunFile> = parse_file("failover-2026-12-02.jsonl", &text).into_iter().collect();
+        let md = render(&files);
+        assert!(md.contains("## Failover gaps: havip and keepalived side by side"), "{md}");
+        assert!(md.contains("Not run for this file: `metallb-l2` (MetalLB v0.15.2 is not built)."), "{md}");
+        assert!(!md.contains("`metallb-l2`: MetalLB v0.15.2 in layer-2 mode"), "{md}");
     }
 
     #[test]
