@@ -144,6 +144,13 @@ pub struct PairOptions {
     pub witness: bool,
     /// `profile: Fast` (heartbeat 30 ms, timeout 90 ms, fast probes).
     pub fast_profile: bool,
+    /// `drainTimeout:` (a duration such as `4s`; `0s` turns the drain off); `None`
+    /// leaves the agent's default.
+    pub drain_timeout: Option<String>,
+    /// The members' listeners echo ([`Listener::echo`]: greet with the node's name, then
+    /// answer every line) instead of naming themselves and closing, so that long-lived
+    /// connections can be served; probers see the same name either way.
+    pub echo_listeners: bool,
 }
 
 impl Default for PairOptions {
@@ -158,6 +165,8 @@ impl Default for PairOptions {
             pairs: 1,
             witness: false,
             fast_profile: false,
+            drain_timeout: None,
+            echo_listeners: false,
         }
     }
 }
@@ -194,6 +203,10 @@ fn node_name(i: usize) -> String {
     format!("n{i}")
 }
 
+fn listener(ns: &str, name: &str, bind: SocketAddr, echo: bool) -> Result<Listener> {
+    Ok(if echo { Listener::echo(ns, name, bind)? } else { Listener::start(ns, name, bind)? })
+}
+
 impl AgentLab {
     /// Builds the topology, writes the pair configuration, starts a listener on every
     /// member and an agent on every member.
@@ -204,14 +217,14 @@ impl AgentLab {
         for i in 0..opts.members {
             // [::] is dual-stack on Linux: one listener answers the IPv4 and IPv6 VIPs.
             let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT);
-            listeners.push(Listener::start(&topo.node(i).ns, &node_name(i), bind)?);
+            listeners.push(listener(&topo.node(i).ns, &node_name(i), bind, opts.echo_listeners)?);
         }
         let mut pair_listeners = Vec::new();
         for k in 1..opts.pairs {
             let mut per_member = Vec::new();
             for i in 0..opts.members {
                 let bind = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), SERVICE_PORT + k as u16);
-                per_member.push(Listener::start(&topo.node(i).ns, &node_name(i), bind)?);
+                per_member.push(listener(&topo.node(i).ns, &node_name(i), bind, opts.echo_listeners)?);
             }
             pair_listeners.push(per_member);
         }
@@ -283,6 +296,9 @@ impl AgentLab {
         }
         if self.opts.fast_profile {
             y.push_str("profile: Fast\n");
+        }
+        if let Some(d) = &self.opts.drain_timeout {
+            y.push_str(&format!("drainTimeout: {d}\n"));
         }
         y.push_str("vips:\n");
         for j in 0..self.opts.vips {
@@ -549,12 +565,55 @@ impl AgentLab {
         SocketAddr::new(IpAddr::V4(self.topo.vip(0)), SERVICE_PORT)
     }
 
+    /// The IPv6 VIP:port ([`PairOptions::ipv6_vip`]).
+    pub fn target6(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V6(self.topo.vip6(0)), SERVICE_PORT)
+    }
+
+    /// The nftables tables in member `i`'s namespace (`nft list tables`), as
+    /// `"<family> <name>"`, sorted.
+    pub fn nft_tables(&self, i: usize) -> Result<Vec<String>> {
+        let out = netns::exec(&self.topo.node(i).ns, "nft", &["list", "tables"])?;
+        let mut t: Vec<String> =
+            out.lines().filter_map(|l| l.trim().strip_prefix("table ")).map(str::to_owned).collect();
+        t.sort();
+        Ok(t)
+    }
+
+    /// Member `i`'s tables of pair `k`'s drain (`havip-<pair>-…`; see
+    /// `havip_node_agent::nft::table_name`), as `"<family> <name>"`.
+    pub fn drain_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
+        let prefix = format!("{}{}-", havip_node_agent::nft::TABLE_PREFIX, pair_name(k));
+        Ok(self
+            .nft_tables(i)?
+            .into_iter()
+            .filter(|t| t.split_once(' ').is_some_and(|(_, name)| name.starts_with(&prefix)))
+            .collect())
+    }
+
+    /// The addresses of member `i`'s `lo` that are VIPs of the lab (IPv4 VIPs of every
+    /// pair and the IPv6 VIP): what a drain leaves there.
+    pub fn vips_on_lo(&self, i: usize) -> Result<Vec<netns::Address>> {
+        let vips: Vec<IpAddr> = (0..self.opts.pairs)
+            .flat_map(|k| (0..self.opts.vips).map(move |j| (k, j)))
+            .map(|(k, j)| IpAddr::V4(self.vip_addr(self.pair_vip(k, j))))
+            .chain(self.opts.ipv6_vip.then(|| IpAddr::V6(self.topo.vip6(0))))
+            .collect();
+        Ok(netns::addresses(&self.topo.node(i).ns, "lo")?.into_iter().filter(|a| vips.contains(&a.ip)).collect())
+    }
+
     /// Every member's status and log tail, for failure reports.
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
         for i in 0..self.opts.members {
             let st = self.status(i).map(|s| s.to_string()).unwrap_or_else(|| "(no status)".into());
             out.push_str(&format!("--- status n{i}: {st}\n"));
+            let tables = self.nft_tables(i).map(|t| t.join(", ")).unwrap_or_else(|e| e.to_string());
+            let lo = self
+                .vips_on_lo(i)
+                .map(|a| a.iter().map(|a| format!("{}/{}", a.ip, a.prefix_len)).collect::<Vec<_>>().join(", "))
+                .unwrap_or_else(|e| e.to_string());
+            out.push_str(&format!("    nft tables: [{tables}]; VIPs on lo: [{lo}]\n"));
         }
         out.push_str(&self.logs_tail(30));
         out
