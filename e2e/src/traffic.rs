@@ -648,8 +648,10 @@ impl ProbeReport {
     pub fn slice(&self, from_ms: f64, to_ms: f64) -> ProbeReport {
         let timeline: Vec<Probe> =
             self.timeline.iter().filter(|p| p.start_ms >= from_ms && p.start_ms < to_ms).cloned().collect();
-        let duration = Duration::from_secs_f64(((to_ms - from_ms) / 1e3).max(0.0));
-        let interval = Duration::from_secs_f64((self.interval_ms / 1e3).max(0.0));
+        // An open window (`to_ms` infinite) lasts until the report's end.
+        let span = to_ms.min(self.duration_ms) - from_ms.max(0.0);
+        let secs = |ms: f64| Duration::try_from_secs_f64((ms / 1e3).max(0.0)).unwrap_or_default();
+        let (duration, interval) = (secs(span), secs(self.interval_ms));
         ProbeReport::from_timeline(self.target, interval, duration, 0, timeline)
     }
 
@@ -1783,6 +1785,25 @@ mod tests {
         assert_eq!(early.failures_beyond_the_flip(2.0).len(), 1);
         let late = report(vec![ok(0.0, 1.0, "n0"), ok(10.0, 11.0, "n1"), err(40.0, 41.0, ProbeError::Reset)]);
         assert_eq!(late.failures_beyond_the_flip(2.0).len(), 1);
+    }
+
+    #[test]
+    fn a_slice_is_the_report_of_the_probes_that_began_in_it() {
+        let r = report(vec![
+            ok(0.0, 1.0, "n0"),
+            err(5.0, 55.0, ProbeError::ConnectTimeout),
+            ok(55.0, 56.0, "n1"),
+            err(60.0, 61.0, ProbeError::Reset),
+            ok(65.0, 66.0, "n1"),
+        ]);
+        let s = r.slice(4.0, 64.0);
+        assert_eq!((s.attempts, s.ok, s.failed), (3, 1, 2));
+        assert_eq!((s.failed_connects(), s.resets()), (1, 1));
+        assert_eq!(s.duration_ms, 60.0);
+        let open = r.slice(50.0, f64::INFINITY);
+        assert_eq!((open.attempts, open.longest_gap_ms), (3, 10.0));
+        assert_eq!(open.duration_ms, 950.0, "an open window ends with the report");
+        assert_eq!((r.failed_connects(), r.resets()), (1, 1));
     }
 
     #[test]

@@ -16,6 +16,25 @@
 //! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
 //! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
 //!
+//! Two scenarios measure planned moves that should keep connections (issue 17 §3,
+//! issue 18), for `havip` (its default `drainTimeout`) and `keepalived-v3` only (other
+//! systems are skipped for them; the members' listeners echo, see
+//! `havip_e2e::traffic::Listener::echo`):
+//! - `planned-drain`: as `planned`, with 20 long-lived connections (a message every
+//!   50 ms each) and 4 connections held in the middle of their handshake (the SYN
+//!   answered by the old holder, the ACK sent after the move; `traffic::HalfOpen`)
+//!   besides the 5 ms stream: how many long-lived connections break within 2 s of the
+//!   move (keepalived: all of them, its new holder resets them), how many handshakes
+//!   fail, and for havip how many were still open, and cut, when the drain ended.
+//! - `planned-200`: 200 planned moves back and forth in one lab (`--moves`), a move at
+//!   most every `--move-interval-ms` (default 1200: beyond the client's 1 s neighbour
+//!   locktime) and no sooner than the system accepts it (havip: `admin failover` is
+//!   retried until the target is a ready standby; keepalived, `nopreempt`: SIGTERM to the
+//!   master, then started again as backup), with 4 concurrent streams of new connections
+//!   (every 5 ms each) and 2 mid-handshake connections per move: failed connects and
+//!   resets over all moves (goal 0 each) and the per-move gap (the longest of the 4
+//!   streams' gaps around the move) p50/p99. `--runs` does not apply: one lab each.
+//!
 //! For each (system, scenario) the median run's client probes around the move are
 //! printed too (`"bench": "timeline"`: each probe's start and end relative to the last
 //! answer of the old holder, and who answered); `bench-report` draws them as an SVG.
@@ -29,10 +48,11 @@ use havip_e2e::footprint;
 use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::metallb::{MetalLbConfig, MetalLbLab};
 use havip_e2e::netns::{Link, Topology};
-use havip_e2e::traffic::{Listener, ProbeReport, Prober};
+use havip_e2e::traffic::{HalfOpen, Listener, LongLived, ProbeError, ProbeReport, Prober, ProberConfig};
 use serde_json::json;
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 /// Failover benchmark: havip against keepalived and MetalLB.
 #[derive(Parser, Debug)]
@@ -47,9 +67,17 @@ struct Args {
     /// (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh control-plane`).
     #[arg(long)]
     systems: Option<String>,
-    /// Only these scenarios (comma separated): cut, kill-then-cut, planned.
-    #[arg(long, default_value = "cut,kill-then-cut,planned")]
+    /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
+    /// planned-200 (the last two for havip and keepalived-v3 only).
+    #[arg(long, default_value = "cut,kill-then-cut,planned,planned-drain,planned-200")]
     scenarios: String,
+    /// Moves of `planned-200`.
+    #[arg(long, default_value_t = 200)]
+    moves: usize,
+    /// `planned-200`: a move starts no sooner than this after the one before was
+    /// accepted (ms; the client's neighbour locktime is 1 s).
+    #[arg(long, default_value_t = 1200)]
+    move_interval_ms: u64,
     /// Skip the idle footprint measurement.
     #[arg(long)]
     no_footprint: bool,
@@ -71,6 +99,8 @@ enum Scenario {
     Cut,
     KillThenCut,
     Planned,
+    PlannedDrain,
+    Planned200,
 }
 
 impl Scenario {
@@ -79,6 +109,16 @@ impl Scenario {
             Scenario::Cut => "cut",
             Scenario::KillThenCut => "kill-then-cut",
             Scenario::Planned => "planned",
+            Scenario::PlannedDrain => "planned-drain",
+            Scenario::Planned200 => "planned-200",
+        }
+    }
+
+    /// The systems that can run it (None: every system).
+    fn systems(self) -> Option<&'static [&'static str]> {
+        match self {
+            Scenario::PlannedDrain | Scenario::Planned200 => Some(&["havip", "keepalived-v3"]),
+            _ => None,
         }
     }
 }
@@ -92,7 +132,39 @@ struct Outcome {
     /// holder to `TIMELINE_AFTER_MS` after the first answer of the new one: (start, end,
     /// responder), in ms relative to that last answer.
     timeline: Timeline,
+    /// `planned-drain`: what became of the connections open or opening at the move.
+    kept: Option<Kept>,
 }
+
+/// `planned-drain`: the connections that were open, or opening, when the VIP moved.
+#[derive(Debug, Clone, Default)]
+struct Kept {
+    /// Long-lived connections open at the move.
+    longlived: usize,
+    /// Of those, broken within [`MOVE_WINDOW`] of the move.
+    broken_in_move: usize,
+    /// havip: broken when the drain ended (still open then).
+    cut_at_drain_end: Option<usize>,
+    /// How the long-lived connections broke (all of the run).
+    break_kinds: BTreeMap<String, usize>,
+    /// Connections in the middle of their handshake at the move.
+    mid_handshake: usize,
+    /// Of those, failed (reset or not answered).
+    mid_handshake_failed: usize,
+    /// The 5 ms stream's connections reset after they were set up.
+    resets: usize,
+}
+
+/// `planned-drain` counts the long-lived connections that break within this of the move.
+const MOVE_WINDOW: Duration = Duration::from_secs(2);
+/// Long-lived connections of `planned-drain`.
+const LONG_LIVED: usize = 20;
+/// Mid-handshake connections of `planned-drain`.
+const MID_HANDSHAKE: u16 = 4;
+/// Concurrent client streams of `planned-200`.
+const STREAMS: usize = 4;
+/// Mid-handshake connections per move of `planned-200`.
+const MID_HANDSHAKE_PER_MOVE: u16 = 2;
 
 /// A run's probes around the move: (start ms, end ms, responder).
 type Timeline = Vec<(f64, f64, Option<String>)>;
@@ -122,7 +194,13 @@ fn finish(prober: Prober, new_holder: &str, deadline: Duration) -> Outcome {
     let report: ProbeReport = match prober.stop() {
         Ok(r) => r,
         Err(_) => {
-            return Outcome { gap_ms: f64::NAN, failed: usize::MAX, new_holder_reached: false, timeline: Vec::new() };
+            return Outcome {
+                gap_ms: f64::NAN,
+                failed: usize::MAX,
+                new_holder_reached: false,
+                timeline: Vec::new(),
+                kept: None,
+            };
         }
     };
     if std::env::var_os("BENCH_VERBOSE").is_some() {
@@ -133,6 +211,7 @@ fn finish(prober: Prober, new_holder: &str, deadline: Duration) -> Outcome {
         failed: report.failed,
         new_holder_reached: reached,
         timeline: around_the_gap(&report),
+        kept: Some(Kept { resets: report.resets(), ..Kept::default() }),
     }
 }
 
@@ -164,6 +243,7 @@ fn run_havip(scenario: Scenario, fast_profile: bool) -> Result<Outcome, String> 
                 return Err(format!("planned failover refused: {out}"));
             }
         }
+        Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
     }
     let out = finish(prober, "n1", Duration::from_secs(15));
     if std::env::var_os("BENCH_VERBOSE").is_some() && out.gap_ms > 600.0 {
@@ -208,6 +288,7 @@ fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Result<Outcom
             cut_node(&topo, 0)?;
         }
         Scenario::Planned => k0.stop_graceful(),
+        Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
     }
     let out = finish(prober, "n1", Duration::from_secs(20));
     drop(k1);
@@ -234,6 +315,9 @@ fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
             cut_node(&lab.topo, holder)?;
         }
         Scenario::Planned => lab.terminate_speaker(holder).map_err(|e| e.to_string())?,
+        Scenario::PlannedDrain | Scenario::Planned200 => {
+            return Err(format!("{} is not measured for MetalLB", scenario.name()));
+        }
     }
     // memberlist's failure detection takes seconds by design: a generous deadline.
     let out = finish(prober, &new, Duration::from_secs(30));
@@ -244,6 +328,432 @@ fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
         }
     }
     Ok(out)
+}
+
+/// `admin failover` on member `from` of `lab`, retried every 50 ms until accepted (a
+/// planned move starts only once the target is a ready standby) or `timeout`; returns
+/// when the accepted attempt began.
+fn havip_failover(lab: &AgentLab, from: usize, timeout: Duration) -> Result<Instant, String> {
+    let start = Instant::now();
+    loop {
+        let attempt = Instant::now();
+        let (ok, out) = lab.admin(from, &["failover"]);
+        if ok {
+            return Ok(attempt);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!("n{from}: failover refused for {timeout:?}: {}", out.trim()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The mid-handshake connections of a move from `ns` to `target`, from source ports
+/// `[first, first + n)`.
+fn half_open(ns: &str, target: SocketAddr, first: u16, n: u16) -> Result<HalfOpen, String> {
+    HalfOpen::open(ns, target, first..first + n, Duration::from_secs(2)).map_err(|e| e.to_string())
+}
+
+/// Completes mid-handshake connections: how many, how many failed, and why.
+fn complete(half: HalfOpen, kinds: &mut BTreeMap<String, usize>) -> (usize, usize) {
+    let results = half.complete();
+    let failed: Vec<&ProbeError> = results.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
+    for e in &failed {
+        *kinds.entry(e.kind().to_owned()).or_insert(0) += 1;
+    }
+    (results.len(), failed.len())
+}
+
+/// `planned-drain` after the move was started at `moved` (an instant): lets the 5 ms
+/// stream reach `new_holder`, completes the mid-handshake connections, counts the
+/// long-lived connections broken within [`MOVE_WINDOW`].
+fn finish_drain(
+    prober: Prober,
+    conns: &LongLived,
+    half: HalfOpen,
+    new_holder: &str,
+    moved: Instant,
+) -> (Outcome, BTreeMap<String, usize>) {
+    let mut out = finish(prober, new_holder, Duration::from_secs(15));
+    let mut kinds = BTreeMap::new();
+    let (mid, mid_failed) = complete(half, &mut kinds);
+    // The window is an observation period, not a wait for something.
+    std::thread::sleep((moved + MOVE_WINDOW).saturating_duration_since(Instant::now()));
+    let moved_ms = conns.ms_at(moved);
+    let broken = conns
+        .snapshot()
+        .iter()
+        .filter(|c| c.broken.as_ref().is_some_and(|b| b.t_ms < moved_ms + MOVE_WINDOW.as_secs_f64() * 1e3))
+        .count();
+    let resets = out.kept.as_ref().map_or(0, |k| k.resets);
+    out.kept = Some(Kept {
+        longlived: LONG_LIVED,
+        broken_in_move: broken,
+        cut_at_drain_end: None,
+        break_kinds: BTreeMap::new(),
+        mid_handshake: mid,
+        mid_handshake_failed: mid_failed,
+        resets,
+    });
+    (out, kinds)
+}
+
+fn break_kinds(conns: LongLived) -> BTreeMap<String, usize> {
+    conns.stop().map(|r| r.break_kinds().into_iter().map(|(k, v)| (k.to_owned(), v)).collect()).unwrap_or_default()
+}
+
+/// `planned-drain` for havip (default `drainTimeout`): `admin failover` with long-lived
+/// and mid-handshake connections; then waits for the drain to end and counts what it cut.
+fn run_havip_drain() -> Result<Outcome, String> {
+    let lab = AgentLab::start(PairOptions { echo_listeners: true, ..Default::default() }).map_err(|e| e.to_string())?;
+    lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(1200));
+    let client = lab.topo.client().ns.clone();
+    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let conns = LongLived::on_client(&lab.topo, lab.target(), LONG_LIVED).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let half = half_open(&client, lab.target(), 20000, MID_HANDSHAKE)?;
+    let moved = havip_failover(&lab, 0, Duration::from_secs(10))?;
+    let (mut out, _) = finish_drain(prober, &conns, half, "n1", moved);
+    // The drain's end: n0 no longer drains (its status), and what was open is cut.
+    let draining = |lab: &AgentLab| lab.status(0).is_some_and(|s| !s["drainingUntilMs"].is_null());
+    let ended = Instant::now();
+    while draining(&lab) && ended.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let open = LONG_LIVED - conns.broken_count();
+    let _ = conns.wait_broken(LONG_LIVED, Duration::from_secs(2));
+    let cut = open - (LONG_LIVED - conns.broken_count());
+    if let Some(k) = out.kept.as_mut() {
+        k.cut_at_drain_end = Some(cut);
+        k.break_kinds = break_kinds(conns);
+    }
+    Ok(out)
+}
+
+/// Echoing listeners on both nodes of a keepalived topology.
+fn echo_listeners(topo: &Topology) -> Result<Vec<Listener>, String> {
+    (0..2)
+        .map(|i| {
+            let n = topo.node(i);
+            Listener::echo(&n.ns, &n.name, SocketAddr::from((Ipv4Addr::UNSPECIFIED, SERVICE_PORT)))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// `planned-drain` for keepalived: SIGTERM to the master (its planned handover) with
+/// long-lived and mid-handshake connections.
+fn run_keepalived_drain(config: KeepalivedConfig) -> Result<Outcome, String> {
+    let topo = Topology::builder().nodes(2).build().map_err(|e| e.to_string())?;
+    let _listeners = echo_listeners(&topo)?;
+    let vip = topo.vip(0);
+    let mut k0 = Keepalived::start(&topo, 0, config.clone().vip(vip, 24)).map_err(|e| e.to_string())?;
+    let k1 = Keepalived::start(&topo, 1, config.vip(vip, 24)).map_err(|e| e.to_string())?;
+    k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let target = SocketAddr::new(IpAddr::V4(vip), SERVICE_PORT);
+    let prober = Prober::on_client(&topo, target).map_err(|e| e.to_string())?;
+    prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let conns = LongLived::on_client(&topo, target, LONG_LIVED).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let half = half_open(&topo.client().ns, target, 20000, MID_HANDSHAKE)?;
+    let moved = Instant::now();
+    k0.stop_graceful();
+    let (mut out, _) = finish_drain(prober, &conns, half, "n1", moved);
+    if let Some(k) = out.kept.as_mut() {
+        k.break_kinds = break_kinds(conns);
+    }
+    drop(k1);
+    Ok(out)
+}
+
+/// What `planned-200` saw in one lab.
+#[derive(Debug, Default)]
+struct Many {
+    /// Moves done.
+    moves: usize,
+    /// Per move: the longest gap of any stream around it (ms).
+    gaps: Vec<f64>,
+    /// Per move: how long the move waited to be accepted (ms).
+    waits: Vec<f64>,
+    failed_connects: usize,
+    resets: usize,
+    /// Connected, then no answer (read timeout, closed without reply, other).
+    lost: usize,
+    failure_kinds: BTreeMap<String, usize>,
+    mid_handshake: usize,
+    mid_handshake_failed: usize,
+    mid_handshake_kinds: BTreeMap<String, usize>,
+    /// The median move's probes around its gap.
+    timeline: Timeline,
+    /// Why it stopped before all moves, if it did.
+    aborted: Option<String>,
+}
+
+/// A system that moves its VIP on request.
+trait Mover {
+    /// Starts a planned move away from member `from`; returns, once it was accepted,
+    /// when it began (after any refused attempts).
+    fn start_move(&mut self, from: usize) -> Result<Instant, String>;
+    /// After the new holder `to` answered: until the move is complete (the old holder
+    /// let go of the VIP on its interface, the system is ready for the next one).
+    fn settle(&mut self, from: usize, to: usize) -> Result<(), String>;
+}
+
+struct HavipMover<'a>(&'a AgentLab);
+
+impl Mover for HavipMover<'_> {
+    fn start_move(&mut self, from: usize) -> Result<Instant, String> {
+        // A move can wait for the target to become a ready standby again (and for a
+        // drain to end, if the agent makes it wait): that time is reported.
+        havip_failover(self.0, from, Duration::from_secs(30))
+    }
+
+    fn settle(&mut self, _from: usize, to: usize) -> Result<(), String> {
+        self.0.wait_sole_holder(to, Duration::from_secs(10)).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+struct KeepalivedMover {
+    k: Vec<Keepalived>,
+}
+
+impl Mover for KeepalivedMover {
+    fn start_move(&mut self, from: usize) -> Result<Instant, String> {
+        let k = self.k.get_mut(from).ok_or("no such member")?;
+        // The priority-0 advert goes out at the SIGTERM; the exit takes longer.
+        let at = Instant::now();
+        k.stop_graceful();
+        Ok(at)
+    }
+
+    fn settle(&mut self, from: usize, to: usize) -> Result<(), String> {
+        let new = self.k.get(to).ok_or("no such member")?;
+        new.wait_holds_vip(true, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        // Back as a backup (nopreempt): ready for the next move.
+        let old = self.k.get_mut(from).ok_or("no such member")?;
+        old.start_again().map_err(|e| e.to_string())?;
+        old.wait_holds_vip(false, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// `planned-200`: `moves` planned moves back and forth between nodes 0 and 1 (node 0
+/// holds the VIP at the start) in one lab, `interval` apart at least, with
+/// [`STREAMS`] client streams and [`MID_HANDSHAKE_PER_MOVE`] mid-handshake
+/// connections per move.
+fn planned_many(
+    topo: &Topology,
+    target: SocketAddr,
+    mover: &mut dyn Mover,
+    moves: usize,
+    interval: Duration,
+) -> Result<Many, String> {
+    let client = topo.client().ns.clone();
+    let probers = Prober::start_many(&client, &ProberConfig::new(target), STREAMS).map_err(|e| e.to_string())?;
+    let name = |i: usize| topo.node(i).name.clone();
+    for p in &probers {
+        p.wait_for_responder(&name(0), Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    }
+    let mut many = Many::default();
+    let mut accepted: Vec<Instant> = Vec::with_capacity(moves);
+    let mut holder = 0usize;
+    for m in 0..moves {
+        let to = 1 - holder;
+        let first = 20000 + u16::try_from((m * usize::from(MID_HANDSHAKE_PER_MOVE)) % 1000).unwrap_or(0);
+        let step = (|| -> Result<(), String> {
+            let half = half_open(&client, target, first, MID_HANDSHAKE_PER_MOVE)?;
+            let asked = Instant::now();
+            let at = mover.start_move(holder)?;
+            many.waits.push(at.duration_since(asked).as_secs_f64() * 1e3);
+            accepted.push(at);
+            for p in &probers {
+                p.wait_for_responder(&name(to), Duration::from_secs(10)).map_err(|e| format!("move {}: {e}", m + 1))?;
+            }
+            let (n, failed) = complete(half, &mut many.mid_handshake_kinds);
+            many.mid_handshake += n;
+            many.mid_handshake_failed += failed;
+            mover.settle(holder, to).map_err(|e| format!("move {}: {e}", m + 1))?;
+            std::thread::sleep((at + interval).saturating_duration_since(Instant::now()));
+            Ok(())
+        })();
+        if let Err(e) = step {
+            many.aborted = Some(e);
+            break;
+        }
+        holder = to;
+        many.moves += 1;
+        if (m + 1) % 20 == 0 {
+            eprintln!("  {} moves", m + 1);
+        }
+    }
+    // Let every stream answer after the last move.
+    for p in &probers {
+        let _ = p.wait_until_ok(p.ok_count() + 20, Duration::from_secs(2));
+    }
+    let epochs: Vec<Instant> = probers.iter().map(Prober::epoch).collect();
+    let reports: Vec<ProbeReport> =
+        probers.into_iter().map(|p| p.stop().map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    for r in &reports {
+        many.failed_connects += r.failed_connects();
+        many.resets += r.resets();
+        many.lost += r.failed - r.failed_connects() - r.resets();
+        for (k, v) in r.failure_kinds() {
+            *many.failure_kinds.entry(k.to_owned()).or_insert(0) += v;
+        }
+    }
+    // Per move: the window from just before it to just before the next; its gap is the
+    // longest of the streams' gaps in it (each stream's times count from its own epoch).
+    let mut per_move: Vec<(f64, Timeline)> = Vec::new();
+    for (i, at) in accepted.iter().enumerate().take(many.moves) {
+        let next = accepted.get(i + 1);
+        let mut worst: Option<(f64, Timeline)> = None;
+        for (r, epoch) in reports.iter().zip(&epochs) {
+            let ms = |t: &Instant| t.duration_since(*epoch).as_secs_f64() * 1e3;
+            let slice = r.slice(ms(at) - 100.0, next.map_or(f64::INFINITY, |n| ms(n) - 100.0));
+            if worst.as_ref().is_none_or(|(g, _)| slice.longest_gap_ms > *g) {
+                worst = Some((slice.longest_gap_ms, around_the_gap(&slice)));
+            }
+        }
+        if let Some(w) = worst {
+            many.gaps.push(w.0);
+            per_move.push(w);
+        }
+    }
+    per_move.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((_, t)) = per_move.get(per_move.len().saturating_sub(1) / 2) {
+        many.timeline = t.clone();
+    }
+    Ok(many)
+}
+
+/// The `planned-drain` fields of a (system, scenario) line, over its runs.
+fn kept_fields(kept: &[Kept]) -> serde_json::Map<String, serde_json::Value> {
+    let max = |f: fn(&Kept) -> usize| kept.iter().map(f).max();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for k in kept {
+        for (kind, n) in &k.break_kinds {
+            *kinds.entry(kind.clone()).or_insert(0) += n;
+        }
+    }
+    let cut = kept.iter().filter_map(|k| k.cut_at_drain_end).max();
+    let mut m = serde_json::Map::new();
+    m.insert("longlived_connections".into(), json!(LONG_LIVED));
+    m.insert("longlived_broken_max".into(), json!(max(|k| k.broken_in_move)));
+    m.insert("longlived_broken_total".into(), json!(kept.iter().map(|k| k.broken_in_move).sum::<usize>()));
+    m.insert("longlived_cut_at_drain_end_max".into(), json!(cut));
+    m.insert("longlived_break_kinds".into(), json!(kinds));
+    m.insert("mid_handshake_per_run".into(), json!(MID_HANDSHAKE));
+    m.insert("mid_handshake_failed_max".into(), json!(max(|k| k.mid_handshake_failed)));
+    m.insert("resets_max".into(), json!(max(|k| k.resets)));
+    m
+}
+
+fn print_timeline(system: &str, scenario: &str, gap: f64, probes: &Timeline) {
+    println!(
+        "{}",
+        json!({
+            "bench": "timeline",
+            "system": system,
+            "scenario": scenario,
+            "gap_ms": (gap * 10.0).round() / 10.0,
+            "interval_ms": 5,
+            "probes": probes.iter().map(|(s, e, who)| json!([s, e, who])).collect::<Vec<_>>(),
+        })
+    );
+}
+
+/// Prints `planned-200`'s line (and its median move's timeline); returns the per-move
+/// gap p50 and p99.
+fn print_many(system: &str, many: &Many, asked: usize) -> (f64, f64) {
+    let mut gaps = many.gaps.clone();
+    gaps.sort_by(|a, b| a.total_cmp(b));
+    let mut waits = many.waits.clone();
+    waits.sort_by(|a, b| a.total_cmp(b));
+    let (p50, p99) = (percentile(&gaps, 50.0), percentile(&gaps, 99.0));
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    eprintln!(
+        "{system} planned-200: {} moves, per-move gap p50 {:.1} ms p99 {:.1} ms, {} failed connects, {} resets, {} lost {:?}, mid-handshake {}/{} failed {:?}{}",
+        many.moves,
+        p50,
+        p99,
+        many.failed_connects,
+        many.resets,
+        many.lost,
+        many.failure_kinds,
+        many.mid_handshake_failed,
+        many.mid_handshake,
+        many.mid_handshake_kinds,
+        many.aborted.as_ref().map(|e| format!("; stopped: {e}")).unwrap_or_default()
+    );
+    println!(
+        "{}",
+        json!({
+            "system": system,
+            "scenario": "planned-200",
+            "runs": 1,
+            "moves": many.moves,
+            "moves_asked": asked,
+            "streams": STREAMS,
+            "p50_gap_ms": r1(p50),
+            "p99_gap_ms": r1(p99),
+            "max_gap_ms": gaps.last().map(|g| r1(*g)),
+            "failed_connects_max": many.failed_connects,
+            "failed_connects_total": many.failed_connects,
+            "resets_total": many.resets,
+            "lost_after_connect_total": many.lost,
+            "failure_kinds": many.failure_kinds,
+            "mid_handshake": many.mid_handshake,
+            "mid_handshake_failed": many.mid_handshake_failed,
+            "mid_handshake_kinds": many.mid_handshake_kinds,
+            "move_wait_p50_ms": r1(percentile(&waits, 50.0)),
+            "move_wait_max_ms": waits.last().map(|w| r1(*w)),
+            "runs_without_takeover": usize::from(many.aborted.is_some()),
+            "stopped": many.aborted,
+        })
+    );
+    if !many.timeline.is_empty() {
+        let gap = percentile(&gaps, 50.0);
+        print_timeline(system, "planned-200", gap, &many.timeline);
+    }
+    (p50, p99)
+}
+
+/// `planned-200` for havip (default `drainTimeout`).
+fn run_havip_many(moves: usize, interval: Duration) -> Result<Many, String> {
+    let lab = AgentLab::start(PairOptions { echo_listeners: true, ..Default::default() }).map_err(|e| e.to_string())?;
+    lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(1200));
+    let many = planned_many(&lab.topo, lab.target(), &mut HavipMover(&lab), moves, interval)?;
+    if many.aborted.is_some() && std::env::var_os("BENCH_VERBOSE").is_some() {
+        eprintln!("{}", lab.diagnostics());
+    }
+    Ok(many)
+}
+
+/// `planned-200` for keepalived (`nopreempt`: a move is a SIGTERM to the master and a
+/// start of it as backup).
+fn run_keepalived_many(config: KeepalivedConfig, moves: usize, interval: Duration) -> Result<Many, String> {
+    let topo = Topology::builder().nodes(2).build().map_err(|e| e.to_string())?;
+    let _listeners = echo_listeners(&topo)?;
+    let vip = topo.vip(0);
+    let cfg = config.nopreempt(true).vip(vip, 24);
+    // Node 0 first, alone until it is master, so that it holds the VIP at the start.
+    let k0 = Keepalived::start(&topo, 0, cfg.clone()).map_err(|e| e.to_string())?;
+    k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    let k1 = Keepalived::start(&topo, 1, cfg).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let mut mover = KeepalivedMover { k: vec![k0, k1] };
+    let target = SocketAddr::new(IpAddr::V4(vip), SERVICE_PORT);
+    let many = planned_many(&topo, target, &mut mover, moves, interval)?;
+    if many.aborted.is_some() && std::env::var_os("BENCH_VERBOSE").is_some() {
+        for k in &mover.k {
+            eprintln!("--- {} ---\n{}", k.node(), k.log_tail(30));
+        }
+    }
+    Ok(many)
 }
 
 /// Why `metallb-l2` cannot run here, if it cannot: MetalLB or the control plane not built.
@@ -357,6 +867,8 @@ fn main() -> std::process::ExitCode {
             "cut" => Some(Scenario::Cut),
             "kill-then-cut" => Some(Scenario::KillThenCut),
             "planned" => Some(Scenario::Planned),
+            "planned-drain" => Some(Scenario::PlannedDrain),
+            "planned-200" => Some(Scenario::Planned200),
             _ => None,
         })
         .collect();
@@ -364,16 +876,52 @@ fn main() -> std::process::ExitCode {
     let mut failed_runs = 0;
     for scenario in &scenarios {
         for system in &systems {
+            if let Some(only) = scenario.systems()
+                && !only.contains(system)
+            {
+                eprintln!("{system} {}: not measured (only {})", scenario.name(), only.join(", "));
+                continue;
+            }
+            if *scenario == Scenario::Planned200 {
+                let interval = Duration::from_millis(args.move_interval_ms);
+                let r = match *system {
+                    "havip" => run_havip_many(args.moves, interval),
+                    other => match keepalived_config(other) {
+                        Some(c) => run_keepalived_many(c, args.moves, interval),
+                        None => Err(format!("unknown system {other}")),
+                    },
+                };
+                match r {
+                    Ok(many) => {
+                        let (p50, p99) = print_many(system, &many, args.moves);
+                        if many.aborted.is_some() {
+                            failed_runs += 1;
+                        }
+                        results.push(((*system).to_owned(), *scenario, p50, p99, many.failed_connects));
+                    }
+                    Err(e) => {
+                        failed_runs += 1;
+                        eprintln!("{system} {}: error: {e}", scenario.name());
+                    }
+                }
+                continue;
+            }
             let mut gaps = Vec::new();
             let mut timelines: Vec<(f64, Timeline)> = Vec::new();
             let mut failed_max = 0usize;
             let mut unreached = 0;
+            let mut kept: Vec<Kept> = Vec::new();
             for run in 0..args.runs {
-                let r = match *system {
-                    "havip" => run_havip(*scenario, false),
-                    "havip-fast" => run_havip(*scenario, true),
-                    "metallb-l2" => run_metallb(*scenario),
-                    other => match keepalived_config(other) {
+                let r = match (*scenario, *system) {
+                    (Scenario::PlannedDrain, "havip") => run_havip_drain(),
+                    (Scenario::PlannedDrain, other) => match keepalived_config(other) {
+                        Some(c) => run_keepalived_drain(c),
+                        None => Err(format!("unknown system {other}")),
+                    },
+                    (_, "havip") => run_havip(*scenario, false),
+                    (_, "havip-fast") => run_havip(*scenario, true),
+                    (_, "metallb-l2") => run_metallb(*scenario),
+                    (_, other) => match keepalived_config(other) {
                         Some(c) => run_keepalived(*scenario, c),
                         None => Err(format!("unknown system {other}")),
                     },
@@ -383,8 +931,22 @@ fn main() -> std::process::ExitCode {
                         if !o.new_holder_reached {
                             unreached += 1;
                         }
+                        let extra = match (&o.kept, *scenario) {
+                            (Some(k), Scenario::PlannedDrain) => format!(
+                                ", {}/{} long-lived broken in the move{}, {}/{} mid-handshake failed, {} resets",
+                                k.broken_in_move,
+                                k.longlived,
+                                k.cut_at_drain_end
+                                    .map(|c| format!(" ({c} cut at the drain's end)"))
+                                    .unwrap_or_default(),
+                                k.mid_handshake_failed,
+                                k.mid_handshake,
+                                k.resets
+                            ),
+                            _ => String::new(),
+                        };
                         eprintln!(
-                            "{system} {} run {}: gap {:.1} ms, {} failed connects{}",
+                            "{system} {} run {}: gap {:.1} ms, {} failed connects{extra}{}",
                             scenario.name(),
                             run + 1,
                             o.gap_ms,
@@ -394,6 +956,11 @@ fn main() -> std::process::ExitCode {
                         gaps.push(o.gap_ms);
                         failed_max = failed_max.max(o.failed);
                         timelines.push((o.gap_ms, o.timeline));
+                        if *scenario == Scenario::PlannedDrain
+                            && let Some(k) = o.kept
+                        {
+                            kept.push(k);
+                        }
                     }
                     Err(e) => {
                         failed_runs += 1;
@@ -404,33 +971,26 @@ fn main() -> std::process::ExitCode {
             gaps.sort_by(|a, b| a.total_cmp(b));
             let p50 = percentile(&gaps, 50.0);
             let p99 = percentile(&gaps, 99.0);
-            println!(
-                "{}",
-                json!({
-                    "system": system,
-                    "scenario": scenario.name(),
-                    "runs": gaps.len(),
-                    "p50_gap_ms": (p50 * 10.0).round() / 10.0,
-                    "p99_gap_ms": (p99 * 10.0).round() / 10.0,
-                    "max_gap_ms": gaps.last().map(|g| (g * 10.0).round() / 10.0),
-                    "failed_connects_max": failed_max,
-                    "runs_without_takeover": unreached,
-                })
-            );
+            let mut line = json!({
+                "system": system,
+                "scenario": scenario.name(),
+                "runs": gaps.len(),
+                "p50_gap_ms": (p50 * 10.0).round() / 10.0,
+                "p99_gap_ms": (p99 * 10.0).round() / 10.0,
+                "max_gap_ms": gaps.last().map(|g| (g * 10.0).round() / 10.0),
+                "failed_connects_max": failed_max,
+                "runs_without_takeover": unreached,
+            });
+            if *scenario == Scenario::PlannedDrain
+                && let Some(obj) = line.as_object_mut()
+            {
+                obj.extend(kept_fields(&kept));
+            }
+            println!("{line}");
             // The median run's probes, for the picture.
             timelines.sort_by(|a, b| a.0.total_cmp(&b.0));
             if let Some((gap, probes)) = timelines.get(timelines.len().saturating_sub(1) / 2) {
-                println!(
-                    "{}",
-                    json!({
-                        "bench": "timeline",
-                        "system": system,
-                        "scenario": scenario.name(),
-                        "gap_ms": (gap * 10.0).round() / 10.0,
-                        "interval_ms": 5,
-                        "probes": probes.iter().map(|(s, e, who)| json!([s, e, who])).collect::<Vec<_>>(),
-                    })
-                );
+                print_timeline(system, scenario.name(), *gap, probes);
             }
             results.push(((*system).to_owned(), *scenario, p50, p99, failed_max));
         }

@@ -357,6 +357,137 @@ each with its source; none of them was measured here.
 | Cilium L2 announcements | lease 15 s / renew 5 s / retry 2 s | 10–20 s (2–4 s with 3 s / 1 s / 200 ms) | documented | docs.cilium.io network/l2-announcements |
 ";
 
+/// Added to [`SCENARIOS`] when the file has `planned-drain` or `planned-200` rows.
+const DRAIN_SCENARIOS: &str = "
+Planned moves that should keep connections (issue 18's drain; measured for `havip` with its \
+default `drainTimeout` and for `keepalived-v3`, whose planned move is a SIGTERM; the members' \
+listeners greet with their name and then echo):
+- `planned-drain`: `planned` with 20 long-lived connections (a message every 50 ms each, \
+each answer checked) and 4 connections held in the middle of their handshake (their SYN \
+answered by the old holder, their ACK sent after the move) besides the 5 ms stream. Broken \
+long-lived connections are those that broke within 2 s of the move; havip keeps them on the \
+old holder until its drain ends, when the ones still open are cut (counted apart).
+- `planned-200`: 200 planned moves back and forth in one lab, at most one every 1.2 s and \
+none before the system accepts it (havip retries `admin failover` until the target is a \
+ready standby; keepalived, with `nopreempt`, is SIGTERMed and started again as backup), with \
+4 concurrent streams of new connections (every 5 ms each) and 2 mid-handshake connections \
+per move. The gap of a move is the longest of the 4 streams' gaps around it; p50 and p99 are \
+over the moves. Goal: 0 failed connects and 0 resets over all moves.
+";
+
+fn is_drain_scenario(v: &Value) -> bool {
+    matches!(v.get("scenario").and_then(Value::as_str), Some("planned-drain" | "planned-200"))
+}
+
+/// A count of `key`, "–" when absent.
+fn count(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "–".to_owned(),
+    }
+}
+
+/// `{"reset": 3, …}` as `reset 3, …` (empty: "none").
+fn kinds(v: &Value, key: &str) -> String {
+    match v.get(key).and_then(Value::as_object) {
+        Some(m) if !m.is_empty() => m.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "),
+        Some(_) => "none".to_owned(),
+        None => "–".to_owned(),
+    }
+}
+
+/// The tables of the planned moves that should keep connections.
+fn drain_tables(out: &mut String, f: &RunFile) {
+    let rows_of = |name: &str| -> Vec<&Value> {
+        rows(f, Kind::Failover)
+            .into_iter()
+            .filter(|v| v.get("scenario").and_then(Value::as_str) == Some(name))
+            .collect()
+    };
+    let drain = rows_of("planned-drain");
+    if !drain.is_empty() {
+        out.push_str(
+            "`planned-drain` (worst run of each row):
+
+",
+        );
+        let body = drain
+            .into_iter()
+            .map(|v| {
+                vec![
+                    text(v, "system"),
+                    text(v, "runs"),
+                    format!("{} of {}", count(v, "longlived_broken_max"), count(v, "longlived_connections")),
+                    count(v, "longlived_cut_at_drain_end_max"),
+                    format!("{} of {}", count(v, "mid_handshake_failed_max"), count(v, "mid_handshake_per_run")),
+                    text(v, "failed_connects_max"),
+                    count(v, "resets_max"),
+                    fmt(num(v, "p50_gap_ms"), 1),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &[
+                "system",
+                "runs",
+                "long-lived broken in the move",
+                "cut when the drain ended",
+                "mid-handshake failed",
+                "failed connects",
+                "resets",
+                "p50 gap (ms)",
+            ],
+            body,
+        );
+    }
+    let many = rows_of("planned-200");
+    if !many.is_empty() {
+        out.push_str(
+            "`planned-200` (all moves of one lab):
+
+",
+        );
+        let body = many
+            .into_iter()
+            .map(|v| {
+                let stopped = match v.get("stopped") {
+                    Some(Value::String(why)) => format!(" (stopped: {why})"),
+                    _ => String::new(),
+                };
+                vec![
+                    format!("{}{stopped}", text(v, "system")),
+                    format!("{} × {} streams", count(v, "moves"), count(v, "streams")),
+                    count(v, "failed_connects_total"),
+                    count(v, "resets_total"),
+                    format!("{} ({})", count(v, "lost_after_connect_total"), kinds(v, "failure_kinds")),
+                    format!("{} of {}", count(v, "mid_handshake_failed"), count(v, "mid_handshake")),
+                    fmt(num(v, "p50_gap_ms"), 1),
+                    fmt(num(v, "p99_gap_ms"), 1),
+                    fmt(num(v, "max_gap_ms"), 1),
+                    fmt(num(v, "move_wait_p50_ms"), 0),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &[
+                "system",
+                "moves",
+                "failed connects",
+                "resets",
+                "lost after connect (all failures by kind)",
+                "mid-handshake failed",
+                "per-move gap p50 (ms)",
+                "p99 (ms)",
+                "max (ms)",
+                "wait before a move p50 (ms)",
+            ],
+            body,
+        );
+    }
+}
+
 /// Whether a failover file has rows of `system`.
 fn has_system(f: &RunFile, system: &str) -> bool {
     rows(f, Kind::Failover).iter().any(|v| v.get("system").and_then(Value::as_str) == Some(system))
@@ -378,6 +509,10 @@ fn failover_section(out: &mut String, files: &[RunFile]) {
     out.push_str(SCENARIOS);
     if with_metallb {
         out.push_str(METALLB_SCENARIOS);
+    }
+    let with_drain = rows(f, Kind::Failover).into_iter().any(is_drain_scenario);
+    if with_drain {
+        out.push_str(DRAIN_SCENARIOS);
     }
     out.push('\n');
     for v in rows(f, Kind::Skipped) {
@@ -427,6 +562,9 @@ fn failover_section(out: &mut String, files: &[RunFile]) {
             })
             .collect();
         table(out, &["scenario", "ratio", "p50", "p99"], body);
+    }
+    if with_drain {
+        drain_tables(out, f);
     }
     if f.lines.iter().filter(|v| kind(v) == Some(Kind::Failover)).any(|v| num(v, "runs").unwrap_or(0.0) < 10.0) {
         out.push_str("With fewer than 10 runs per row the p99 is the largest gap seen, not a statistical p99.\n\n");
@@ -1160,6 +1298,34 @@ and three pairs per node"
         assert!(md.contains("## Failover gaps: havip and keepalived side by side"), "{md}");
         assert!(md.contains("Not run for this file: `metallb-l2` (MetalLB v0.15.2 is not built)."), "{md}");
         assert!(!md.contains("`metallb-l2`: MetalLB v0.15.2 in layer-2 mode"), "{md}");
+    }
+
+    #[test]
+    fn the_planned_moves_that_keep_connections_have_tables_of_their_own() {
+        let drain = r#"{"failed_connects_max":0,"longlived_break_kinds":{"reset":20},"longlived_broken_max":0,"longlived_broken_total":0,"longlived_connections":20,"longlived_cut_at_drain_end_max":20,"max_gap_ms":7.1,"mid_handshake_failed_max":0,"mid_handshake_per_run":4,"p50_gap_ms":6.2,"p99_gap_ms":7.1,"resets_max":0,"runs":5,"runs_without_takeover":0,"scenario":"planned-drain","system":"havip"}
+{"failed_connects_max":1,"longlived_break_kinds":{"reset":100},"longlived_broken_max":20,"longlived_broken_total":100,"longlived_connections":20,"longlived_cut_at_drain_end_max":null,"max_gap_ms":60.0,"mid_handshake_failed_max":4,"mid_handshake_per_run":4,"p50_gap_ms":55.2,"p99_gap_ms":60.0,"resets_max":0,"runs":5,"runs_without_takeover":0,"scenario":"planned-drain","system":"keepalived-v3"}
+{"p50_gap_ratio":0.112,"p99_gap_ratio":0.118,"ratio":"havip/keepalived-v3","scenario":"planned-drain"}
+{"failed_connects_max":0,"failed_connects_total":0,"failure_kinds":{},"lost_after_connect_total":0,"max_gap_ms":12.5,"mid_handshake":400,"mid_handshake_failed":0,"mid_handshake_kinds":{},"move_wait_p50_ms":13.7,"moves":200,"moves_asked":200,"p50_gap_ms":8.8,"p99_gap_ms":11.0,"resets_total":0,"runs":1,"runs_without_takeover":0,"scenario":"planned-200","stopped":null,"streams":4,"system":"havip"}
+{"failed_connects_max":800,"failed_connects_total":800,"failure_kinds":{"connect_timeout":800,"read_timeout":3},"lost_after_connect_total":3,"max_gap_ms":70.5,"mid_handshake":400,"mid_handshake_failed":400,"mid_handshake_kinds":{"reset":400},"move_wait_p50_ms":0.0,"moves":200,"moves_asked":200,"p50_gap_ms":55.7,"p99_gap_ms":60.5,"resets_total":0,"runs":1,"runs_without_takeover":0,"scenario":"planned-200","stopped":null,"streams":4,"system":"keepalived-v3"}
+{"p50_gap_ratio":0.158,"p99_gap_ratio":0.182,"ratio":"havip/keepalived-v3","scenario":"planned-200"}
+"#;
+        let files: Vec<RunFile> = parse_file("failover-2026-12-03.jsonl", drain).into_iter().collect();
+        let md = render(&files);
+        assert!(md.contains("- `planned-drain`: `planned` with 20 long-lived connections"), "{md}");
+        assert!(md.contains("| havip | 5 | 0 of 20 | 20 | 0 of 4 | 0 | 0 | 6.2 |"), "{md}");
+        assert!(md.contains("| keepalived-v3 | 5 | 20 of 20 | – | 4 of 4 | 1 | 0 | 55.2 |"), "{md}");
+        assert!(
+            md.contains("| havip | 200 × 4 streams | 0 | 0 | 0 (none) | 0 of 400 | 8.8 | 11.0 | 12.5 | 14 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| keepalived-v3 | 200 × 4 streams | 800 | 0 | 3 (connect_timeout 800, read_timeout 3) | 400 of 400 | 55.7 | 60.5 | 70.5 | 0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| planned-200 | havip/keepalived-v3 | 0.158 | 0.182 |"), "{md}");
+        // Without such rows, nothing of it.
+        let files: Vec<RunFile> = parse_file("failover-2026-12-02.jsonl", FAILOVER).into_iter().collect();
+        assert!(!render(&files).contains("planned-drain"));
     }
 
     #[test]
