@@ -338,7 +338,10 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let metallb_missing = metallb_missing();
-    let asked = args.systems.clone().unwrap_or_else(|| "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2".to_owned());
+    let asked = args
+        .systems
+        .clone()
+        .unwrap_or_else(|| "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2".to_owned());
     let mut systems: Vec<&str> = asked.split(',').collect();
     if let Some(why) = &metallb_missing
         && systems.contains(&"metallb-l2")
