@@ -109,8 +109,7 @@ const BITWISE_MASK_XOR: u32 = 0;
 const CT_STATE: u32 = 0;
 /// `NF_DROP`.
 const VERDICT_DROP: u32 = 0;
-/// ct state bits: `NF_CT_STATE_INVALID_BIT` and `NF_CT_STATE_BIT(IP_CT_NEW)`.
-const CT_STATE_INVALID: u32 = 1;
+/// ct state bit `NF_CT_STATE_BIT(IP_CT_NEW)`.
 const CT_STATE_NEW: u32 = 1 << 3;
 
 // Hook numbers: enum nf_inet_hooks and NF_ARP_IN/OUT.
