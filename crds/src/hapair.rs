@@ -74,6 +74,27 @@ pub struct HAPairSpec {
     /// it agree on the revision.)
     #[serde(default, skip_serializing_if = "TimingProfile::is_standard")]
     pub profile: TimingProfile,
+
+    /// After a planned move (failover, maintenance, failback) the old holder keeps the
+    /// VIPs this long, without answering ARP/ND for them, for the connections established
+    /// on it: the new holder forwards their segments to it, so they keep working; new
+    /// connections are the new holder's at once. When it ends, connections still open
+    /// lose their path (the new holder resets them at their next segment). `0s` turns
+    /// draining off; unplanned failovers never drain. TCP only; needs conntrack on the
+    /// new holder with `net.netfilter.nf_conntrack_tcp_loose=1` (the default).
+    /// (Left out of the configuration revision while it is the default.)
+    #[serde(default = "default_drain_timeout", skip_serializing_if = "is_default_drain_timeout")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[schemars(length(max = 32), extend("default" = crate::defaults::DRAIN_TIMEOUT))]
+    pub drain_timeout: String,
+}
+
+fn default_drain_timeout() -> String {
+    crate::defaults::DRAIN_TIMEOUT.to_owned()
+}
+
+fn is_default_drain_timeout(s: &str) -> bool {
+    s == crate::defaults::DRAIN_TIMEOUT
 }
 
 /// A set of heartbeat and probe timings (see [`HAPairSpec::profile`]).
@@ -612,6 +633,13 @@ pub struct MemberStatus {
     /// When the agent last wrote this entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<Time>,
+    /// This member handed the VIPs to that member in a planned move and still keeps them,
+    /// silently, for the connections established on it (a drain; see `spec.drainTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining_to: Option<String>,
+    /// This member holds the VIPs and forwards the connections of that draining member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarding_to: Option<String>,
 }
 
 /// Readiness of one VIP on one member.

@@ -56,6 +56,11 @@ pub mod defaults {
     /// 1–3 s of flapping settles within it), short next to the 3 s hold-down, so a repaired
     /// link is back in the election at once.
     pub const CARRIER_STABLE_FOR: &str = "2s";
+    /// A planned move's old holder keeps the VIPs this long for the connections
+    /// established on it (the new holder forwards their segments): long enough for
+    /// handshakes that straddle the move and typical request/response exchanges to
+    /// finish; long-lived connections need a longer value. `0s` turns draining off.
+    pub const DRAIN_TIMEOUT: &str = "5s";
     /// Failback: the preferred member must be ready this long.
     pub const RECOVERY_WINDOW: &str = "15m";
     /// Failback: the VIPs stay on the failed-over member at least this long.
@@ -171,6 +176,10 @@ pub mod reason {
     pub const ADDRESS_IN_USE: &str = "AddressInUse";
     /// A FloatingIP's address is an address of a member Node of its pair.
     pub const NODE_ADDRESS: &str = "NodeAddress";
+    /// The old holder of a planned move keeps the VIPs for its established connections.
+    pub const DRAIN_STARTED: &str = "DrainStarted";
+    /// A drain ended (its time was over, or the VIPs were taken back).
+    pub const DRAIN_ENDED: &str = "DrainEnded";
 }
 
 pub mod reporting {

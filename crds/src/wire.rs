@@ -172,6 +172,10 @@ pub struct Body {
     pub suspended: bool,
     /// The sender's automatic failback is paused.
     pub failback_paused: bool,
+    /// The sender gave the VIPs up in a planned move and still keeps them, silently, for
+    /// connections established on it: the holder may forward their segments to it (flag
+    /// bit 8; a receiver of an older build ignores it).
+    pub draining: bool,
     /// The sender's gateway reachability.
     pub gateway: WireGateway,
     /// The configuration revision the sender applied.
@@ -346,6 +350,7 @@ fn encode_body(b: &Body) -> Vec<u8> {
         (3, b.carrier_ok),
         (4, b.suspended),
         (5, b.failback_paused),
+        (8, b.draining),
     ] {
         if on {
             flags |= 1 << bit;
@@ -549,6 +554,7 @@ fn decode_body(buf: &[u8], minor: u8) -> Result<(Body, Option<Session>), DecodeE
         carrier_ok: bit(3),
         suspended: bit(4),
         failback_paused: bit(5),
+        draining: bit(8),
         gateway,
         config_revision,
         op,
@@ -764,6 +770,7 @@ mod tests {
                 carrier_ok: true,
                 suspended: false,
                 failback_paused: true,
+                draining: true,
                 gateway: WireGateway::Reachable,
                 config_revision: 0xdead_beef,
                 op: Some(WireOp::Commit { id: 9, to: "node-b".into(), epoch: 43 }),
@@ -1031,7 +1038,7 @@ mod tests {
         ];
         let gateway =
             prop_oneof![Just(WireGateway::Unknown), Just(WireGateway::Reachable), Just(WireGateway::Unreachable)];
-        (0u8..7, any::<u64>(), any::<u8>(), any::<[bool; 6]>(), gateway, any::<u64>(), op).prop_map(
+        (0u8..7, any::<u64>(), any::<u8>(), any::<[bool; 7]>(), gateway, any::<u64>(), op).prop_map(
             |(role, epoch, priority, f, gateway, config_revision, op)| Body {
                 role: WireRole::from_u8(role).unwrap_or(WireRole::Init),
                 epoch,
@@ -1042,6 +1049,7 @@ mod tests {
                 carrier_ok: f[3],
                 suspended: f[4],
                 failback_paused: f[5],
+                draining: f[6],
                 gateway,
                 config_revision,
                 op,

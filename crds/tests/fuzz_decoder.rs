@@ -80,6 +80,7 @@ fn mutated_valid_heartbeats_never_panic() {
             carrier_ok: true,
             suspended: false,
             failback_paused: false,
+            draining: false,
             gateway: wire::WireGateway::Unknown,
             config_revision: 1,
             op: Some(wire::WireOp::Prepare { id: 1, to: "m".into() }),

@@ -273,9 +273,14 @@ impl AgentLab {
     pub fn pair_config_yaml(&self, i: usize, k: usize) -> String {
         let mut y = String::new();
         y.push_str(&format!("pair: {}\nnode: {}\nmembers:\n", pair_name(k), node_name(i)));
+        // With an IPv6 VIP the members also heartbeat over IPv6 on the data link: a drain
+        // forwards an IPv6 VIP's connections to the old holder's address in its subnet,
+        // which the members know from their paths.
+        let v6 = self.opts.ipv6_vip;
         for (j, n) in self.topo.nodes().iter().enumerate() {
+            let data6 = if v6 { format!(", data6: \"{}\"", n.data_ip6) } else { String::new() };
             y.push_str(&format!(
-                "  - node: {}\n    priority: {}\n    addresses: {{data: {}, mgmt: {}}}\n",
+                "  - node: {}\n    priority: {}\n    addresses: {{data: {}, mgmt: {}{data6}}}\n",
                 node_name(j),
                 200 - 10 * j,
                 n.ip(Link::Data),
@@ -283,7 +288,8 @@ impl AgentLab {
             ));
         }
         y.push_str(&format!(
-            "heartbeat:\n  port: {HEARTBEAT_PORT}\n  paths: [data, mgmt]\n  key: {}\n  keyId: 1\n",
+            "heartbeat:\n  port: {HEARTBEAT_PORT}\n  paths: [data, mgmt{}]\n  key: {}\n  keyId: 1\n",
+            if v6 { ", data6" } else { "" },
             pair_key_hex(k)
         ));
         match &self.opts.takeover_yaml {

@@ -207,6 +207,7 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
             carrier_ok: true,
             suspended: false,
             failback_paused: false,
+            draining: false,
             gateway: wire::WireGateway::Reachable,
             config_revision: 0,
             op: None,

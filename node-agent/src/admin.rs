@@ -83,6 +83,9 @@ pub fn status_json(st: &sm::Status, paths: &[String]) -> serde_json::Value {
         "suspended": st.suspended,
         "alarms": st.alarms.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
         "ignoredAdverts": st.ignored_adverts,
+        "drainingTo": st.draining.as_ref().map(|(to, _)| to.as_str()),
+        "drainingUntilMs": st.draining.as_ref().map(|(_, until)| until.0),
+        "forwardingTo": st.forwarding_to.as_ref().map(|n| n.as_str()),
         "lastTransition": st.last_transition.as_ref().map(|t| serde_json::json!({
             "from": t.from.as_str(), "to": t.to.as_str(), "reason": format!("{:?}", t.reason), "epoch": t.epoch,
         })),

@@ -206,6 +206,8 @@ pub struct SmSettings<'a> {
     pub failback: &'a FailbackSpec,
     /// `flapSuspension`.
     pub flap: &'a FlapSuspensionSpec,
+    /// `drainTimeout`.
+    pub drain_timeout: &'a str,
     /// Serve alone without the boot hold (standalone `startAlone`).
     pub start_alone: bool,
     /// The pair-wide configuration revision.
@@ -224,6 +226,7 @@ pub fn build_sm_config(settings: &SmSettings<'_>) -> Result<sm::Config, ConfigEr
         takeover,
         failback,
         flap,
+        drain_timeout,
         start_alone,
         config_revision,
     } = *settings;
@@ -261,6 +264,7 @@ pub fn build_sm_config(settings: &SmSettings<'_>) -> Result<sm::Config, ConfigEr
     t.hold_down_ms = ms("takeover.holdDown", &takeover.hold_down)?;
     t.boot_hold_ms = ms("takeover.bootHold", &takeover.boot_hold)?;
     t.carrier_stable_ms = ms("takeover.carrierStableFor", &takeover.carrier_stable_for)?;
+    t.drain_ms = ms("drainTimeout", drain_timeout)?;
     let probe_interval = ms("takeover.probeInterval", &takeover.probe_interval)?;
     let probe_timeout = ms("takeover.probeTimeout", &takeover.probe_timeout)?;
     // A verdict must be refreshed well within its freshness window.
@@ -344,6 +348,10 @@ pub struct StandaloneFile {
     /// probe timings left at their defaults.
     #[serde(default)]
     pub profile: havip_crds::hapair::TimingProfile,
+    /// How long the old holder of a planned move keeps the VIPs for its established
+    /// connections (as the HAPair's `drainTimeout`; `0s`: off).
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout: String,
     /// Directory for the persisted state (epoch, maintenance).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
@@ -507,6 +515,10 @@ impl Default for StandaloneHeartbeat {
 fn default_port() -> u16 {
     havip_crds::defaults::HEARTBEAT_PORT as u16
 }
+fn default_drain_timeout() -> String {
+    havip_crds::defaults::DRAIN_TIMEOUT.to_owned()
+}
+
 fn default_interval() -> String {
     havip_crds::defaults::HEARTBEAT_INTERVAL.to_owned()
 }
@@ -675,7 +687,12 @@ impl StandaloneFile {
             self.flap_suspension,
             // Every member must agree on whether takeovers need the witness's vote.
             witness.as_ref().map(|w| format!("|witness {}", w.address)).unwrap_or_default()
-        ) + if self.profile.is_standard() { "" } else { "|profile fast" };
+        ) + if self.profile.is_standard() { "" } else { "|profile fast" }
+            + &if self.drain_timeout == havip_crds::defaults::DRAIN_TIMEOUT {
+                String::new()
+            } else {
+                format!("|drain {}", self.drain_timeout)
+            };
         let mut sm = build_sm_config(&SmSettings {
             node: &node,
             members: &members,
@@ -686,6 +703,7 @@ impl StandaloneFile {
             takeover: &takeover,
             failback: &self.failback,
             flap: &self.flap_suspension,
+            drain_timeout: &self.drain_timeout,
             start_alone: self.start_alone,
             config_revision: revision_of(&canonical),
         })?;

@@ -105,6 +105,16 @@ pub struct AgentMetrics {
     pub adverts_ignored: Family<PairLabel, Gauge>,
     /// Objects the Kubernetes agent's watches delivered, per kind and event.
     pub watch_events: Family<WatchLabels, Counter>,
+    /// 1 while this member drains (old holder) or forwards a drain (new holder).
+    pub drain_active: Family<PairLabel, Gauge>,
+    /// Packets of the old holder's connections forwarded to it (new holder).
+    pub drain_forwarded_packets: Family<PairLabel, Counter>,
+    /// Bytes of the old holder's connections forwarded to it (new holder).
+    pub drain_forwarded_bytes: Family<PairLabel, Counter>,
+    /// Established connections on the drained VIPs (old holder).
+    pub drain_connections: Family<PairLabel, Gauge>,
+    /// Connections still open when a drain ended (they lose their path).
+    pub drain_connections_cut: Family<PairLabel, Counter>,
 }
 
 impl Default for AgentMetrics {
@@ -133,6 +143,11 @@ impl AgentMetrics {
             io_errors: Family::default(),
             adverts_ignored: Family::default(),
             watch_events: Family::default(),
+            drain_active: Family::default(),
+            drain_forwarded_packets: Family::default(),
+            drain_forwarded_bytes: Family::default(),
+            drain_connections: Family::default(),
+            drain_connections_cut: Family::default(),
         };
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
@@ -155,6 +170,27 @@ impl AgentMetrics {
             "watch_events",
             "Objects delivered by the Kubernetes watches (applied, deleted, listed)",
             m.watch_events.clone(),
+        );
+        registry.register("drain_active", "1 while this member drains or forwards a drain", m.drain_active.clone());
+        registry.register(
+            "drain_forwarded_packets",
+            "Packets of the old holder's connections forwarded to it during drains",
+            m.drain_forwarded_packets.clone(),
+        );
+        registry.register(
+            "drain_forwarded_bytes",
+            "Bytes of the old holder's connections forwarded to it during drains",
+            m.drain_forwarded_bytes.clone(),
+        );
+        registry.register(
+            "drain_connections",
+            "Established connections on the VIPs this member drains",
+            m.drain_connections.clone(),
+        );
+        registry.register(
+            "drain_connections_cut",
+            "Connections still open when a drain ended (they lose their path)",
+            m.drain_connections_cut.clone(),
         );
         *m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
         m
@@ -266,6 +302,23 @@ impl PairMetrics {
     pub fn set_alarm(&self, alarm: &str, on: bool) {
         self.all.alarms.get_or_create(&self.named(alarm)).set(i64::from(on));
     }
+    /// Whether this member drains or forwards a drain.
+    pub fn set_drain_active(&self, on: bool) {
+        self.all.drain_active.get_or_create(&self.label()).set(i64::from(on));
+    }
+    /// Forwarded to a draining old holder.
+    pub fn drain_forwarded(&self, packets: u64, bytes: u64) {
+        self.all.drain_forwarded_packets.get_or_create(&self.label()).inc_by(packets);
+        self.all.drain_forwarded_bytes.get_or_create(&self.label()).inc_by(bytes);
+    }
+    /// Established connections on the drained VIPs.
+    pub fn set_drain_connections(&self, n: usize) {
+        self.all.drain_connections.get_or_create(&self.label()).set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    /// Connections still open when a drain ended.
+    pub fn drain_connections_cut(&self, n: usize) {
+        self.all.drain_connections_cut.get_or_create(&self.label()).inc_by(n as u64);
+    }
     /// Removes the pair's gauges (the agent stopped serving it): a stale role or alarm
     /// must not outlive the pair. Counters stay (they only ever grow).
     pub fn forget(&self, roles: &[&str], alarms: &[&str]) {
@@ -278,6 +331,8 @@ impl PairMetrics {
         self.all.epoch.remove(&self.label());
         self.all.vips_held.remove(&self.label());
         self.all.adverts_ignored.remove(&self.label());
+        self.all.drain_active.remove(&self.label());
+        self.all.drain_connections.remove(&self.label());
     }
 }
 

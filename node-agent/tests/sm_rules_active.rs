@@ -18,32 +18,6 @@ fn active_a_with(b: Advert) -> H {
     h
 }
 
-fn first_prepare(a: &[Action]) -> Option<(u64, NodeId)> {
-    ops(a).into_iter().find_map(|o| match o.kind {
-        OpKind::Prepare { to } => Some((o.id, to)),
-        _ => None,
-    })
-}
-
-fn last_commit(a: &[Action]) -> Option<(u64, NodeId, u64)> {
-    ops(a).into_iter().rev().find_map(|o| match o.kind {
-        OpKind::Commit { to, epoch } => Some((o.id, to, epoch)),
-        _ => None,
-    })
-}
-
-/// Drives an automatic handover of `h` (active A, epoch 3) to B through ack and confirm;
-/// returns the actions of the confirm step.
-fn complete_handover(h: &mut H, id: u64) -> Vec<Action> {
-    h.now += 5;
-    let out = h.hear_on(1, &with_op(standby(B, 100, 3), id, OpKind::PrepareAck));
-    assert_eq!(last_commit(&out), Some((id, node(B), 4)));
-    assert_eq!(h.role(), Role::Demoting);
-    assert!(removes(&out).is_empty(), "make-before-break: still holding");
-    h.now += 5;
-    h.hear_on(1, &with_op(active(B, 100, 4), id, OpKind::Confirm))
-}
-
 // ---------------------------------------------------------------- handovers
 
 #[test]
@@ -363,7 +337,9 @@ fn planned_failover_prepare_commit_confirm() {
     // The target accepted an operator handover, so it pauses failback too (and says so).
     let confirm = Advert { failback_paused: true, ..active(B, 100, 4) };
     let out = h.hear(&with_op(confirm, 7, OpKind::Confirm));
-    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    // The VIPs are drained, not removed (the default drainTimeout).
+    assert_eq!(drains(&out), vec![(vec![vip(VIP)], node(B))]);
+    assert!(removes(&out).is_empty());
     assert_eq!(role_changes(&out), vec![(Role::Demoting, Role::Standby, Reason::PlannedFailover, 4)]);
     assert_eq!(results(&out), vec![(7, true, "handed over to node-b".to_owned())]);
     // A manual move pauses automatic failback (persisted).
@@ -505,7 +481,8 @@ fn forced_failover_skips_readiness_checks() {
     assert_eq!(role_changes(&out), vec![(Role::Active, Role::Demoting, Reason::ForcedFailover, 3)]);
     h.now = 3_020;
     let out = h.hear(&with_op(active(B, 100, 4), 11, OpKind::Confirm));
-    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    // A forced move of a healthy member drains too.
+    assert_eq!(drains(&out), vec![(vec![vip(VIP)], node(B))]);
     assert_eq!(results(&out).len(), 1);
 }
 
@@ -575,6 +552,12 @@ fn planned_failover_end_to_end_is_make_before_break() {
                 match a {
                     Action::AddVips(_) => self.kernel[i] = true,
                     Action::RemoveVips(_) => self.kernel[i] = false,
+                    Action::DrainVips { .. } => {
+                        // Kept silently: no longer a holder for the clients.
+                        self.kernel[i] = false;
+                        let out = self.h[i].feed(Input::DrainStarted { ok: true, detail: String::new() });
+                        self.apply(i, out);
+                    }
                     Action::SendAdvert(adv) => {
                         let j = 1 - i;
                         let out = self.h[j].hear(&adv);
@@ -631,7 +614,7 @@ fn planned_failover_end_to_end_is_make_before_break() {
     assert_eq!(net.lease, (Some(node(B)), 4));
     assert_eq!(results(&net.h[0].since(0)), vec![(21, true, "handed over to node-b".to_owned())]);
     // The handover took no time at all on an instant network: confirm at the command.
-    assert_eq!(net.h[0].first_at(|x| matches!(x, Action::RemoveVips(_))), Some(3_005));
+    assert_eq!(net.h[0].first_at(|x| matches!(x, Action::DrainVips { .. })), Some(3_005));
 }
 
 // ---------------------------------------------------------------- maintenance
@@ -644,7 +627,7 @@ fn maintenance_active_hands_over_first_then_stays_out() {
     let (id, _) = first_prepare(&out).expect("hands over first");
     assert!(h.m.holds_vips());
     let out = complete_handover(&mut h, id);
-    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    assert_eq!(drains(&out), vec![(vec![vip(VIP)], node(B))]);
     assert_eq!(role_changes(&out), vec![(Role::Demoting, Role::Maintenance, Reason::MaintenanceOn, 4)]);
     assert!(persisted(&out).last().unwrap().maintenance);
     // It does not take the VIPs back, even when the peer dies.

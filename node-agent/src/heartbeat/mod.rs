@@ -382,6 +382,7 @@ pub fn to_wire(a: &sm::Advert) -> Body {
         carrier_ok: a.carrier_ok,
         suspended: a.suspended,
         failback_paused: a.failback_paused,
+        draining: a.draining,
         gateway: match a.gateway {
             None => WireGateway::Unknown,
             Some(true) => WireGateway::Reachable,
@@ -438,6 +439,7 @@ pub fn from_wire(hb: &Heartbeat) -> Option<sm::Advert> {
         },
         suspended: b.suspended,
         failback_paused: b.failback_paused,
+        draining: b.draining,
         op,
     })
 }
@@ -459,6 +461,7 @@ fn version_mismatch_advert(sender: &str, major: u8) -> Option<sm::Advert> {
         gateway: None,
         suspended: false,
         failback_paused: false,
+        draining: false,
         op: None,
     })
 }

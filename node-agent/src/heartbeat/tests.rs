@@ -25,6 +25,7 @@ fn advert(node: &str, epoch: u64) -> sm::Advert {
         gateway: None,
         suspended: false,
         failback_paused: false,
+        draining: false,
         op: None,
     }
 }

@@ -261,6 +261,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
         takeover: &takeover,
         failback: &spec.failback,
         flap: &spec.flap_suspension,
+        drain_timeout: &spec.drain_timeout,
         start_alone: false,
         config_revision: revision,
     })?;

@@ -1,5 +1,5 @@
 //! What a pair leaves on a node after it is gone: its VIPs (recorded in its ledger),
-//! its state file and its ledger. Removed when the agent learns, from a successful list,
+//! a drain's nft tables, its state file and its ledger. Removed when the agent learns, from a successful list,
 //! that the pair no longer names this node (it was deleted, or the node was removed
 //! from it, while the agent was down), and when a pair of the same name is a new
 //! object (another UID): a re-created pair starts fresh instead of inheriting the old
@@ -18,6 +18,13 @@ fn uid_path(dir: &Path, pair: &str) -> std::path::PathBuf {
 /// Removes the VIPs `pair` recorded adding on this node, its ledger, its state file and
 /// its UID record. Errors are logged; what could not be removed stays recorded.
 pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
+    // A drain's nft tables (the drained addresses on `lo` are in the ledger).
+    let p = pair.to_owned();
+    match tokio::task::spawn_blocking(move || crate::nft::Nft::open().and_then(|mut n| n.remove_pair(&p))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
+        Err(e) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
+    }
     let ledger = VipLedger::new(dir, pair);
     let recorded = match ledger.load() {
         Ok(r) => r,

@@ -334,6 +334,8 @@ impl KubeReporter {
             key_id: Some(view.key_id),
             last_operation: lock(&self.last_op).clone(),
             last_seen: None,
+            draining_to: st.draining.as_ref().map(|(to, _)| to.as_str().to_owned()),
+            forwarding_to: st.forwarding_to.as_ref().map(|n| n.as_str().to_owned()),
         }
     }
 }
@@ -604,6 +606,11 @@ async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::
                 if *ok { EventType::Normal } else { EventType::Warning },
                 "OperationResult".to_owned(),
                 format!("{node}: {message}"),
+            ),
+            sm::Event::Drain { started, peer, detail } => (
+                EventType::Normal,
+                if *started { havip_crds::reason::DRAIN_STARTED } else { havip_crds::reason::DRAIN_ENDED }.to_owned(),
+                format!("{node} (drain to {peer}): {detail}"),
             ),
         };
         let e = KEvent { type_, reason, note: Some(note), action: "RoleChange".into(), secondary: None };

@@ -109,8 +109,7 @@ const BITWISE_MASK_XOR: u32 = 0;
 const CT_STATE: u32 = 0;
 /// `NF_DROP`.
 const VERDICT_DROP: u32 = 0;
-/// ct state bits: `NF_CT_STATE_INVALID_BIT` and `NF_CT_STATE_BIT(IP_CT_NEW)`.
-const CT_STATE_INVALID: u32 = 1;
+/// ct state bit `NF_CT_STATE_BIT(IP_CT_NEW)`.
 const CT_STATE_NEW: u32 = 1 << 3;
 
 // Hook numbers: enum nf_inet_hooks and NF_ARP_IN/OUT.
@@ -322,7 +321,7 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
 
 /// The forwarder's rule for one VIP, in table `ip`/`ip6 <table>` chain `prerouting`:
 ///
-/// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn ct state new,invalid
+/// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn ct state new
 /// counter dup to <old_holder> device <ifindex> drop`
 ///
 /// The caller checks that `vip` and `old_holder` are of one family.
@@ -335,10 +334,13 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
         p.load(BASE_TRANSPORT, 13, 1);
         p.and(&[TCP_FLAG_SYN | TCP_FLAG_ACK], true);
         p.cmp(CMP_NEQ, &[TCP_FLAG_SYN]);
-        // A flow this host's conntrack does not know: `new` when nf_conntrack_tcp_loose
-        // (the default) picks up a mid-stream segment, `invalid` when it does not.
+        // A flow this host's conntrack does not know: `new` (nf_conntrack_tcp_loose, the
+        // default, picks up a mid-stream segment). Not `invalid`: conntrack also calls an
+        // out-of-window segment of this host's own connection invalid, and the old holder
+        // would answer that with a reset that kills it. With tcp_loose off nothing is
+        // forwarded (the drain does nothing; the agent warns).
         p.ct_state();
-        p.and(&(CT_STATE_NEW | CT_STATE_INVALID).to_ne_bytes(), false);
+        p.and(&CT_STATE_NEW.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);
         p.counter();
         p.immediate(REG_1, &octets(old_holder));

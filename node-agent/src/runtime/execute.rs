@@ -15,7 +15,17 @@ impl Runtime {
                 }
                 false
             }
+            sm::Action::DrainVips { vips, to } => {
+                self.drain_start(&vips, &to).await;
+                true
+            }
+            sm::Action::Forward { to } => {
+                self.drain_forward(to).await;
+                false
+            }
             sm::Action::AddVips(ids) => {
+                // Taken back during a drain: off `lo` first, answered for again.
+                self.drain_end().await;
                 // Recorded before they are added: a crash after the add still knows them.
                 let adding: Vec<Vip> =
                     self.vips.iter().filter(|v| ids.contains(&v.id)).map(|v| v.vip.clone()).collect();
@@ -46,6 +56,7 @@ impl Runtime {
             }
             sm::Action::RemoveVips(ids) => {
                 self.stop_announcer();
+                self.drain_end().await;
                 // At once, not after the step: an announcement schedule checks it.
                 self.holding.store(false, Ordering::Relaxed);
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
@@ -153,9 +164,11 @@ impl Runtime {
     pub(super) async fn observe_local_vips(&mut self) {
         match self.nl.havip_addresses().await {
             Ok(addrs) => {
+                // A drained VIP (kept on `lo`) is not held: the machine gave it up.
                 let present: BTreeSet<sm::VipId> = self
                     .vips
                     .iter()
+                    .filter(|v| !self.drained(v))
                     .filter(|v| addrs.iter().any(|a| a.addr == v.vip.addr && a.prefix == v.vip.prefix))
                     .map(|v| v.id.clone())
                     .collect();

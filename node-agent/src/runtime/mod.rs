@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod drain;
 mod execute;
 mod io;
 
@@ -90,6 +91,9 @@ pub fn log_event(event: &sm::Event) {
         sm::Event::AlarmCleared { alarm } => tracing::info!(alarm = alarm.as_str(), "alarm cleared"),
         sm::Event::OperationResult { id, ok, message } => {
             tracing::info!(id, ok, message = %message, "operation finished")
+        }
+        sm::Event::Drain { started, peer, detail } => {
+            tracing::info!(started, peer = peer.as_str(), detail = %detail, "drain")
         }
     }
 }
@@ -262,8 +266,10 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     );
     let metrics = opts.metrics.clone();
     let timer = crate::timer::Timer::new();
+    Runtime::drain_cleanup_at_start(&cfg.pair).await;
     let mut rt = Runtime {
         timer,
+        drain: drain::DrainIo::default(),
         cfg,
         machine,
         origin,
@@ -299,6 +305,8 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
 struct Runtime {
     /// The tick timer.
     timer: crate::timer::Timer,
+    /// A drain's addresses and rules on this node.
+    drain: drain::DrainIo,
     cfg: AgentConfig,
     machine: sm::Machine,
     origin: Instant,
@@ -384,6 +392,7 @@ impl Runtime {
                     }
                     Some(Event::Release) => {
                         self.stop_announcer();
+                        self.drain_stop().await;
                         self.metrics.forget(&sm::Role::ALL.map(sm::Role::as_str), &sm::Alarm::ALL.map(sm::Alarm::as_str));
                         let mut all_gone = true;
                         for v in &self.vips {
@@ -404,6 +413,8 @@ impl Runtime {
             self.drain().await;
             due = self.origin + Duration::from_millis(self.machine.next_tick(last_tick).0);
         }
+        // A drain does not outlive the runtime (the held VIPs do).
+        self.drain_stop().await;
         tracing::info!("agent stopping; VIPs and role are kept for the next start");
         for t in self.tasks.drain(..) {
             t.abort();

@@ -250,6 +250,7 @@ pub(super) enum Fault {
 #[derive(Clone, Debug)]
 enum NodeEv {
     Tick,
+    DrainStarted,
     ProbeStart,
     ProbeDone {
         vip: usize,
@@ -579,6 +580,7 @@ impl World {
                 self.push_node(n, TRAFFIC_INTERVAL, NodeEv::TrafficFeed);
             }
             NodeEv::InitFeed => self.resync(n),
+            NodeEv::DrainStarted => self.feed(n, Input::DrainStarted { ok: true, detail: String::new() }),
             NodeEv::LeaseFeed => {
                 if self.nodes[n].store {
                     let holder = self.store_holder.map(node_name);
@@ -946,6 +948,15 @@ impl World {
                 }
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
             }
+            Action::DrainVips { vips, .. } => {
+                // The drained addresses answer no ARP: for the world (and its checks) they
+                // are gone from this node, as `RemoveVips` would make them.
+                let k = self.nodes[n].kernel & !self.vip_mask(&vips);
+                self.set_kernel(n, k);
+                self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
+                self.push_node(n, 1, NodeEv::DrainStarted);
+            }
+            Action::Forward { .. } => {}
             Action::RemoveVips(v) => {
                 let k = self.nodes[n].kernel & !self.vip_mask(&v);
                 self.set_kernel(n, k);

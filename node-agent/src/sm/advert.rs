@@ -42,6 +42,10 @@ pub struct Advert {
     pub suspended: bool,
     /// Automatic failback is paused on the sender (after a manual or forced move).
     pub failback_paused: bool,
+    /// The sender drains: it gave the VIPs up in a planned move and keeps them, without
+    /// answering ARP/ND for them, for connections established on it; the holder forwards
+    /// their segments to it.
+    pub draining: bool,
     /// Planned-handover message, repeated in every advert while it is current.
     pub op: Option<OpMsg>,
 }

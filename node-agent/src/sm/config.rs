@@ -100,6 +100,10 @@ pub struct Timings {
     /// loses carrier with no eligible successor keeps the VIPs for this long before it
     /// gives them up (a short flap moves nothing). 0 turns all of it off.
     pub carrier_stable_ms: u64,
+    /// A member that handed the VIPs over in a planned move keeps them this long, silently,
+    /// for the connections established on it (the new holder forwards their segments); 0
+    /// turns draining off.
+    pub drain_ms: u64,
 }
 
 /// Most a flapping link's dampening time grows to, as a multiple of
@@ -130,6 +134,7 @@ impl Default for Timings {
             lease_renew_ms: 1_000,
             lease_alive_ms: 3_000,
             carrier_stable_ms: 2_000,
+            drain_ms: 5_000,
         }
     }
 }

@@ -106,6 +106,14 @@ pub enum Input {
     Command(Command),
     /// The configuration changed (boxed: a `Config` is much larger than the other inputs).
     ConfigChanged(Box<Config>),
+    /// Answer to [`Action::DrainVips`]: the VIPs are kept silently (`ok`), or could not be
+    /// and were removed (`detail` says why).
+    DrainStarted {
+        /// The drain runs.
+        ok: bool,
+        /// Why not, for people.
+        detail: String,
+    },
 }
 
 /// Why a heartbeat was rejected by the codec.
@@ -276,6 +284,23 @@ pub enum Action {
     /// After a takeover: read the VIPs back from the kernel, probe the local listeners and
     /// ARP-probe for a foreign holder; feed the results back as inputs.
     SelfCheck,
+    /// A planned move handed the VIPs to `to`: keep them as local addresses for the
+    /// connections established here, without answering ARP/ND for them and without
+    /// reporting them in [`Input::LocalVips`], until an `AddVips` (taken back) or a
+    /// `RemoveVips` (the drain's end) names them; answer with [`Input::DrainStarted`]. When
+    /// they cannot be kept so, remove them and answer `ok: false`.
+    DrainVips {
+        /// The VIPs.
+        vips: Vec<VipId>,
+        /// The new holder (which forwards the drained connections' segments here).
+        to: NodeId,
+    },
+    /// While holding the VIPs: forward the segments of TCP flows this node does not know
+    /// to `to` (a member that drains them), or stop forwarding (`None`).
+    Forward {
+        /// The draining member.
+        to: Option<NodeId>,
+    },
 }
 
 /// Something worth reporting.
@@ -303,6 +328,16 @@ pub enum Event {
     AlarmCleared {
         /// Which.
         alarm: Alarm,
+    },
+    /// A drain started or ended on this member (it keeps the VIPs of a planned move for
+    /// the connections established on it).
+    Drain {
+        /// Started (`true`) or ended.
+        started: bool,
+        /// The new holder.
+        peer: NodeId,
+        /// For people: how long, or why it ended.
+        detail: String,
     },
     /// Outcome of an operator operation (reported exactly once per id).
     OperationResult {

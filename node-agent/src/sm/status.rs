@@ -9,6 +9,10 @@ use super::types::{Millis, NodeId, PathId, Role, VipId};
 pub struct Status {
     /// This node.
     pub node: NodeId,
+    /// This member drains a planned move to that new holder, until then (machine time).
+    pub draining: Option<(NodeId, Millis)>,
+    /// This member holds the VIPs and forwards the connections of that draining member.
+    pub forwarding_to: Option<NodeId>,
     /// Current role.
     pub role: Role,
     /// Highest pair epoch known (never goes backwards).

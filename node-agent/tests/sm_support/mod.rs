@@ -50,6 +50,7 @@ pub fn adv(sender: &str, prio: u8, role: Role, epoch: u64, holds: bool) -> Adver
         gateway: Some(true),
         suspended: false,
         failback_paused: false,
+        draining: false,
         op: None,
     }
 }
@@ -247,6 +248,16 @@ pub fn adds(a: &[Action]) -> Vec<Vec<VipId>> {
         .collect()
 }
 
+/// The drains started: (VIPs, new holder).
+pub fn drains(a: &[Action]) -> Vec<(Vec<VipId>, NodeId)> {
+    a.iter()
+        .filter_map(|x| match x {
+            Action::DrainVips { vips, to } => Some((vips.clone(), to.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn removes(a: &[Action]) -> Vec<Vec<VipId>> {
     a.iter()
         .filter_map(|x| match x {
@@ -338,4 +349,30 @@ pub fn announces(a: &[Action]) -> Vec<AnnounceKind> {
 
 pub fn position(a: &[Action], f: impl Fn(&Action) -> bool) -> Option<usize> {
     a.iter().position(f)
+}
+
+pub fn first_prepare(a: &[Action]) -> Option<(u64, NodeId)> {
+    ops(a).into_iter().find_map(|o| match o.kind {
+        OpKind::Prepare { to } => Some((o.id, to)),
+        _ => None,
+    })
+}
+
+pub fn last_commit(a: &[Action]) -> Option<(u64, NodeId, u64)> {
+    ops(a).into_iter().rev().find_map(|o| match o.kind {
+        OpKind::Commit { to, epoch } => Some((o.id, to, epoch)),
+        _ => None,
+    })
+}
+
+/// Drives an automatic handover of `h` (active A, epoch 3) to B through ack and confirm;
+/// returns the actions of the confirm step.
+pub fn complete_handover(h: &mut H, id: u64) -> Vec<Action> {
+    h.now += 5;
+    let out = h.hear_on(1, &with_op(standby(B, 100, 3), id, OpKind::PrepareAck));
+    assert_eq!(last_commit(&out), Some((id, node(B), 4)));
+    assert_eq!(h.role(), Role::Demoting);
+    assert!(removes(&out).is_empty(), "make-before-break: still holding");
+    h.now += 5;
+    h.hear_on(1, &with_op(active(B, 100, 4), id, OpKind::Confirm))
 }

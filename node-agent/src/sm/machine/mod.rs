@@ -11,6 +11,7 @@
 //! accounting, evaluate/expire); the rooms hold the rest. No I/O here, as everywhere in `sm`.
 
 mod active;
+mod drain;
 mod observe;
 mod partition;
 mod planned;
@@ -18,6 +19,7 @@ mod report;
 mod standby;
 
 use active::AdvertPacing;
+use drain::Draining;
 use observe::{AlarmTimers, Boot, FlapGuard};
 use planned::Operations;
 use standby::StoreTrack;
@@ -207,6 +209,7 @@ pub struct Machine {
     pacing: AdvertPacing,
     ops: Operations,
     boot: Boot,
+    draining: Draining,
 }
 
 impl Machine {
@@ -259,6 +262,7 @@ impl Machine {
             },
             timers: AlarmTimers { key_mismatch_at: None, clock_skew_at: None, replay_at: None },
             pacing: AdvertPacing { next_advert_at: None, advert_now: false, last_burst: None },
+            draining: Draining::default(),
             peers: Vec::new(),
             probes: Vec::new(),
             listeners: Vec::new(),
@@ -414,6 +418,9 @@ impl Machine {
             return None;
         }
         let mut at = self.pacing.next_advert_at?;
+        if let Some(until) = self.drain_until() {
+            at = at.min(until);
+        }
         if !self.holding {
             // A heard holder's takeover clock starts once it is overdue; with nobody heard
             // holding, elections and takeovers are due any moment.
@@ -804,6 +811,7 @@ impl Machine {
             }
         }
         self.settle_partition(now, out);
+        self.eval_drain(now, out);
     }
 
     /// Timers that do not depend on the role.
@@ -981,6 +989,8 @@ impl Machine {
 
     /// Takes the VIPs (after a successful claim, an unavailable store, or a commit).
     fn acquire(&mut self, now: Millis, reason: Reason, out: &mut Vec<Action>) {
+        // A drain ends when the VIPs come back: `AddVips` makes them ordinary again.
+        self.end_drain("the VIPs were taken back", false, out);
         self.store.claim = None;
         self.holding = true;
         self.active_since = Some(now);

@@ -28,6 +28,7 @@ impl Machine {
             Input::Conflict { vip, foreign_mac } => self.on_conflict(now, &vip, foreign_mac, out),
             Input::Command(c) => self.on_command(now, c, out),
             Input::ConfigChanged(c) => self.on_config(now, *c, out),
+            Input::DrainStarted { ok, detail } => self.on_drain_started(now, ok, detail, out),
         }
     }
 
@@ -367,6 +368,8 @@ impl Machine {
     }
 
     fn on_config(&mut self, now: Millis, cfg: Config, out: &mut Vec<Action>) {
+        // A drain of the old configuration's VIPs ends before anything changes.
+        self.end_drain("a new configuration ends the drain", true, out);
         let in_pair = cfg.priority_of(&cfg.local).is_some();
         if !in_pair && self.role != Role::Unpaired {
             // Left the pair: give up what we hold under the old configuration first.

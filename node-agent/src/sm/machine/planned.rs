@@ -82,7 +82,16 @@ impl Machine {
             self.failback_paused = true;
         }
         let to = self.out_role(Role::Standby);
-        self.release(now, to, op.origin.reason(), out);
+        // Moves of a healthy member drain (its connections keep working through the new
+        // holder); a safety handover does not: a member that lost its link, gateway or
+        // listener cannot serve them anyway.
+        let drains =
+            matches!(op.origin, Origin::Operator { .. } | Origin::Maintenance | Origin::Auto(Reason::Failback));
+        if drains {
+            self.release_after_handover(now, to, op.origin.reason(), op.to.clone(), out);
+        } else {
+            self.release(now, to, op.origin.reason(), out);
+        }
         self.ops.handover_retry_at = None;
         self.report_op(op.id, true, format!("handed over to {}", op.to), out);
     }

@@ -29,6 +29,7 @@ impl Machine {
             gateway: self.gateway,
             suspended: self.flap.suspended,
             failback_paused: self.failback_paused,
+            draining: self.drain_advertised(),
             op: self.current_op_msg(),
         }
     }
@@ -136,6 +137,8 @@ impl Machine {
             lease_stale: self.store.lease_stale,
             operation,
             last_transition: self.last_transition.clone(),
+            draining: self.draining.drain.as_ref().filter(|d| d.started).map(|d| (d.to.clone(), d.until)),
+            forwarding_to: self.draining.forwarding.clone(),
             config_valid: self.cfg_error.is_none(),
             ignored_adverts: self.ignored_adverts,
             local_vips: self
