@@ -1540,6 +1540,10 @@ pub struct HalfOpenFailure {
     pub kind: ProbeError,
 }
 
+/// A [`HalfOpen`] connection completed: its source port, and the server that answered or
+/// why none did.
+pub type Completed = (u16, std::result::Result<String, ProbeError>);
+
 /// TCP connections from a namespace held in the middle of their handshake: each has a
 /// source port of its own, the client sent its SYN and got the SYN-ACK (the client
 /// side is established) but the client's ACK is dropped by an nftables rule in the
@@ -1600,7 +1604,13 @@ impl HalfOpen {
     /// Sends `half <port>\n` on every connection and reads the greeting and the echo
     /// (see [`Listener::echo`]); removes the drop rule. Returns, per connection in
     /// order, the server that answered or why none did.
-    pub fn complete(mut self) -> Vec<(u16, std::result::Result<String, ProbeError>)> {
+    pub fn complete(self) -> Vec<Completed> {
+        self.complete_and_keep().0
+    }
+
+    /// [`HalfOpen::complete`], and the connections that completed, still open (closed
+    /// when dropped).
+    pub fn complete_and_keep(mut self) -> (Vec<Completed>, Vec<TcpStream>) {
         let mut out = Vec::with_capacity(self.conns.len());
         // Data first on every connection, so they all complete at about the same time.
         let mut sent = Vec::with_capacity(self.conns.len());
@@ -1630,7 +1640,13 @@ impl HalfOpen {
             });
             out.push((*port, result));
         }
-        out
+        let open = std::mem::take(&mut self.conns)
+            .into_iter()
+            .zip(&out)
+            .filter(|(_, (_, r))| r.is_ok())
+            .map(|((_, s), _)| s)
+            .collect();
+        (out, open)
     }
 
     fn remove_rule(&mut self) {

@@ -13,6 +13,11 @@
 //! delete their tables, and B resets what is still open at its next segment. A drain is
 //! interrupted when A goes silent (B stops forwarding) or when either agent restarts
 //! (its drain state is gone, and nothing of it is left behind).
+//!
+//! The agent reports it in `admin status` (`drainingTo` and `drainingUntilMs`, the
+//! deadline in the machine's clock, on A; `forwardingTo` on B) and in the metrics
+//! `havip_agent_drain_active`, `…_forwarded_packets_total`, `…_forwarded_bytes_total`,
+//! `…_connections` and `…_connections_cut_total` (read by the agent once a second).
 
 #![allow(clippy::unwrap_used)]
 
@@ -72,14 +77,16 @@ fn bring_up(lab: &AgentLab, target: SocketAddr) -> Prober {
     p
 }
 
-/// `admin failover` on member `from`, retried until accepted: a planned move starts
-/// only once the target is a ready standby.
-fn planned_failover(lab: &AgentLab, from: usize) {
+/// `admin failover` on member `from`, retried until accepted (a planned move starts
+/// only once the target is a ready standby); returns when the accepted attempt began
+/// (the command returns once the handover is done).
+fn planned_failover(lab: &AgentLab, from: usize) -> Instant {
     let start = Instant::now();
     loop {
+        let attempt = Instant::now();
         let (ok, out) = lab.admin(from, &["failover"]);
         if ok {
-            return;
+            return attempt;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "failover refused for 10 s: {out}\n{}", lab.diagnostics());
         std::thread::sleep(Duration::from_millis(100));
@@ -105,9 +112,13 @@ fn status_field(lab: &AgentLab, i: usize, key: &str) -> Value {
     lab.status(i).map(|s| s[key].clone()).unwrap_or(Value::Null)
 }
 
-/// Member `i` is draining: its status says how long is left.
-fn draining_ms(lab: &AgentLab, i: usize) -> Option<u64> {
-    status_field(lab, i, "drainingUntilMs").as_u64()
+/// Member `i` drains to this member, per its status (`drainingTo`, and its deadline
+/// `drainingUntilMs` is set too).
+fn draining_to(lab: &AgentLab, i: usize) -> Option<String> {
+    let st = lab.status(i)?;
+    let to = st["drainingTo"].as_str().map(str::to_owned);
+    assert_eq!(to.is_some(), st["drainingUntilMs"].is_u64(), "drainingTo and drainingUntilMs go together: {st}");
+    to
 }
 
 /// Member `i` forwards to `to`, per its status.
@@ -118,6 +129,32 @@ fn forwarding_to(lab: &AgentLab, i: usize) -> Option<String> {
 /// The members with `vip` on eth0.
 fn eth0_holders(lab: &AgentLab, vip: IpAddr) -> Vec<usize> {
     (0..2).filter(|i| netns::has_address(&lab.topo.node(*i).ns, "eth0", vip).expect("addresses")).collect()
+}
+
+/// What the failure of a drain needs: the lab's diagnostics, the forwarder's rules with
+/// their counters, the sockets on n0 and the client, and the client's connections.
+fn drain_diagnostics(lab: &AgentLab, conns: &LongLived) -> String {
+    let sh = |ns: &str, prog: &str, args: &[&str]| netns::exec(ns, prog, args).unwrap_or_else(|e| e.to_string());
+    let snap: Vec<String> = conns
+        .snapshot()
+        .iter()
+        .map(|c| {
+            format!(
+                "#{} {:?} {} sent {} echoed {} longest {:.0} ms last {:?} broken {:?}",
+                c.index, c.local, c.server, c.sent, c.echoed, c.longest_reply_ms, c.last_echo_ms, c.broken
+            )
+        })
+        .collect();
+    format!(
+        "{}\n--- n1 ruleset\n{}\n--- n0 ss\n{}\n--- client ss\n{}\n--- client neigh\n{}\n--- connections (now {:.0} ms)\n{}",
+        lab.diagnostics(),
+        sh(&lab.topo.node(1).ns, "nft", &["list", "ruleset"]),
+        sh(&lab.topo.node(0).ns, "ss", &["-tnio", "state", "established"]),
+        sh(&lab.topo.client().ns, "ss", &["-tnio", "state", "established"]),
+        sh(&lab.topo.client().ns, "ip", &["neigh"]),
+        conns.now_ms(),
+        snap.join("\n")
+    )
 }
 
 /// Nothing of a drain on member `i`: no table of the pair, no VIP on `lo`.
@@ -145,7 +182,7 @@ fn fwd_table(ip: Ip) -> &'static str {
 fn wait_draining(lab: &AgentLab, ip: Ip, vip: IpAddr) {
     wait(lab, "n1 alone holds the VIP on eth0", Duration::from_secs(3), || eth0_holders(lab, vip) == vec![1]);
     wait(lab, "n0 drains and n1 forwards to it", Duration::from_secs(3), || {
-        draining_ms(lab, 0).is_some() && forwarding_to(lab, 1).as_deref() == Some("n0")
+        draining_to(lab, 0).as_deref() == Some("n1") && forwarding_to(lab, 1).as_deref() == Some("n0")
     });
     wait(lab, "the drain's tables on both members", Duration::from_secs(3), || {
         lab.drain_tables(0, 0).expect("nft").iter().any(|t| t == quiet_table(ip))
@@ -170,13 +207,29 @@ fn drain_keeps_established_connections(ip: Ip) {
     // Handshakes that straddle the flip: the SYN was n0's, the ACK comes after the move.
     let half = HalfOpen::open(&lab.topo.client().ns, target, 20000..20004, Duration::from_secs(2)).expect("half-open");
 
-    planned_failover(&lab, 0);
-    let flip_ms = conns.now_ms();
+    let flip = planned_failover(&lab, 0);
+    let flip_ms = conns.ms_at(flip);
     let at_flip = conns.snapshot();
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_draining(&lab, ip, vip);
 
-    // During the drain.
+    // During the drain. First, not one connection broke across the flip: with 20
+    // connections sending every 50 ms, one of them sends every 2.5 ms, so a window in
+    // which n1 already attracts the client but does not forward yet resets some.
+    let at_flip_broken: Vec<String> = conns
+        .snapshot()
+        .iter()
+        .filter_map(|c| {
+            c.broken.as_ref().map(|b| format!("#{} {} at {:+.1} ms", c.index, b.kind.kind(), b.t_ms - flip_ms))
+        })
+        .collect();
+    assert!(
+        at_flip_broken.is_empty(),
+        "{} of {CONNS} long-lived connections broke across the flip (times from the failover command): {}\n{}",
+        at_flip_broken.len(),
+        at_flip_broken.join(", "),
+        drain_diagnostics(&lab, &conns)
+    );
     let mid_handshake = half.complete();
     for (port, r) in &mid_handshake {
         assert_eq!(r.as_deref(), Ok("n0"), "the handshake from port {port} completes at n0, its SYN's server");
@@ -193,26 +246,43 @@ fn drain_keeps_established_connections(ip: Ip) {
     assert_eq!(lo, want, "n0 keeps the VIPs on lo, as host addresses\n{}", lab.diagnostics());
     assert!(eth0_holders(&lab, IpAddr::V4(lab.topo.vip(0))) == vec![1] && eth0_holders(&lab, vip) == vec![1]);
     assert!(lab.vips_on_lo(1).expect("addresses").is_empty(), "n1 has nothing on lo");
-    let left = draining_ms(&lab, 0).expect("n0 drains");
-    assert!(left > 0 && left <= 4000, "drainingUntilMs {left} of a 4 s drain");
     assert_eq!(forwarding_to(&lab, 0), None, "the old holder forwards nowhere");
-    assert_eq!(draining_ms(&lab, 1), None, "the new holder does not drain");
+    assert_eq!(draining_to(&lab, 1), None, "the new holder does not drain");
     for i in 0..2 {
-        assert_eq!(metric(&lab, i, "havip_drain_active"), Some(1.0), "n{i} is in the drain\n{}", lab.metrics(i));
+        assert_eq!(metric(&lab, i, "havip_agent_drain_active"), Some(1.0), "n{i} is in the drain\n{}", lab.metrics(i));
     }
     conns
         .wait_all_echoed(&at_flip, 10, Duration::from_secs(3))
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+        .unwrap_or_else(|e| panic!("{e}\n{}", drain_diagnostics(&lab, &conns)));
     wait(&lab, "n1 to count forwarded segments", Duration::from_secs(2), || {
-        metric(&lab, 1, "havip_drain_forwarded_packets_total").is_some_and(|p| p > 0.0)
-            && metric(&lab, 1, "havip_drain_forwarded_bytes_total").is_some_and(|b| b > 0.0)
+        metric(&lab, 1, "havip_agent_drain_forwarded_packets_total").is_some_and(|p| p > 0.0)
+            && metric(&lab, 1, "havip_agent_drain_forwarded_bytes_total").is_some_and(|b| b > 0.0)
     });
-    wait(&lab, "n0 to count the drained connections", Duration::from_secs(3), || {
-        metric(&lab, 0, "havip_drain_connections") == Some(CONNS as f64)
-    });
-    // Until the drain's last second: not one connection broke, every one is answered.
-    wait(&lab, "the drain's last second", Duration::from_secs(5), || draining_ms(&lab, 0).is_none_or(|l| l <= 1000));
-    assert!(draining_ms(&lab, 0).is_some(), "the drain ended early\n{}", lab.diagnostics());
+    // The agent reads them once a second.
+    let mut seen = None;
+    let counted = netns::wait_until(
+        "n0 to count the drained connections",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || {
+            seen = metric(&lab, 0, "havip_agent_drain_connections");
+            Ok(seen == Some(CONNS as f64))
+        },
+    );
+    if let Err(e) = counted {
+        let ss = netns::exec(&lab.topo.node(0).ns, "ss", &["-Htn", "state", "established", "sport", "=", ":8080"])
+            .unwrap_or_default();
+        panic!(
+            "{e}: havip_agent_drain_connections on n0 is {seen:?}, while n0 has {} established connections on port 8080 \
+             (the listener is dual-stack: IPv4 ones are v4-mapped IPv6 sockets):\n{ss}\n{}",
+            ss.lines().count(),
+            lab.diagnostics()
+        );
+    }
+    // Until the drain's last second (an observation period, 3 s after the flip): not one
+    // connection broke, every one is answered.
+    std::thread::sleep((flip + Duration::from_secs(3)).saturating_duration_since(Instant::now()));
+    assert_eq!(draining_to(&lab, 0).as_deref(), Some("n1"), "the drain ended early\n{}", lab.diagnostics());
     let late = conns.snapshot();
     assert_eq!(conns.broken_count(), 0, "connections broke during the drain: {late:?}\n{}", lab.diagnostics());
     conns
@@ -225,8 +295,10 @@ fn drain_keeps_established_connections(ip: Ip) {
 
     // The drain ends: nothing left, the connections still open are cut.
     wait(&lab, "the drain to end and leave nothing", Duration::from_secs(4), || {
-        clean(&lab, 0) && clean(&lab, 1) && draining_ms(&lab, 0).is_none() && forwarding_to(&lab, 1).is_none()
+        clean(&lab, 0) && clean(&lab, 1) && draining_to(&lab, 0).is_none() && forwarding_to(&lab, 1).is_none()
     });
+    let lasted = flip.elapsed();
+    assert!(lasted >= Duration::from_millis(3900), "a 4 s drain ended after {lasted:?}");
     conns.wait_broken(CONNS, Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     let report = conns.stop().expect("report");
     assert!(
@@ -240,11 +312,11 @@ fn drain_keeps_established_connections(ip: Ip) {
         report.summary()
     );
     wait(&lab, "n0 to count the cut connections", Duration::from_secs(2), || {
-        metric(&lab, 0, "havip_drain_connections_cut_total").is_some_and(|c| c >= CONNS as f64)
+        metric(&lab, 0, "havip_agent_drain_connections_cut_total").is_some_and(|c| c >= CONNS as f64)
     });
-    assert_eq!(metric(&lab, 0, "havip_drain_connections_cut_total"), Some(CONNS as f64), "{}", lab.metrics(0));
+    assert_eq!(metric(&lab, 0, "havip_agent_drain_connections_cut_total"), Some(CONNS as f64), "{}", lab.metrics(0));
     for i in 0..2 {
-        assert_eq!(metric(&lab, i, "havip_drain_active"), Some(0.0), "n{i} left the drain");
+        assert_eq!(metric(&lab, i, "havip_agent_drain_active"), Some(0.0), "n{i} left the drain");
     }
     assert_eq!(eth0_holders(&lab, vip), vec![1], "n1 alone holds the VIP");
 
@@ -263,6 +335,109 @@ fn planned_move_with_drain_keeps_established_connections_ipv6() {
     drain_keeps_established_connections(Ip::V6);
 }
 
+/// The sockets of n0's listener that are established with the client's `ports`.
+fn n0_established_from(lab: &AgentLab, ports: &[u16]) -> usize {
+    let ss =
+        netns::exec(&lab.topo.node(0).ns, "ss", &["-Htn", "state", "established", "sport", "=", ":8080"]).expect("ss");
+    ss.lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .filter(|peer| ports.iter().any(|p| peer.ends_with(&format!(":{p}"))))
+        .count()
+}
+
+/// A connection the client closes during the drain closes on the old holder too: its
+/// FIN reaches n0 through n1. The connections are held half-open across the flip (no
+/// segment of theirs is in flight while the VIP moves), completed at n0 through n1's
+/// forwarder, then closed by the client. The control: the same before any move.
+#[test]
+fn a_connection_the_client_closes_during_the_drain_closes_on_the_old_holder() {
+    let Some(lab) = drain_lab("10s", Ip::V4) else { return };
+    let (vip, target) = vip(&lab, Ip::V4);
+    let _prober = bring_up(&lab, target);
+    let client = lab.topo.client().ns.clone();
+    let closes = |ports: &[u16], open: Vec<std::net::TcpStream>, when: &str| {
+        wait(&lab, &format!("{when}: the connections to be established on n0"), Duration::from_secs(2), || {
+            n0_established_from(&lab, ports) == ports.len()
+        });
+        drop(open);
+        let closed = netns::wait_until(
+            &format!("{when}: n0 to see the client close"),
+            Duration::from_secs(2),
+            Duration::from_millis(20),
+            || Ok(n0_established_from(&lab, ports) == 0),
+        );
+        if let Err(e) = closed {
+            let rsts = netns::exec(&lab.topo.node(1).ns, "nstat", &["-az", "TcpOutRsts"]).unwrap_or_default();
+            panic!(
+                "{e}: {} of {} connections the client closed are still established on n0; n1's {}\n{}",
+                n0_established_from(&lab, ports),
+                ports.len(),
+                rsts.lines().find(|l| l.starts_with("TcpOutRsts")).unwrap_or("TcpOutRsts ?"),
+                lab.diagnostics()
+            );
+        }
+    };
+    // Before any move.
+    let control = HalfOpen::open(&client, target, 20010..20012, Duration::from_secs(2)).expect("half-open");
+    let (served, open) = control.complete_and_keep();
+    assert!(served.iter().all(|(_, r)| r.as_deref() == Ok("n0")), "{served:?}");
+    closes(&[20010, 20011], open, "before the move");
+    // Across a drained move.
+    let half = HalfOpen::open(&client, target, 20000..20004, Duration::from_secs(2)).expect("half-open");
+    let _ = planned_failover(&lab, 0);
+    wait_draining(&lab, Ip::V4, vip);
+    let (served, open) = half.complete_and_keep();
+    assert!(served.iter().all(|(_, r)| r.as_deref() == Ok("n0")), "completed at n0 through n1: {served:?}");
+    closes(&[20000, 20001, 20002, 20003], open, "during the drain");
+    assert_eq!(draining_to(&lab, 0).as_deref(), Some("n1"), "all of it within the drain");
+}
+
+/// The old holder counts the connections it drains (`havip_agent_drain_connections`)
+/// and, when the drain ends, those it cuts (`…_connections_cut_total`): 4 connections
+/// completed at n0 after the flip (held half-open across it, so none is lost) and kept
+/// open. The listener is dual-stack (`[::]:8080`, as most servers), so the kernel holds
+/// IPv4 connections as IPv6 sockets with v4-mapped addresses.
+fn drained_connections_are_counted(ip: Ip) {
+    let Some(lab) = drain_lab("5s", ip) else { return };
+    let (vip, target) = vip(&lab, ip);
+    let _prober = bring_up(&lab, target);
+    let half = HalfOpen::open(&lab.topo.client().ns, target, 20000..20004, Duration::from_secs(2)).expect("half-open");
+    let _ = planned_failover(&lab, 0);
+    wait_draining(&lab, ip, vip);
+    let (served, _open) = half.complete_and_keep();
+    assert!(served.iter().all(|(_, r)| r.as_deref() == Ok("n0")), "completed at n0 through n1: {served:?}");
+    let ports = [20000, 20001, 20002, 20003];
+    wait(&lab, "the connections to be established on n0", Duration::from_secs(2), || {
+        n0_established_from(&lab, &ports) == 4
+    });
+    let mut seen = None;
+    let counted = netns::wait_until(
+        "n0 to count 4 drained connections",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || {
+            seen = metric(&lab, 0, "havip_agent_drain_connections");
+            Ok(seen == Some(4.0))
+        },
+    );
+    assert!(counted.is_ok(), "havip_agent_drain_connections on n0 is {seen:?}; 4 connections are established on {vip}");
+    wait(&lab, "the drain to end", Duration::from_secs(8), || clean(&lab, 0) && draining_to(&lab, 0).is_none());
+    wait(&lab, "n0 to count the cut connections", Duration::from_secs(2), || {
+        metric(&lab, 0, "havip_agent_drain_connections_cut_total").is_some()
+    });
+    assert_eq!(metric(&lab, 0, "havip_agent_drain_connections_cut_total"), Some(4.0), "{}", lab.metrics(0));
+}
+
+#[test]
+fn drained_connections_are_counted_ipv4() {
+    drained_connections_are_counted(Ip::V4);
+}
+
+#[test]
+fn drained_connections_are_counted_ipv6() {
+    drained_connections_are_counted(Ip::V6);
+}
+
 /// The control: the same move with `drainTimeout: 0s` breaks every long-lived connection
 /// (n1 resets them at their next message) and the handshakes that straddle the flip, and
 /// installs nothing.
@@ -273,7 +448,7 @@ fn planned_move_without_drain_breaks_established_connections() {
     let prober = bring_up(&lab, target);
     let conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
     let half = HalfOpen::open(&lab.topo.client().ns, target, 20000..20004, Duration::from_secs(2)).expect("half-open");
-    planned_failover(&lab, 0);
+    let _ = planned_failover(&lab, 0);
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait(&lab, "n1 alone holds the VIP", Duration::from_secs(3), || eth0_holders(&lab, vip) == vec![1]);
     conns.wait_broken(CONNS, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
@@ -281,8 +456,9 @@ fn planned_move_without_drain_breaks_established_connections() {
         assert_eq!(r, Err(ProbeError::Reset), "n1 resets the handshake from port {port}");
     }
     assert!(clean(&lab, 0) && clean(&lab, 1), "no drain at all\n{}", lab.diagnostics());
-    assert_eq!(draining_ms(&lab, 0), None);
+    assert_eq!(draining_to(&lab, 0), None);
     assert_eq!(forwarding_to(&lab, 1), None);
+    assert_eq!(metric(&lab, 0, "havip_agent_drain_active").unwrap_or(0.0), 0.0);
     let report = conns.stop().expect("report");
     assert_eq!(report.break_kinds().get("reset"), Some(&CONNS), "{}", report.summary());
     let _ = prober.stop().expect("report");
@@ -297,7 +473,7 @@ fn drain_interrupted_by_cutting_the_old_holder() {
     let (vip, target) = vip(&lab, Ip::V4);
     let prober = bring_up(&lab, target);
     let _conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
-    planned_failover(&lab, 0);
+    let _ = planned_failover(&lab, 0);
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_draining(&lab, Ip::V4, vip);
     // Management first, so that n0 cannot hear of its carrier loss over it.
@@ -309,7 +485,7 @@ fn drain_interrupted_by_cutting_the_old_holder() {
         lab.drain_tables(1, 0).expect("nft").is_empty() && forwarding_to(&lab, 1).is_none()
     });
     eprintln!("n1 stopped forwarding {took:?} after the cut");
-    assert_eq!(metric(&lab, 1, "havip_drain_active"), Some(0.0), "{}", lab.metrics(1));
+    assert_eq!(metric(&lab, 1, "havip_agent_drain_active"), Some(0.0), "{}", lab.metrics(1));
     // New connections keep going to n1; over 3 s after the cut nobody else takes the VIP.
     let ok = prober.ok_count();
     prober.wait_until_ok(ok + 100, Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
@@ -340,8 +516,7 @@ fn restart_during_drain(who: usize, how: Stop) {
     let (vip, target) = vip(&lab, Ip::V4);
     let prober = bring_up(&lab, target);
     let _conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
-    planned_failover(&lab, 0);
-    let flip = Instant::now();
+    let flip = planned_failover(&lab, 0);
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_draining(&lab, Ip::V4, vip);
     match how {
@@ -372,7 +547,7 @@ fn restart_during_drain(who: usize, how: Stop) {
     wait(&lab, "n0 standby and n1 active", Duration::from_secs(10), || {
         lab.role(0).as_deref() == Some("Standby") && lab.role(1).as_deref() == Some("Active")
     });
-    assert_eq!(draining_ms(&lab, 0), None);
+    assert_eq!(draining_to(&lab, 0), None);
     assert_eq!(forwarding_to(&lab, 1), None);
     assert_eq!(eth0_holders(&lab, vip), vec![1], "one holder");
     let ok = prober.ok_count();
