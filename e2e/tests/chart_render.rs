@@ -536,6 +536,10 @@ fn exported_series() -> BTreeSet<String> {
     pair.set_alarm("VipConflict", true);
     pair.io_error("persist");
     pair.set_adverts_ignored(0);
+    pair.set_drain_active(false);
+    pair.drain_forwarded(0, 0);
+    pair.set_drain_connections(0);
+    pair.drain_connections_cut(0);
     agent.watch_event("HAPair", "applied");
     let operator = havip_operator::metrics::Metrics::new();
     operator.reconciled("hapair", "ok", std::time::Duration::from_millis(1));

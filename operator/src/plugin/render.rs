@@ -188,6 +188,12 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
                 t.reason
             ));
         }
+        if let Some(to) = &s.draining_to {
+            whys.push(format!("  {}: drains its established connections through {to}", m.node));
+        }
+        if let Some(from) = &s.forwarding_to {
+            whys.push(format!("  {}: forwards the established connections of {from} to it (a drain)", m.node));
+        }
         for r in s.ready.iter().filter(|r| !r.ready) {
             whys.push(format!(
                 "  {}: not ready for {}{}",
