@@ -81,7 +81,9 @@
 //! Node, client and gateway namespaces get kernel defaults (this host has
 //! `net.core.devconf_inherit_init_net = 0`), with `disable_ipv6 = 0` and the
 //! client's `arp_accept = 0` set explicitly: the client must only *update* an
-//! existing neighbour entry on a gratuitous ARP, never create one. The switch
+//! existing neighbour entry on a gratuitous ARP, never create one. The client also
+//! has `tcp_tw_reuse = 1` (a load generator's setting: its probes may close first and
+//! leave TIME_WAIT there). The switch
 //! namespace has IPv6 disabled, and its bridges have multicast snooping off (VRRP
 //! and NDP multicast is simply flooded, like a dumb switch).
 
@@ -1075,6 +1077,12 @@ impl Topology {
                 // The point of the client: a GARP may only update an existing entry.
                 settings.push(("net.ipv4.conf.all.arp_accept", "0"));
                 settings.push(("net.ipv4.conf.default.arp_accept", "0"));
+                // The client is the load generator: against echo listeners it closes first,
+                // so TIME_WAIT stays here, and 800 connections a second (4 probers) would
+                // exhaust the ephemeral ports within 35 s of TIME_WAIT's 60. With
+                // timestamps (the default) a port in TIME_WAIT may be reused for a new
+                // outgoing connection after 1 s, as load generators configure it.
+                settings.push(("net.ipv4.tcp_tw_reuse", "1"));
             }
             sysctls(ns, &settings)?;
             ip(ns, &["link", "set", "lo", "up"])?;

@@ -22,8 +22,9 @@
 //! `havip_e2e::traffic::Listener::echo`):
 //! - `planned-drain`: as `planned`, with 20 long-lived connections (a message every
 //!   50 ms each) and 4 connections held in the middle of their handshake (the SYN
-//!   answered by the old holder, the ACK sent after the move; `traffic::HalfOpen`)
-//!   besides the 5 ms stream: how many long-lived connections break within 2 s of the
+//!   answered by the old holder, the ACK sent once the new holder has answered 20 new
+//!   connections, about 100 ms after the move; `traffic::HalfOpen`) besides the 5 ms
+//!   stream: how many long-lived connections break within 2 s of the
 //!   move (keepalived: all of them, its new holder resets them), how many handshakes
 //!   fail, and for havip how many were still open, and cut, when the drain ended.
 //! - `planned-200`: 200 planned moves back and forth in one lab (`--moves`), a move at
@@ -31,7 +32,8 @@
 //!   locktime) and no sooner than the system accepts it (havip: `admin failover` is
 //!   retried until the target is a ready standby; keepalived, `nopreempt`: SIGTERM to the
 //!   master, then started again as backup), with 4 concurrent streams of new connections
-//!   (every 5 ms each) and 2 mid-handshake connections per move: failed connects and
+//!   (every 5 ms each) and 2 mid-handshake connections per move (their ACK sent as soon
+//!   as every stream has seen the new holder: right after the flip): failed connects and
 //!   resets over all moves (goal 0 each) and the per-move gap (the longest of the 4
 //!   streams' gaps around the move) p50/p99. `--runs` does not apply: one lab each.
 //!
@@ -422,9 +424,10 @@ fn run_havip_drain() -> Result<Outcome, String> {
     while draining(&lab) && ended.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let open = LONG_LIVED - conns.broken_count();
+    // Cut: those that outlived the move window and broke once the drain was over.
     let _ = conns.wait_broken(LONG_LIVED, Duration::from_secs(2));
-    let cut = open - (LONG_LIVED - conns.broken_count());
+    let after_window = conns.ms_at(moved + MOVE_WINDOW);
+    let cut = conns.snapshot().iter().filter(|c| c.broken.as_ref().is_some_and(|b| b.t_ms >= after_window)).count();
     if let Some(k) = out.kept.as_mut() {
         k.cut_at_drain_end = Some(cut);
         k.break_kinds = break_kinds(conns);

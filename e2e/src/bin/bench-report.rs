@@ -364,14 +364,16 @@ default `drainTimeout` and for `keepalived-v3`, whose planned move is a SIGTERM;
 listeners greet with their name and then echo):
 - `planned-drain`: `planned` with 20 long-lived connections (a message every 50 ms each, \
 each answer checked) and 4 connections held in the middle of their handshake (their SYN \
-answered by the old holder, their ACK sent after the move) besides the 5 ms stream. Broken \
+answered by the old holder, their ACK sent once the new holder has answered 20 new \
+connections, about 100 ms after the move) besides the 5 ms stream. Broken \
 long-lived connections are those that broke within 2 s of the move; havip keeps them on the \
 old holder until its drain ends, when the ones still open are cut (counted apart).
 - `planned-200`: 200 planned moves back and forth in one lab, at most one every 1.2 s and \
 none before the system accepts it (havip retries `admin failover` until the target is a \
 ready standby; keepalived, with `nopreempt`, is SIGTERMed and started again as backup), with \
 4 concurrent streams of new connections (every 5 ms each) and 2 mid-handshake connections \
-per move. The gap of a move is the longest of the 4 streams' gaps around it; p50 and p99 are \
+per move, their ACK sent as soon as every stream has seen the new holder (right after the \
+flip). The gap of a move is the longest of the 4 streams' gaps around it; p50 and p99 are \
 over the moves. Goal: 0 failed connects and 0 resets over all moves.
 ";
 
