@@ -76,7 +76,8 @@ bench-scale: testbin ## havip in a big cluster (root; release builds): SCALE_NOD
 
 # `make bench`: every benchmark once, each writing docs/bench/<name>-<date>[-N].jsonl (the
 # first line records the command, the time and the machine), then docs/benchmarks.md.
-# CPU heavy (about 30-40 minutes on 2 cores, half of it bench-scale); check `uptime` first on a shared machine.
+# CPU heavy (about 40-50 minutes on 2 cores, half of it bench-scale, 10 of it bench-failover's planned-drain
+# and planned-200); check `uptime` first on a shared machine.
 BENCH_DATE := $(shell date -u +%Y-%m-%d)
 BENCH_RUNS = $(or $(RUNS),5)
 BENCH_PAIRS ?= 1000

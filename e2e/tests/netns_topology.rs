@@ -113,6 +113,10 @@ fn topology_comes_up_connects_and_is_removed() {
     assert_eq!(topo.client().ip.octets(), [10, k, 0, 100]);
     assert_eq!(topo.gateway().ip.octets(), [10, k, 0, 254]);
     assert_eq!(netns::sysctl(&topo.client().ns, "net.ipv4.conf.eth0.arp_accept").expect("sysctl"), "0");
+    // The load generator may reuse its TIME_WAIT ports; the nodes keep the default (2:
+    // loopback only).
+    assert_eq!(netns::sysctl(&topo.client().ns, "net.ipv4.tcp_tw_reuse").expect("sysctl"), "1");
+    assert_eq!(netns::sysctl(&topo.node(0).ns, "net.ipv4.tcp_tw_reuse").expect("sysctl"), "2");
     // Sysctls are per namespace: the switch has IPv6 off, the nodes on.
     assert_eq!(netns::sysctl(topo.switch_ns(), "net.ipv6.conf.data.disable_ipv6").expect("sysctl"), "1");
     assert_eq!(netns::sysctl(&topo.node(0).ns, "net.ipv6.conf.eth0.disable_ipv6").expect("sysctl"), "0");
