@@ -608,7 +608,10 @@ the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_i
                 .filter(|(_, p)| *p > 0.0)
                 .map(|(c, p)| c * 1000.0 / (p * 60.0));
             let ratio = if sys.starts_with("havip") { total(v).zip(yard(v)).map(|(h, k)| h / k) } else { None };
-            let rss = node(v, "active", "rss_kib").max(node(v, "standby", "rss_kib"));
+            let rss = match (node(v, "active", "rss_kib"), node(v, "standby", "rss_kib")) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
             if sys == "havip" {
                 let vips = num(v, "vips").unwrap_or(0.0);
                 let limit = if vips <= 1.0 {
