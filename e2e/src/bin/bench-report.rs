@@ -581,7 +581,9 @@ fn idle_section(out: &mut String, f: &RunFile) {
 one port per VIP; keepalived: one VRRP instance with N virtual addresses) and sits idle for the window; both \
 daemons are measured at once. CPU is user + system time from every thread's `schedstat` (nanoseconds, both \
 nodes together, per minute of wall time); wakeups are the times a thread was scheduled in; packets are what \
-each node sent on its interfaces (heartbeats or adverts, probes, ARP). havip is compared with keepalived at \
+each node sent on its interfaces (heartbeats or adverts, probes, ARP); the private memory is the part of the \
+RSS that is the process's own (`smaps_rollup` Private_*), the rest being pages of the executable and \
+libraries shared with every process that maps them. havip is compared with keepalived at \
 the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_int 0.1`, the Fast profile \
 (30 ms) with `advert_int 0.03`.\n\n",
     );
@@ -654,7 +656,13 @@ the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_i
                 ),
                 fmt(num(v, "packets_per_s_total"), 1),
                 fmt(per_packet, 0),
-                format!("{} / {}", mib(node(v, "active", "rss_kib")), mib(node(v, "standby", "rss_kib"))),
+                format!(
+                    "{} ({}) / {} ({})",
+                    mib(node(v, "active", "rss_kib")),
+                    mib(node(v, "active", "private_kib")),
+                    mib(node(v, "standby", "rss_kib")),
+                    mib(node(v, "standby", "private_kib"))
+                ),
                 ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
             ]
         })
@@ -669,7 +677,7 @@ the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_i
             "wakeups/s (active / standby)",
             "packets/s sent (both)",
             "CPU µs per packet sent",
-            "RSS MiB (active / standby)",
+            "RSS MiB, private in brackets (active / standby)",
             "× keepalived, same interval",
         ],
         body,
@@ -1128,7 +1136,7 @@ mod tests {
 {"p50_gap_ratio":0.124,"p99_gap_ratio":0.143,"ratio":"havip/keepalived-v2","scenario":"cut"}
 {"active_cpu_percent":1.0,"active_rss_kib":7448,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":0.95,"standby_rss_kib":7536,"vips":1}
 {"active_cpu_percent":4.1,"active_rss_kib":7928,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":4.95,"standby_rss_kib":7880,"vips":100}
-{"bench":"idle","system":"havip","profile":"Standard","vips":1,"window_s":30.0,"cpu_ms_per_min_total":200.0,"packets_per_s_total":44.0,"active":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11000,"threads_exited":0,"packets_per_s":22.0},"standby":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11500,"threads_exited":0,"packets_per_s":22.0}}
+{"bench":"idle","system":"havip","profile":"Standard","vips":1,"window_s":30.0,"cpu_ms_per_min_total":200.0,"packets_per_s_total":44.0,"active":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11000,"private_kib":1500,"threads_exited":0,"packets_per_s":22.0},"standby":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11500,"private_kib":1600,"threads_exited":0,"packets_per_s":22.0}}
 {"bench":"idle","system":"keepalived-v3","profile":"VRRPv3","vips":1,"window_s":30.0,"cpu_ms_per_min_total":80.0,"packets_per_s_total":10.0,"active":{"cpu_ms_per_min":60.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":10.0},"standby":{"cpu_ms_per_min":20.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":0.0}}
 {"bench":"idle","cpu_ratio":2.5,"ratio":"havip/keepalived-v3","vips":1}
 not json at all
@@ -1210,11 +1218,15 @@ and three pairs per node"
         assert!(md.contains("does not record its command line or machine"), "{md}");
         // Idle: both systems side by side, the ratio at the same interval, CPU per packet and the goals.
         assert!(
-            md.contains("| 1 | havip | 200.0 | 100.0 / 100.0 | 20.0 / 20.0 | 44.0 | 76 | 10.7 / 11.2 | 2.50 |"),
+            md.contains(
+                "| 1 | havip | 200.0 | 100.0 / 100.0 | 20.0 / 20.0 | 44.0 | 76 | 10.7 (1.5) / 11.2 (1.6) | 2.50 |"
+            ),
             "{md}"
         );
         assert!(
-            md.contains("| 1 | keepalived-v3 | 80.0 | 60.0 / 20.0 | 10.0 / 10.0 | 10.0 | 133 | 12.7 / 12.7 | - |"),
+            md.contains(
+                "| 1 | keepalived-v3 | 80.0 | 60.0 / 20.0 | 10.0 / 10.0 | 10.0 | 133 | 12.7 (–) / 12.7 (–) | - |"
+            ),
             "{md}"
         );
         assert!(md.contains("1 VIP(s): 2.50 × keepalived (goal ≤ 2 ×): **missed**"), "{md}");
