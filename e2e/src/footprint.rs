@@ -78,6 +78,21 @@ pub fn rss_kib(pids: &[u32]) -> u64 {
         .sum()
 }
 
+/// Private memory of `pids` together, KiB (`Private_Clean` + `Private_Dirty` of
+/// `smaps_rollup`): the part of the RSS that is theirs alone — the rest are pages of the
+/// executable and libraries, shared with every process that maps them.
+pub fn private_kib(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok())
+        .map(|t| {
+            t.lines()
+                .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// What the processes used between two snapshots.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Usage {
@@ -131,8 +146,9 @@ pub fn tx_packets(ns: &str) -> Option<u64> {
     Some(sum)
 }
 
-/// Measures the process trees of `roots` (one per node) over `window`, all at once.
-pub fn measure(roots: &[u32], window: Duration) -> Vec<(Usage, u64)> {
+/// Measures the process trees of `roots` (one per node) over `window`, all at once:
+/// usage, RSS and private memory (KiB) of each.
+pub fn measure(roots: &[u32], window: Duration) -> Vec<(Usage, u64, u64)> {
     let trees: Vec<Vec<u32>> = roots.iter().map(|r| process_tree(*r)).collect();
     let before: Vec<Snapshot> = trees.iter().map(|t| snapshot(t)).collect();
     std::thread::sleep(window);
@@ -141,7 +157,7 @@ pub fn measure(roots: &[u32], window: Duration) -> Vec<(Usage, u64)> {
         .zip(&before)
         .map(|(t, b)| {
             let after = snapshot(t);
-            (usage(b, &after), rss_kib(t))
+            (usage(b, &after), rss_kib(t), private_kib(t))
         })
         .collect()
 }
@@ -166,6 +182,8 @@ mod tests {
         let ms = u.cpu_ms_per_min * u.window_s / 60.0;
         assert!(ms > 20.0, "50 ms of spinning read as {ms} ms ({u:?})");
         assert!(rss_kib(&[me]) > 0);
+        let private = private_kib(&[me]);
+        assert!(private > 0 && private <= rss_kib(&[me]), "private {private} KiB");
         assert_eq!(process_tree(me)[0], me);
     }
 

@@ -10,7 +10,7 @@ use crate::metrics::PairMetrics;
 use crate::sm;
 use crate::timer::Timer;
 use pnet::datalink::MacAddr;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -293,6 +293,11 @@ pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// Interval between two rounds of probes of the member's own listeners.
 pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Listeners probed in turn per round beyond one per port (see [`spawn_local_probes`]):
+/// with 100 VIPs each VIP's own listener is probed every 10 s — a listener down is acted on
+/// after 10 s anyway (`listener_down_ms`) — and a wildcard listener's failure within a round.
+pub const LOCAL_PROBE_ROTATION: usize = 10;
+
 /// Gateway (fence target) probes: one ARP round this often.
 const GATEWAY_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -412,7 +417,9 @@ pub enum LocalCheck {
     Http(String),
 }
 
-/// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] (nothing to do
+/// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] — all of them after
+/// a start or a change of holding, then one per port and [`LOCAL_PROBE_ROTATION`] more in
+/// turn, and every one of a port that failed — and sends the changes (nothing to do
 /// without targets: nothing then blocks readiness).
 pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
     targets: Vec<LocalTarget>,
@@ -429,12 +436,33 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
         // The machine keeps each listener's state and when it last changed, so only
         // changes are sent (a step per change, not per probe); the first round sends all.
         let mut last: Vec<Option<bool>> = vec![None; targets.len()];
+        // Probed this round: every target of a check that failed in the last round (to find
+        // which), one target of every check (port and kind) — a listener on the wildcard
+        // address serves them all — and the next `LOCAL_PROBE_ROTATION` in turn; so with many
+        // VIPs each one's own listener is still probed every few seconds.
+        let mut failing: BTreeSet<(u16, bool)> = BTreeSet::new();
+        let mut next = 0usize;
+        let mut last_hold = None;
         loop {
             let hold = holding.load(Ordering::Relaxed);
-            // One probe per distinct check in a round: the VIPs of a standby all probe the
+            // Taking or giving up the VIPs changes the addresses probed: a full round.
+            let all = last_hold != Some(hold);
+            last_hold = Some(hold);
+            let key = |t: &LocalTarget| (t.port, matches!(t.check, LocalCheck::Http(_)));
+            let mut due = vec![false; targets.len()];
+            let mut seen: BTreeSet<(u16, bool)> = BTreeSet::new();
+            for (i, t) in targets.iter().enumerate() {
+                due[i] = all || last[i].is_none() || failing.contains(&key(t)) || seen.insert(key(t));
+            }
+            for _ in 0..LOCAL_PROBE_ROTATION.min(targets.len()) {
+                due[next] = true;
+                next = (next + 1) % targets.len();
+            }
+            failing.clear();
+            // One probe per distinct address in a round: the VIPs of a standby all probe the
             // node's own address, usually on the same port.
             let mut round: HashMap<(SocketAddr, &LocalCheck), bool> = HashMap::new();
-            for (i, t) in targets.iter().enumerate() {
+            for (i, t) in targets.iter().enumerate().filter(|(i, _)| due[*i]) {
                 let addr = match &t.check {
                     LocalCheck::Tcp => SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port),
                     LocalCheck::Http(_) => SocketAddr::new(t.own_addr, t.port),
@@ -451,6 +479,9 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
                         up
                     }
                 };
+                if !up {
+                    failing.insert(key(t));
+                }
                 if last[i] == Some(up) {
                     continue;
                 }

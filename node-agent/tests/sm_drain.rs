@@ -39,17 +39,24 @@ fn forwards(a: &[Action]) -> Vec<Option<NodeId>> {
 }
 
 #[test]
-fn the_old_holder_drains_and_says_so_only_once_the_vips_are_kept() {
+fn the_old_holder_says_it_drains_from_its_commit_and_keeps_the_vips_until_the_deadline() {
     let mut h = active_a_with_b(3);
-    let out = hand_over(&mut h);
+    h.now = 3_010;
+    h.cmd(Command::PlannedFailover { id: 7, target: Some(node(B)) });
+    h.now = 3_015;
+    let out = h.hear(&with_op(standby(B, 100, 3), 7, OpKind::PrepareAck));
+    // Committed, still holding: the target may forward to it from now on.
+    let a = last_advert(&out);
+    assert!(a.draining && a.holds_vips, "{a:?}");
+    h.now = 3_020;
+    let out = h.hear(&with_op(active(B, 100, 4), 7, OpKind::Confirm));
     assert_eq!(drains(&out), vec![(vec![vip(VIP)], node(B))]);
     assert!(removes(&out).is_empty());
     assert!(!h.m.holds_vips());
-    assert!(!last_advert(&out).draining, "not before the I/O layer kept the VIPs");
-    let out = h.feed(Input::DrainStarted { ok: true, detail: String::new() });
-    assert_eq!(drain_events(&out), vec![true]);
     let a = last_advert(&out);
     assert!(a.draining && !a.holds_vips, "{a:?}");
+    let out = h.feed(Input::DrainStarted { ok: true, detail: String::new() });
+    assert_eq!(drain_events(&out), vec![true]);
     assert_eq!(h.status().draining, Some((node(B), Millis(3_020 + 5_000))));
     // Draining until the deadline, then removed.
     let out = h.run(8_000, &[active(B, 100, 4)], Some(true));
@@ -62,11 +69,29 @@ fn the_old_holder_drains_and_says_so_only_once_the_vips_are_kept() {
 }
 
 #[test]
-fn a_drain_the_io_layer_could_not_keep_is_never_announced() {
+fn the_target_forwards_before_it_adds_the_vips_when_the_initiator_drains() {
+    let mut h = standby_b_hearing_a();
+    let prepare = with_op(active(A, 200, 1), 7, OpKind::Prepare { to: node(B) });
+    h.hear(&prepare);
+    let commit = Advert { draining: true, ..with_op(active(A, 200, 1), 7, OpKind::Commit { to: node(B), epoch: 2 }) };
+    let out = h.hear(&commit);
+    let fwd = out.iter().position(|a| matches!(a, Action::Forward { to: Some(n) } if *n == node(A)));
+    let add = out.iter().position(|a| matches!(a, Action::AddVips(_)));
+    assert!(fwd.is_some() && add.is_some() && fwd < add, "forward first, then add: {out:?}");
+    // An initiator that does not drain (a safety handover) is not forwarded to.
+    let mut h = standby_b_hearing_a();
+    h.hear(&prepare);
+    let out = h.hear(&with_op(active(A, 200, 1), 7, OpKind::Commit { to: node(B), epoch: 2 }));
+    assert!(adds(&out).len() == 1 && forwards(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_drain_the_io_layer_could_not_keep_stops_being_announced_at_once() {
     let mut h = active_a_with_b(3);
     hand_over(&mut h);
     let out = h.feed(Input::DrainStarted { ok: false, detail: "no address".into() });
     assert_eq!(drain_events(&out), vec![false]);
+    assert!(!last_advert(&out).draining, "the new holder must stop forwarding at once");
     let out = h.run(4_000, &[active(B, 100, 4)], Some(true));
     assert!(adverts(&out).iter().all(|a| !a.draining));
     // The I/O layer removed the VIPs itself: nothing more to remove at the old deadline.

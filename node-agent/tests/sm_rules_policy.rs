@@ -210,7 +210,8 @@ fn failback_automatic_defaults_after_recovery_window() {
     assert_eq!(role_changes(&out), vec![(Role::Active, Role::Demoting, Reason::Failback, 2)]);
     h.now = 900_220;
     let out = h.hear(&with_op(active(A, 200, 3), id, OpKind::Confirm));
-    assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
+    // Failback is a move of a healthy member: drained.
+    assert_eq!(drains(&out), vec![(vec![vip(VIP)], node(A))]);
 }
 
 #[test]

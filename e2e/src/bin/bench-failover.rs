@@ -779,14 +779,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// [`footprint::measure`] of each node's daemon, with the packets each node sent in the
 /// window (every interface: the daemons' own traffic, the lab sends nothing else).
-fn measure_nodes(topo: &Topology, pids: &[u32], window: Duration) -> Vec<(footprint::Usage, u64, Option<u64>)> {
+fn measure_nodes(topo: &Topology, pids: &[u32], window: Duration) -> Vec<(footprint::Usage, u64, u64, Option<u64>)> {
     let ns: Vec<String> = topo.nodes().iter().map(|n| n.ns.clone()).collect();
     let before: Vec<Option<u64>> = ns.iter().map(|n| footprint::tx_packets(n)).collect();
     let usage = footprint::measure(pids, window);
     usage
         .into_iter()
         .zip(ns.iter().zip(before))
-        .map(|((u, rss), (n, b))| (u, rss, footprint::tx_packets(n).zip(b).map(|(a, b)| a.saturating_sub(b))))
+        .map(|((u, rss, private), (n, b))| {
+            (u, rss, private, footprint::tx_packets(n).zip(b).map(|(a, b)| a.saturating_sub(b)))
+        })
         .collect()
 }
 
@@ -827,7 +829,7 @@ fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, S
         }
         other => return Err(format!("unknown system {other}")),
     };
-    let [(active, active_rss, active_pkts), (standby, standby_rss, standby_pkts)] =
+    let [(active, active_rss, active_private, active_pkts), (standby, standby_rss, standby_private, standby_pkts)] =
         <[_; 2]>::try_from(usage).map_err(|_| "two nodes expected")?;
     let r1 = |x: f64| (x * 10.0).round() / 10.0;
     let per_s = |p: Option<u64>| p.map(|p| r1(p as f64 / active.window_s));
@@ -839,8 +841,8 @@ fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, S
         "window_s": r1(active.window_s),
         "cpu_ms_per_min_total": r1(active.cpu_ms_per_min + standby.cpu_ms_per_min),
         "packets_per_s_total": per_s(active_pkts.zip(standby_pkts).map(|(a, b)| a + b)),
-        "active": {"cpu_ms_per_min": r1(active.cpu_ms_per_min), "wakeups_per_s": r1(active.wakeups_per_s), "rss_kib": active_rss, "threads_exited": active.threads_exited, "packets_per_s": per_s(active_pkts)},
-        "standby": {"cpu_ms_per_min": r1(standby.cpu_ms_per_min), "wakeups_per_s": r1(standby.wakeups_per_s), "rss_kib": standby_rss, "threads_exited": standby.threads_exited, "packets_per_s": per_s(standby_pkts)},
+        "active": {"cpu_ms_per_min": r1(active.cpu_ms_per_min), "wakeups_per_s": r1(active.wakeups_per_s), "rss_kib": active_rss, "private_kib": active_private, "threads_exited": active.threads_exited, "packets_per_s": per_s(active_pkts)},
+        "standby": {"cpu_ms_per_min": r1(standby.cpu_ms_per_min), "wakeups_per_s": r1(standby.wakeups_per_s), "rss_kib": standby_rss, "private_kib": standby_private, "threads_exited": standby.threads_exited, "packets_per_s": per_s(standby_pkts)},
     }))
 }
 

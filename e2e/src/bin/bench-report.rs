@@ -187,8 +187,10 @@ enum Kind {
     Failover,
     /// bench-failover: havip/keepalived ratios.
     Ratio,
-    /// bench-failover: the agent's idle footprint with N VIPs.
+    /// bench-failover: the agent's idle footprint with N VIPs (files before the idle rows).
     Footprint,
+    /// bench-failover: one system holding N VIPs at idle, both nodes measured.
+    Idle,
     /// bench-k8s: apply → VIP answering.
     ApplyToVip,
     /// bench-k8s: steady-state API requests.
@@ -216,7 +218,8 @@ fn kind(v: &Value) -> Option<Kind> {
         return Some(Kind::OperatorStage);
     }
     if v.get("ratio").is_some() {
-        return Some(Kind::Ratio);
+        // The idle section computes its own ratios from the rows.
+        return (v.get("bench").and_then(Value::as_str) != Some("idle")).then_some(Kind::Ratio);
     }
     if v.get("system").is_some() && v.get("skipped").is_some() {
         return Some(Kind::Skipped);
@@ -226,6 +229,7 @@ fn kind(v: &Value) -> Option<Kind> {
     }
     match v.get("bench").and_then(Value::as_str)? {
         "agent-idle-footprint" => Some(Kind::Footprint),
+        "idle" => Some(Kind::Idle),
         "apply_to_vip" => Some(Kind::ApplyToVip),
         "api_requests_steady" => Some(Kind::ApiSteady),
         "api_requests_failover" => Some(Kind::ApiFailover),
@@ -704,8 +708,133 @@ fn timeline_svg(f: &RunFile) -> Option<(String, String)> {
     Some((name, svg))
 }
 
+/// The keepalived system a havip profile is compared with: the same heartbeat interval.
+fn idle_yardstick(system: &str) -> &'static str {
+    if system == "havip-fast" { "keepalived-v3-30ms" } else { "keepalived-v3" }
+}
+
+/// The idle rows (both nodes of each system, side by side in one run) with the goals.
+fn idle_section(out: &mut String, f: &RunFile) {
+    let _ = writeln!(out, "{}\n", provenance(f));
+    out.push_str(
+        "Each system holds N VIPs on two nodes (havip: a standalone pair, release build, a listener probed on \
+one port per VIP; keepalived: one VRRP instance with N virtual addresses) and sits idle for the window; both \
+daemons are measured at once. CPU is user + system time from every thread's `schedstat` (nanoseconds, both \
+nodes together, per minute of wall time); wakeups are the times a thread was scheduled in; packets are what \
+each node sent on its interfaces (heartbeats or adverts, probes, ARP); the private memory is the part of the \
+RSS that is the process's own (`smaps_rollup` Private_*), the rest being pages of the executable and \
+libraries shared with every process that maps them. havip is compared with keepalived at \
+the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_int 0.1`, the Fast profile \
+(30 ms) with `advert_int 0.03`.\n\n",
+    );
+    let mut r = rows(f, Kind::Idle);
+    r.sort_by(|a, b| {
+        num(a, "vips")
+            .unwrap_or(0.0)
+            .total_cmp(&num(b, "vips").unwrap_or(0.0))
+            .then(text(a, "system").cmp(&text(b, "system")))
+    });
+    let total = |v: &Value| num(v, "cpu_ms_per_min_total");
+    let yard = |v: &Value| {
+        let (sys, vips) = (text(v, "system"), num(v, "vips"));
+        r.iter().find(|k| text(k, "system") == idle_yardstick(&sys) && num(k, "vips") == vips).and_then(|k| total(k))
+    };
+    let node = |v: &Value, n: &str, key: &str| v.get(n).and_then(|x| x.get(key)).and_then(Value::as_f64);
+    let mut goals = Vec::new();
+    let body = r
+        .iter()
+        .map(|v| {
+            let sys = text(v, "system");
+            let per_packet = total(v)
+                .zip(num(v, "packets_per_s_total"))
+                .filter(|(_, p)| *p > 0.0)
+                .map(|(c, p)| c * 1000.0 / (p * 60.0));
+            let ratio = if sys.starts_with("havip") { total(v).zip(yard(v)).map(|(h, k)| h / k) } else { None };
+            let rss = match (node(v, "active", "rss_kib"), node(v, "standby", "rss_kib")) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            if sys == "havip" {
+                let vips = num(v, "vips").unwrap_or(0.0);
+                let limit = if vips <= 1.0 {
+                    Some(2.0)
+                } else if vips >= 100.0 {
+                    Some(3.0)
+                } else {
+                    None
+                };
+                if let (Some(limit), Some(x)) = (limit, ratio) {
+                    let verdict = if x <= limit { "met" } else { "**missed**" };
+                    goals.push(format!(
+                        "{} VIP(s): {:.2} × keepalived (goal ≤ {limit} ×): {verdict}",
+                        text(v, "vips"),
+                        x
+                    ));
+                }
+                if let Some(rss) = rss {
+                    let verdict = if rss <= 12.0 * 1024.0 { "met" } else { "**missed**" };
+                    goals.push(format!(
+                        "{} VIP(s): largest RSS {} MiB (goal ≤ 12 MiB): {verdict}",
+                        text(v, "vips"),
+                        mib(Some(rss))
+                    ));
+                }
+            }
+            vec![
+                text(v, "vips"),
+                sys,
+                fmt(total(v), 1),
+                format!(
+                    "{} / {}",
+                    fmt(node(v, "active", "cpu_ms_per_min"), 1),
+                    fmt(node(v, "standby", "cpu_ms_per_min"), 1)
+                ),
+                format!(
+                    "{} / {}",
+                    fmt(node(v, "active", "wakeups_per_s"), 1),
+                    fmt(node(v, "standby", "wakeups_per_s"), 1)
+                ),
+                fmt(num(v, "packets_per_s_total"), 1),
+                fmt(per_packet, 0),
+                format!(
+                    "{} ({}) / {} ({})",
+                    mib(node(v, "active", "rss_kib")),
+                    mib(node(v, "active", "private_kib")),
+                    mib(node(v, "standby", "rss_kib")),
+                    mib(node(v, "standby", "private_kib"))
+                ),
+                ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "VIPs",
+            "system",
+            "CPU ms/min (both nodes)",
+            "CPU ms/min (active / standby)",
+            "wakeups/s (active / standby)",
+            "packets/s sent (both)",
+            "CPU µs per packet sent",
+            "RSS MiB, private in brackets (active / standby)",
+            "× keepalived, same interval",
+        ],
+        body,
+    );
+    if !goals.is_empty() {
+        out.push_str("Goals (issue 17): ");
+        out.push_str(&goals.join("; "));
+        out.push_str(".\n\n");
+    }
+}
+
 fn footprint_section(out: &mut String, files: &[RunFile]) {
     out.push_str("## The agent at idle (measured here)\n\n");
+    if let Some(f) = newest(files, Kind::Idle) {
+        idle_section(out, f);
+        return;
+    }
     let Some(f) = newest(files, Kind::Footprint) else {
         out.push_str("No results yet: run `make bench`.\n\n");
         return;
@@ -1147,6 +1276,9 @@ mod tests {
 {"p50_gap_ratio":0.124,"p99_gap_ratio":0.143,"ratio":"havip/keepalived-v2","scenario":"cut"}
 {"active_cpu_percent":1.0,"active_rss_kib":7448,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":0.95,"standby_rss_kib":7536,"vips":1}
 {"active_cpu_percent":4.1,"active_rss_kib":7928,"bench":"agent-idle-footprint","idle_seconds":20,"standby_cpu_percent":4.95,"standby_rss_kib":7880,"vips":100}
+{"bench":"idle","system":"havip","profile":"Standard","vips":1,"window_s":30.0,"cpu_ms_per_min_total":200.0,"packets_per_s_total":44.0,"active":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11000,"private_kib":1500,"threads_exited":0,"packets_per_s":22.0},"standby":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11500,"private_kib":1600,"threads_exited":0,"packets_per_s":22.0}}
+{"bench":"idle","system":"keepalived-v3","profile":"VRRPv3","vips":1,"window_s":30.0,"cpu_ms_per_min_total":80.0,"packets_per_s_total":10.0,"active":{"cpu_ms_per_min":60.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":10.0},"standby":{"cpu_ms_per_min":20.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":0.0}}
+{"bench":"idle","cpu_ratio":2.5,"ratio":"havip/keepalived-v3","vips":1}
 not json at all
 "#;
 
@@ -1224,9 +1356,30 @@ and three pairs per node"
         assert!(md.contains("on 2 CPU(s) (Test CPU), Linux 6.18.0"), "{md}");
         assert!(md.contains("started 2026-11-30T10:00:00Z"), "{md}");
         assert!(md.contains("does not record its command line or machine"), "{md}");
-        // Footprint, sorted by VIP count, KiB shown as MiB.
-        assert!(md.contains("| 1 | 7.3 | 1.00 | 7.4 | 0.95 | 20 s |"), "{md}");
-        assert!(md.contains("| 100 | 7.7 | 4.10 | 7.7 | 4.95 | 20 s |"), "{md}");
+        // Idle: both systems side by side, the ratio at the same interval, CPU per packet and the goals.
+        assert!(
+            md.contains(
+                "| 1 | havip | 200.0 | 100.0 / 100.0 | 20.0 / 20.0 | 44.0 | 76 | 10.7 (1.5) / 11.2 (1.6) | 2.50 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| 1 | keepalived-v3 | 80.0 | 60.0 / 20.0 | 10.0 / 10.0 | 10.0 | 133 | 12.7 (–) / 12.7 (–) | - |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("1 VIP(s): 2.50 × keepalived (goal ≤ 2 ×): **missed**"), "{md}");
+        assert!(md.contains("largest RSS 11.2 MiB (goal ≤ 12 MiB): met"), "{md}");
+        assert!(!md.contains("| cut | havip/keepalived-v3 | 2.5"), "idle ratios stay out of the failover table: {md}");
+        // A file without idle rows still renders its footprint rows.
+        let old_only: Vec<RunFile> = parse_file(
+            "failover-2026-11-28.jsonl",
+            "{\"active_cpu_percent\":1.0,\"active_rss_kib\":7448,\"bench\":\"agent-idle-footprint\",\"idle_seconds\":20,\"standby_cpu_percent\":0.95,\"standby_rss_kib\":7536,\"vips\":1}\n",
+        )
+        .into_iter()
+        .collect();
+        assert!(render(&old_only).contains("| 1 | 7.3 | 1.00 | 7.4 | 0.95 | 20 s |"));
         // API requests: measured and computed rows, labelled.
         assert!(md.contains("| havip, all requests (1 pair, 2 members) | measured | 41.5 | 36.0 |"), "{md}");
         assert!(

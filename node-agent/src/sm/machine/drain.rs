@@ -4,19 +4,20 @@
 //! while it hears it say so. Established connections keep working through the new holder
 //! until the drain ends; new ones are the new holder's at once.
 //!
-//! Old holder: a completed planned handover gives the VIPs up with
-//! [`Action::DrainVips`] instead of `RemoveVips`; the I/O layer answers
-//! [`Input::DrainStarted`], and only then do the heartbeats say `draining` (a new holder
-//! never forwards to a member that could not keep the addresses: it would route the
+//! Old holder: from the commit of a handover that will drain its heartbeats say
+//! `draining` (it still holds the VIPs then); the completed handover gives the VIPs up with
+//! [`Action::DrainVips`] instead of `RemoveVips` and the I/O layer answers
+//! [`Input::DrainStarted`]; a drain the I/O layer could not start stops the `draining` (a
+//! new holder never forwards to a member without the addresses: it would route the
 //! segments back). The drain ends with `RemoveVips` at its deadline, on a new
 //! configuration, or — without one — when this member takes the VIPs back (`AddVips`).
 //! Unplanned moves never drain: the old holder is gone.
 //!
 //! New holder: [`Action::Forward`] names the heard peer that drains while this member
-//! holds the VIPs, and `None` once it stops saying so, falls silent, or this member gives
-//! the VIPs up.
+//! holds the VIPs — emitted before the VIPs are added when it accepts the commit — and
+//! `None` once it stops saying so, falls silent, or this member gives the VIPs up.
 
-use super::Machine;
+use super::{Machine, OpPhase};
 use crate::sm::io::{Action, Event, Reason};
 use crate::sm::types::{Millis, NodeId, Role};
 
@@ -81,9 +82,11 @@ impl Machine {
             let detail = format!("keeps the VIPs for connections established here for {left} ms; {peer} forwards them");
             out.push(Action::Report(Event::Drain { started: true, peer, detail }));
         } else {
-            // The I/O layer removed the VIPs itself.
+            // The I/O layer removed the VIPs itself; the new holder must stop forwarding
+            // here at once.
             let peer = d.to.clone();
             self.draining.drain = None;
+            self.pacing.advert_now = true;
             let detail = format!("could not keep the VIPs for a drain ({detail}): removed at once");
             out.push(Action::Report(Event::Drain { started: false, peer, detail }));
         }
@@ -111,20 +114,35 @@ impl Machine {
         }
         let want = if self.holding {
             (0..self.peers.len())
-                .find(|&i| self.heard_advert(i, now).is_some_and(|a| a.draining && !a.holds_vips))
+                .find(|&i| self.heard_advert(i, now).is_some_and(|a| a.draining))
                 .map(|i| self.peers[i].node.clone())
         } else {
             None
         };
-        if want != self.draining.forwarding {
-            self.draining.forwarding = want.clone();
-            out.push(Action::Forward { to: want });
+        self.forward_to(want, out);
+    }
+
+    /// Forwards to `to` (or stops), if that changes anything.
+    pub(super) fn forward_to(&mut self, to: Option<NodeId>, out: &mut Vec<Action>) {
+        if to != self.draining.forwarding {
+            self.draining.forwarding = to.clone();
+            out.push(Action::Forward { to });
         }
     }
 
-    /// Whether this member's heartbeats say it drains.
+    /// Whether this member's heartbeats say it drains: from the commit of a handover that
+    /// will drain (the VIPs are still on its interface) through the drain itself (on
+    /// `lo`). The new holder forwards to it only while it says so, and it says so only
+    /// while the VIPs are local addresses here — else the forwarded segments would be
+    /// routed back.
     pub(super) fn drain_advertised(&self) -> bool {
-        self.draining.drain.as_ref().is_some_and(|d| d.started)
+        let committed_drain = self.t().drain_ms > 0
+            && self
+                .ops
+                .op
+                .as_ref()
+                .is_some_and(|op| matches!(op.phase, OpPhase::Committed { .. }) && op.origin.drains());
+        committed_drain || self.draining.drain.is_some()
     }
 
     /// When the drain ends (for the tick schedule and the status).

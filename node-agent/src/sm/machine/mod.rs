@@ -95,6 +95,13 @@ enum Origin {
 }
 
 impl Origin {
+    /// Whether a handover of this origin drains: a move of a healthy member does; a safety
+    /// handover (lost link, gateway or listener) does not — the member could not serve
+    /// its connections anyway.
+    fn drains(self) -> bool {
+        matches!(self, Origin::Operator { .. } | Origin::Maintenance | Origin::Auto(Reason::Failback))
+    }
+
     fn reason(self) -> Reason {
         match self {
             Origin::Operator { forced: false } => Reason::PlannedFailover,

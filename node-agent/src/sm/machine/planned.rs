@@ -82,12 +82,7 @@ impl Machine {
             self.failback_paused = true;
         }
         let to = self.out_role(Role::Standby);
-        // Moves of a healthy member drain (its connections keep working through the new
-        // holder); a safety handover does not: a member that lost its link, gateway or
-        // listener cannot serve them anyway.
-        let drains =
-            matches!(op.origin, Origin::Operator { .. } | Origin::Maintenance | Origin::Auto(Reason::Failback));
-        if drains {
+        if op.origin.drains() {
             self.release_after_handover(now, to, op.origin.reason(), op.to.clone(), out);
         } else {
             self.release(now, to, op.origin.reason(), out);
@@ -375,6 +370,12 @@ impl Machine {
             self.failback_paused = true;
         }
         let reason = if operator { Reason::HandoverAccepted } else { Reason::AutoHandoverAccepted };
+        // An initiator that will drain says so from its commit on (it still holds the VIPs):
+        // forward its connections before the VIPs are announced here, so that no segment of
+        // one reaches this member unforwarded (a handshake straddling the move included).
+        if self.peers[i].advert.as_ref().is_some_and(|a| a.draining) {
+            self.forward_to(Some(self.peers[i].node.clone()), out);
+        }
         self.set_role(Role::Active, reason, now, out);
         self.acquire(now, reason, out);
         if self.store.cas.is_none() {
