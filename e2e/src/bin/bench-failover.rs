@@ -491,6 +491,9 @@ struct Many {
     mid_handshake_kinds: BTreeMap<String, usize>,
     /// The median move's probes around its gap.
     timeline: Timeline,
+    /// The first failures of the streams: (move number, ms since that move began, kind,
+    /// where the move went).
+    failures_at: Vec<(usize, f64, String, String)>,
     /// Why it stopped before all moves, if it did.
     aborted: Option<String>,
 }
@@ -562,6 +565,7 @@ fn planned_many(
     }
     let mut many = Many::default();
     let mut accepted: Vec<Instant> = Vec::with_capacity(moves);
+    let mut targets: Vec<String> = Vec::with_capacity(moves);
     let mut holder = 0usize;
     for m in 0..moves {
         let to = 1 - holder;
@@ -572,6 +576,7 @@ fn planned_many(
             let at = mover.start_move(holder)?;
             many.waits.push(at.duration_since(asked).as_secs_f64() * 1e3);
             accepted.push(at);
+            targets.push(name(to));
             for p in &probers {
                 p.wait_for_responder(&name(to), Duration::from_secs(10)).map_err(|e| format!("move {}: {e}", m + 1))?;
             }
@@ -625,6 +630,20 @@ fn planned_many(
             per_move.push(w);
         }
     }
+    // Where the failures were, relative to the move before them (at most 20).
+    for (r, epoch) in reports.iter().zip(&epochs) {
+        let ms = |t: &Instant| t.duration_since(*epoch).as_secs_f64() * 1e3;
+        for f in &r.failures {
+            let i = accepted.iter().rposition(|a| ms(a) <= f.start_ms);
+            let (n, since, to) = match i {
+                Some(i) => (i + 1, f.start_ms - ms(&accepted[i]), targets.get(i).cloned().unwrap_or_default()),
+                None => (0, f.start_ms, String::new()),
+            };
+            many.failures_at.push((n, (since * 10.0).round() / 10.0, f.kind.kind().to_owned(), to));
+        }
+    }
+    many.failures_at.sort_by(|a, b| (a.0, a.1).partial_cmp(&(b.0, b.1)).unwrap_or(std::cmp::Ordering::Equal));
+    many.failures_at.truncate(20);
     per_move.sort_by(|a, b| a.0.total_cmp(&b.0));
     if let Some((_, t)) = per_move.get(per_move.len().saturating_sub(1) / 2) {
         many.timeline = t.clone();
@@ -713,6 +732,7 @@ fn print_many(system: &str, many: &Many, asked: usize) -> (f64, f64) {
             "mid_handshake_kinds": many.mid_handshake_kinds,
             "move_wait_p50_ms": r1(percentile(&waits, 50.0)),
             "move_wait_max_ms": waits.last().map(|w| r1(*w)),
+            "failures_near_moves": many.failures_at.iter().map(|(n, ms, kind, to)| json!({"move": n, "ms_after_move": ms, "kind": kind, "to": to})).collect::<Vec<_>>(),
             "runs_without_takeover": usize::from(many.aborted.is_some()),
             "stopped": many.aborted,
         })
