@@ -449,6 +449,67 @@ fn drained_connections_are_counted_ipv6() {
     drained_connections_are_counted(Ip::V6);
 }
 
+/// New connections are the new holder's at once: after each of 6 planned moves back and
+/// forth (a 1 s drain each, 1.5 s apart), the old holder answers no new connection later
+/// than 300 ms after the move began (normally its last answer comes within about 30 ms,
+/// before the new holder's announcement reaches the client). A client that keeps, or
+/// gets back, its neighbour entry for the VIP at the old holder sends its new
+/// connections there — the drain's `lo` address accepts them — and they are cut when the
+/// drain ends. Several moves because it does not happen at every one.
+fn new_connections_are_the_new_holders(ip: Ip) {
+    let Some(lab) = drain_lab("1s", ip) else { return };
+    let (vip, target) = vip(&lab, ip);
+    let prober = bring_up(&lab, target);
+    let mut moves: Vec<(f64, usize)> = Vec::new();
+    let mut holder = 0usize;
+    for _ in 0..6 {
+        let to = 1 - holder;
+        let at = planned_failover(&lab, holder);
+        moves.push((prober.ms_at(at), to));
+        prober
+            .wait_for_responder(&format!("n{to}"), Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+        wait(&lab, "the new holder alone holds the VIP", Duration::from_secs(3), || {
+            eth0_holders(&lab, vip) == vec![to]
+        });
+        // An observation period: the next move 1.5 s after this one began.
+        std::thread::sleep((at + Duration::from_millis(1500)).saturating_duration_since(Instant::now()));
+        holder = to;
+    }
+    let report = prober.stop().expect("report");
+    let mut late = Vec::new();
+    for (i, (at, to)) in moves.iter().enumerate() {
+        let next = moves.get(i + 1).map_or(f64::INFINITY, |m| m.0);
+        let old = format!("n{}", 1 - to);
+        let by_old: Vec<&havip_e2e::traffic::Probe> = report
+            .timeline
+            .iter()
+            .filter(|p| p.start_ms > at + 300.0 && p.start_ms < next && p.outcome.as_deref() == Ok(old.as_str()))
+            .collect();
+        if let (Some(first), Some(last)) = (by_old.first(), by_old.last()) {
+            late.push(format!(
+                "move {} to n{to}: {} new connections answered by {old} from {:.0} to {:.0} ms after it began",
+                i + 1,
+                by_old.len(),
+                first.start_ms - at,
+                last.start_ms - at
+            ));
+        }
+    }
+    assert!(late.is_empty(), "{}\n{}", late.join("\n"), report.summary());
+    assert_eq!(report.failed, 0, "{}", report.summary());
+}
+
+#[test]
+fn new_connections_are_the_new_holders_at_once_ipv4() {
+    new_connections_are_the_new_holders(Ip::V4);
+}
+
+#[test]
+fn new_connections_are_the_new_holders_at_once_ipv6() {
+    new_connections_are_the_new_holders(Ip::V6);
+}
+
 /// The control: the same move with `drainTimeout: 0s` breaks every long-lived connection
 /// (n1 resets them at their next message) and the handshakes that straddle the flip, and
 /// installs nothing.
