@@ -518,15 +518,20 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
         "ip daddr {vip2} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
         n1.data_ip
     );
+    let close = |vip: String, to: String| {
+        format!("{vip} tcp flags fin,rst ct state invalid counter packets 0 bytes 0 dup to {to} device \"eth0\" drop")
+    };
     let mut want = vec![
         format!(
             "ip daddr {vip} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
             n1.data_ip
         ),
+        close(format!("ip daddr {vip}"), n1.data_ip.to_string()),
         format!(
             "ip6 daddr {vip6} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
             n1.data_ip6
         ),
+        close(format!("ip6 daddr {vip6}"), n1.data_ip6.to_string()),
         format!(
             "arp htype 1 arp ptype ip arp hlen 6 arp plen 4 arp operation request arp daddr ip {vip} counter packets 0 bytes 0 drop"
         ),
@@ -540,6 +545,7 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
             n0.data_ip6
         ),
         db_rule.clone(),
+        close(format!("ip daddr {vip2}"), n1.data_ip.to_string()),
     ];
     let mut got = rule_lines(&ns);
     want.sort();
@@ -561,7 +567,11 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
     // Two pairs are independent: removing one keeps the other, rules and all.
     nft.remove_pair("web").expect("remove web");
     assert_eq!(tables(&ns), [t("ip", "havip-db-fwd")]);
-    assert_eq!(rule_lines(&ns), [db_rule]);
+    let mut db_rules = rule_lines(&ns);
+    db_rules.sort();
+    let mut want_db = vec![db_rule, close(format!("ip daddr {vip2}"), n1.data_ip.to_string())];
+    want_db.sort();
+    assert_eq!(db_rules, want_db);
     nft.remove_pair("web").expect("removing again is fine");
     assert_eq!(nft.forwarded("web").expect("forwarded of a removed pair"), []);
     nft.remove_pair("db").expect("remove db");

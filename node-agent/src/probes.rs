@@ -419,7 +419,7 @@ pub enum LocalCheck {
 
 /// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] — all of them after
 /// a start or a change of holding, then one per port and [`LOCAL_PROBE_ROTATION`] more in
-/// turn, and every one of a port that failed — and sends the changes (nothing to do
+/// turn, and every one of a port that failed — and sends their results (nothing to do
 /// without targets: nothing then blocks readiness).
 pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
     targets: Vec<LocalTarget>,
@@ -433,8 +433,9 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
         if targets.is_empty() {
             return;
         }
-        // The machine keeps each listener's state and when it last changed, so only
-        // changes are sent (a step per change, not per probe); the first round sends all.
+        // Every result probed is sent, also an unchanged one: the machine hears of a
+        // listener from other probes too (the self-check after a takeover), and must not
+        // keep a state this task last saw otherwise.
         let mut last: Vec<Option<bool>> = vec![None; targets.len()];
         // Probed this round: every target of a check that failed in the last round (to find
         // which), one target of every check (port and kind) — a listener on the wildcard
@@ -481,9 +482,6 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
                 };
                 if !up {
                     failing.insert(key(t));
-                }
-                if last[i] == Some(up) {
-                    continue;
                 }
                 last[i] = Some(up);
                 if tx.send(sm::Input::LocalProbe { vip: t.vip.clone(), port: t.port, up }.into()).await.is_err() {

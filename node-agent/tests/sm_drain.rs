@@ -78,6 +78,9 @@ fn the_target_forwards_before_it_adds_the_vips_when_the_initiator_drains() {
     let fwd = out.iter().position(|a| matches!(a, Action::Forward { to: Some(n) } if *n == node(A)));
     let add = out.iter().position(|a| matches!(a, Action::AddVips(_)));
     assert!(fwd.is_some() && add.is_some() && fwd < add, "forward first, then add: {out:?}");
+    // No probe for a foreign holder: the old holder still holds the VIPs, and its answer
+    // to an IPv6 probe from `::` goes to all nodes.
+    assert!(out.contains(&Action::SelfCheck { conflict_probe: false }), "{out:?}");
     // An initiator that does not drain (a safety handover) is not forwarded to.
     let mut h = standby_b_hearing_a();
     h.hear(&prepare);

@@ -152,7 +152,7 @@ fn takeover_of_lost_peer_when_all_conditions_hold() {
     let out = h.cas(CasResult::Ok { epoch: 2 });
     assert_eq!(adds(&out), vec![vec![vip(VIP)]]);
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
-    assert!(out.contains(&Action::SelfCheck));
+    assert!(out.contains(&Action::SelfCheck { conflict_probe: true }), "a takeover probes for a foreign holder");
     let a = last_advert(&out);
     assert!(a.holds_vips && a.epoch == 2 && a.role == Role::Active);
     assert_eq!(h.status().lease, Some(LeaseView { holder: Some(node(B)), epoch: 2 }));

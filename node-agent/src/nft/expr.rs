@@ -109,7 +109,8 @@ const BITWISE_MASK_XOR: u32 = 0;
 const CT_STATE: u32 = 0;
 /// `NF_DROP`.
 const VERDICT_DROP: u32 = 0;
-/// ct state bit `NF_CT_STATE_BIT(IP_CT_NEW)`.
+/// ct state bits: `NF_CT_STATE_INVALID_BIT` and `NF_CT_STATE_BIT(IP_CT_NEW)`.
+const CT_STATE_INVALID: u32 = 1;
 const CT_STATE_NEW: u32 = 1 << 3;
 
 // Hook numbers: enum nf_inet_hooks and NF_ARP_IN/OUT.
@@ -121,7 +122,9 @@ const NF_ARP_OUT: u32 = 1;
 
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_ICMPV6: u8 = 58;
+const TCP_FLAG_FIN: u8 = 0x01;
 const TCP_FLAG_SYN: u8 = 0x02;
+const TCP_FLAG_RST: u8 = 0x04;
 const TCP_FLAG_ACK: u8 = 0x10;
 const ND_NEIGHBOR_SOLICIT: u8 = 135;
 /// ARP over Ethernet for IPv4: htype 1, ptype 0x0800, then hlen 6, plen 4. The ARP
@@ -335,12 +338,43 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
         p.and(&[TCP_FLAG_SYN | TCP_FLAG_ACK], true);
         p.cmp(CMP_NEQ, &[TCP_FLAG_SYN]);
         // A flow this host's conntrack does not know: `new` (nf_conntrack_tcp_loose, the
-        // default, picks up a mid-stream segment). Not `invalid`: conntrack also calls an
-        // out-of-window segment of this host's own connection invalid, and the old holder
-        // would answer that with a reset that kills it. With tcp_loose off nothing is
-        // forwarded (the drain does nothing; the agent warns).
+        // default, picks up a mid-stream segment). Not `invalid` in general: conntrack also
+        // calls an out-of-window segment of this host's own connection invalid, and the old
+        // holder would answer that with a reset that kills it ([`forward_close_rule`] takes
+        // the invalid FIN and RST). With tcp_loose off nothing but those is forwarded (the
+        // agent warns).
         p.ct_state();
         p.and(&CT_STATE_NEW.to_ne_bytes(), false);
+        p.cmp(CMP_NEQ, &[0; 4]);
+        p.counter();
+        p.immediate(REG_1, &octets(old_holder));
+        p.immediate(REG_2, &ifindex.to_ne_bytes());
+        p.dup();
+        p.drop();
+    });
+}
+
+/// The forwarder's second rule for one VIP: the closing segments of a flow this host's
+/// conntrack does not know.
+///
+/// `ip daddr <vip> meta l4proto tcp tcp flags & (fin|rst) != 0 ct state invalid counter
+/// dup to <old_holder> device <ifindex> drop`
+///
+/// Conntrack picks up no flow from a FIN or a RST: those of the old holder's connections
+/// are `invalid`, not `new`. Forwarded, the old holder sees its clients close (else it
+/// keeps them open until the drain ends, and this host answers the close with a reset).
+/// Only FIN and RST: an invalid segment of this host's own connection (out of its
+/// window) forwarded would be answered by the old holder with a reset; a forwarded RST is
+/// answered by nobody, and an invalid FIN of its own is rare.
+pub(crate) fn forward_close_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
+    rule(w, table, FWD_PREROUTING, |p| {
+        p.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
+        p.l4proto(IPPROTO_TCP);
+        p.load(BASE_TRANSPORT, 13, 1);
+        p.and(&[TCP_FLAG_FIN | TCP_FLAG_RST], true);
+        p.cmp(CMP_NEQ, &[0]);
+        p.ct_state();
+        p.and(&CT_STATE_INVALID.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);
         p.counter();
         p.immediate(REG_1, &octets(old_holder));

@@ -493,6 +493,10 @@ impl Nft {
                 batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
                     expr::forward_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
                 });
+                let op = Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
+                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                    expr::forward_close_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
+                });
             }
         }
         tracing::debug!(pair, rules = rules.len(), messages = batch.len(), "nft: setting the forwarder");
@@ -549,7 +553,7 @@ impl Nft {
     /// (read back from the rules' counters; empty when there is no forwarder).
     pub fn forwarded(&mut self, pair: &str) -> Result<Vec<(IpAddr, Counter)>, NftError> {
         let name = table_name(pair, TableKind::Forwarder)?;
-        let mut out = Vec::new();
+        let mut out: Vec<(IpAddr, Counter)> = Vec::new();
         for family in TableKind::Forwarder.families() {
             let table = TableRef { family, name: name.clone() };
             let op = Op::ListRules(table.clone());
@@ -573,7 +577,14 @@ impl Nft {
                     let reason = format!("a rule in chain {} of a forwarder table", r.chain);
                     return Err(NftError::Malformed { op, reason });
                 }
-                out.push((r.vip, r.counter));
+                // Two rules per VIP (see `set_forwarder`): one entry, their sum.
+                match out.iter_mut().find(|(v, _)| *v == r.vip) {
+                    Some((_, c)) => {
+                        c.packets = c.packets.saturating_add(r.counter.packets);
+                        c.bytes = c.bytes.saturating_add(r.counter.bytes);
+                    }
+                    None => out.push((r.vip, r.counter)),
+                }
             }
         }
         Ok(out)

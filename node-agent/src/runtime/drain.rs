@@ -91,7 +91,10 @@ fn parse_proc_addr(s: &str, v6: bool) -> Option<IpAddr> {
             for (i, w) in [a, b, c, d].iter().enumerate() {
                 o[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
             }
-            Some(IpAddr::V6(std::net::Ipv6Addr::from(o)))
+            let v6 = std::net::Ipv6Addr::from(o);
+            // A dual-stack listener's IPv4 connections are IPv6 sockets with mapped
+            // addresses (::ffff:a.b.c.d): they are the IPv4 VIP's.
+            Some(v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4))
         }
         _ => None,
     }
@@ -343,5 +346,8 @@ mod tests {
         let a = parse_proc_addr("766800FD000087000000000032000000:1F90", true);
         assert_eq!(a, Some("fd00:6876:87::32".parse().unwrap_or_else(|_| unreachable!())));
         assert_eq!(parse_proc_addr("zz:1F90", false), None);
+        // ::ffff:10.135.0.50, an IPv4 connection of a dual-stack listener.
+        let a = parse_proc_addr("0000000000000000FFFF00003200870A:1F90", true);
+        assert_eq!(a, Some("10.135.0.50".parse().unwrap_or_else(|_| unreachable!())));
     }
 }

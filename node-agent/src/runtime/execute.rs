@@ -153,8 +153,8 @@ impl Runtime {
                 self.reporter.event(&ev, &st);
                 false
             }
-            sm::Action::SelfCheck => {
-                self.self_check();
+            sm::Action::SelfCheck { conflict_probe } => {
+                self.self_check(conflict_probe);
                 false
             }
         }
@@ -225,7 +225,7 @@ impl Runtime {
 
     /// After a takeover: the VIPs are read back, the local listeners probed, and a
     /// foreign holder looked for; the results come back as inputs.
-    pub(super) fn self_check(&mut self) {
+    pub(super) fn self_check(&mut self, conflict_probe: bool) {
         let tx = self.tx.clone();
         let vips = self.vips.clone();
         let l2 = self.l2.clone();
@@ -239,7 +239,7 @@ impl Runtime {
                     }
                     let _ = tx.send(Event::Input(sm::Input::LocalProbe { vip: v.id.clone(), port: *p, up })).await;
                 }
-                if let Some(port) = l2.get(&v.vip.ifname) {
+                if let Some(port) = l2.get(&v.vip.ifname).filter(|_| conflict_probe) {
                     let ip = v.vip.addr;
                     for mac in port.who_has(ip, crate::probes::unspecified_like(ip), Duration::from_millis(300)).await {
                         tracing::warn!(vip = %v.vip, foreign_mac = %mac, "self-check: a foreign host answers for the VIP");

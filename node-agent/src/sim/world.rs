@@ -1020,7 +1020,7 @@ impl World {
                 self.trace_push(TraceKind::OpResult { n, id, ok });
             }
             Action::Report(_) => {}
-            Action::SelfCheck => {
+            Action::SelfCheck { .. } => {
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
                 self.push_node(n, 1, NodeEv::LocalProbe);
             }

@@ -282,8 +282,13 @@ pub enum Action {
     /// Report an event (status, Kubernetes Event, metrics).
     Report(Event),
     /// After a takeover: read the VIPs back from the kernel, probe the local listeners and
-    /// ARP-probe for a foreign holder; feed the results back as inputs.
-    SelfCheck,
+    /// (`conflict_probe`) ARP-probe for a foreign holder; feed the results back as inputs.
+    SelfCheck {
+        /// Probe for a foreign holder. Not after accepting a handover: the old holder still
+        /// holds the VIPs then, and its answer to an IPv6 probe (a neighbour advertisement
+        /// to all nodes, the probe coming from `::`) would pull the clients back to it.
+        conflict_probe: bool,
+    },
     /// A planned move handed the VIPs to `to`: keep them as local addresses for the
     /// connections established here, without answering ARP/ND for them and without
     /// reporting them in [`Input::LocalVips`], until an `AddVips` (taken back) or a

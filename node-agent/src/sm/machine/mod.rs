@@ -1006,7 +1006,8 @@ impl Machine {
         self.persist_if_changed(out);
         out.push(Action::AddVips(self.vip_ids()));
         out.push(Action::Announce { kind: super::types::AnnounceKind::Burst });
-        out.push(Action::SelfCheck);
+        let conflict_probe = !matches!(reason, Reason::HandoverAccepted | Reason::AutoHandoverAccepted);
+        out.push(Action::SelfCheck { conflict_probe });
         self.pacing.last_burst = Some(now);
         self.pacing.advert_now = true;
         if reason.automatic() {
