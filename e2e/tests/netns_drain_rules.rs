@@ -730,13 +730,26 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
 
     // With the forwarder: the same kind of segment is copied to A, hop limit one less,
     // through B's OUTPUT and POSTROUTING hooks, untracked.
+    // B knows A's link-layer address, as the heartbeats keep it known on a real pair
+    // (the copy of a segment to an unresolved neighbour waits in its queue).
+    netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
     let rule = ForwardRule { vip: vip.into(), old_holder: a.data_ip.into(), ifindex: ifindex(&b.ns, "eth0") };
     nft_b.set_forwarder(PAIR, &[rule]).expect("forwarder");
     forge(&client_ns, client, vip, 40002, ACK);
-    netns::wait_until("A sees the forwarded segment", Duration::from_secs(2), Duration::from_millis(10), || {
-        Ok(seen_on_a() == 1)
-    })
-    .expect("forwarded to A");
+    if let Err(e) =
+        netns::wait_until("A sees the forwarded segment", Duration::from_secs(5), Duration::from_millis(10), || {
+            Ok(seen_on_a() >= 1)
+        })
+    {
+        panic!(
+            "forwarded to A: {e}; A's observer {:?}; B's observer {:?}; B's forwarder {:?}; B's neighbours {:?}",
+            counters(&a.ns, "ip", "hvtest-obs"),
+            counters(&b.ns, "ip", "hvtest-obs"),
+            nft_b.forwarded(PAIR),
+            netns::exec(&b.ns, "ip", &["neigh", "show"]),
+        );
+    }
+    assert_eq!(seen_on_a(), 1, "one copy of one segment");
     assert_eq!(counter(&a.ns, "ip", "hvtest-obs", "ttl63"), 1, "nf_dup decrements the TTL in PREROUTING");
     assert_eq!(forwarded(&mut nft_b, vip.into()), Counter { packets: 1, bytes: 40 });
     let ob = counters(&b.ns, "ip", "hvtest-obs");
@@ -766,7 +779,7 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
     assert_eq!(forwarded(&mut nft_b, vip.into()).packets, 1);
     set_tcp_loose(&b.ns, true);
     forge(&client_ns, client, vip, 40006, ACK);
-    netns::wait_until("A sees the second forwarded segment", Duration::from_secs(2), Duration::from_millis(10), || {
+    netns::wait_until("A sees the second forwarded segment", Duration::from_secs(5), Duration::from_millis(10), || {
         Ok(seen_on_a() == 2)
     })
     .expect("forwarded to A");
