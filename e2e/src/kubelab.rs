@@ -645,21 +645,33 @@ pub async fn install_crds(client: &Client) -> Result<()> {
             .map_err(kerr(format!("install CRD {name}")))?;
         names.push(name);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_crds_established(client, &names, Duration::from_secs(30)).await.map_err(KubeLabError::Other)
+}
+
+/// Waits until every CRD in `names` is Established; the error names the first that is
+/// not by `timeout` (or that cannot be read).
+pub async fn wait_crds_established(
+    client: &Client,
+    names: &[String],
+    timeout: Duration,
+) -> std::result::Result<(), String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
     for name in names {
         loop {
-            let crd = crds.get(&name).await.map_err(kerr("read a CRD"))?;
-            let ok = crd
+            let crd = crds.get(name).await.map_err(|e| format!("read CRD {name}: {e}"))?;
+            let established = crd
                 .status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
                 .iter()
                 .any(|c| c.type_ == "Established" && c.status == "True");
-            if ok {
+            if established {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(KubeLabError::Other(format!("CRD {name} not Established")));
+                return Err(format!("CRD {name} not Established within {timeout:?}"));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -612,26 +612,9 @@ impl MetalLbLab {
                 names.push(name);
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for name in names {
-            loop {
-                let crd = crds.get(&name).await.map_err(kerr(format!("read CRD {name}")))?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if established {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(MetalLbError::Invalid(format!("CRD {name} not Established within 30 s")));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Ok(())
+        crate::kubelab::wait_crds_established(client, &names, Duration::from_secs(30))
+            .await
+            .map_err(MetalLbError::Invalid)
     }
 
     fn kube_env(&self) -> Vec<(String, String)> {

@@ -14,7 +14,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde::Deserialize;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -57,24 +57,10 @@ async fn install_crds(client: &Client) {
             .await
             .unwrap_or_else(|e| panic!("installing CRD {name} failed: {e}"));
     }
-    // Established within 30 s.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for name in ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"] {
-        loop {
-            let crd = crds.get(name).await.expect("CRD readable");
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(Instant::now() < deadline, "CRD {name} did not become Established");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let names = ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"].map(String::from);
+    havip_e2e::kubelab::wait_crds_established(client, &names, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 async fn apply_examples(client: &Client) -> usize {

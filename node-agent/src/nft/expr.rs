@@ -299,6 +299,25 @@ impl Program<'_> {
             });
         });
     }
+
+    /// `<ip|ip6> daddr <vip> meta l4proto tcp tcp flags & <mask> != <not>` (the flags are
+    /// byte 13 of the TCP header).
+    fn tcp_to_vip_with_flags(&mut self, vip: IpAddr, mask: u8, not: u8) {
+        self.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
+        self.l4proto(IPPROTO_TCP);
+        self.load(BASE_TRANSPORT, 13, 1);
+        self.and(&[mask], true);
+        self.cmp(CMP_NEQ, &[not]);
+    }
+
+    /// `counter dup to <to> device <ifindex> drop`
+    fn count_dup_drop(&mut self, to: IpAddr, ifindex: u32) {
+        self.counter();
+        self.immediate(REG_1, &octets(to));
+        self.immediate(REG_2, &ifindex.to_ne_bytes());
+        self.dup();
+        self.drop();
+    }
 }
 
 fn octets(addr: IpAddr) -> Vec<u8> {
@@ -330,13 +349,9 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
 /// The caller checks that `vip` and `old_holder` are of one family.
 pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
-        p.l4proto(IPPROTO_TCP);
         // TCP flags are byte 13 of the header: everything but a plain SYN (a SYN-ACK
         // would be odd towards a VIP, and is a reply to the old holder's SYN anyway).
-        p.load(BASE_TRANSPORT, 13, 1);
-        p.and(&[TCP_FLAG_SYN | TCP_FLAG_ACK], true);
-        p.cmp(CMP_NEQ, &[TCP_FLAG_SYN]);
+        p.tcp_to_vip_with_flags(vip, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
         // A flow this host's conntrack does not know: `new` (nf_conntrack_tcp_loose, the
         // default, picks up a mid-stream segment). Not `invalid` in general: conntrack also
         // calls an out-of-window segment of this host's own connection invalid, and the old
@@ -346,11 +361,7 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
         p.ct_state();
         p.and(&CT_STATE_NEW.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);
-        p.counter();
-        p.immediate(REG_1, &octets(old_holder));
-        p.immediate(REG_2, &ifindex.to_ne_bytes());
-        p.dup();
-        p.drop();
+        p.count_dup_drop(old_holder, ifindex);
     });
 }
 
@@ -368,19 +379,11 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
 /// answered by nobody, and an invalid FIN of its own is rare.
 pub(crate) fn forward_close_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
-        p.l4proto(IPPROTO_TCP);
-        p.load(BASE_TRANSPORT, 13, 1);
-        p.and(&[TCP_FLAG_FIN | TCP_FLAG_RST], true);
-        p.cmp(CMP_NEQ, &[0]);
+        p.tcp_to_vip_with_flags(vip, TCP_FLAG_FIN | TCP_FLAG_RST, 0);
         p.ct_state();
         p.and(&CT_STATE_INVALID.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);
-        p.counter();
-        p.immediate(REG_1, &octets(old_holder));
-        p.immediate(REG_2, &ifindex.to_ne_bytes());
-        p.dup();
-        p.drop();
+        p.count_dup_drop(old_holder, ifindex);
     });
 }
 
