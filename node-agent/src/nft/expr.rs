@@ -85,6 +85,10 @@ const NFTA_IMMEDIATE_DATA: u16 = 2;
 // enum nft_dup_attributes
 const NFTA_DUP_SREG_ADDR: u16 = 1;
 const NFTA_DUP_SREG_DEV: u16 = 2;
+// enum nft_socket_attributes
+const NFTA_SOCKET_KEY: u16 = 1;
+const NFTA_SOCKET_DREG: u16 = 2;
+const NFTA_SOCKET_LEVEL: u16 = 3;
 
 /// `NFT_REG_VERDICT`, and the first two 16-byte data registers (an IPv6 address
 /// fills one).
@@ -107,6 +111,9 @@ const META_L4PROTO: u32 = 16;
 const BITWISE_MASK_XOR: u32 = 0;
 /// `NFT_CT_STATE`.
 const CT_STATE: u32 = 0;
+/// `NFT_SOCKET_WILDCARD`: whether the socket the packet's lookup finds is bound to the
+/// wildcard address (a full socket only; none or a request or time-wait socket: no match).
+const SOCKET_WILDCARD: u32 = 2;
 /// `NF_DROP`.
 const VERDICT_DROP: u32 = 0;
 /// ct state bits: `NF_CT_STATE_INVALID_BIT` and `NF_CT_STATE_BIT(IP_CT_NEW)`.
@@ -258,6 +265,16 @@ impl Program<'_> {
         self.expr("counter", |_| {});
     }
 
+    /// `socket load wildcard => reg 1` (nft also sends the cgroup level, 0, which only
+    /// the cgroupv2 key reads)
+    fn socket_wildcard(&mut self) {
+        self.expr("socket", |w| {
+            w.u32_be(NFTA_SOCKET_KEY, SOCKET_WILDCARD);
+            w.u32_be(NFTA_SOCKET_DREG, REG_1);
+            w.u32_be(NFTA_SOCKET_LEVEL, 0);
+        });
+    }
+
     /// `immediate reg <reg> <value>`
     fn immediate(&mut self, reg: u32, value: &[u8]) {
         self.expr("immediate", |w| {
@@ -341,7 +358,32 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
     w.nest(NFTA_RULE_EXPRESSIONS, |w| body(&mut Program { w }));
 }
 
-/// The forwarder's rule for one VIP, in table `ip`/`ip6 <table>` chain `prerouting`:
+/// The forwarder's first rule for one VIP, in table `ip`/`ip6 <table>` chain
+/// `prerouting`: a segment that only a listening socket bound to the wildcard address
+/// would take — no connection of this host's has it.
+///
+/// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn socket wildcard 1
+/// counter dup to <old_holder> device <ifindex> drop`
+///
+/// [`forward_rule`] asks conntrack, which is wrong when the flow's addresses and ports
+/// were used before: a client that reuses a port (TIME_WAIT reuse, a busy proxy) may
+/// send the ACK of a handshake the old holder answered to a 4-tuple that this host's
+/// conntrack still keeps from an earlier connection it served (TIME_WAIT: 120 s). For
+/// conntrack that segment is `established` or `invalid`, not `new`, and this host would
+/// answer it with a reset. The socket lookup is exact for this host's own connections
+/// (an established socket is bound to the VIP; a handshake in progress or a time-wait
+/// socket is no full socket: no match) and matches only when the service listens on the
+/// wildcard address; a listener bound to the VIP itself leaves it to the conntrack rules.
+pub(crate) fn forward_unowned_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
+    rule(w, table, FWD_PREROUTING, |p| {
+        p.tcp_to_vip_with_flags(vip, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
+        p.socket_wildcard();
+        p.cmp(CMP_EQ, &[1]);
+        p.count_dup_drop(old_holder, ifindex);
+    });
+}
+
+/// The forwarder's second rule for one VIP, in table `ip`/`ip6 <table>` chain `prerouting`:
 ///
 /// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn ct state new
 /// counter dup to <old_holder> device <ifindex> drop`
@@ -365,7 +407,7 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
     });
 }
 
-/// The forwarder's second rule for one VIP: the closing segments of a flow this host's
+/// The forwarder's third rule for one VIP: the closing segments of a flow this host's
 /// conntrack does not know.
 ///
 /// `ip daddr <vip> meta l4proto tcp tcp flags & (fin|rst) != 0 ct state invalid counter

@@ -464,7 +464,28 @@ impl Nft {
 
     /// Replaces the pair's forwarder tables with exactly `rules`, in one atomic batch
     /// (an empty list removes them). Counters restart from zero.
+    ///
+    /// Three rules per VIP (see [`expr::forward_unowned_rule`], [`expr::forward_rule`],
+    /// [`expr::forward_close_rule`]). A kernel without the nft `socket` expression
+    /// (`CONFIG_NFT_SOCKET`) refuses the first: the batch is sent again without it, with
+    /// a warning (a client that reuses a port this host served within two minutes may
+    /// then get a reset during a drain).
     pub fn set_forwarder(&mut self, pair: &str, rules: &[ForwardRule]) -> Result<(), NftError> {
+        match self.set_forwarder_with(pair, rules, true) {
+            Err(NftError::Kernel { errno, .. })
+                if !rules.is_empty() && matches!(errno, Errno::ENOENT | Errno::EOPNOTSUPP) =>
+            {
+                tracing::warn!(
+                    pair, %errno,
+                    "nft: the kernel has no socket expression (CONFIG_NFT_SOCKET): the drain forwards by conntrack alone"
+                );
+                self.set_forwarder_with(pair, rules, false)
+            }
+            other => other,
+        }
+    }
+
+    fn set_forwarder_with(&mut self, pair: &str, rules: &[ForwardRule], by_socket: bool) -> Result<(), NftError> {
         let name = table_name(pair, TableKind::Forwarder)?;
         let invalid = |reason: String| NftError::InvalidRule { pair: pair.to_owned(), kind: "forwarder", reason };
         let mut seen = HashSet::new();
@@ -489,6 +510,13 @@ impl Nft {
             }
             add_chain(&mut batch, &table, expr::FWD_PREROUTING);
             for r in mine {
+                if by_socket {
+                    let op =
+                        Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
+                    batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                        expr::forward_unowned_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
+                    });
+                }
                 let op = Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
                 batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
                     expr::forward_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
@@ -577,7 +605,7 @@ impl Nft {
                     let reason = format!("a rule in chain {} of a forwarder table", r.chain);
                     return Err(NftError::Malformed { op, reason });
                 }
-                // Two rules per VIP (see `set_forwarder`): one entry, their sum.
+                // Several rules per VIP (see `set_forwarder`): one entry, their sum.
                 match out.iter_mut().find(|(v, _)| *v == r.vip) {
                     Some((_, c)) => {
                         c.packets = c.packets.saturating_add(r.counter.packets);
