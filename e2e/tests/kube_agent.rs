@@ -450,8 +450,13 @@ fn an_uninstall_leaves_no_vip_while_a_restart_keeps_it() {
     let vip = lab.topo.vip(0);
     let n0 = lab.topo.node(0).ns.clone();
     // A restart (the DaemonSet is still there): the VIP stays for the next agent.
+    assert_eq!(lab.holders().expect("holders"), vec![0], "n0 holds the VIP before its restart\n{}", lab.logs_tail(30));
     lab.stop_agent(0);
-    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "a restart keeps the VIP");
+    assert!(
+        netns::has_address(&n0, "eth0", vip.into()).expect("addresses"),
+        "a restart keeps the VIP\n{}",
+        lab.logs_tail(40)
+    );
     lab.start_agent(0).expect("restart");
     lab.block_on(async {
         // The restarted agent adopts the VIP (the entry of the previous one said Elected).
