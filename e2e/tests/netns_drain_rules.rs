@@ -681,6 +681,16 @@ fn nft_file(topo: &Topology, ns: &str, text: &str) {
 const ACK: u8 = 0x10;
 const SYN: u8 = 0x02;
 
+/// Node A of the forged-segment tests only observes: it has no VIP, and with IPv4
+/// forwarding on (a new namespace inherits it from a host that runs Docker) it would route
+/// each copy back to B, whose forwarder copies it to A again until the TTL runs out. On a
+/// real pair the old holder has the VIP on `lo` while it drains, so a copy is delivered.
+fn observer_only(ns: &str) {
+    netns::in_netns(ns, || std::fs::write("/proc/sys/net/ipv4/conf/all/forwarding", "0"))
+        .expect("thread in namespace")
+        .expect("net.ipv4.conf.all.forwarding");
+}
+
 fn set_tcp_loose(ns: &str, on: bool) {
     netns::in_netns(ns, move || {
         std::fs::write("/proc/sys/net/netfilter/nf_conntrack_tcp_loose", if on { "1" } else { "0" })
@@ -697,6 +707,7 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
     let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
     let vip = topo.vip(0);
     add_vip(&b.ns, vip.into());
+    observer_only(&a.ns);
     netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
     let mut nft_b = nft_in(&b.ns);
     // Observers (test-only tables): what reaches A, and what B does with the copy.
@@ -852,6 +863,7 @@ fn an_ack_on_a_4_tuple_the_new_holder_served_before_is_forwarded() {
     let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
     let vip = topo.vip(0);
     add_vip(&b.ns, vip.into());
+    observer_only(&a.ns);
     netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
     netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
     let obs_a = format!(
