@@ -681,6 +681,31 @@ fn nft_file(topo: &Topology, ns: &str, text: &str) {
 const ACK: u8 = 0x10;
 const SYN: u8 = 0x02;
 
+/// The lab of the forged-segment tests: two nodes, the VIP on B (the new holder), A (the
+/// old holder) an observer only, the client's entry for the VIP resolved to B, and B's
+/// for A resolved — as the heartbeats keep it on a real pair (a copy of a segment to an
+/// unresolved neighbour waits in its queue).
+struct ForgedLab {
+    topo: Topology,
+    a: NodeInfo,
+    b: NodeInfo,
+    client: Ipv4Addr,
+    client_ns: String,
+    vip: Ipv4Addr,
+}
+
+fn forged_lab() -> ForgedLab {
+    let topo = Topology::builder().nodes(2).build().expect("topology");
+    let (a, b) = (topo.node(0).clone(), topo.node(1).clone());
+    let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
+    let vip = topo.vip(0);
+    add_vip(&b.ns, vip.into());
+    observer_only(&a.ns);
+    netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
+    netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
+    ForgedLab { topo, a, b, client, client_ns, vip }
+}
+
 /// Node A of the forged-segment tests only observes: it has no VIP, and with IPv4
 /// forwarding on (a new namespace inherits it from a host that runs Docker) it would route
 /// each copy back to B, whose forwarder copies it to A again until the TTL runs out. On a
@@ -702,13 +727,7 @@ fn set_tcp_loose(ns: &str, on: bool) {
 #[test]
 fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
     require_root!();
-    let topo = Topology::builder().nodes(2).build().expect("topology");
-    let (a, b) = (topo.node(0).clone(), topo.node(1).clone());
-    let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
-    let vip = topo.vip(0);
-    add_vip(&b.ns, vip.into());
-    observer_only(&a.ns);
-    netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
+    let ForgedLab { topo, a, b, client, client_ns, vip } = forged_lab();
     let mut nft_b = nft_in(&b.ns);
     // Observers (test-only tables): what reaches A, and what B does with the copy.
     let obs_a = format!(
@@ -753,9 +772,6 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
 
     // With the forwarder: the same kind of segment is copied to A, hop limit one less,
     // through B's OUTPUT and POSTROUTING hooks, untracked.
-    // B knows A's link-layer address, as the heartbeats keep it known on a real pair
-    // (the copy of a segment to an unresolved neighbour waits in its queue).
-    netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
     let rule = ForwardRule { vip: vip.into(), old_holder: a.data_ip.into(), ifindex: ifindex(&b.ns, "eth0") };
     nft_b.set_forwarder(PAIR, &[rule]).expect("forwarder");
     forge(&client_ns, client, vip, 40002, ACK);
@@ -858,14 +874,7 @@ fn has_socket_with_remote_port(ns: &str, port: u16) -> bool {
 fn an_ack_on_a_4_tuple_the_new_holder_served_before_is_forwarded() {
     require_root!();
     const SPORT: u16 = 40200;
-    let topo = Topology::builder().nodes(2).build().expect("topology");
-    let (a, b) = (topo.node(0).clone(), topo.node(1).clone());
-    let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
-    let vip = topo.vip(0);
-    add_vip(&b.ns, vip.into());
-    observer_only(&a.ns);
-    netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
-    netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
+    let ForgedLab { topo, a, b, client, client_ns, vip } = forged_lab();
     let obs_a = format!(
         "table ip hvtest-obs {{
            chain pre {{
