@@ -509,22 +509,17 @@ impl Nft {
                 continue;
             }
             add_chain(&mut batch, &table, expr::FWD_PREROUTING);
+            type Build = fn(&mut msg::Writer, &str, IpAddr, IpAddr, u32);
+            let all: [Build; 3] = [expr::forward_unowned_rule, expr::forward_rule, expr::forward_close_rule];
+            let builds = if by_socket { &all[..] } else { &all[1..] };
             for r in mine {
-                if by_socket {
+                for build in builds {
                     let op =
                         Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
                     batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
-                        expr::forward_unowned_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
+                        build(w, &table.name, r.vip, r.old_holder, r.ifindex)
                     });
                 }
-                let op = Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
-                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
-                    expr::forward_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
-                });
-                let op = Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
-                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
-                    expr::forward_close_rule(w, &table.name, r.vip, r.old_holder, r.ifindex)
-                });
             }
         }
         tracing::debug!(pair, rules = rules.len(), messages = batch.len(), "nft: setting the forwarder");
