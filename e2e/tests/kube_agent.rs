@@ -105,6 +105,11 @@ fn lab_with_pair() -> Option<KubeLab> {
         .await
         .expect("pair up");
     });
+    // The member reports Active from its role change on; the VIP is added right after.
+    netns::wait_until("n0 holds the VIP", Duration::from_secs(10), Duration::from_millis(20), || {
+        Ok(lab.holders().is_ok_and(|h| h == [0]))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
     Some(lab)
 }
 
