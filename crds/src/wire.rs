@@ -244,13 +244,19 @@ pub enum DecodeError {
     /// The MAC does not match (forged, corrupted, or a different key under the same id).
     #[error("failed to authenticate heartbeat: bad MAC")]
     BadMac,
-    /// Authentic, but of a protocol major version this build does not speak.
+    /// Authentic, but of a protocol major version this build does not speak. The fixed
+    /// header (sequence number, timestamp, names) has the same layout in every major
+    /// version, so the receiver can still refuse replays of such datagrams.
     #[error("heartbeat from {sender} speaks protocol {major}.x, this agent speaks {PROTOCOL_MAJOR}.x")]
     UnsupportedMajor {
         /// Their major.
         major: u8,
         /// Who sent it (authenticated).
         sender: String,
+        /// Its sequence number (authenticated).
+        seq: u64,
+        /// Its timestamp, ms since the Unix epoch (authenticated).
+        timestamp_ms: u64,
     },
     /// Authentic but structurally invalid.
     #[error("failed to decode heartbeat: malformed {field}")]
@@ -476,7 +482,7 @@ pub fn decode(buf: &[u8], keys: &Keyring) -> Result<Heartbeat, DecodeError> {
     let pair = r.name("pair")?;
     let sender = r.name("sender")?;
     if major != PROTOCOL_MAJOR {
-        return Err(DecodeError::UnsupportedMajor { major, sender });
+        return Err(DecodeError::UnsupportedMajor { major, sender, seq, timestamp_ms });
     }
     let body_len = r.u16("body length")? as usize;
     let body_bytes = r.take(body_len, "body")?;
@@ -836,7 +842,12 @@ mod tests {
         hb.major = 2;
         assert_eq!(
             decode(&encode(&hb, &k.current), &k),
-            Err(DecodeError::UnsupportedMajor { major: 2, sender: "node-a".into() })
+            Err(DecodeError::UnsupportedMajor {
+                major: 2,
+                sender: "node-a".into(),
+                seq: hb.seq,
+                timestamp_ms: hb.timestamp_ms
+            })
         );
     }
 

@@ -3,20 +3,31 @@
 //! standby needs before it takes the VIPs from a peer it cannot hear.
 //!
 //! One UDP datagram per request and per response, signed with HMAC-SHA256 under the
-//! witness key (a [`Keyring`]: during a rotation both keys are accepted):
+//! **member key** of the member that asks ([`member_key`]; during a rotation the keys of
+//! both witness keys are accepted):
 //!
 //! ```text
 //! request:  "HW" | version u8 | kind u8 (1 read, 2 cas, 3 renew) | key id u32 |
-//!           request id u64 | challenge u64 | pair name | member name | a u64 | b u64 | c u64 | MAC
+//!           pair name | member name | request id u64 | challenge u64 | a u64 | b u64 | c u64 | MAC
 //! response: "HW" | version u8 | kind u8 (0x81) | key id u32 |
 //!           request id u64 | outcome u8 | witness session u64 | challenge u64 |
 //!           holder name (empty: none) | epoch u64 | renewals u64 | MAC
 //! ```
 //!
 //! Names are a length byte and at most [`MAX_NAME`](crate::wire::MAX_NAME) bytes of UTF-8. For a compare-and-swap
-//! `a` is the new epoch, `b` the expected one and `c` the claimer's grace in milliseconds
-//! (its heartbeat timeout); for a renewal `a` is the epoch; for a read `a` is 1 when the
-//! sender holds the VIPs, else 0; unused fields are zero.
+//! `a` is the new epoch, `b` the expected one and `c` the claimer's grace in milliseconds;
+//! for a renewal `a` is the epoch; for a read `a` is 1 when the sender holds the VIPs, else
+//! 0; unused fields are zero.
+//!
+//! **Keys.** The witness holds one *witness key*; each member of each pair holds only its
+//! own member key, `HMAC-SHA256(witness key, "havip-witness-member-key-v2" | 0 | pair |
+//! 0 | member | 1)` (the HKDF-Expand step with the witness key as the pseudo-random key,
+//! under the witness key's id): `havip-agent witness-key` prints it. The witness reads
+//! the pair and member names of a request first (unauthenticated, like the heartbeat's
+//! pair name), derives that member's key, and only then checks the MAC; it answers under
+//! the same member key. So a member's key speaks for that member of that pair only: a
+//! member of pair `db` cannot sign a request of pair `web`, nor of another member of `db`,
+//! and nobody without a member key can make the witness remember a name.
 //!
 //! **Votes.** The witness notes when it last heard each member of a pair and whether that
 //! member said it holds the VIPs (members read the record several times a second; a renewal
@@ -28,19 +39,23 @@
 //! holder: one that took the VIPs in a planned handover whose write never landed is as
 //! alive.
 //!
-//! **Replays.** A request that changes the record (compare-and-swap, renewal) must carry
-//! the challenge the witness last gave this member of this pair; the witness replaces the
-//! challenge as soon as it accepts one, and draws all of them afresh when it restarts, so a
-//! recorded request is refused as stale ([`Outcome::Stale`], with the current challenge
-//! for a genuine retry). A response echoes the request id (random per request), so a member
-//! never takes a recorded response for a fresh one. Reads need no challenge: they change
-//! nothing.
+//! **Freshness.** Every request — reads too — must carry the challenge the witness last
+//! gave this member of this pair; the witness replaces it as soon as it accepts one (single
+//! use) and draws all of them afresh when it restarts. A request with any other challenge
+//! is answered [`Outcome::Stale`] (with the record and the current challenge, for a genuine
+//! retry), changes nothing and **is not evidence of life**: a recorded read or renewal
+//! replayed after its sender died proves nothing. What a fresh request proves is that its
+//! sender was alive when the witness *issued* the challenge it carries (it could not sign
+//! it before), so the witness dates the member's liveness at that moment, not at the
+//! request's arrival: a request held back in the network proves no more than it did when
+//! it was signed. A response echoes the request id (random per request), so a member never
+//! takes a recorded response for a fresh one.
 
 use crate::wire::{Key, Keyring, MAC_LEN, Reader, mac_of, put_name};
 
 const MAGIC: [u8; 2] = *b"HW";
-/// Version of the witness wire format.
-pub const VERSION: u8 = 1;
+/// Version of the witness wire format (2: member keys, challenges on every request).
+pub const VERSION: u8 = 2;
 /// Largest datagram either side sends or accepts.
 pub const MAX_DATAGRAM: usize = 256;
 const RESPONSE_KIND: u8 = 0x81;
@@ -114,7 +129,8 @@ pub enum Outcome {
     /// names that member as holder (with the record's epoch).
     HolderAlive,
     /// Refused: an epoch outside the pair epoch's domain (`1..=2147483647`, the Lease's
-    /// 32-bit `leaseTransitions`), or a pair the witness has no room for.
+    /// 32-bit `leaseTransitions`), or a pair (or a new member of a pair) the witness has no
+    /// room for.
     Refused,
 }
 
@@ -249,8 +265,37 @@ fn sign(mut out: Vec<u8>, key: &Key) -> Vec<u8> {
     out
 }
 
-/// Checks magic, version, kind, size and MAC; returns a reader past the header.
-fn verify<'a>(buf: &'a [u8], keys: &Keyring, kinds: &[u8]) -> Result<(Reader<'a>, u8), WitnessDecodeError> {
+/// The label that separates member keys from every other use of the witness key.
+const MEMBER_KEY_LABEL: &[u8] = b"havip-witness-member-key-v2";
+
+/// The key `member` of `pair` signs its witness requests with, derived from the witness
+/// key (the witness alone holds that one): HKDF-Expand with the witness key as the
+/// pseudo-random key and `label | 0 | pair | 0 | member` as the info, one block. It keeps
+/// the witness key's id. Names are taken as they are sent (at most
+/// [`MAX_NAME`](crate::wire::MAX_NAME) bytes).
+pub fn member_key(witness: &Key, pair: &str, member: &str) -> Key {
+    let cut = |s: &str| -> Vec<u8> { s.as_bytes().iter().take(crate::wire::MAX_NAME).copied().collect() };
+    let mut info = Vec::with_capacity(MEMBER_KEY_LABEL.len() + 2 * crate::wire::MAX_NAME + 3);
+    info.extend_from_slice(MEMBER_KEY_LABEL);
+    info.push(0);
+    info.extend_from_slice(&cut(pair));
+    info.push(0);
+    info.extend_from_slice(&cut(member));
+    info.push(1);
+    Key { id: witness.id, secret: mac_of(&witness.secret, &info).to_vec() }
+}
+
+/// The member keys of `member` of `pair` under every key of the witness keyring (what the
+/// member's configuration holds during a rotation).
+pub fn member_keyring(witness: &Keyring, pair: &str, member: &str) -> Keyring {
+    Keyring {
+        current: member_key(&witness.current, pair, member),
+        previous: witness.previous.as_ref().map(|k| member_key(k, pair, member)),
+    }
+}
+
+/// Checks size, magic, kind and version; returns the key id.
+fn check_header(buf: &[u8], kinds: &[u8]) -> Result<u32, WitnessDecodeError> {
     if buf.len() > MAX_DATAGRAM {
         return Err(WitnessDecodeError::Oversized { len: buf.len() });
     }
@@ -263,13 +308,16 @@ fn verify<'a>(buf: &'a [u8], keys: &Keyring, kinds: &[u8]) -> Result<(Reader<'a>
     if buf[2] != VERSION {
         return Err(WitnessDecodeError::UnsupportedVersion { version: buf[2] });
     }
-    let key_id = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-    let key = keys.find(key_id).ok_or(WitnessDecodeError::UnknownKey { key_id })?;
+    Ok(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]))
+}
+
+/// Checks the MAC of `buf` under `key`; returns the signed part.
+fn check_mac<'a>(buf: &'a [u8], key: &Key) -> Result<&'a [u8], WitnessDecodeError> {
     let (signed, mac) = buf.split_at(buf.len() - MAC_LEN);
     if !constant_time_eq(&mac_of(&key.secret, signed), mac) {
         return Err(WitnessDecodeError::BadMac);
     }
-    Ok((Reader { buf: signed, pos: 8 }, buf[3]))
+    Ok(signed)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -283,7 +331,8 @@ fn end(r: &Reader<'_>) -> Result<(), WitnessDecodeError> {
     Ok(())
 }
 
-/// Encodes and signs a request. Names longer than 63 bytes are truncated.
+/// Encodes a request and signs it with the member's `key` (see [`member_key`]). Names
+/// longer than 63 bytes are truncated.
 pub fn encode_request(req: &Request, key: &Key) -> Vec<u8> {
     let (kind, a, b, c) = match req.op {
         Op::Read { holding } => (1, u64::from(holding), 0, 0),
@@ -291,23 +340,33 @@ pub fn encode_request(req: &Request, key: &Key) -> Vec<u8> {
         Op::Renew { epoch } => (3, epoch, 0, 0),
     };
     let mut out = header(kind, key);
-    out.extend_from_slice(&req.id.to_be_bytes());
-    out.extend_from_slice(&req.challenge.to_be_bytes());
     put_name(&mut out, &req.pair);
     put_name(&mut out, &req.member);
+    out.extend_from_slice(&req.id.to_be_bytes());
+    out.extend_from_slice(&req.challenge.to_be_bytes());
     out.extend_from_slice(&a.to_be_bytes());
     out.extend_from_slice(&b.to_be_bytes());
     out.extend_from_slice(&c.to_be_bytes());
     sign(out, key)
 }
 
-/// Authenticates and decodes a request. Never panics, whatever the input.
+/// Authenticates and decodes a request on the witness's side: `keys` is the **witness**
+/// keyring; the request must be signed with the member key its pair and member names
+/// derive ([`member_key`]). Never panics, whatever the input.
 pub fn decode_request(buf: &[u8], keys: &Keyring) -> Result<Request, WitnessDecodeError> {
-    let (mut r, kind) = verify(buf, keys, &[1, 2, 3])?;
-    let id = r.u64("request id")?;
-    let challenge = r.u64("challenge")?;
+    let key_id = check_header(buf, &[1, 2, 3])?;
+    let kind = buf[3];
+    let witness_key = keys.find(key_id).ok_or(WitnessDecodeError::UnknownKey { key_id })?;
+    // The names, unauthenticated: only to derive the key the MAC must verify under.
+    let unsigned = &buf[..buf.len() - MAC_LEN];
+    let mut r = Reader { buf: unsigned, pos: 8 };
     let pair = r.name("pair")?;
     let member = r.name("member")?;
+    let signed = check_mac(buf, &member_key(witness_key, &pair, &member))?;
+    // Authentic from here on.
+    let mut r = Reader { buf: signed, pos: r.pos };
+    let id = r.u64("request id")?;
+    let challenge = r.u64("challenge")?;
     let a = r.u64("a")?;
     let b = r.u64("b")?;
     let c = r.u64("c")?;
@@ -324,7 +383,13 @@ pub fn decode_request(buf: &[u8], keys: &Keyring) -> Result<Request, WitnessDeco
     Ok(Request { id, challenge, pair, member, op })
 }
 
-/// Encodes and signs a response.
+/// The id of the key a request is signed with (to answer under the same one); `None` for
+/// a datagram too short to carry one.
+pub fn request_key_id(buf: &[u8]) -> Option<u32> {
+    buf.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Encodes a response and signs it with the member key of the member that asked.
 pub fn encode_response(resp: &Response, key: &Key) -> Vec<u8> {
     let mut out = header(RESPONSE_KIND, key);
     out.extend_from_slice(&resp.id.to_be_bytes());
@@ -337,9 +402,13 @@ pub fn encode_response(resp: &Response, key: &Key) -> Vec<u8> {
     sign(out, key)
 }
 
-/// Authenticates and decodes a response. Never panics, whatever the input.
+/// Authenticates and decodes a response on the member's side: `keys` are the member's own
+/// keys. Never panics, whatever the input.
 pub fn decode_response(buf: &[u8], keys: &Keyring) -> Result<Response, WitnessDecodeError> {
-    let (mut r, _) = verify(buf, keys, &[RESPONSE_KIND])?;
+    let key_id = check_header(buf, &[RESPONSE_KIND])?;
+    let key = keys.find(key_id).ok_or(WitnessDecodeError::UnknownKey { key_id })?;
+    let signed = check_mac(buf, key)?;
+    let mut r = Reader { buf: signed, pos: 8 };
     let id = r.u64("request id")?;
     let outcome = Outcome::from_code(r.u8("outcome")?).ok_or(WitnessDecodeError::Malformed { field: "outcome" })?;
     let session = r.u64("session")?;
@@ -356,8 +425,14 @@ pub fn decode_response(buf: &[u8], keys: &Keyring) -> Result<Response, WitnessDe
 mod tests {
     use super::*;
 
+    /// The witness's keyring.
     fn ring() -> Keyring {
         Keyring { current: Key { id: 3, secret: b"0123456789abcdef".to_vec() }, previous: None }
+    }
+
+    /// Member n1 of pair web's keyring.
+    fn n1() -> Keyring {
+        member_keyring(&ring(), "web", "n1")
     }
 
     fn req(op: Op) -> Request {
@@ -378,7 +453,7 @@ mod tests {
 
     #[test]
     fn requests_and_responses_round_trip() {
-        let k = ring();
+        let (w, m) = (ring(), n1());
         for op in [
             Op::Read { holding: true },
             Op::Read { holding: false },
@@ -386,59 +461,109 @@ mod tests {
             Op::Renew { epoch: 5 },
         ] {
             let r = req(op);
-            assert_eq!(decode_request(&encode_request(&r, &k.current), &k), Ok(r));
+            assert_eq!(decode_request(&encode_request(&r, &m.current), &w), Ok(r));
         }
         let p = resp();
-        assert_eq!(decode_response(&encode_response(&p, &k.current), &k), Ok(p.clone()));
+        assert_eq!(decode_response(&encode_response(&p, &m.current), &m), Ok(p.clone()));
         let nobody = Response { holder: None, outcome: Outcome::Done, ..p };
-        assert_eq!(decode_response(&encode_response(&nobody, &k.current), &k), Ok(nobody));
+        assert_eq!(decode_response(&encode_response(&nobody, &m.current), &m), Ok(nobody));
+    }
+
+    #[test]
+    fn a_member_key_speaks_for_its_own_pair_and_member_only() {
+        let w = ring();
+        let db_n0 = member_key(&w.current, "db", "n0");
+        // db's member signs a request naming web's members: refused, whatever it names.
+        for (pair, member) in [("web", "n1"), ("web", "n0"), ("db", "n1"), ("db", "n00")] {
+            let r = Request {
+                pair: pair.into(),
+                member: member.into(),
+                ..req(Op::Cas { new_epoch: 2, expected: 1, grace_ms: 0 })
+            };
+            assert_eq!(
+                decode_request(&encode_request(&r, &db_n0), &w),
+                Err(WitnessDecodeError::BadMac),
+                "{pair}/{member}"
+            );
+        }
+        let own = Request { pair: "db".into(), member: "n0".into(), ..req(Op::Read { holding: true }) };
+        assert!(decode_request(&encode_request(&own, &db_n0), &w).is_ok());
+        // The witness key itself is not a member key.
+        assert_eq!(
+            decode_request(&encode_request(&req(Op::Read { holding: true }), &w.current), &w),
+            Err(WitnessDecodeError::BadMac)
+        );
+        // Keys differ per pair, per member, per witness key; the separator keeps
+        // ("ab", "c") and ("a", "bc") apart.
+        let k = |p: &str, m: &str| member_key(&w.current, p, m).secret;
+        assert_ne!(k("ab", "c"), k("a", "bc"));
+        assert_ne!(k("web", "n0"), k("web", "n1"));
+        let other = Key { id: 3, secret: b"another witness key".to_vec() };
+        assert_ne!(member_key(&other, "web", "n0").secret, k("web", "n0"));
+        assert_eq!(member_key(&w.current, "web", "n0").id, 3);
+    }
+
+    #[test]
+    fn a_response_under_another_members_key_is_refused() {
+        let w = ring();
+        let n0 = member_key(&w.current, "web", "n0");
+        assert_eq!(decode_response(&encode_response(&resp(), &n0), &n1()), Err(WitnessDecodeError::BadMac));
     }
 
     #[test]
     fn a_request_is_not_a_response_and_a_response_is_not_a_request() {
-        let k = ring();
-        let q = encode_request(&req(Op::Read { holding: true }), &k.current);
-        assert_eq!(decode_response(&q, &k), Err(WitnessDecodeError::BadMagic));
-        let p = encode_response(&resp(), &k.current);
-        assert_eq!(decode_request(&p, &k), Err(WitnessDecodeError::BadMagic));
+        let (w, m) = (ring(), n1());
+        let q = encode_request(&req(Op::Read { holding: true }), &m.current);
+        assert_eq!(decode_response(&q, &m), Err(WitnessDecodeError::BadMagic));
+        let p = encode_response(&resp(), &m.current);
+        assert_eq!(decode_request(&p, &w), Err(WitnessDecodeError::BadMagic));
+    }
+
+    #[test]
+    fn a_request_of_version_1_is_refused_by_version() {
+        let m = n1();
+        let mut q = encode_request(&req(Op::Read { holding: true }), &m.current);
+        q[2] = 1;
+        assert_eq!(decode_request(&q, &ring()), Err(WitnessDecodeError::UnsupportedVersion { version: 1 }));
     }
 
     #[test]
     fn every_bit_flip_and_truncation_is_refused() {
-        let k = ring();
+        let (w, m) = (ring(), n1());
         for buf in [
-            encode_request(&req(Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), &k.current),
-            encode_response(&resp(), &k.current),
+            encode_request(&req(Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), &m.current),
+            encode_response(&resp(), &m.current),
         ] {
             for i in 0..buf.len() {
                 for bit in 0..8 {
                     let mut b = buf.clone();
                     b[i] ^= 1 << bit;
-                    assert!(decode_request(&b, &k).is_err() && decode_response(&b, &k).is_err(), "flip {i}/{bit}");
+                    assert!(decode_request(&b, &w).is_err() && decode_response(&b, &m).is_err(), "flip {i}/{bit}");
                 }
             }
             for n in 0..buf.len() {
-                assert!(decode_request(&buf[..n], &k).is_err() && decode_response(&buf[..n], &k).is_err(), "cut {n}");
+                assert!(decode_request(&buf[..n], &w).is_err() && decode_response(&buf[..n], &m).is_err(), "cut {n}");
             }
         }
     }
 
     #[test]
     fn another_key_or_key_id_is_refused_and_the_previous_key_is_accepted() {
-        let k = ring();
+        let w = ring();
         let other = Key { id: 3, secret: b"fedcba9876543210".to_vec() };
-        let buf = encode_request(&req(Op::Read { holding: true }), &other);
-        assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::BadMac));
+        let buf = encode_request(&req(Op::Read { holding: true }), &member_key(&other, "web", "n1"));
+        assert_eq!(decode_request(&buf, &w), Err(WitnessDecodeError::BadMac));
         let old = Key { id: 2, secret: b"old-key-old-key!".to_vec() };
-        let buf = encode_request(&req(Op::Read { holding: true }), &old);
-        assert_eq!(decode_request(&buf, &k), Err(WitnessDecodeError::UnknownKey { key_id: 2 }));
-        let rotating = Keyring { current: k.current.clone(), previous: Some(old) };
+        let buf = encode_request(&req(Op::Read { holding: true }), &member_key(&old, "web", "n1"));
+        assert_eq!(decode_request(&buf, &w), Err(WitnessDecodeError::UnknownKey { key_id: 2 }));
+        let rotating = Keyring { current: w.current.clone(), previous: Some(old) };
         assert!(decode_request(&buf, &rotating).is_ok());
+        assert_eq!(request_key_id(&buf), Some(2));
     }
 
     #[test]
     fn authentic_garbage_never_panics() {
-        let k = ring();
+        let (w, m) = (ring(), n1());
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
             seed ^= seed << 13;
@@ -447,10 +572,15 @@ mod tests {
             let len = (seed % 120) as usize;
             let mut body = vec![b'H', b'W', VERSION, [1u8, 2, 3, RESPONSE_KIND][(seed >> 8) as usize % 4]];
             body.extend_from_slice(&3u32.to_be_bytes());
+            if seed & 1 == 0 {
+                // Names that verify, then garbage.
+                put_name(&mut body, "web");
+                put_name(&mut body, "n1");
+            }
             body.extend((0..len).map(|i| (seed >> (i % 56)) as u8));
-            let signed = sign(body, &k.current);
-            let _ = decode_request(&signed, &k);
-            let _ = decode_response(&signed, &k);
+            let signed = sign(body, &m.current);
+            let _ = decode_request(&signed, &w);
+            let _ = decode_response(&signed, &m);
         }
     }
 }

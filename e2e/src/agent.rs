@@ -26,6 +26,14 @@ pub const WITNESS_METRICS_PORT: u16 = 9798;
 /// The witness key of the lab (hex).
 pub const WITNESS_KEY_HEX: &str = "7769746e657373206b65792030317769746e657373206b6579203031";
 
+/// The witness key of `member` of `pair` (hex), derived from [`WITNESS_KEY_HEX`] as
+/// `havip-agent witness-key` does.
+pub fn witness_member_key_hex(pair: &str, member: &str) -> String {
+    let secret = havip_node_agent::config::parse_hex_key(WITNESS_KEY_HEX).unwrap_or_default();
+    let key = havip_crds::witness::member_key(&havip_crds::wire::Key { id: 1, secret }, pair, member);
+    key.secret.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `GET /metrics` on 127.0.0.1:`port` inside `ns` (empty when nothing answers).
 pub fn metrics_in(ns: &str, port: u16) -> String {
     netns::in_netns(ns, move || {
@@ -322,8 +330,9 @@ impl AgentLab {
         }
         if self.opts.witness {
             y.push_str(&format!(
-                "witness:\n  address: {}:{WITNESS_PORT}\n  key: {WITNESS_KEY_HEX}\n",
-                self.topo.client().ip
+                "witness:\n  address: {}:{WITNESS_PORT}\n  key: {}\n",
+                self.topo.client().ip,
+                witness_member_key_hex(&pair_name(k), &node_name(i))
             ));
         }
         y.push_str(&format!(

@@ -223,17 +223,28 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
     let unconfirmed = wire::encode(&hb, &real_key);
     let garbage = vec![0x48, 0x56, 1, 0, 0, 0, 0, 1, 9, 9, 9];
     let ns = lab.topo.client().ns.clone();
+    let from_client = forged.clone();
     netns::in_netns(&ns, move || {
-        let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+        // From n0's address (a spoofed source: the only datagrams n1 verifies at all) …
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("udp");
+        s.set_ip_transparent_v4(true).expect("IP_TRANSPARENT");
+        s.bind(&std::net::SocketAddr::new(n0.into(), 0).into()).expect("bind n0's address");
+        let s: std::net::UdpSocket = s.into();
         for _ in 0..5 {
             for d in [&forged, &replayed, &unconfirmed, &garbage] {
                 let _ = s.send_to(d, (n1, havip_e2e::agent::HEARTBEAT_PORT));
             }
         }
+        // … and from the client's own: a stranger, dropped unverified.
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+        for _ in 0..5 {
+            let _ = s.send_to(&from_client, (n1, havip_e2e::agent::HEARTBEAT_PORT));
+        }
     })
     .expect("inject");
-    let _ = n0;
     std::thread::sleep(Duration::from_millis(500));
+    let stranger = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["stranger"]);
+    assert!(stranger >= 5.0, "a stranger's datagrams counted as such: {stranger}\n{}", lab.metrics(1));
     let bad_mac = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["bad_mac"]);
     let replay = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["replayed"]);
     let unconfirmed = lab.metric_sum(1, "havip_agent_heartbeats_dropped", &["unconfirmed_session"]);

@@ -3,8 +3,8 @@
 //! rtnetlink ([`netlink`]), the drain's nftables rules ([`nft`]), announcements and ARP
 //! probes ([`announce`]), the heartbeat ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
 //! ([`config`]), the runtime that ties them together ([`runtime`]), the Kubernetes mode
-//! around the runtimes ([`kube`]), the standalone admin socket ([`admin`]) and metrics
-//! ([`metrics`]).
+//! around the runtimes ([`kube`]), standalone mode ([`standalone`]) and its admin socket
+//! ([`admin`]), what gone pairs leave behind ([`leftovers`]) and metrics ([`metrics`]).
 
 pub mod admin;
 pub mod announce;
@@ -13,6 +13,7 @@ pub mod heartbeat;
 pub mod kube;
 pub mod lease;
 pub mod ledger;
+pub mod leftovers;
 pub mod metrics;
 pub mod netlink;
 pub mod nft;
@@ -20,6 +21,7 @@ pub mod probes;
 pub mod runtime;
 pub mod sim;
 pub mod sm;
+pub mod standalone;
 pub mod state;
 pub mod timer;
 pub mod witness;

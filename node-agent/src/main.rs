@@ -8,6 +8,8 @@
 //! - `havip-agent admin …`: talks to a standalone agent through its admin socket.
 //! - `havip-agent witness --listen ip:port --key-file F`: the optional third party of
 //!   standalone pairs, whose vote every takeover needs (docs/standalone.md).
+//! - `havip-agent witness-key --key-file F --pair P --member M`: prints the key member M
+//!   of pair P signs its witness requests with (each member holds only its own).
 
 use clap::{Parser, Subcommand};
 use havip_node_agent::admin::{self, AdminRequest};
@@ -108,6 +110,20 @@ enum Cmd {
         /// The most pairs it keeps a record for (further pairs are refused).
         #[arg(long, default_value_t = 10_000)]
         max_pairs: usize,
+    },
+    /// Print the witness key of one member of one pair (hex), derived from the witness key:
+    /// put it in that member's `witness.keyFile`. A member key speaks for that member of that
+    /// pair only; the witness key itself stays on the witness.
+    WitnessKey {
+        /// File holding the witness key (hex), as given to `havip-agent witness --key-file`.
+        #[arg(long, env = "HAVIP_WITNESS_KEY_FILE")]
+        key_file: PathBuf,
+        /// The pair (its `pair:` name).
+        #[arg(long)]
+        pair: String,
+        /// The member (its node name).
+        #[arg(long)]
+        member: String,
     },
     /// Send a command to a standalone agent.
     Admin {
@@ -229,6 +245,16 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::WitnessKey { key_file, pair, member } => match witness_key(&key_file, &pair, &member) {
+            Ok(hex) => {
+                println!("{hex}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("havip-agent witness-key: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Admin { socket, command } => {
             let req = match command {
                 AdminCmd::Failover { to, force } => Ok(AdminRequest::Failover { to, force }),
@@ -362,6 +388,19 @@ async fn witness(
     }
 }
 
+/// The hex member key of `member` of `pair` under the witness key in `key_file`.
+fn witness_key(key_file: &std::path::Path, pair: &str, member: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(key_file).map_err(|e| format!("failed to read {}: {e}", key_file.display()))?;
+    let secret = havip_node_agent::config::parse_hex_key(&text).map_err(|e| format!("{}: {e}", key_file.display()))?;
+    for (what, name) in [("pair", pair), ("member", member)] {
+        if name.is_empty() || name.len() > havip_crds::wire::MAX_NAME {
+            return Err(format!("--{what} must have 1 to {} bytes", havip_crds::wire::MAX_NAME));
+        }
+    }
+    let key = havip_crds::witness::member_key(&havip_crds::wire::Key { id: 0, secret }, pair, member);
+    Ok(key.secret.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 struct WitnessEndpoints(Arc<havip_node_agent::witness::WitnessMetrics>);
 
 impl havip_endpoints::Endpoints for WitnessEndpoints {
@@ -427,6 +466,14 @@ async fn standalone(
         }
         configs.push(PairFile { path, cfg, dir, admin });
     }
+    // What pairs that are no longer configured left behind (VIPs, drain tables), before
+    // any pair starts.
+    let mut configured =
+        havip_node_agent::standalone::sweep::Configured { sources: config.clone(), ..Default::default() };
+    for c in &configs {
+        configured.dirs.entry(c.dir.clone()).or_default().insert(c.cfg.pair.clone());
+    }
+    havip_node_agent::standalone::sweep::sweep(&configured).await;
     let metrics = Arc::new(AgentMetrics::new());
     let hub = Hub::new(metrics.clone());
     let mut pairs: Vec<StandalonePair> = Vec::new();
@@ -460,6 +507,9 @@ async fn standalone(
         )
         .await
         .map_err(|e| format!("pair {} ({}): {e}", cfg.pair, path.display()))?;
+        if let Err(e) = havip_node_agent::standalone::sweep::record_source(&dir, &cfg.pair, &path, &config) {
+            tracing::warn!(pair = %cfg.pair, error = %e, "cannot record which file configures the pair (a later start cannot sweep it if it is removed)");
+        }
         if let Some(p) = &admin {
             admin::serve(p, handle.clone(), paths)
                 .await

@@ -705,7 +705,7 @@ fn two_actives_foreign_holder_conflict_raises_alarm_and_reannounces() {
 fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
     let mut h = active_a_with_b(3);
     h.now = 3_010;
-    let out = h.feed(Input::AdvertRejected { path: PathId(1), reason: RejectReason::KeyMismatch });
+    let out = h.feed(Input::AdvertRejected { path: PathId(1), reason: RejectReason::KeyMismatch, from: None });
     assert_eq!(raised(&out), vec![Alarm::KeyMismatch]);
     assert_eq!(h.status().alarms, vec![Alarm::KeyMismatch]);
     let out = h.run(8_000, &[standby(B, 100, 3)], None);
@@ -713,12 +713,12 @@ fn two_actives_rejected_heartbeat_alarms_clear_when_rejections_stop() {
     let out = h.run(8_100, &[standby(B, 100, 3)], None);
     assert_eq!(cleared(&out), vec![Alarm::KeyMismatch]);
     // Malformed packets are counted elsewhere, never alarms here.
-    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Malformed });
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Malformed, from: None });
     assert!(raised(&out).is_empty());
     // Replay reports reach the machine only when every datagram of a member has been
     // refused for a heartbeat timeout (a member it cannot hear): an alarm, cleared 5 s
     // after the reports stop.
-    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay });
+    let out = h.feed(Input::AdvertRejected { path: PathId(0), reason: RejectReason::Replay, from: None });
     assert_eq!(raised(&out), vec![Alarm::HeartbeatReplay]);
     let out = h.run(h.now + 5_100, &[standby(B, 100, 3)], None);
     assert_eq!(cleared(&out), vec![Alarm::HeartbeatReplay]);

@@ -283,7 +283,7 @@ fn takeover_key_mismatch_or_clock_skew_do_not_block_dead_data_plane() {
         for t in (2_010..=2_400).step_by(10) {
             out.extend(h.run(t, &[], Some(false)));
             if t % 100 == 0 {
-                out.extend(h.feed(Input::AdvertRejected { path: PathId(0), reason }));
+                out.extend(h.feed(Input::AdvertRejected { path: PathId(0), reason, from: None }));
             }
         }
         let alarm = match reason {

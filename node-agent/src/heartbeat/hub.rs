@@ -88,6 +88,7 @@ fn bind_exclusive(addr: SocketAddr) -> Result<(AsyncFd<std::net::UdpSocket>, std
         sock.set_only_v6(true).map_err(io)?;
     }
     sock.set_nonblocking(true).map_err(io)?;
+    grow_receive_buffer(&sock);
     sock.bind(&addr.into()).map_err(io)?;
     let std: std::net::UdpSocket = sock.into();
     let send = std.try_clone().map_err(io)?;
@@ -97,6 +98,23 @@ fn bind_exclusive(addr: SocketAddr) -> Result<(AsyncFd<std::net::UdpSocket>, std
     #[allow(deprecated)]
     let recv = AsyncFd::with_interest(std, Interest::READABLE).map_err(io)?;
     Ok((recv, send))
+}
+
+/// The receive buffer a heartbeat socket asks for. The kernel's default (about 208 KiB)
+/// holds some 270 datagrams in flight; under a flood of forged datagrams (20,000 a second
+/// and more) an agent delayed by a few milliseconds would see the kernel drop datagrams at
+/// random — authentic heartbeats among them. 4 MiB holds about a quarter of a second of
+/// such a flood.
+pub const RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Asks for [`RECEIVE_BUFFER`]: beyond `net.core.rmem_max` with `SO_RCVBUFFORCE` (the agent
+/// has CAP_NET_ADMIN), else as far as `SO_RCVBUF` allows. Best effort: a smaller buffer
+/// works, it only holds less of a flood.
+fn grow_receive_buffer(sock: &socket2::Socket) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if setsockopt(sock, sockopt::RcvBufForce, &RECEIVE_BUFFER).is_err() {
+        let _ = sock.set_recv_buffer_size(RECEIVE_BUFFER);
+    }
 }
 
 /// A random non-zero u64 (a session id, a challenge, a request id).

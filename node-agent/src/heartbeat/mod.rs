@@ -76,6 +76,8 @@ pub enum Received {
         path: sm::PathId,
         /// Why.
         reason: sm::RejectReason,
+        /// The member whose address it came from.
+        from: Option<sm::NodeId>,
     },
 }
 
@@ -111,14 +113,35 @@ pub enum HeartbeatError {
     },
 }
 
+/// A member's datagrams that fail verification (or are refused for clock skew) are
+/// reported to the state machine at most this often: the machine only needs to know that
+/// they keep coming (its alarms clear seconds after the last one), and a flood of them
+/// must not crowd the authentic heartbeats out of the queue they share.
+pub const REJECT_REPORT_EVERY: Duration = Duration::from_millis(250);
+
 /// What the endpoint knows of one peer.
 #[derive(Default)]
 struct Peer {
     window: SenderWindow,
+    /// Per path: the replay window of the member's datagrams of another major version.
+    other_major: HashMap<String, wire::ReplayWindow>,
     /// First refusal (as a replay) since the last accepted datagram.
     refused_since: Option<Instant>,
     /// Last time a lasting refusal was reported.
     reported_at: Option<Instant>,
+    /// Last time a key mismatch or clock skew was reported.
+    rejection_reported_at: Option<Instant>,
+}
+
+impl Peer {
+    /// Whether a key-mismatch or clock-skew rejection may be reported now (and notes it).
+    fn report_due(&mut self, now: Instant) -> bool {
+        let due = self.rejection_reported_at.is_none_or(|t| now.duration_since(t) >= REJECT_REPORT_EVERY);
+        if due {
+            self.rejection_reported_at = Some(now);
+        }
+        due
+    }
 }
 
 struct State {
@@ -245,31 +268,61 @@ impl Endpoint {
 
     /// Authenticates, checks and maps one datagram. Pure apart from counters and the
     /// endpoint's replay state.
+    ///
+    /// Only a datagram from a member's configured address on a path of this socket is
+    /// looked at: anything else — a stranger on the LAN, whatever it names — is counted
+    /// (`reason="stranger"`) and dropped before any MAC is computed, and can raise no
+    /// alarm. From a member's address, a datagram that fails verification is a key mismatch
+    /// (or a forgery with a spoofed source): counted, and reported to the machine at most
+    /// once per [`REJECT_REPORT_EVERY`] per member, so that a flood cannot fill the queue the
+    /// authentic heartbeats share. An authentic datagram must name the member whose address
+    /// it comes from (`reason="wrong_address"` otherwise: a member's key speaking for
+    /// another member).
     fn accept(&self, datagram: &[u8], local: SocketAddr, from: IpAddr, now: Instant, now_ms: u64) -> Option<Received> {
         let mut st = self.lock();
-        // The path: the one bound on this socket whose peers include the source; else
-        // the first one bound on it.
         let on_socket = |p: &PathSpec| p.local == local.ip();
-        let pi = st
+        let member = st
             .spec
             .paths
             .iter()
-            .position(|p| on_socket(p) && p.peers.iter().any(|(_, a)| *a == from))
-            .or_else(|| st.spec.paths.iter().position(on_socket))?;
+            .enumerate()
+            .filter(|(_, p)| on_socket(p))
+            .find_map(|(pi, p)| p.peers.iter().find(|(_, a)| *a == from).map(|(n, _)| (pi, n.clone())));
+        let Some((pi, peer_name)) = member else {
+            let label = st.spec.paths.iter().find(|p| on_socket(p)).map_or("", |p| p.name.as_str());
+            self.metrics.dropped(label, "stranger");
+            return None;
+        };
         let path = sm::PathId(pi as u8);
         let path_name = st.spec.paths[pi].name.clone();
+        let from_node = sm::NodeId::new(peer_name.clone()).ok();
         let hb = match wire::decode(datagram, &st.spec.keys) {
             Ok(hb) => hb,
             Err(e) => {
                 self.metrics.dropped(&path_name, e.reason());
                 return match e {
                     DecodeError::BadMac | DecodeError::UnknownKey { .. } => {
-                        Some(Received::Rejected { path, reason: sm::RejectReason::KeyMismatch })
+                        let peer = st.peers.entry(peer_name).or_default();
+                        peer.report_due(now).then_some(Received::Rejected {
+                            path,
+                            reason: sm::RejectReason::KeyMismatch,
+                            from: from_node,
+                        })
                     }
                     // Authentic, from a member, in another major version: the member is alive
-                    // (it is heard) but nothing else of its heartbeat can be read. The state
+                    // (it is heard) but nothing else of its heartbeat can be read — only the
+                    // header, which every major version lays out alike: its sequence number
+                    // and timestamp go through a replay window of their own, so a recorded
+                    // datagram of an old version cannot keep a dead member "heard". The state
                     // machine raises VersionMismatch and takes no automatic action against it.
-                    DecodeError::UnsupportedMajor { major, sender } if is_member(&st.spec, &sender) => {
+                    DecodeError::UnsupportedMajor { major, sender, seq, timestamp_ms } if sender == peer_name => {
+                        let max_age = MAX_CLOCK_DIFFERENCE.as_millis() as u64;
+                        let peer = st.peers.entry(peer_name).or_default();
+                        let window = peer.other_major.entry(path_name.clone()).or_default();
+                        if let Err(e) = window.check(seq, timestamp_ms, now_ms, max_age) {
+                            self.metrics.dropped(&path_name, e.reason());
+                            return None;
+                        }
                         version_mismatch_advert(&sender, major).map(|advert| Received::Advert {
                             path,
                             advert,
@@ -284,9 +337,10 @@ impl Endpoint {
             self.metrics.dropped(&path_name, "own");
             return None;
         }
-        if !is_member(&st.spec, &hb.sender) {
-            self.metrics.dropped(&path_name, "unknown_sender");
-            return Some(Received::Rejected { path, reason: sm::RejectReason::UnknownSender });
+        if hb.sender != peer_name {
+            self.metrics
+                .dropped(&path_name, if is_member(&st.spec, &hb.sender) { "wrong_address" } else { "unknown_sender" });
+            return None;
         }
         let timeout = st.spec.heartbeat_timeout;
         let own_session = self.hub.session();
@@ -296,7 +350,11 @@ impl Endpoint {
         {
             self.metrics.dropped(&path_name, e.reason());
             if !e.is_replay() {
-                return Some(Received::Rejected { path, reason: sm::RejectReason::ClockSkew });
+                return peer.report_due(now).then_some(Received::Rejected {
+                    path,
+                    reason: sm::RejectReason::ClockSkew,
+                    from: from_node,
+                });
             }
             // A lone replay is only counted. Every datagram of a member refused for longer
             // than a heartbeat timeout is a member we cannot hear (e.g. it restarted and
@@ -310,7 +368,7 @@ impl Endpoint {
                     pair = %st.spec.pair, peer = %hb.sender, path = %path_name, reason = e.reason(),
                     "every heartbeat of this member is refused as a replay"
                 );
-                return Some(Received::Rejected { path, reason: sm::RejectReason::Replay });
+                return Some(Received::Rejected { path, reason: sm::RejectReason::Replay, from: from_node });
             }
             return None;
         }

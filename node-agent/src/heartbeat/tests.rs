@@ -264,3 +264,145 @@ async fn a_reconfiguration_moves_sockets_and_keeps_what_it_knows_of_peers() {
     drop(n0.endpoints);
     assert!(n0.hub.bound_addresses().is_empty(), "the last pair closes the socket");
 }
+
+const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+
+fn forged(pair: &str, sender: &str, seq: u64) -> Vec<u8> {
+    let hb = Heartbeat {
+        major: wire::PROTOCOL_MAJOR,
+        minor: wire::PROTOCOL_MINOR,
+        key_id: 1,
+        seq,
+        timestamp_ms: unix_ms(),
+        pair: pair.to_owned(),
+        sender: sender.to_owned(),
+        body: to_wire(&advert(sender, 9)),
+        session: Some(Session { id: 42, echo: 0 }),
+    };
+    wire::encode(&hb, &Key { id: 1, secret: vec![9; 32] })
+}
+
+#[tokio::test]
+async fn a_strangers_datagrams_raise_nothing_and_are_dropped_unverified() {
+    let port = free_port();
+    let mut n1 = member("n1", N1, ("n0", N0), port, &[("web", 1)]).await;
+    let s = std::net::UdpSocket::bind((STRANGER, 0)).expect("bind");
+    for seq in 0..50 {
+        s.send_to(&forged("web", "n0", seq), SocketAddr::new(N1, port)).expect("send");
+    }
+    assert!(silent(&mut n1.endpoints[0].1).await, "a stranger's datagrams reach the machine");
+    assert_eq!(dropped(&n1, "stranger"), 50, "{}", n1.metrics.encode());
+    assert_eq!(dropped(&n1, "bad_mac"), 0, "not even verified");
+}
+
+#[tokio::test]
+async fn a_flood_from_a_members_address_loses_no_authentic_heartbeat_and_reports_the_mismatch_sparingly() {
+    let port = free_port();
+    let mut n1 = member("n1", N1, ("n0", N0), port, &[("web", 1)]).await;
+    let n0 = member("n0", N0, ("n1", N1), port, &[("web", 1)]).await;
+    // Forged datagrams from n0's own address (a spoofed source) at 20,000 per second for
+    // the second in which n0 sends 100 authentic heartbeats.
+    let flooder = std::thread::spawn(move || {
+        let s = std::net::UdpSocket::bind((N0, 0)).expect("bind");
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < Duration::from_millis(1_100) {
+            let due = start.elapsed().as_micros() as u64 / 50;
+            while sent < due {
+                sent += 1;
+                let _ = s.send_to(&forged("web", "n0", sent), SocketAddr::new(N1, port));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sent
+    });
+    let (_ep, mut rx) = n1.endpoints.remove(0);
+    // The consumer (the runtime) comes back to the queue every 20 ms, as one busy with
+    // probes and ticks may: the queue must hold what arrives meanwhile.
+    let reader = tokio::spawn(async move {
+        let (mut adverts, mut mismatches) = (0u64, 0u64);
+        let mut idle = 0;
+        while idle < 25 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            idle += 1;
+            while let Ok(r) = rx.try_recv() {
+                idle = 0;
+                match r {
+                    Received::Advert { .. } => adverts += 1,
+                    Received::Rejected { reason: sm::RejectReason::KeyMismatch, .. } => mismatches += 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        (adverts, mismatches)
+    });
+    for round in 0..100u64 {
+        n0.endpoints[0].0.send(&advert("n0", round + 1));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sent = flooder.join().expect("flooder");
+    let (adverts, mismatches) = reader.await.expect("reader");
+    let dropped_mac = dropped(&n1, "bad_mac");
+    assert_eq!(
+        adverts, 100,
+        "authentic heartbeats lost; {mismatches} mismatch reports, {dropped_mac} of {sent} forged dropped"
+    );
+    assert!((1..=8).contains(&mismatches), "{mismatches} mismatch reports for {dropped_mac} forged datagrams");
+    assert!(dropped_mac > 15_000, "{dropped_mac} of {sent}");
+}
+
+#[tokio::test]
+async fn an_authentic_heartbeat_from_another_members_address_is_dropped() {
+    let port = free_port();
+    let metrics = Arc::new(crate::metrics::AgentMetrics::new());
+    let hub = Hub::new(metrics.clone());
+    let (tx, mut rx) = mpsc::channel(64);
+    let mut sp = spec("web", "n1", N1, ("n0", N0), port, 1);
+    sp.paths[0].peers.push(("n2".to_owned(), STRANGER));
+    let _ep = Endpoint::attach(&hub, sp, metrics.pair("web"), tx).await.expect("attach");
+    let m = Member { hub, metrics, endpoints: Vec::new() };
+    // n2 (a member: it holds the key) speaks as n0.
+    let hb = Heartbeat {
+        major: wire::PROTOCOL_MAJOR,
+        minor: wire::PROTOCOL_MINOR,
+        key_id: 1,
+        seq: 1,
+        timestamp_ms: unix_ms(),
+        pair: "web".to_owned(),
+        sender: "n0".to_owned(),
+        body: to_wire(&advert("n0", 99)),
+        session: Some(Session { id: 42, echo: 0 }),
+    };
+    let s = std::net::UdpSocket::bind((STRANGER, 0)).expect("bind");
+    s.send_to(&wire::encode(&hb, &keys(1).current), SocketAddr::new(N1, port)).expect("send");
+    assert!(silent(&mut rx).await, "n2 was taken for n0");
+    assert_eq!(dropped(&m, "wrong_address"), 1, "{}", m.metrics.encode());
+}
+
+#[tokio::test]
+async fn replays_of_another_major_version_are_refused() {
+    let port = free_port();
+    let mut n1 = member("n1", N1, ("n0", N0), port, &[("web", 1)]).await;
+    let hb = Heartbeat {
+        major: wire::PROTOCOL_MAJOR + 1,
+        minor: 0,
+        key_id: 1,
+        seq: 7,
+        timestamp_ms: unix_ms(),
+        pair: "web".to_owned(),
+        sender: "n0".to_owned(),
+        body: to_wire(&advert("n0", 99)),
+        session: None,
+    };
+    let d = wire::encode(&hb, &keys(1).current);
+    let s = std::net::UdpSocket::bind((N0, 0)).expect("bind");
+    for _ in 0..3 {
+        s.send_to(&d, SocketAddr::new(N1, port)).expect("send");
+    }
+    match next(&mut n1.endpoints[0].1).await {
+        Some(Received::Advert { advert, .. }) => assert_eq!(advert.protocol_major, u16::from(wire::PROTOCOL_MAJOR) + 1),
+        other => panic!("the first copy shows a member of another version, got {other:?}"),
+    }
+    assert!(silent(&mut n1.endpoints[0].1).await, "a replayed copy was taken for a live member");
+    assert_eq!(dropped(&n1, "replayed"), 2, "{}", n1.metrics.encode());
+}

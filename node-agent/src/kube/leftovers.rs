@@ -18,41 +18,7 @@ fn uid_path(dir: &Path, pair: &str) -> std::path::PathBuf {
 /// Removes the VIPs `pair` recorded adding on this node, its ledger, its state file and
 /// its UID record. Errors are logged; what could not be removed stays recorded.
 pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
-    // A drain's nft tables (the drained addresses on `lo` are in the ledger).
-    let p = pair.to_owned();
-    match tokio::task::spawn_blocking(move || crate::nft::Nft::open().and_then(|mut n| n.remove_pair(&p))).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
-        Err(e) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
-    }
-    let ledger = VipLedger::new(dir, pair);
-    let recorded = match ledger.load() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(pair, error = %e, "cannot read the VIP ledger of a pair that is gone; its VIPs stay");
-            return;
-        }
-    };
-    let mut all_gone = true;
-    if !recorded.is_empty() {
-        match Netlink::new() {
-            Ok(nl) => {
-                let (removed, errors) = nl.remove_stale(&recorded, &[]).await;
-                for a in removed {
-                    tracing::info!(pair, address = %a.addr, "removed a VIP of a pair that no longer names this node");
-                }
-                for e in errors {
-                    all_gone = false;
-                    tracing::warn!(pair, error = %e, "failed to remove a VIP of a pair that is gone");
-                }
-            }
-            Err(e) => {
-                all_gone = false;
-                tracing::warn!(pair, error = %e, "cannot open netlink to remove a gone pair's VIPs");
-            }
-        }
-    }
-    if !all_gone {
+    if !crate::leftovers::remove_vips_and_drain_tables(dir, pair).await {
         return;
     }
     let state = StateFile::new(dir, pair);
@@ -62,9 +28,6 @@ pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
         {
             tracing::warn!(pair, file = %p.display(), error = %e, "failed to remove a gone pair's file");
         }
-    }
-    if let Err(e) = ledger.remove() {
-        tracing::warn!(pair, error = %e, "failed to remove a gone pair's VIP ledger");
     }
 }
 

@@ -465,7 +465,9 @@ impl Runtime {
                 self.skew.record(advert.sender.as_str(), skew_ms);
                 self.queue.push_back(sm::Input::Advert { path, msg: advert });
             }
-            Received::Rejected { path, reason } => self.queue.push_back(sm::Input::AdvertRejected { path, reason }),
+            Received::Rejected { path, reason, from } => {
+                self.queue.push_back(sm::Input::AdvertRejected { path, reason, from })
+            }
         }
     }
 

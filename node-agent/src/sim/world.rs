@@ -756,9 +756,9 @@ impl World {
         }
         let p = crate::sm::PathId(u8::try_from(path).unwrap_or(0));
         let input = if self.nodes[from].key != self.nodes[to].key {
-            Input::AdvertRejected { path: p, reason: RejectReason::KeyMismatch }
+            Input::AdvertRejected { path: p, reason: RejectReason::KeyMismatch, from: Some(node_name(from)) }
         } else if self.nodes[from].wall_offset.abs_diff(self.nodes[to].wall_offset) > MAX_SKEW {
-            Input::AdvertRejected { path: p, reason: RejectReason::ClockSkew }
+            Input::AdvertRejected { path: p, reason: RejectReason::ClockSkew, from: Some(node_name(from)) }
         } else if !self.replay_ok(to, path, from, session, seq) {
             // Single replays are only counted by the heartbeat layer; the machine hears of
             // replays only when every datagram of a member is refused for a heartbeat

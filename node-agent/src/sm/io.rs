@@ -33,6 +33,9 @@ pub enum Input {
         path: PathId,
         /// Why it was rejected.
         reason: RejectReason,
+        /// The member whose configured address it came from (the I/O layer drops what
+        /// comes from any other address before this point).
+        from: Option<NodeId>,
     },
     /// Result of one TCP connect probe to `vip` through the network (a standby probing the
     /// active's data plane).
@@ -150,7 +153,8 @@ pub enum CasResult {
     /// The store could not be reached (standalone mode answers this at once).
     Unavailable,
     /// The store refused the claim because another member holds the VIPs and is alive: a
-    /// witness that heard it say so within half a heartbeat timeout. Nothing changed.
+    /// witness that heard it say so in a fresh request within three quarters of a heartbeat
+    /// timeout. Nothing changed.
     HolderAlive {
         /// The member the witness heard holding.
         holder: NodeId,

@@ -132,17 +132,21 @@ impl WitnessClient {
         self.ask(Op::Read { holding }, limit).await
     }
 
-    /// How often the record is read: a third of the heartbeat timeout, between 20 ms and
+    /// How often the record is read: a quarter of the heartbeat timeout, between 20 ms and
     /// [`POLL_INTERVAL`].
     pub fn poll_interval(&self) -> Duration {
-        (self.timeout / 3).clamp(Duration::from_millis(20), POLL_INTERVAL)
+        (self.timeout / 4).clamp(Duration::from_millis(20), POLL_INTERVAL)
     }
 
-    /// How long the holder must have been silent at the witness for a claim: half the
-    /// heartbeat timeout. A live holder reads every third of it; a dead one read at most
-    /// `timeout - interval` (at least half the timeout) before a peer claims.
+    /// How long the holder must have been silent at the witness for a claim: three
+    /// quarters of the heartbeat timeout. The witness dates a member's liveness at the
+    /// issue of the challenge its last request carried — the answer to the request before
+    /// — so a live holder that reads every [`Self::poll_interval`] (at most a quarter of
+    /// the timeout) is never older there than two intervals (half the timeout) plus the
+    /// round trip; a dead one last proved itself before it died, and a peer claims no
+    /// earlier than a heartbeat timeout after that.
     fn grace(&self) -> Duration {
-        self.timeout / 2
+        self.timeout * 3 / 4
     }
 
     /// Reads the record every [`Self::poll_interval`] and shows it to the machine behind
@@ -178,7 +182,13 @@ impl WitnessClient {
                 other => {
                     missed = missed.saturating_add(1);
                     if missed == UNREACHABLE_AFTER {
-                        let why = if other.is_some() { "refuses this pair (no room)" } else { "does not answer" };
+                        let why = if other.is_some() {
+                            "refuses this pair or member (no room)"
+                        } else {
+                            "does not answer (is it running and reachable, and is this member's key its own member key, \
+                             printed by `havip-agent witness-key`? the witness counts what it drops in \
+                             havip_witness_dropped_total)"
+                        };
                         tracing::warn!(pair = %self.pair, witness = %self.address, "the witness {why}: no member takes the VIPs over until it answers");
                     }
                     if missed >= UNREACHABLE_AFTER && !handle.status().lease_stale {

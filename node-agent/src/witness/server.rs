@@ -29,16 +29,79 @@ use tokio::net::UdpSocket;
 /// How many members of one pair the witness keeps a challenge for (a pair has at most 8).
 const MEMBERS_PER_PAIR: usize = 16;
 
+/// A member not heard for this long (ms) may make room for a new one when its pair's table
+/// is full (a member renamed or removed from the pair), unless it is the record's holder or
+/// was last heard holding.
+const MEMBER_IDLE_MS: u64 = 10 * 60 * 1000;
+
+/// The challenge the witness last issued to one member, and when (ms on its clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Challenge {
+    value: u64,
+    issued: u64,
+}
+
 /// One pair's record.
 #[derive(Clone, Debug, Default)]
 struct Record {
     holder: Option<String>,
     epoch: u64,
     renewals: u64,
-    challenges: BTreeMap<String, u64>,
-    /// When each member was last heard (ms on the witness's monotonic clock), and whether
-    /// it said it holds the VIPs.
-    heard: BTreeMap<String, (u64, bool)>,
+    challenges: BTreeMap<String, Challenge>,
+    /// When each member was last known alive (ms on the witness's monotonic clock: the
+    /// issue time of the challenge its last fresh request carried), whether it said it
+    /// holds the VIPs, and when it last sent anything authentic.
+    heard: BTreeMap<String, Heard>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    alive_at: u64,
+    holding: bool,
+    last_request: u64,
+}
+
+impl Record {
+    /// Room for `member` in the member tables: there already, or a free slot, or the slot
+    /// of a member idle for [`MEMBER_IDLE_MS`] that neither holds the record nor was last
+    /// heard holding. Never evicts a live or holding member: a pair whose table is full of
+    /// live names refuses the newcomer instead.
+    fn make_room(&mut self, member: &str, now: u64) -> bool {
+        if self.challenges.contains_key(member) || self.heard.contains_key(member) {
+            return true;
+        }
+        if self.challenges.len() < MEMBERS_PER_PAIR && self.heard.len() < MEMBERS_PER_PAIR {
+            return true;
+        }
+        let idle = self
+            .heard
+            .iter()
+            .filter(|(m, h)| {
+                self.holder.as_deref() != Some(m.as_str())
+                    && !h.holding
+                    && now.saturating_sub(h.last_request) >= MEMBER_IDLE_MS
+            })
+            .min_by_key(|(_, h)| h.last_request)
+            .map(|(m, _)| m.clone())
+            .or_else(|| {
+                // A challenge of a member never heard fresh (it never used it).
+                self.challenges
+                    .iter()
+                    .filter(|(m, c)| {
+                        !self.heard.contains_key(m.as_str()) && now.saturating_sub(c.issued) >= MEMBER_IDLE_MS
+                    })
+                    .min_by_key(|(_, c)| c.issued)
+                    .map(|(m, _)| m.clone())
+            });
+        match idle {
+            Some(m) => {
+                self.heard.remove(&m);
+                self.challenges.remove(&m);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The records of every pair, and the rules that change them (no I/O: unit-tested alone).
@@ -74,7 +137,11 @@ impl Records {
             .pairs
             .into_iter()
             .map(|(name, r)| {
-                let heard = r.holder.iter().map(|h| (h.clone(), (now, true))).collect();
+                let heard = r
+                    .holder
+                    .iter()
+                    .map(|h| (h.clone(), Heard { alive_at: now, holding: true, last_request: now }))
+                    .collect();
                 (name, Record { holder: r.holder, epoch: r.epoch, heard, ..Record::default() })
             })
             .collect();
@@ -121,44 +188,45 @@ impl Records {
             return (refused(0), false);
         }
         let rec = self.pairs.entry(req.pair.clone()).or_default();
-        if !rec.challenges.contains_key(&req.member) && rec.challenges.len() >= MEMBERS_PER_PAIR {
-            rec.challenges.pop_first();
+        if !rec.make_room(&req.member, now) {
+            return (refused(0), false);
         }
-        if !rec.heard.contains_key(&req.member) && rec.heard.len() >= MEMBERS_PER_PAIR {
-            rec.heard.pop_first();
+        let current =
+            *rec.challenges.entry(req.member.clone()).or_insert_with(|| Challenge { value: fresh(), issued: now });
+        if let Some(h) = rec.heard.get_mut(&req.member) {
+            h.last_request = now;
         }
-        // The members heard saying they hold the VIPs, and when (before this request).
-        let holding_heard: Vec<(String, u64)> =
-            rec.heard.iter().filter(|(_, (_, holding))| *holding).map(|(m, (t, _))| (m.clone(), *t)).collect();
-        let holding = match req.op {
-            Op::Read { holding } => holding,
-            Op::Renew { .. } => true,
-            // A claimer does not hold yet; a holder reconciling the record still holds:
-            // a write says nothing new about it.
-            Op::Cas { .. } => rec.heard.get(&req.member).is_some_and(|(_, h)| *h),
-        };
-        rec.heard.insert(req.member.clone(), (now, holding));
-        let current = *rec.challenges.entry(req.member.clone()).or_insert_with(&mut *fresh);
-        let mutating = !matches!(req.op, Op::Read { .. });
-        if mutating && req.challenge != current {
+        if req.challenge != current.value {
+            // A replay, a retry after the first copy was accepted, or a member's first
+            // request (it has no challenge yet): nothing changes, and nothing is learnt of
+            // the member's liveness — a recorded request proves nothing.
             let r = Response {
                 id: req.id,
                 outcome: Outcome::Stale,
                 session,
-                challenge: current,
+                challenge: current.value,
                 holder: rec.holder.clone(),
                 epoch: rec.epoch,
                 renewals: rec.renewals,
             };
             return (r, false);
         }
-        let challenge = if mutating {
-            let next = fresh();
-            rec.challenges.insert(req.member.clone(), next);
-            next
-        } else {
-            current
+        // Fresh: the member signed this after the witness issued `current`, so it was
+        // alive then (not necessarily now: the request may have been held back).
+        // The members heard saying they hold the VIPs, and when (before this request).
+        let holding_heard: Vec<(String, u64)> =
+            rec.heard.iter().filter(|(_, h)| h.holding).map(|(m, h)| (m.clone(), h.alive_at)).collect();
+        let holding = match req.op {
+            Op::Read { holding } => holding,
+            Op::Renew { .. } => true,
+            // A claimer does not hold yet; a holder reconciling the record still holds:
+            // a write says nothing new about it.
+            Op::Cas { .. } => rec.heard.get(&req.member).is_some_and(|h| h.holding),
         };
+        rec.heard.insert(req.member.clone(), Heard { alive_at: current.issued, holding, last_request: now });
+        let next = Challenge { value: fresh(), issued: now };
+        rec.challenges.insert(req.member.clone(), next);
+        let challenge = next.value;
         let mut alive_holder = None;
         let (outcome, changed) = match req.op {
             Op::Read { .. } => (Outcome::Done, false),
@@ -178,7 +246,7 @@ impl Records {
                     rec.epoch = new_epoch;
                     rec.renewals = 0;
                     // It takes the VIPs now: it counts as holding until its next read.
-                    rec.heard.insert(req.member.clone(), (now, true));
+                    rec.heard.insert(req.member.clone(), Heard { alive_at: now, holding: true, last_request: now });
                     (Outcome::Done, true)
                 }
             }
@@ -385,20 +453,20 @@ pub async fn serve(sock: UdpSocket, opts: WitnessOptions, metrics: Arc<WitnessMe
         }
         metrics.pairs.set(records.len() as i64);
         metrics.requests.get_or_create(&OpLabels { op: req.op.as_str(), outcome: resp.outcome.as_str() }).inc();
-        let key = response_key(&opts.keys, &buf[..n]);
-        if let Err(e) = sock.send_to(&witness::encode_response(&resp, key), from).await {
+        let key = response_key(&opts.keys, &buf[..n], &req);
+        if let Err(e) = sock.send_to(&witness::encode_response(&resp, &key), from).await {
             tracing::debug!(to = %from, error = %e, "witness answer not sent");
         }
     }
 }
 
-/// Answers under the key the request was signed with (the keyring accepted it).
-fn response_key<'a>(keys: &'a Keyring, request: &[u8]) -> &'a Key {
-    let id = request.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    match (&keys.previous, id) {
+/// Answers under the member key the request was signed with (the keyring accepted it).
+fn response_key(keys: &Keyring, request: &[u8], req: &Request) -> Key {
+    let witness_key = match (&keys.previous, witness::request_key_id(request)) {
         (Some(p), Some(id)) if p.id == id => p,
         _ => &keys.current,
-    }
+    };
+    witness::member_key(witness_key, &req.pair, &req.member)
 }
 
 #[cfg(test)]
@@ -406,6 +474,7 @@ mod tests {
     use super::*;
 
     const READ: Op = Op::Read { holding: true };
+    const GRACE: u64 = 300;
 
     fn req(member: &str, challenge: u64, op: Op) -> Request {
         Request { id: 1, challenge, pair: "web".into(), member: member.into(), op }
@@ -419,65 +488,148 @@ mod tests {
         }
     }
 
+    fn cas(new_epoch: u64, expected: u64) -> Op {
+        Op::Cas { new_epoch, expected, grace_ms: GRACE }
+    }
+
+    /// A member as the client behaves: it sends the challenge it last got, and on a stale
+    /// answer sends again with the new one. `sent` keeps the last request it sent (what
+    /// an attacker could record).
+    struct Member {
+        name: &'static str,
+        challenge: u64,
+        sent: Option<Request>,
+    }
+
+    impl Member {
+        fn new(name: &'static str) -> Member {
+            Member { name, challenge: 0, sent: None }
+        }
+
+        fn ask(&mut self, r: &mut Records, op: Op, now: u64, f: &mut impl FnMut() -> u64) -> Response {
+            for _ in 0..2 {
+                let q = req(self.name, self.challenge, op);
+                let (resp, _) = r.handle(&q, now, f);
+                self.sent = Some(q);
+                self.challenge = resp.challenge;
+                if resp.outcome != Outcome::Stale {
+                    return resp;
+                }
+            }
+            panic!("{} got two stale answers in a row at {now}", self.name);
+        }
+    }
+
     #[test]
-    fn compare_and_swap_needs_the_expected_epoch_and_a_fresh_challenge() {
+    fn every_request_needs_the_current_challenge_and_uses_it_up() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let (read, changed) = r.handle(&req("n0", 0, READ), 1_000, &mut f);
-        assert_eq!((read.outcome, read.epoch, read.holder.clone(), changed), (Outcome::Done, 0, None, false));
-        let ch = read.challenge;
-        // Without the challenge: stale, nothing changes.
-        let (s, changed) = r.handle(&req("n0", 0, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
-        assert_eq!((s.outcome, s.challenge, s.epoch, changed), (Outcome::Stale, ch, 0, false));
-        let (ok, changed) =
-            r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
+        // A member's first request carries no challenge: stale, nothing changes.
+        let (first, changed) = r.handle(&req("n0", 0, READ), 1_000, &mut f);
+        assert_eq!((first.outcome, first.epoch, first.holder.clone(), changed), (Outcome::Stale, 0, None, false));
+        let ch = first.challenge;
+        let (read, _) = r.handle(&req("n0", ch, READ), 1_000, &mut f);
+        assert_eq!(read.outcome, Outcome::Done);
+        assert_ne!(read.challenge, ch, "a used challenge is replaced, for reads too");
+        let (again, _) = r.handle(&req("n0", ch, READ), 1_000, &mut f);
+        assert_eq!((again.outcome, again.challenge), (Outcome::Stale, read.challenge), "a read replayed");
+        let (ok, changed) = r.handle(&req("n0", read.challenge, cas(1, 0)), 1_000, &mut f);
         assert_eq!((ok.outcome, ok.holder.as_deref(), ok.epoch, changed), (Outcome::Done, Some("n0"), 1, true));
-        assert_ne!(ok.challenge, ch, "a used challenge is replaced");
         // The same datagram again (a replay, or a retry): stale.
-        let (replay, _) = r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
-        assert_eq!(replay.outcome, Outcome::Stale);
+        let (replay, changed) = r.handle(&req("n0", read.challenge, cas(1, 0)), 1_000, &mut f);
+        assert_eq!((replay.outcome, changed), (Outcome::Stale, false));
         // n1 expected epoch 0 too: conflict, the record shows n0 at 1.
-        let c1 = r.handle(&req("n1", 0, READ), 1_000, &mut f).0.challenge;
-        let (conflict, changed) =
-            r.handle(&req("n1", c1, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 1_000, &mut f);
-        assert_eq!(
-            (conflict.outcome, conflict.holder.as_deref(), conflict.epoch, changed),
-            (Outcome::Conflict, Some("n0"), 1, false)
-        );
-        // n0 was heard at 1000: until 1300 it counts as alive.
-        let (alive, changed) = r.handle(
-            &req("n1", conflict.challenge, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }),
-            1_299,
-            &mut f,
-        );
-        assert_eq!(
-            (alive.outcome, alive.holder.as_deref(), alive.epoch, changed),
-            (Outcome::HolderAlive, Some("n0"), 1, false)
-        );
-        let (won, _) =
-            r.handle(&req("n1", alive.challenge, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), 1_300, &mut f);
+        let mut n1 = Member::new("n1");
+        let conflict = n1.ask(&mut r, cas(1, 0), 1_000, &mut f);
+        assert_eq!((conflict.outcome, conflict.holder.as_deref(), conflict.epoch), (Outcome::Conflict, Some("n0"), 1));
+        // n0 was last proven alive when its last challenge was issued (1000): until 1300
+        // it counts as alive.
+        let alive = n1.ask(&mut r, cas(2, 1), 1_299, &mut f);
+        assert_eq!((alive.outcome, alive.holder.as_deref(), alive.epoch), (Outcome::HolderAlive, Some("n0"), 1));
+        let won = n1.ask(&mut r, cas(2, 1), 1_300, &mut f);
         assert_eq!((won.outcome, won.holder.as_deref(), won.epoch), (Outcome::Done, Some("n1"), 2));
+    }
+
+    #[test]
+    fn a_replayed_request_of_a_dead_holder_does_not_keep_it_alive() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let (mut n0, mut n1) = (Member::new("n0"), Member::new("n1"));
+        n0.ask(&mut r, READ, 0, &mut f);
+        assert_eq!(n0.ask(&mut r, cas(1, 0), 0, &mut f).outcome, Outcome::Done);
+        n1.ask(&mut r, Op::Read { holding: false }, 0, &mut f);
+        // n0 reads every 50 ms until it dies at 1000; an attacker recorded its last read
+        // and its last renewal.
+        let mut t = 50;
+        while t <= 1_000 {
+            n0.ask(&mut r, READ, t, &mut f);
+            t += 50;
+        }
+        let recorded_read = n0.sent.clone().expect("a read was sent");
+        let renewal = n0.ask(&mut r, Op::Renew { epoch: 1 }, 1_000, &mut f);
+        assert_eq!(renewal.outcome, Outcome::Done);
+        let recorded_renewal = n0.sent.clone().expect("a renewal was sent");
+        // From 1000 on the attacker replays both every 20 ms; n1 claims from 1300 (its
+        // heartbeat timeout after n0's death) every 100 ms: granted once n0 has not been
+        // proven alive for the grace — at the first claim.
+        let mut granted = None;
+        let mut t = 1_000;
+        while t <= 3_000 && granted.is_none() {
+            for q in [&recorded_read, &recorded_renewal] {
+                let (x, changed) = r.handle(q, t, &mut f);
+                assert_eq!((x.outcome, changed), (Outcome::Stale, false), "a replay at {t}");
+            }
+            if t >= 1_300 && t % 100 == 0 {
+                let x = n1.ask(&mut r, cas(2, 1), t, &mut f);
+                if x.outcome == Outcome::Done {
+                    granted = Some(t);
+                }
+            }
+            t += 20;
+        }
+        assert_eq!(granted, Some(1_300), "the replays kept a dead holder alive at the witness");
+    }
+
+    #[test]
+    fn a_request_held_back_proves_life_only_when_its_challenge_was_issued() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        let (mut n0, mut n1) = (Member::new("n0"), Member::new("n1"));
+        n0.ask(&mut r, READ, 0, &mut f);
+        assert_eq!(n0.ask(&mut r, cas(1, 0), 0, &mut f).outcome, Outcome::Done);
+        n0.ask(&mut r, READ, 500, &mut f);
+        // n0 signs one more read at 550 (with the challenge issued at 500) and dies; the
+        // network (or an attacker) holds it back until 1000.
+        let held = req("n0", n0.challenge, READ);
+        let (late, _) = r.handle(&held, 1_000, &mut f);
+        assert_eq!(late.outcome, Outcome::Done, "it is a genuine request");
+        // It proves n0 alive at 500, not at 1000: a claim at 800 + grace is granted.
+        let x = n1.ask(&mut r, cas(2, 1), 799, &mut f);
+        assert_eq!(x.outcome, Outcome::HolderAlive);
+        let y = n1.ask(&mut r, cas(2, 1), 800, &mut f);
+        assert_eq!((y.outcome, y.holder.as_deref()), (Outcome::Done, Some("n1")));
     }
 
     #[test]
     fn a_holder_that_keeps_reading_is_never_taken_over_and_a_silent_one_is() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n0", 0, READ), 0, &mut f).0.challenge;
-        r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 300 }), 0, &mut f);
-        let mut c1 = r.handle(&req("n1", 0, READ), 0, &mut f).0.challenge;
-        // n0 reads every 300 ms; n1 claims every 100 ms for 3 s: always refused.
+        let (mut n0, mut n1) = (Member::new("n0"), Member::new("n1"));
+        n0.ask(&mut r, READ, 0, &mut f);
+        n0.ask(&mut r, cas(1, 0), 0, &mut f);
+        n1.ask(&mut r, READ, 0, &mut f);
+        // n0 reads every 100 ms (a quarter of a 400 ms timeout; the grace is 300 ms); n1
+        // claims every 100 ms for 3 s: always refused.
         for t in (100..3_000).step_by(100) {
-            if t % 150 == 0 {
-                r.handle(&req("n0", 0, READ), t, &mut f);
-            }
-            let (x, changed) =
-                r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), t, &mut f);
-            assert_eq!((x.outcome, changed), (Outcome::HolderAlive, false), "at {t}");
-            c1 = x.challenge;
+            n0.ask(&mut r, READ, t, &mut f);
+            let x = n1.ask(&mut r, cas(2, 1), t + 50, &mut f);
+            assert_eq!(x.outcome, Outcome::HolderAlive, "at {}", t + 50);
         }
-        // n0 falls silent after its read at 2700: granted once 300 ms passed.
-        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 300 }), 3_150, &mut f);
+        // n0 falls silent after its read at 2900 (which proved it alive at 2800):
+        // granted from 3100 on.
+        let x = n1.ask(&mut r, cas(2, 1), 3_099, &mut f);
+        assert_eq!(x.outcome, Outcome::HolderAlive);
+        let x = n1.ask(&mut r, cas(2, 1), 3_100, &mut f);
         assert_eq!((x.outcome, x.holder.as_deref()), (Outcome::Done, Some("n1")));
     }
 
@@ -485,12 +637,13 @@ mod tests {
     fn a_holder_that_gave_the_vips_up_is_taken_over_at_once() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n0", 0, READ), 0, &mut f).0.challenge;
-        r.handle(&req("n0", ch, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 150 }), 0, &mut f);
+        let (mut n0, mut n1) = (Member::new("n0"), Member::new("n1"));
+        n0.ask(&mut r, READ, 0, &mut f);
+        n0.ask(&mut r, Op::Cas { new_epoch: 1, expected: 0, grace_ms: 150 }, 0, &mut f);
         // n0 fenced itself: it keeps reading, saying it does not hold.
-        r.handle(&req("n0", 0, Op::Read { holding: false }), 100, &mut f);
-        let c1 = r.handle(&req("n1", 0, READ), 100, &mut f).0.challenge;
-        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 150 }), 110, &mut f);
+        n0.ask(&mut r, Op::Read { holding: false }, 100, &mut f);
+        n1.ask(&mut r, READ, 100, &mut f);
+        let x = n1.ask(&mut r, Op::Cas { new_epoch: 2, expected: 1, grace_ms: 150 }, 110, &mut f);
         assert_eq!((x.outcome, x.holder.as_deref()), (Outcome::Done, Some("n1")));
     }
 
@@ -500,16 +653,57 @@ mod tests {
         // n2 (now a standby), but n0's reads say it holds.
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n2", 0, READ), 0, &mut f).0.challenge;
-        r.handle(&req("n2", ch, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 150 }), 0, &mut f);
-        r.handle(&req("n2", 0, Op::Read { holding: false }), 500, &mut f);
-        r.handle(&req("n0", 0, READ), 500, &mut f);
-        let c1 = r.handle(&req("n1", 0, Op::Read { holding: false }), 500, &mut f).0.challenge;
-        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }), 550, &mut f);
+        let (mut n0, mut n1, mut n2) = (Member::new("n0"), Member::new("n1"), Member::new("n2"));
+        n2.ask(&mut r, READ, 0, &mut f);
+        n2.ask(&mut r, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 150 }, 0, &mut f);
+        n2.ask(&mut r, Op::Read { holding: false }, 500, &mut f);
+        n0.ask(&mut r, READ, 500, &mut f);
+        n1.ask(&mut r, Op::Read { holding: false }, 500, &mut f);
+        let x = n1.ask(&mut r, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }, 550, &mut f);
         assert_eq!((x.outcome, x.holder.as_deref(), x.epoch), (Outcome::HolderAlive, Some("n0"), 5));
-        let (y, _) =
-            r.handle(&req("n1", x.challenge, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }), 700, &mut f);
+        let y = n1.ask(&mut r, Op::Cas { new_epoch: 6, expected: 5, grace_ms: 150 }, 700, &mut f);
         assert_eq!((y.outcome, y.holder.as_deref()), (Outcome::Done, Some("n1")), "n0 silent for 200 ms");
+    }
+
+    #[test]
+    fn a_full_member_table_never_evicts_the_holder() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        // The holder's name sorts first.
+        let mut holder = Member::new("a-holder");
+        holder.ask(&mut r, READ, 0, &mut f);
+        assert_eq!(holder.ask(&mut r, cas(1, 0), 0, &mut f).outcome, Outcome::Done);
+        // Many authentic members (every one a key holder) fill the pair's table.
+        let names: Vec<&'static str> =
+            (0..2 * MEMBERS_PER_PAIR).map(|i| &*Box::leak(format!("m{i:02}").into_boxed_str())).collect();
+        for (i, n) in names.iter().enumerate() {
+            let t = 10 + i as u64;
+            let (x, _) = r.handle(&req(n, 0, Op::Read { holding: false }), t, &mut f);
+            let _ = r.handle(&req(n, x.challenge, Op::Read { holding: false }), t, &mut f);
+            holder.ask(&mut r, READ, t, &mut f);
+        }
+        // The holder keeps reading; a member claims: refused, the holder is alive.
+        let mut m00 = Member::new("m00");
+        let x = m00.ask(&mut r, cas(2, 1), 100, &mut f);
+        assert_eq!((x.outcome, x.holder.as_deref()), (Outcome::HolderAlive, Some("a-holder")));
+        // The newcomers beyond the table's room were refused, not let in by evicting.
+        let (late, _) = r.handle(&req(names[names.len() - 1], 0, READ), 100, &mut f);
+        assert_eq!(late.outcome, Outcome::Refused);
+    }
+
+    #[test]
+    fn an_idle_member_makes_room_for_a_new_one() {
+        let mut f = counter();
+        let mut r = Records::new(7, 10, OnDisk::default(), 0);
+        for i in 0..MEMBERS_PER_PAIR {
+            let mut m = Member { name: Box::leak(format!("m{i:02}").into_boxed_str()), challenge: 0, sent: None };
+            m.ask(&mut r, Op::Read { holding: false }, 0, &mut f);
+        }
+        let (x, _) = r.handle(&req("new", 0, READ), 1_000, &mut f);
+        assert_eq!(x.outcome, Outcome::Refused, "every member was heard a second ago");
+        let mut new = Member::new("new");
+        let y = new.ask(&mut r, READ, MEMBER_IDLE_MS, &mut f);
+        assert_eq!(y.outcome, Outcome::Done, "ten minutes later one idle member made room");
     }
 
     #[test]
@@ -518,11 +712,11 @@ mod tests {
         disk.pairs.insert("web".into(), DiskRecord { holder: Some("n0".into()), epoch: 4 });
         let mut f = counter();
         let mut r = Records::new(8, 10, disk, 50_000);
-        let c1 = r.handle(&req("n1", 0, READ), 50_000, &mut f).0.challenge;
-        let (x, _) = r.handle(&req("n1", c1, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }), 50_100, &mut f);
+        let mut n1 = Member::new("n1");
+        n1.ask(&mut r, READ, 50_000, &mut f);
+        let x = n1.ask(&mut r, cas(5, 4), 50_100, &mut f);
         assert_eq!(x.outcome, Outcome::HolderAlive);
-        let (y, _) =
-            r.handle(&req("n1", x.challenge, Op::Cas { new_epoch: 5, expected: 4, grace_ms: 300 }), 50_300, &mut f);
+        let y = n1.ask(&mut r, cas(5, 4), 50_300, &mut f);
         assert_eq!((y.outcome, y.epoch), (Outcome::Done, 5));
     }
 
@@ -530,14 +724,10 @@ mod tests {
     fn epochs_outside_the_domain_or_going_back_are_refused() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        for op in [
-            Op::Cas { new_epoch: 0, expected: 0, grace_ms: 300 },
-            Op::Cas { new_epoch: MAX_EPOCH + 1, expected: 0, grace_ms: 300 },
-            Op::Cas { new_epoch: 3, expected: 4, grace_ms: 300 },
-        ] {
-            let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
-            let (x, changed) = r.handle(&req("n0", ch, op), 1_000, &mut f);
-            assert_eq!((x.outcome, x.epoch, changed), (Outcome::Refused, 0, false), "{op:?}");
+        let mut n0 = Member::new("n0");
+        for op in [cas(0, 0), cas(MAX_EPOCH + 1, 0), cas(3, 4)] {
+            let x = n0.ask(&mut r, op, 1_000, &mut f);
+            assert_eq!((x.outcome, x.epoch), (Outcome::Refused, 0), "{op:?}");
         }
     }
 
@@ -545,17 +735,16 @@ mod tests {
     fn only_the_holder_renews_and_renewals_are_counted() {
         let mut f = counter();
         let mut r = Records::new(7, 10, OnDisk::default(), 0);
-        let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
-        let ch =
-            r.handle(&req("n0", ch, Op::Cas { new_epoch: 5, expected: 0, grace_ms: 300 }), 1_000, &mut f).0.challenge;
-        let (a, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        let (mut n0, mut n1) = (Member::new("n0"), Member::new("n1"));
+        n0.ask(&mut r, cas(5, 0), 1_000, &mut f);
+        let a = n0.ask(&mut r, Op::Renew { epoch: 5 }, 1_000, &mut f);
         assert_eq!((a.outcome, a.renewals), (Outcome::Done, 1));
-        let (b, _) = r.handle(&req("n0", a.challenge, Op::Renew { epoch: 4 }), 1_000, &mut f);
+        let renewal = n0.sent.clone().expect("sent");
+        let b = n0.ask(&mut r, Op::Renew { epoch: 4 }, 1_000, &mut f);
         assert_eq!((b.outcome, b.renewals), (Outcome::Conflict, 1), "another epoch");
-        let c1 = r.handle(&req("n1", 0, READ), 1_000, &mut f).0.challenge;
-        let (c, _) = r.handle(&req("n1", c1, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        let c = n1.ask(&mut r, Op::Renew { epoch: 5 }, 1_000, &mut f);
         assert_eq!((c.outcome, c.renewals), (Outcome::Conflict, 1), "not the holder");
-        let (replay, _) = r.handle(&req("n0", ch, Op::Renew { epoch: 5 }), 1_000, &mut f);
+        let (replay, _) = r.handle(&renewal, 1_000, &mut f);
         assert_eq!((replay.outcome, replay.renewals), (Outcome::Stale, 1), "a replayed renewal counts nothing");
     }
 
@@ -565,25 +754,22 @@ mod tests {
         let st = WitnessState::new(dir.path());
         let mut f = counter();
         let mut r = Records::new(7, 10, st.load().expect("empty"), 0);
-        let ch = r.handle(&req("n0", 0, READ), 1_000, &mut f).0.challenge;
-        let (ok, changed) =
-            r.handle(&req("n0", ch, Op::Cas { new_epoch: 9, expected: 0, grace_ms: 300 }), 1_000, &mut f);
-        assert!(changed);
+        let mut n0 = Member::new("n0");
+        let ok = n0.ask(&mut r, cas(9, 0), 1_000, &mut f);
+        assert_eq!(ok.outcome, Outcome::Done);
         st.store(&r.durable()).expect("store");
-        let ch2 = ok.challenge;
         let mut g = || 5000u64;
         let mut again = Records::new(8, 10, st.load().expect("load"), 100_000);
-        let (read, _) = again.handle(&req("n0", 0, READ), 100_000, &mut g);
-        assert_eq!((read.holder.as_deref(), read.epoch, read.session, read.renewals), (Some("n0"), 9, 8, 0));
-        let (stale, _) = again.handle(&req("n0", ch2, Op::Renew { epoch: 9 }), 100_000, &mut g);
+        let (stale, _) = again.handle(&req("n0", ok.challenge, Op::Renew { epoch: 9 }), 100_000, &mut g);
         assert_eq!(stale.outcome, Outcome::Stale, "challenges of the old session are void");
+        assert_eq!((stale.holder.as_deref(), stale.epoch, stale.session, stale.renewals), (Some("n0"), 9, 8, 0));
     }
 
     #[test]
     fn the_pair_limit_refuses_new_pairs_only() {
         let mut f = counter();
         let mut r = Records::new(7, 1, OnDisk::default(), 0);
-        assert_eq!(r.handle(&req("n0", 0, READ), 1_000, &mut f).0.outcome, Outcome::Done);
+        assert_eq!(Member::new("n0").ask(&mut r, READ, 1_000, &mut f).outcome, Outcome::Done);
         let other = Request { pair: "db".into(), ..req("n0", 0, READ) };
         assert_eq!(r.handle(&other, 1_000, &mut f).0.outcome, Outcome::Refused);
         assert_eq!(r.len(), 1);

@@ -1,0 +1,54 @@
+//! What a pair that no longer runs on this node left behind, and its removal: the VIPs it
+//! recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
+//! Kubernetes agent removes them when the API says a pair no longer names the node, a
+//! standalone agent when a pair's configuration is gone (`standalone::sweep`).
+
+use crate::ledger::VipLedger;
+use crate::netlink::Netlink;
+use std::path::Path;
+
+/// Deletes `pair`'s drain tables and removes the VIPs its ledger in `dir` records, then
+/// the ledger. Every step is tried; errors are logged at warn. Returns whether every
+/// recorded VIP is gone (and with it the ledger): what could not be removed stays
+/// recorded for a later attempt.
+pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
+    // A drain's nft tables (the drained addresses on `lo` are in the ledger).
+    let p = pair.to_owned();
+    match tokio::task::spawn_blocking(move || crate::nft::Nft::open().and_then(|mut n| n.remove_pair(&p))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
+        Err(e) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
+    }
+    let ledger = VipLedger::new(dir, pair);
+    let recorded = match ledger.load() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(pair, error = %e, "cannot read the VIP ledger of a pair that is gone; its VIPs stay");
+            return false;
+        }
+    };
+    if !recorded.is_empty() {
+        match Netlink::new() {
+            Ok(nl) => {
+                let (removed, errors) = nl.remove_stale(&recorded, &[]).await;
+                for a in removed {
+                    tracing::info!(pair, address = %a.addr, "removed a VIP of a pair that no longer runs on this node");
+                }
+                if !errors.is_empty() {
+                    for e in errors {
+                        tracing::warn!(pair, error = %e, "failed to remove a VIP of a pair that is gone");
+                    }
+                    return false;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pair, error = %e, "cannot open netlink to remove a gone pair's VIPs");
+                return false;
+            }
+        }
+    }
+    if let Err(e) = ledger.remove() {
+        tracing::warn!(pair, error = %e, "failed to remove a gone pair's VIP ledger");
+    }
+    true
+}
