@@ -245,7 +245,7 @@ string_enum! {
         /// No longer cut off.
         Unfenced = "Unfenced",
         /// Two holders met (or a claim lost the Lease): the older epoch gave up.
-        DualActiveResolved = "DualActiveResolved" | "NewerEpochPeer" | "NewerEpochLease" | "LeaseConflict",
+        DualActiveResolved = "DualActiveResolved" | "NewerEpochPeer" | "NewerEpochLease" | "LeaseConflict" | "UnverifiedPeer",
         /// A planned handover was not confirmed in time: the old active kept the VIPs.
         Aborted = "Aborted",
         /// The active aborted a handover this member had accepted: it gave the VIPs back.

@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut virtual_ms = 0u64;
     let (mut d_checked, mut b_checked, mut dual_max) = (0u64, 0u64, 0u64);
-    let (mut restarts, mut bursts, mut splits) = (0u64, 0u64, 0u64);
+    let (mut restarts, mut bursts, mut splits, mut unverified_max) = (0u64, 0u64, 0u64, 0u64);
     let mut replacement: Vec<u64> = Vec::new();
     let mut reasons = std::collections::BTreeMap::<String, u64>::new();
     let mut by_invariant = std::collections::BTreeMap::<&'static str, u64>::new();
@@ -87,6 +87,7 @@ fn main() -> ExitCode {
         restarts += o.restarts_checked;
         bursts += o.bursts_checked;
         splits += o.splits_checked;
+        unverified_max = unverified_max.max(o.unverified_dual_max_ms);
         replacement.extend_from_slice(&o.replacement_ms);
         for (r, c) in &o.role_changes {
             *reasons.entry(format!("{r:?}")).or_default() += c;
@@ -143,6 +144,7 @@ fn main() -> ExitCode {
             ("restart_checks", restarts.into()),
             ("stall_bursts_checked", bursts.into()),
             ("split_alarm_checks", splits.into()),
+            ("longest_unverified_dual_ms", unverified_max.into()),
             ("dead_active_replacement_ms", latency),
             (
                 "role_changes_by_reason",

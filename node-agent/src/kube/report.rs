@@ -445,7 +445,9 @@ fn api_reason(r: sm::Reason) -> TransitionReason {
         R::Adopted => TransitionReason::Adopted,
         R::Election => TransitionReason::Elected,
         R::Takeover => TransitionReason::PeerLost,
-        R::LeaseConflict | R::NewerEpochPeer | R::NewerEpochLease => TransitionReason::DualActiveResolved,
+        R::LeaseConflict | R::NewerEpochPeer | R::NewerEpochLease | R::UnverifiedPeer => {
+            TransitionReason::DualActiveResolved
+        }
         R::ClaimAbandoned => TransitionReason::ClaimAbandoned,
         R::PlannedFailover | R::HandoverAccepted => TransitionReason::PlannedFailover,
         R::ForcedFailover => TransitionReason::ForcedFailover,

@@ -60,6 +60,10 @@ pub(super) struct Checker {
     witness_dual_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
     /// (l): since when node `n` runs, reaches the witness and holds the VIPs.
     witness_ok_since: [Option<u64>; MAX_NODES],
+    /// (m): since when nodes `i` and `j` both hold a VIP while they cannot verify each
+    /// other's heartbeats (different keys) but exchange them and reach each other on the
+    /// data network.
+    unverified_dual_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
     last_world: u64,
     n: usize,
     nv: usize,
@@ -102,6 +106,7 @@ impl Checker {
             deaf_since: [[None; MAX_NODES]; MAX_NODES],
             witness_dual_since: [[None; MAX_NODES]; MAX_NODES],
             witness_ok_since: [None; MAX_NODES],
+            unverified_dual_since: [[None; MAX_NODES]; MAX_NODES],
             last_world: 0,
             n,
             nv,
@@ -169,6 +174,7 @@ impl Checker {
     pub(super) fn periodic(w: &mut World) {
         Self::check_dual(w);
         Self::check_witness_dual(w);
+        Self::check_unverified_dual(w);
         let due: Vec<PendingI> = w.chk.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
         w.chk.pending_i.retain(|p| w.t < p.deadline);
         for p in due {
@@ -315,6 +321,58 @@ impl Checker {
                         Self::violate_w(w, Invariant::WitnessDual, d);
                     }
                     (true, Some(_)) => {}
+                }
+            }
+        }
+    }
+
+    /// (m): two members holding a VIP whose heartbeats reach each other but fail
+    /// verification (different keys), and who reach each other on the data network (each
+    /// sees the other answer for the VIP): the one of lower priority gives the VIPs up
+    /// within a conflict probe period, the settling time after an acquisition and a few
+    /// ticks and delays.
+    fn check_unverified_dual(w: &mut World) {
+        let t = w.t;
+        let tm = &w.p.timings;
+        let bound = crate::sm::UNVERIFIED_PROBE_MS
+            + tm.reannounce_min_ms
+            + tm.heartbeat_interval_ms
+            + 3 * tm.tick_ms
+            + 2 * w.p.max_delay()
+            + 2 * super::world::CHECK_INTERVAL
+            + 200;
+        for i in 0..w.chk.n {
+            for j in (i + 1)..w.chk.n {
+                let holds = |k: usize| {
+                    let nd = &w.nodes[k];
+                    nd.live() && nd.machine.as_ref().is_some_and(|m| m.holds_vips() && m.role() == Role::Active)
+                };
+                let exchange =
+                    (0..super::world::PATHS).any(|p| w.path_ok(p, i, j) && w.path_ok(p, j, i) && w.path_loss(p) == 0);
+                let on = w.nodes[i].kernel & w.nodes[j].kernel != 0
+                    && holds(i)
+                    && holds(j)
+                    && w.nodes[i].key != w.nodes[j].key
+                    && exchange
+                    && w.data_reach(i, j);
+                let since = &mut w.chk.unverified_dual_since[i][j];
+                match (on, *since) {
+                    (false, _) => *since = None,
+                    (true, None) => *since = Some(t),
+                    (true, Some(s)) if t.saturating_sub(s) > bound => {
+                        *since = None;
+                        let d = format!(
+                            "{} and {} both hold a VIP for {} ms while their heartbeats fail verification \
+                             (different keys) and they reach each other (bound {bound} ms)",
+                            node_name(i),
+                            node_name(j),
+                            t - s
+                        );
+                        Self::violate_w(w, Invariant::UnverifiedDual, d);
+                    }
+                    (true, Some(s)) => {
+                        w.stats.unverified_dual_max_ms = w.stats.unverified_dual_max_ms.max(t - s);
+                    }
                 }
             }
         }

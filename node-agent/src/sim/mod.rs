@@ -25,6 +25,11 @@
 //!   network (both directions) holds the VIP in its kernel with its listener up; a holder
 //!   without listener answers RST (fast failure); nobody → failure after an 80 ms connect
 //!   timeout. The client reaches a node iff it is powered, has carrier and its client link.
+//!   A node's announcements reach every other node that holds one of the same VIPs and
+//!   that it reaches on the data network, and a node's conflict probe (its self-check) is
+//!   answered by every such node: each sees a foreign holder (`Conflict`, with the other's
+//!   MAC). A heartbeat between nodes on different keys arrives as `KeyMismatch` naming its
+//!   sender (the I/O layer drops everything from other addresses).
 //! * **Lease store**: compare-and-swap on the epoch with watch notifications; per member it
 //!   can be unreachable, answering `Unavailable` at once (standalone-like) or not at all
 //!   (the machine's 200 ms CAS timeout), as drawn per schedule. A quarter of the schedules
@@ -118,6 +123,14 @@
 //!   links and gateway are fine (unless heartbeats failing verification explain the
 //!   silence). Schedules partition the members from each other on every path while the
 //!   client and the gateways still reach both.
+//! * **(m) two holders that cannot verify each other end with one** — when two running
+//!   members hold a VIP, exchange heartbeats over a lossless path that fail verification
+//!   (different keys) and reach each other on the data network, the one of lower priority
+//!   gives the VIPs up within a conflict probe period ([`crate::sm::UNVERIFIED_PROBE_MS`]),
+//!   the settling time after an acquisition, a heartbeat interval, three ticks, two delays
+//!   and two check intervals. Schedules power every node off and on again at about the same
+//!   time with one of them on another key and no Lease store (a key change gone wrong
+//!   before a standalone pair's members restarted).
 //! * **(l) a witness keeps a cut between the members from moving the VIPs** — with a
 //!   witness, no member takes the VIPs over (takeover, election) from a member that ran,
 //!   reached the witness and held them throughout the claim (its last read, the claim's
@@ -219,6 +232,11 @@ pub enum Invariant {
     /// reaches while both were running and reached the witness, for longer than one witness
     /// read, a heartbeat timeout and the store's latency.
     WitnessDual,
+    /// (m) two members held a VIP while their heartbeats reached each other but failed
+    /// verification (different keys) and each saw the other answer for the VIP, for longer
+    /// than a conflict probe, the settling time and a few ticks: the one of lower priority
+    /// did not give it up.
+    UnverifiedDual,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
 }
@@ -239,6 +257,7 @@ impl Invariant {
             Invariant::AnnouncedStale => "j",
             Invariant::SilentDualHolder => "k",
             Invariant::WitnessDual => "l",
+            Invariant::UnverifiedDual => "m",
             Invariant::NoHolderAfterHeal => "heal",
         }
     }
@@ -399,6 +418,8 @@ pub struct Outcome {
     pub bursts_checked: u64,
     /// Split episodes (two holders, one hearing nothing of the other) checked for (k).
     pub splits_checked: u64,
+    /// Longest episode of two holders that cannot verify each other's heartbeats (ms, (m)).
+    pub unverified_dual_max_ms: u64,
     /// Crash-to-replacement times measured by the (d) checks (ms, to 10 ms).
     pub replacement_ms: Vec<u64>,
     /// Role changes per reason.
@@ -453,6 +474,7 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         restarts_checked: w.stats.restarts_checked,
         bursts_checked: w.stats.bursts_checked,
         splits_checked: w.stats.splits_checked,
+        unverified_dual_max_ms: w.stats.unverified_dual_max_ms,
         replacement_ms: w.stats.replacement_ms.clone(),
         role_changes: Reason::ALL.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
         violations: w.chk.violations.clone(),

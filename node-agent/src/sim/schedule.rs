@@ -308,6 +308,31 @@ fn scenario(r: &mut SplitMix64, n: usize, s: u64, end: u64, out: &mut Vec<(u64, 
         }
         108..=110 => out.push((s, Fault::Cmd(CmdTarget::All, Command::ClearSuspension))),
         111..=113 => out.push((s, Fault::Cmd(CmdTarget::All, Command::ResumeFailback))),
+        114..=117 => {
+            // A key change gone wrong before every member restarted: the nodes power off and
+            // come back at about the same time with x on another key, so that nobody can
+            // verify anybody else's heartbeats; the key is fixed later.
+            let k = u32::try_from(r.range(1, 1_000)).unwrap_or(1);
+            // One world change per node (a power-off registers the dead-holder check, which
+            // the next change cancels: nobody is left to take over).
+            // Without the Lease store (a standalone pair): nothing but the members themselves
+            // can settle who holds.
+            let on: Vec<Fault> = (0..n).map(Fault::PowerOn).collect();
+            out.push((s, Fault::Many("no Lease store", (0..n).map(|i| Fault::Store(i, false)).collect())));
+            out.push((s, Fault::Key(x, k)));
+            for i in 0..n {
+                out.push((s + 2 + i as u64, Fault::PowerOff(i)));
+            }
+            let back = s + r.range(200, 1_000);
+            if back < end {
+                out.push((back, Fault::Many("every node back at once", on)));
+            }
+            let fixed = back + r.range(3_000, 12_000);
+            if fixed < end {
+                out.push((fixed, Fault::Key(x, 0)));
+                out.push((fixed, Fault::Many("Lease store back", (0..n).map(|i| Fault::Store(i, true)).collect())));
+            }
+        }
         124..=135 => {
             let after = r.range(300, 5_000);
             out.push((s, Fault::PowerOffHolder { after }));

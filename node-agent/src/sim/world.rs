@@ -271,6 +271,12 @@ enum NodeEv {
     CasReply(CasResult),
     /// The witness did not answer two reads (witness mode).
     WitnessUnreachable,
+    /// Node `from` answers for VIP `vip` too (its announcement, or its answer to this
+    /// node's ARP probe).
+    Conflict {
+        vip: usize,
+        from: usize,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -336,6 +342,8 @@ pub(super) struct Stats {
     pub bursts_checked: u64,
     /// (k) split episodes checked (counted once per check that found the alarm raised).
     pub splits_checked: u64,
+    /// (m) longest episode of two holders that cannot verify each other (ms).
+    pub unverified_dual_max_ms: u64,
     /// Role changes per reason (`Reason as usize`).
     pub reasons: [u64; 32],
 }
@@ -599,6 +607,29 @@ impl World {
                     self.feed(n, Input::LeaseUnreachable);
                 }
             }
+            NodeEv::Conflict { vip, from } => {
+                // Only while both still hold it and reach each other on the data network.
+                let bit = 1u8 << vip;
+                if self.nodes[n].kernel & bit != 0 && self.nodes[from].kernel & bit != 0 && self.data_reach(n, from) {
+                    let id = self.p.vips[vip].id.clone();
+                    self.feed(n, Input::Conflict { vip: id, foreign_mac: mac_of(from) });
+                }
+            }
+        }
+    }
+
+    /// Node `from`'s frames for the VIPs it holds reach the nodes that hold one of them too
+    /// (its announcements, its answers to their ARP probes): they see a foreign holder.
+    fn conflicts_seen(&mut self, seen_by: &[usize], from: usize) {
+        for &m in seen_by {
+            let shared = self.nodes[m].kernel & self.nodes[from].kernel;
+            if m == from || shared == 0 || !self.data_reach(m, from) {
+                continue;
+            }
+            let vip = shared.trailing_zeros() as usize;
+            let (lo, hi) = self.p.delay[0];
+            let d = self.rng.range(lo, hi) + 1;
+            self.push_node(m, d, NodeEv::Conflict { vip, from });
         }
     }
 
@@ -701,6 +732,11 @@ impl World {
             && !self.hb_block[p][i][j]
             && !self.cut[p][i][j]
             && if p == 0 { a.carrier && b.carrier } else { a.mgmt && b.mgmt }
+    }
+
+    /// Loss on heartbeat path `p` (per mille).
+    pub(super) fn path_loss(&self, p: usize) -> u32 {
+        self.loss[p]
     }
 
     /// Bidirectional IP reachability on the data network (or the node itself).
@@ -962,7 +998,11 @@ impl World {
                 self.set_kernel(n, k);
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
             }
-            Action::Announce { .. } => Checker::on_announce(self, n),
+            Action::Announce { .. } => {
+                Checker::on_announce(self, n);
+                let others: Vec<usize> = (0..self.p.n).collect();
+                self.conflicts_seen(&others, n);
+            }
             Action::SendAdvert(adv) => self.broadcast(n, adv),
             Action::CasLease { new_epoch, expected_epoch, .. } => {
                 if new_epoch <= expected_epoch {
@@ -1020,9 +1060,14 @@ impl World {
                 self.trace_push(TraceKind::OpResult { n, id, ok });
             }
             Action::Report(_) => {}
-            Action::SelfCheck { .. } => {
+            Action::SelfCheck { conflict_probe } => {
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
                 self.push_node(n, 1, NodeEv::LocalProbe);
+                if conflict_probe {
+                    for m in 0..self.p.n {
+                        self.conflicts_seen(&[n], m);
+                    }
+                }
             }
         }
     }
@@ -1387,6 +1432,11 @@ impl World {
 }
 
 /// Name of simulated node `i` ("n0", "n1", ...).
+/// The MAC of node `i`'s data interface.
+pub(super) fn mac_of(i: usize) -> [u8; 6] {
+    [2, 0, 0, 0, 0, u8::try_from(i).unwrap_or(0xff)]
+}
+
 pub(super) fn node_name(i: usize) -> NodeId {
     const NAMES: [&str; MAX_NODES] = ["n0", "n1", "n2", "n3", "n4"];
     NodeId::new(NAMES.get(i).copied().unwrap_or("nx")).expect("constant node names are valid")

@@ -483,6 +483,10 @@ pub enum Reason {
     NewerEpochPeer,
     /// The Lease names another holder under a newer epoch.
     NewerEpochLease,
+    /// Gave the VIPs up to a member of higher priority that answers for them too (a VIP
+    /// conflict) while its heartbeats arrive from its address but fail verification (a key
+    /// mismatch): two holders that cannot verify each other end with one.
+    UnverifiedPeer,
     /// The planned handover was not confirmed in time: took the VIPs back.
     Aborted,
     /// The active aborted the handover this member had accepted.
@@ -497,7 +501,7 @@ impl Reason {
     /// Every reason, in declaration order (the label values of
     /// `havip_agent_role_transitions_total{name}`: the chart's dashboard test checks the
     /// reasons it queries against these).
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::Startup,
         Reason::Adopted,
         Reason::Election,
@@ -519,6 +523,7 @@ impl Reason {
         Reason::Unfenced,
         Reason::NewerEpochPeer,
         Reason::NewerEpochLease,
+        Reason::UnverifiedPeer,
         Reason::Aborted,
         Reason::AbortedByPeer,
         Reason::Unpaired,
@@ -549,6 +554,7 @@ impl Reason {
             Reason::Unfenced => "Unfenced",
             Reason::NewerEpochPeer => "NewerEpochPeer",
             Reason::NewerEpochLease => "NewerEpochLease",
+            Reason::UnverifiedPeer => "UnverifiedPeer",
             Reason::Aborted => "Aborted",
             Reason::AbortedByPeer => "AbortedByPeer",
             Reason::Unpaired => "Unpaired",
@@ -625,10 +631,11 @@ mod tests {
             Reason::Unfenced => 18,
             Reason::NewerEpochPeer => 19,
             Reason::NewerEpochLease => 20,
-            Reason::Aborted => 21,
-            Reason::AbortedByPeer => 22,
-            Reason::Unpaired => 23,
-            Reason::Paired => 24,
+            Reason::UnverifiedPeer => 21,
+            Reason::Aborted => 22,
+            Reason::AbortedByPeer => 23,
+            Reason::Unpaired => 24,
+            Reason::Paired => 25,
         }
     }
 

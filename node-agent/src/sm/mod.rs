@@ -84,7 +84,7 @@ pub use config::{
     Timings, VipSpec,
 };
 pub use io::{Action, Alarm, CasResult, Command, Event, Input, Persisted, Reason, RejectReason};
-pub use machine::Machine;
+pub use machine::{Machine, UNVERIFIED_PROBE_MS};
 pub use status::{
     Blocker, LeaseView, NotReady, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition,
 };

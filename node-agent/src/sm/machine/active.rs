@@ -7,6 +7,10 @@ use crate::sm::config::FailbackPolicy;
 use crate::sm::io::{Action, Alarm, Reason};
 use crate::sm::types::{AnnounceKind, Millis, Role};
 
+/// How often a holder probes for a foreign holder of its VIPs while a peer's heartbeats
+/// fail verification (see `yield_to_unverified_peer`).
+pub const UNVERIFIED_PROBE_MS: u64 = 2_000;
+
 impl Machine {
     pub(super) fn eval_active(&mut self, now: Millis, out: &mut Vec<Action>) {
         if !self.holding {
@@ -26,6 +30,9 @@ impl Machine {
             return;
         }
         if self.check_rival(now, out) {
+            return;
+        }
+        if self.yield_to_unverified_peer(now, out) {
             return;
         }
         if self.store.lease_disowned_since.is_some() {
@@ -116,6 +123,41 @@ impl Machine {
         if retry_ok && let Some(t) = self.failback_target(now) {
             self.start_op(now, None, Origin::Auto(Reason::Failback), t, false, out);
         }
+    }
+
+    /// Two holders that cannot verify each other's heartbeats (different keys: a key change
+    /// gone wrong before both members restarted) each see the other alive — its address
+    /// sends heartbeats that fail verification, and another MAC answers for the VIP — but
+    /// neither can read the other's epoch. The one of lower priority gives the VIPs up
+    /// (`UnverifiedPeer`); as a standby it does not take them back while the data plane
+    /// answers. Both signals are needed: anybody on the segment can send datagrams from a
+    /// member's address, and a foreign MAC alone may be any misconfigured host.
+    ///
+    /// While some peer is unverifiable this way, the holder probes for a foreign holder of
+    /// its VIPs every [`UNVERIFIED_PROBE_MS`] (an ARP probe / neighbour solicitation, with
+    /// the self-check): two holders that were partitioned find each other without waiting
+    /// for an announcement.
+    fn yield_to_unverified_peer(&mut self, now: Millis, out: &mut Vec<Action>) -> bool {
+        let (reject_clear, conflict_clear) = (self.t().reject_alarm_clear_ms, self.t().conflict_clear_ms);
+        let unverified = |m: &Machine, i: usize| {
+            m.peers[i].key_mismatch_at.is_some_and(|k| now.since(k) < reject_clear) && m.heard_advert(i, now).is_none()
+        };
+        if self.role != Role::Active || self.ops.op.is_some() || self.catch_up {
+            return false;
+        }
+        let any = (0..self.peers.len()).any(|i| unverified(self, i));
+        if any && self.timers.unverified_probe_at.is_none_or(|p| now.since(p) >= UNVERIFIED_PROBE_MS) {
+            self.timers.unverified_probe_at = Some(now);
+            out.push(Action::SelfCheck { conflict_probe: true });
+        }
+        let conflict = self.conflict_last.is_some_and(|c| now.since(c) < conflict_clear);
+        let stronger = (0..self.peers.len()).any(|i| self.peers[i].priority > self.my_priority && unverified(self, i));
+        if !conflict || !stronger {
+            return false;
+        }
+        let to = self.out_role(Role::Standby);
+        self.release(now, to, Reason::UnverifiedPeer, out);
+        true
     }
 
     /// Why the held VIPs are unhealthy, if they are: one missing from the kernel, or a

@@ -17,6 +17,7 @@ mod partition;
 mod planned;
 mod report;
 mod standby;
+pub use active::UNVERIFIED_PROBE_MS;
 
 use active::AdvertPacing;
 use drain::Draining;
@@ -48,6 +49,9 @@ struct Peer {
     advert: Option<Advert>,
     /// Ready as a planned-handover target continuously since then (failback recovery).
     ready_since: Option<Millis>,
+    /// Last time a heartbeat that failed verification (a key mismatch) came from this
+    /// member's configured address.
+    key_mismatch_at: Option<Millis>,
 }
 
 /// Per-VIP streak of data-plane probe results.
@@ -267,7 +271,12 @@ impl Machine {
                 nonpref_acq: VecDeque::new(),
                 quarantined_until: None,
             },
-            timers: AlarmTimers { key_mismatch_at: None, clock_skew_at: None, replay_at: None },
+            timers: AlarmTimers {
+                key_mismatch_at: None,
+                clock_skew_at: None,
+                replay_at: None,
+                unverified_probe_at: None,
+            },
             pacing: AdvertPacing { next_advert_at: None, advert_now: false, last_burst: None },
             draining: Draining::default(),
             peers: Vec::new(),
@@ -485,6 +494,7 @@ impl Machine {
                 heard_since: None,
                 advert: None,
                 ready_since: None,
+                key_mismatch_at: None,
             });
             p.priority = m.priority;
             p.last_heard.resize(npaths, None);
@@ -905,13 +915,15 @@ impl Machine {
     /// it was last heard, or since this agent started) after the init listen, while this
     /// member's own links and gateway are fine — so the silence is not explained by this
     /// member being cut off. Cleared when every peer is heard again, or when this member
-    /// itself is cut off (then its own role and reason tell), or while heartbeats arrive
-    /// that fail verification (KeyMismatch, ClockSkew).
+    /// itself is cut off (then its own role and reason tell), or while authentic heartbeats
+    /// arrive that are refused for clock skew (ClockSkew tells). Heartbeats that fail
+    /// verification do not clear it: anybody can send those from a member's address, so
+    /// they must not hide a silent peer; the detail says they arrive.
     fn check_peer_silent(&mut self, now: Millis, out: &mut Vec<Action>) {
         let timeout = self.t().heartbeat_timeout_ms;
         let started = self.started_at.unwrap_or(now);
-        // Heartbeats failing verification are no silence: KeyMismatch or ClockSkew tells.
-        let rejected = self.alarms.contains(&Alarm::KeyMismatch) || self.alarms.contains(&Alarm::ClockSkew);
+        // Authentic heartbeats refused for clock skew are no silence: ClockSkew tells.
+        let rejected = self.alarms.contains(&Alarm::ClockSkew);
         let own_ok = self.carrier_ok() && self.gateway != Some(false) && !rejected;
         let listening = matches!(self.role, Role::Init | Role::Unpaired);
         let silent: Vec<(String, u64)> = if own_ok && !listening {
@@ -920,7 +932,13 @@ impl Machine {
                 .filter_map(|p| {
                     let last = p.last_heard.iter().flatten().max().copied().unwrap_or(started).max(started);
                     let quiet = now.since(last);
-                    (quiet >= timeout).then(|| (p.node.to_string(), quiet))
+                    let unverified = p.key_mismatch_at.is_some_and(|t| now.since(t) < self.t().reject_alarm_clear_ms);
+                    let name = if unverified {
+                        format!("{} (its address sends heartbeats that fail verification)", p.node)
+                    } else {
+                        p.node.to_string()
+                    };
+                    (quiet >= timeout).then_some((name, quiet))
                 })
                 .collect()
         } else {

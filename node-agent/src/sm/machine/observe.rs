@@ -14,7 +14,7 @@ impl Machine {
         match input {
             Input::Tick => {}
             Input::Advert { path, msg } => self.on_advert(now, path, msg, out),
-            Input::AdvertRejected { reason, .. } => self.on_rejected(now, reason, out),
+            Input::AdvertRejected { reason, from, .. } => self.on_rejected(now, reason, from, out),
             Input::PeerProbe { vip, result } => self.on_peer_probe(now, &vip, result),
             Input::LocalProbe { vip, port, up } => self.on_local_probe(now, &vip, port, up),
             Input::Carrier { link, up } => self.on_carrier(now, link, up),
@@ -84,10 +84,13 @@ impl Machine {
         }
     }
 
-    fn on_rejected(&mut self, now: Millis, reason: RejectReason, out: &mut Vec<Action>) {
+    fn on_rejected(&mut self, now: Millis, reason: RejectReason, from: Option<NodeId>, out: &mut Vec<Action>) {
         match reason {
             RejectReason::KeyMismatch => {
                 self.timers.key_mismatch_at = Some(now);
+                if let Some(p) = self.peers.iter_mut().find(|p| from.as_ref() == Some(&p.node)) {
+                    p.key_mismatch_at = Some(now);
+                }
                 self.raise(Alarm::KeyMismatch, "heartbeats failing HMAC verification arrive".to_owned(), out);
             }
             RejectReason::ClockSkew => {
@@ -418,6 +421,9 @@ pub(super) struct FlapGuard {
 #[derive(Clone, Debug)]
 pub(super) struct AlarmTimers {
     pub(super) key_mismatch_at: Option<Millis>,
+    /// Last conflict probe asked for because a peer's heartbeats fail verification while
+    /// this member holds the VIPs.
+    pub(super) unverified_probe_at: Option<Millis>,
     pub(super) clock_skew_at: Option<Millis>,
     pub(super) replay_at: Option<Millis>,
 }
