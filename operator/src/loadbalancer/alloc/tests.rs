@@ -114,6 +114,36 @@ fn services_share_an_address_only_with_the_same_key_on_other_ports() {
 }
 
 #[test]
+fn sharing_stays_in_the_namespace_of_the_address() {
+    let pools = [pool("a", &["192.0.2.1-192.0.2.2"], true)];
+    let theirs = held("lb-1", "192.0.2.1", &["apps/web"], Some("k"), &[tcp(80)]);
+    // A tenant reuses the key it read on the (cluster-scoped) FloatingIP.
+    let mut r = req("tenant/x", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(443)].into();
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert_eq!(
+        p.choices,
+        vec![Choice::Create { address: ip("192.0.2.2"), pool: "a".into() }],
+        "another namespace's address is not joined"
+    );
+    r.requested = vec![ip("192.0.2.1")];
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert!(!p.complete, "{p:?}");
+    assert_eq!(
+        p.errors[0].to_string(),
+        "the requested address 192.0.2.1 is in use by FloatingIP lb-1 (it belongs to namespace apps, and VIPPool a \
+         shares addresses only within a namespace)"
+    );
+    // The same namespace shares.
+    let mut r = req("apps/dns", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(53)].into();
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert_eq!(p.choices, vec![Choice::Join { fip: "lb-1".into(), address: ip("192.0.2.1") }]);
+}
+
+#[test]
 fn dual_stack_prefers_or_requires_both_families() {
     let pools = [pool("v4", &["192.0.2.1/32"], true)];
     let mut r = req("ns/s", &[Family::V4, Family::V6]);
