@@ -129,7 +129,8 @@ impl ReservedAddresses {
             }
             Event::Delete(o) if is_it(o) => self.update(|idx| idx.set_api_server(source, BTreeSet::new())),
             Event::InitDone => {
-                if lock(listed).take() == Some(false) {
+                let unlisted = lock(listed).take() == Some(false);
+                if unlisted {
                     self.update(|idx| idx.set_api_server(source, BTreeSet::new()));
                 }
             }
