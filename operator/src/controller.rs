@@ -216,9 +216,10 @@ pub async fn run_controllers(
             .collect::<Vec<_>>()
     };
     // Reserved addresses changed → the pairs of the FloatingIPs on them (refused or
-    // accepted again). One scan of the FloatingIPs per change, not one per Node.
+    // accepted again). One scan of the FloatingIPs per batch of changes (the initial list
+    // of 5,000 Nodes is 5,000 changes), never a scan of the Nodes.
     let fips_for_reserved = fips.clone();
-    let reserved_mapper = move |changed: &[std::net::IpAddr]| {
+    let reserved_mapper = move |changed: &std::collections::HashSet<std::net::IpAddr>| {
         let mut out: Vec<ObjectRef<DeserializeGuard<HAPair>>> = fips_for_reserved
             .state()
             .iter()
@@ -230,8 +231,9 @@ pub async fn run_controllers(
         out.dedup_by(|a, b| a.name == b.name);
         out
     };
-    let reserved_stream =
-        reserved_for_pairs.flat_map(move |changed| futures::stream::iter(reserved_mapper(&changed))).boxed();
+    let reserved_stream = crate::reserved::batched(reserved_for_pairs)
+        .flat_map(move |changed| futures::stream::iter(reserved_mapper(&changed)))
+        .boxed();
     // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
     let [lease_stream] = drive(
         reflector(

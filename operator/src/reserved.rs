@@ -168,6 +168,14 @@ impl ReservedAddresses {
     }
 }
 
+/// The changes that are ready, merged (up to 1,024 at a time): whoever maps them to
+/// objects scans its cache once per batch, not once per Node.
+pub fn batched(
+    changes: impl Stream<Item = Vec<IpAddr>> + Send + 'static,
+) -> impl Stream<Item = std::collections::HashSet<IpAddr>> + Send + 'static {
+    changes.ready_chunks(1024).map(|chunks| chunks.into_iter().flatten().collect())
+}
+
 /// A Node's addresses as (type, address).
 pub fn node_addresses(n: &Node) -> Vec<(String, String)> {
     n.status
@@ -236,5 +244,16 @@ mod tests {
         assert_eq!(r.lookup(ip("172.18.0.3")), Some(Reserved::ApiServer(ApiServerSource::Endpoint)));
         r.slice_event(&Event::Delete(slice));
         assert_eq!(r.lookup(ip("172.18.0.3")), None);
+    }
+
+    #[tokio::test]
+    async fn changes_that_are_ready_are_handed_over_as_one_batch() {
+        let r = ReservedAddresses::default();
+        let mut batches = std::pin::pin!(batched(r.subscribe()));
+        for i in 1..=3u8 {
+            r.node_event(&Event::Apply(node(&format!("n{i}"), &format!("192.0.2.{i}"))));
+        }
+        let batch = batches.next().await.expect("a batch");
+        assert_eq!(batch, [ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3")].into());
     }
 }

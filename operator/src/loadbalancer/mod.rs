@@ -186,7 +186,7 @@ pub async fn run(
     let (p1, p2, p3) = (ctx.clone(), ctx.clone(), ctx.clone());
     let all_pools =
         |stores: &LbStores| stores.pools.state().iter().map(|p| ObjectRef::new(&p.name_any())).collect::<Vec<_>>();
-    let pools_of = move |changed: Vec<std::net::IpAddr>| {
+    let pools_of = move |changed: std::collections::HashSet<std::net::IpAddr>| {
         let refs: Vec<ObjectRef<DeserializeGuard<VIPPool>>> = p3
             .lb
             .pools
@@ -206,7 +206,7 @@ pub async fn run(
         .with_config(config)
         .watches_stream(shared.fips_for_pools, move |_| all_pools(&p1.lb))
         .watches_stream(shared.pairs_for_pools, move |_| all_pools(&p2.lb))
-        .reconcile_on(ctx.reserved.subscribe().flat_map(pools_of))
+        .reconcile_on(crate::reserved::batched(ctx.reserved.subscribe()).flat_map(pools_of))
         .graceful_shutdown_on(stop.clone())
         .run(pool::reconcile, error_policy::<VIPPool>, ctx.clone())
         .for_each(|res| async move { crate::triggers::log_result("vippool", res) });
