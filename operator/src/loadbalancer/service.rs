@@ -160,7 +160,11 @@ async fn apply(
             Some(why) => {
                 let note = format!(
                     "{address} released: {why} (FloatingIP {name}); {}",
-                    if req.requested.contains(&address) { "the Service waits" } else { "another address is allocated" }
+                    if req.requested.contains(&address) {
+                        "the Service asked for it and waits"
+                    } else {
+                        "it gets another one if one is free"
+                    }
                 );
                 tracing::warn!(service = %key, floatingip = %name, %address, note = %note, "address refused");
                 ctx.event(svc, Ev::warning(reason::ADDRESS_REFUSED, "Release", note)).await;
