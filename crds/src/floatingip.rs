@@ -196,8 +196,8 @@ pub struct FloatingIPStatus {
     /// announced; False with the reason NotHeld, HolderNotActive, VipUnhealthy,
     /// VipConflict, or why it was refused; Unknown, HolderNotReporting: the holder has not
     /// reported for a while and may still hold it), Accepted (handed to the pair's agents,
-    /// or refused: AddressInUse, NodeAddress), Conflict (True: a foreign host answers for
-    /// the address), PairFound.
+    /// or refused: AddressInUse, NodeAddress, ApiServerAddress), Conflict (True: a
+    /// foreign host answers for the address), PairFound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

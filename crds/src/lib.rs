@@ -19,7 +19,7 @@ pub use hapair::{
     KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec,
     SecretRef, TakeoverSpec, Transition,
 };
-pub use vippool::{Block, Family, VIPPool, VIPPoolSpec, VIPPoolStatus};
+pub use vippool::{Block, Family, SharingScope, VIPPool, VIPPoolSpec, VIPPoolStatus};
 
 use kube::CustomResourceExt;
 
@@ -174,8 +174,13 @@ pub mod reason {
     pub const AS_EXPECTED: &str = "AsExpected";
     /// A FloatingIP's address is already used by an older FloatingIP.
     pub const ADDRESS_IN_USE: &str = "AddressInUse";
-    /// A FloatingIP's address is an address of a member Node of its pair.
+    /// A FloatingIP's address is an address of a Node (a member of its pair or not).
     pub const NODE_ADDRESS: &str = "NodeAddress";
+    /// A FloatingIP's address is an address of the API server (the ClusterIP of the
+    /// Service `default/kubernetes`, or an address of its EndpointSlice).
+    pub const API_SERVER_ADDRESS: &str = "ApiServerAddress";
+    /// A VIPPool holds addresses it never hands out: the API server's or Nodes' own.
+    pub const RESERVED_ADDRESS: &str = "ReservedAddress";
     /// The old holder of a planned move keeps the VIPs for its established connections.
     pub const DRAIN_STARTED: &str = "DrainStarted";
     /// A drain ended (its time was over, or the VIPs were taken back).

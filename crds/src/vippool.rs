@@ -63,9 +63,34 @@ pub struct VIPPoolSpec {
     pub service_selector: Option<LabelSelector>,
 
     /// Only Services in namespaces with these labels get addresses of this pool
-    /// (default: every namespace).
+    /// (default: every namespace). A Service whose namespace the operator has not seen
+    /// yet matches no namespace selector (neither `In` nor `NotIn`): it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+
+    /// Which Services may share an address of this pool (Services with the same
+    /// `havip.io/sharing-key` annotation, on other ports). `Namespace` (default): only
+    /// Services of the address's namespace (that of its oldest Service), so a Service of
+    /// another namespace cannot join an address by reusing a sharing key it read on the
+    /// FloatingIP. `Cluster`: Services of any namespace the pool serves.
+    #[serde(default, skip_serializing_if = "SharingScope::is_default")]
+    pub sharing_scope: SharingScope,
+}
+
+/// Which Services may share an address of a pool.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SharingScope {
+    /// Only Services of the same namespace share an address.
+    #[default]
+    Namespace,
+    /// Services of any namespace the pool serves share an address.
+    Cluster,
+}
+
+impl SharingScope {
+    fn is_default(&self) -> bool {
+        *self == SharingScope::default()
+    }
 }
 
 fn default_true() -> bool {
@@ -86,11 +111,16 @@ pub struct VIPPoolStatus {
     /// Addresses left to hand out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free: Option<i64>,
+    /// Addresses of the pool that are never handed out because they are the API
+    /// server's or a Node's own addresses (not counted in `used` nor in `free`; the
+    /// `Ready` condition's message names them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<i64>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`: the pool hands out addresses (False: its pair is missing, or it
-    /// overlaps an older pool; the message says which).
+    /// overlaps an older pool; the message says which, and which addresses it skips).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

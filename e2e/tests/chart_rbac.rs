@@ -123,6 +123,7 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "operator reads a Secret of another namespace",
         );
         assert!(m.contains("forbidden"), "{m}");
+        operator_reads_only_the_api_servers_endpoint_slice(&admin, &operator).await;
         // It labels pairs and FloatingIPs with their members (what the agents select on),
         // and no other label.
         let fips = Api::<havip_crds::FloatingIP>::all(operator.clone());
@@ -222,6 +223,45 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "n{i} keeps no VIP after the uninstall\n{}",
             lab.logs_tail(30)
         );
+    }
+}
+
+/// The operator reads the API server's own addresses from the EndpointSlice
+/// `default/kubernetes` (by name, as it watches it), and no other EndpointSlice.
+async fn operator_reads_only_the_api_servers_endpoint_slice(admin: &Client, operator: &Client) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::ListParams;
+    // This control plane runs no endpoint reconciler: the slices are written here.
+    let slice = |name: &str, address: &str| -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address]}],
+        }))
+        .expect("slice")
+    };
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), "default");
+    for (name, address) in [("kubernetes", "198.51.100.250"), ("tenant-app", "198.51.100.251")] {
+        slices.create(&PostParams::default(), &slice(name, address)).await.expect("create an EndpointSlice");
+    }
+    let theirs = Api::<EndpointSlice>::namespaced(operator.clone(), "default");
+    theirs.get("kubernetes").await.expect("the operator reads the API server's EndpointSlice");
+    let named = theirs
+        .list(&ListParams::default().fields("metadata.name=kubernetes"))
+        .await
+        .expect("the operator lists it by name (what its watch does)");
+    assert_eq!(named.items.len(), 1);
+    let m = refused(theirs.get("tenant-app").await, "operator reads another EndpointSlice");
+    assert!(m.contains("forbidden"), "{m}");
+    let m = refused(theirs.list(&ListParams::default()).await, "operator lists the EndpointSlices of default");
+    assert!(m.contains("forbidden"), "{m}");
+    let m = refused(
+        Api::<EndpointSlice>::namespaced(operator.clone(), NAMESPACE).get("kubernetes").await,
+        "operator reads an EndpointSlice of another namespace",
+    );
+    assert!(m.contains("forbidden"), "{m}");
+    for name in ["kubernetes", "tenant-app"] {
+        slices.delete(name, &DeleteParams::default()).await.expect("delete the EndpointSlice");
     }
 }
 

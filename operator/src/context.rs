@@ -109,6 +109,8 @@ pub struct Context {
     pub memory: Mutex<HashMap<String, PairMemory>>,
     /// One flag per secondary store, true once its initial list is in.
     pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// The addresses that are never a VIP (every Node's and the API server's).
+    pub reserved: Arc<crate::reserved::ReservedAddresses>,
     /// What the load-balancer controllers read besides pairs and FloatingIPs.
     pub lb: LbStores,
 }

@@ -10,6 +10,7 @@ use crate::context::{Context, MANAGED_BY, PAIR_LABEL};
 use crate::guard::error_policy;
 use crate::metrics::Metrics;
 use crate::model::pair_of_lease;
+use crate::reserved::{ReservedAddresses, node_addresses};
 use crate::triggers::{Filter, drive, drop_managed_fields, log_result};
 use futures::{FutureExt, StreamExt};
 use havip_crds::{FloatingIP, HAPair};
@@ -60,19 +61,8 @@ fn slim_secret(s: &mut Secret) {
     }
 }
 
-/// A Node's addresses as (type, address).
-type NodeAddresses = Vec<(String, String)>;
-
 /// A FloatingIP's pair and its address (None: unparsable).
 type FipPair = (String, Option<std::net::IpAddr>);
-
-fn node_addresses(n: &Node) -> NodeAddresses {
-    n.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| a.iter().map(|x| (x.type_.clone(), x.address.clone())).collect())
-        .unwrap_or_default()
-}
 
 /// Runs both controllers until `stop` resolves (graceful: running reconciles finish).
 pub async fn run_controllers(
@@ -102,7 +92,14 @@ pub async fn run_controllers(
     let (leases_ready, leases_ready_rx) = tokio::sync::watch::channel(false);
     let (secrets_ready, secrets_ready_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    let (lb, lb_watches) = crate::loadbalancer::watch(&client, &mut tasks);
+    // The addresses that are never a VIP: every Node's (the Node watch below), the API
+    // server's ClusterIP (the Service watch) and its own addresses (its EndpointSlice).
+    // Subscribed before the watches start, so that no change is missed.
+    let reserved = Arc::new(ReservedAddresses::default());
+    let reserved_for_pairs = reserved.subscribe();
+    let (slice_ready, slice_ready_rx) = tokio::sync::watch::channel(false);
+    tasks.push(reserved.clone().watch_api_server_slice(&client, slice_ready));
+    let (lb, lb_watches, services_ready_rx) = crate::loadbalancer::watch(&client, reserved.clone(), &mut tasks);
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
@@ -114,7 +111,18 @@ pub async fn run_controllers(
         leases,
         secrets,
         memory: Mutex::default(),
-        ready: vec![pairs_ready_rx, fips_ready_rx, nodes_ready_rx, leases_ready_rx, secrets_ready_rx],
+        // Refusals need every reserved address: the Nodes', and the API server's from
+        // the Service and EndpointSlice watches.
+        ready: vec![
+            pairs_ready_rx,
+            fips_ready_rx,
+            nodes_ready_rx,
+            leases_ready_rx,
+            secrets_ready_rx,
+            services_ready_rx,
+            slice_ready_rx,
+        ],
+        reserved: reserved.clone(),
         lb,
     });
 
@@ -181,10 +189,17 @@ pub async fn run_controllers(
     // Node → the pairs naming it.
     // Nodes are listed in pages, not from the watch cache at once: a cluster's Nodes
     // carry ~20 KB of status each (5,000 of them would be a 100 MB answer).
+    let reserved_for_nodes = reserved.clone();
     let [node_stream] = drive(
         watcher(nodes_api, watcher::Config::default().page_size(NODE_PAGE))
             .default_backoff()
             .modify(slim_node)
+            .map(move |ev| {
+                if let Ok(ev) = &ev {
+                    reserved_for_nodes.node_event(ev);
+                }
+                ev
+            })
             .reflect(nodes_w),
         [Filter::Changed(Box::new(node_addresses))],
         nodes_ready,
@@ -200,6 +215,25 @@ pub async fn run_controllers(
             .map(|p| ObjectRef::new(&p.name_any()))
             .collect::<Vec<_>>()
     };
+    // Reserved addresses changed → the pairs of the FloatingIPs on them (refused or
+    // accepted again). One scan of the FloatingIPs per batch of changes (the initial list
+    // of 5,000 Nodes is 5,000 changes), never a scan of the Nodes.
+    let fips_for_reserved = fips.clone();
+    let reserved_mapper = move |changed: &std::collections::HashSet<std::net::IpAddr>| {
+        let mut out: Vec<ObjectRef<DeserializeGuard<HAPair>>> = fips_for_reserved
+            .state()
+            .iter()
+            .filter_map(|f| f.0.as_ref().ok())
+            .filter(|f| havip_crds::floatingip::vip_address(&f.spec.address).is_some_and(|a| changed.contains(&a)))
+            .map(|f| ObjectRef::new(&f.spec.pair))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out.dedup_by(|a, b| a.name == b.name);
+        out
+    };
+    let reserved_stream = crate::reserved::batched(reserved_for_pairs)
+        .flat_map(move |changed| futures::stream::iter(reserved_mapper(&changed)))
+        .boxed();
     // Lease hapair-<pair> → pair (the leader-election Lease never has that prefix).
     let [lease_stream] = drive(
         reflector(
@@ -285,6 +319,7 @@ pub async fn run_controllers(
         .watches_stream(node_stream, node_mapper)
         .watches_stream(lease_stream, lease_mapper)
         .watches_stream(secret_stream, secret_mapper)
+        .reconcile_on(reserved_stream)
         .graceful_shutdown_on(stop.clone())
         .run(crate::hapair::reconcile, error_policy::<HAPair>, ctx.clone())
         .for_each(|res| async move { log_result("hapair", res) });

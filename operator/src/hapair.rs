@@ -119,7 +119,7 @@ fn gather(
             spec: Some(fip.spec.clone()),
             state: fip.status.as_ref().and_then(|s| s.state),
         };
-        match model::refusal(&info.name, &fip.spec.address, &conflicts, pair_of, &nodes) {
+        match model::refusal(&info.name, &fip.spec.address, &conflicts, pair_of, |a| ctx.reserved.lookup(a), &nodes) {
             None => vips.push(info),
             Some(r) => refused.push((info, r)),
         }

@@ -7,7 +7,8 @@
 //!   change triggers which reconcile); [`hapair`], [`floatingip`]: the two reconciles;
 //!   [`guard`]: the reconcile guard and error policy both share; [`context`]: what
 //!   every reconcile reads (client, caches, memory, Events); [`status`]: the
-//!   `InvalidSpec` condition and member labels.
+//!   `InvalidSpec` condition and member labels; [`reserved`]: the addresses that are
+//!   never a VIP (every Node's, the API server's), kept from the watches.
 //! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
 //! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
 //! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
@@ -47,6 +48,7 @@ pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
+pub mod reserved;
 pub mod status;
 pub mod triggers;
 

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const APPS: &str = "apps";
+const TENANT: &str = "tenant";
 const CLASS: &str = "havip.io/l2";
 
 #[test]
@@ -32,6 +33,7 @@ fn the_operator_as_a_load_balancer_provider() {
         create_namespace(&client, NS).await;
         create_namespace(&client, APPS).await;
         create_namespace(&client, "bulk").await;
+        create_namespace(&client, TENANT).await;
         for (n, ip) in [("n1", "10.0.0.1"), ("n2", "10.0.0.2")] {
             create_node(&client, n, ip).await;
         }
@@ -50,6 +52,9 @@ fn the_operator_as_a_load_balancer_provider() {
         type_change_and_deletion(&client).await;
         exhaustion_and_release(&client).await;
         pool_shrink(&client).await;
+        reserved_addresses(&client).await;
+        sharing_across_namespaces(&client).await;
+        refused_address_released(&client).await;
         let op = restart_keeps_every_address(&client, &cp, &kubeconfig, op).await;
         eprintln!(
             "operator metrics:\n{}",
@@ -455,6 +460,150 @@ async fn pool_shrink(client: &Client) {
             assert_eq!(&wait_allocated(client, &format!("apps/{s}"), 1).await, a, "{s} kept its address");
         }
     }
+}
+
+/// The addresses a pool never hands out: the API server's ClusterIP, its own address (its
+/// EndpointSlice) and any Node's. The pool skips them and says so (status, `Ready`'s
+/// message, an Event); a Service that asks for one waits, with the reason.
+async fn reserved_addresses(client: &Client) {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let kubernetes = get_svc(client, "default", "kubernetes").await;
+    let cluster_ip = kubernetes.spec.and_then(|s| s.cluster_ip).expect("the API server's ClusterIP");
+    create_node(client, "n9", "10.30.0.1").await;
+    // This control plane runs no endpoint reconciler: the test writes the slice as the
+    // API server would.
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default");
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.30.0.2"], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.expect("EndpointSlice");
+    let cidr = format!("{cluster_ip}/32");
+    pool(client, "guarded", &[&cidr, "10.30.0.1-10.30.0.3"], Some(serde_json::json!({"autoAssign": false}))).await;
+    let guarded = serde_json::json!({"metadata": {"annotations": {"havip.io/pool": "guarded"}}});
+    let got = wait_allocated_after(client, APPS, "guarded", 80, guarded).await;
+    assert_eq!(got, ["10.30.0.3"], "the reserved addresses are skipped");
+    let message = eventually("pool guarded: 4 addresses, 3 reserved, 1 used", Duration::from_secs(10), || async {
+        let s = Api::<VIPPool>::all(client.clone()).get("guarded").await.ok()?.status?;
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+        (s.size == Some(4) && s.reserved == Some(3) && s.used == Some(1) && s.free == Some(0))
+            .then(|| ready.message.clone())
+    })
+    .await;
+    for phrase in
+        [cluster_ip.as_str(), "10.30.0.1 (the InternalIP of node n9)", "10.30.0.2 (an address of the API server"]
+    {
+        assert!(message.contains(phrase), "{phrase:?} in {message:?}");
+    }
+    wait_event(client, "guarded", "ReservedAddress", "node n9").await;
+    let ask = serde_json::json!({"metadata": {"annotations": {"havip.io/address": cluster_ip.clone()}}});
+    lb(client, APPS, "apiserver", &[(443, "TCP")], ask).await;
+    wait_service_event(client, APPS, "apiserver", "AllocationFailed", "the API server's ClusterIP").await;
+    assert!(fips_of(client, "apps/apiserver").await.is_empty());
+    let api = Api::<Service>::namespaced(client.clone(), APPS);
+    for name in ["guarded", "apiserver"] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    slices.delete("kubernetes", &DeleteParams::default()).await.unwrap();
+    Api::<Node>::all(client.clone()).delete("n9", &DeleteParams::default()).await.unwrap();
+    eventually("pool guarded: only the ClusterIP reserved", Duration::from_secs(10), || async {
+        let s = Api::<VIPPool>::all(client.clone()).get("guarded").await.ok()?.status?;
+        (s.reserved == Some(1) && s.used == Some(0) && s.free == Some(3)).then_some(())
+    })
+    .await;
+}
+
+/// Services share an address only within its namespace, unless the pool says
+/// `sharingScope: Cluster`: a Service of another namespace that reuses the sharing key it
+/// read on the (cluster-scoped) FloatingIP gets an address of its own, or waits when it
+/// asks for that one.
+async fn sharing_across_namespaces(client: &Client) {
+    pool(client, "share", &["198.51.100.1-198.51.100.3"], Some(serde_json::json!({"autoAssign": false}))).await;
+    let annotations = |extra: serde_json::Value| {
+        let mut a = serde_json::json!({"havip.io/pool": "share", "havip.io/sharing-key": "edge"});
+        json_merge(&mut a, extra);
+        serde_json::json!({"metadata": {"annotations": a}})
+    };
+    let owner = wait_allocated_after(client, APPS, "owner", 80, annotations(serde_json::json!({}))).await;
+    assert_eq!(owner, ["198.51.100.1"]);
+    let intruder = wait_allocated_after(client, TENANT, "intruder", 443, annotations(serde_json::json!({}))).await;
+    assert_eq!(intruder, ["198.51.100.2"], "the key of another namespace's address is not joined");
+    let f = &fips_of(client, "apps/owner").await[0];
+    assert_eq!(f.annotations()["havip.io/services"], "apps/owner");
+    let ask = annotations(serde_json::json!({"havip.io/address": "198.51.100.1"}));
+    lb(client, TENANT, "asks", &[(8443, "TCP")], ask).await;
+    wait_service_event(client, TENANT, "asks", "AllocationFailed", "namespace apps").await;
+    assert!(fips_of(client, "tenant/asks").await.is_empty());
+    // The pool lets every namespace share.
+    pool(
+        client,
+        "share",
+        &["198.51.100.1-198.51.100.3"],
+        Some(serde_json::json!({"autoAssign": false, "sharingScope": "Cluster"})),
+    )
+    .await;
+    assert_eq!(wait_allocated(client, "tenant/asks", 1).await, ["198.51.100.1"]);
+    assert_eq!(fips_of(client, "apps/owner").await[0].annotations()["havip.io/services"], "apps/owner,tenant/asks");
+    Api::<Service>::namespaced(client.clone(), APPS).delete("owner", &DeleteParams::default()).await.unwrap();
+    for name in ["intruder", "asks"] {
+        Api::<Service>::namespaced(client.clone(), TENANT).delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("the pool share released", Duration::from_secs(10), || async {
+        (!fips(client).await.values().any(|f| f.spec.address.starts_with("198.51.100."))).then_some(())
+    })
+    .await;
+}
+
+/// Creates a Service (one TCP port) and waits for its address.
+async fn wait_allocated_after(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    port: i32,
+    extra: serde_json::Value,
+) -> Vec<String> {
+    lb(client, ns, name, &[(port, "TCP")], extra).await;
+    wait_allocated(client, &format!("{ns}/{name}"), 1).await
+}
+
+/// An address that became a Node's after it was allocated (here: a member's, which
+/// the operator refused before too): its FloatingIP is refused and released, the Service
+/// gets another address, and an Event on the Service says why.
+async fn refused_address_released(client: &Client) {
+    use k8s_openapi::api::core::v1::Node;
+    pool(client, "moving", &["203.0.113.1-203.0.113.2"], Some(serde_json::json!({"autoAssign": false}))).await;
+    let mover = serde_json::json!({"metadata": {"annotations": {"havip.io/pool": "moving"}}});
+    assert_eq!(wait_allocated_after(client, APPS, "mover", 80, mover).await, ["203.0.113.1"]);
+    let nodes = Api::<Node>::all(client.clone());
+    let addresses = |extra: &[(&str, &str)]| {
+        let list: Vec<serde_json::Value> = [("InternalIP", "10.0.0.2")]
+            .iter()
+            .chain(extra)
+            .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+            .collect();
+        Patch::Merge(serde_json::json!({"status": {"addresses": list}}))
+    };
+    nodes.patch_status("n2", &PatchParams::default(), &addresses(&[("ExternalIP", "203.0.113.1")])).await.unwrap();
+    eventually("mover moved to 203.0.113.2", Duration::from_secs(15), || async {
+        let f = fips_of(client, "apps/mover").await;
+        (f.len() == 1 && f[0].spec.address == "203.0.113.2/32").then_some(())
+    })
+    .await;
+    wait_service_event(client, APPS, "mover", "AddressRefused", "203.0.113.1").await;
+    wait_service_event(client, APPS, "mover", "AddressRefused", "the ExternalIP of node n2").await;
+    assert!(!fips(client).await.contains_key("lb-203-0-113-1"), "the refused FloatingIP is gone");
+    nodes.patch_status("n2", &PatchParams::default(), &addresses(&[])).await.unwrap();
+    Api::<Service>::namespaced(client.clone(), APPS).delete("mover", &DeleteParams::default()).await.unwrap();
+    eventually("mover released", Duration::from_secs(10), || async {
+        fips_of(client, "apps/mover").await.is_empty().then_some(())
+    })
+    .await;
 }
 
 async fn restart_keeps_every_address(

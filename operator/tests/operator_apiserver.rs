@@ -45,6 +45,7 @@ fn operator_against_a_real_api_server() {
         invalid_objects(&client, &op).await;
         floating_ip_pair_found(&client).await;
         admission_and_member_labels(&client).await;
+        reserved_addresses(&client).await;
         plugin_end_to_end(&client, &cp).await;
         member_replacement(&client).await;
         eprintln!(
@@ -555,12 +556,77 @@ async fn admission_and_member_labels(client: &Client) {
         .then_some(())
     })
     .await;
-    // s8-n is no member's address any more: accepted.
-    eventually("s8-n accepted once n2 left", Duration::from_secs(20), || async {
-        fip_accepted(client, "s8-n").await.filter(|a| a.0 == "True")
+    // n2 is no member any more, but still a Node: s8-n stays refused.
+    let n = eventually("s8-n refused as a node's address once n2 left", Duration::from_secs(20), || async {
+        fip_accepted(client, "s8-n").await.filter(|a| a.0 == "False" && !a.2.contains("member"))
     })
     .await;
+    assert_eq!(n.1, "NodeAddress", "{n:?}");
+    assert!(n.2.contains("InternalIP of node n2"), "{n:?}");
+    assert!(n.3.is_empty(), "{n:?}");
+    Api::<havip_crds::FloatingIP>::all(client.clone()).delete("s8-n", &Default::default()).await.expect("delete s8-n");
     eprintln!("FloatingIP admission and member labels ✓");
+}
+
+/// Addresses that are never a VIP, whichever pair's: any Node's (not only the pair's
+/// members') and the API server's — the ClusterIP of `default/kubernetes` and the
+/// addresses of its EndpointSlice. Refused (no member label: no agent configures them),
+/// and accepted once no longer reserved (the change alone reconciles the pair).
+async fn reserved_addresses(client: &Client) {
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let refused = |name: &'static str| async move {
+        eventually(&format!("{name} refused"), Duration::from_secs(20), || async {
+            fip_accepted(client, name).await.filter(|a| a.0 == "False")
+        })
+        .await
+    };
+    // A Node that is no member of s8 (n1, n3).
+    create_node(client, "n4", "10.0.0.4").await;
+    apply_yaml(client, &fip_yaml("s9-node", "s8", "10.0.0.4/24")).await;
+    let r = refused("s9-node").await;
+    assert_eq!(r.1, "NodeAddress", "{r:?}");
+    assert!(r.2.contains("is the InternalIP of node n4"), "{r:?}");
+    assert!(r.3.is_empty(), "a refused FloatingIP carries no member label: {r:?}");
+    wait_event(client, "s9-node", "NodeAddress", "node n4").await;
+    // The API server's ClusterIP.
+    let kubernetes = Api::<Service>::namespaced(client.clone(), "default").get("kubernetes").await.expect("Service");
+    let cluster_ip = kubernetes.spec.and_then(|s| s.cluster_ip).expect("the API server's ClusterIP");
+    apply_yaml(client, &fip_yaml("s9-api", "s8", &format!("{cluster_ip}/32"))).await;
+    let r = refused("s9-api").await;
+    assert_eq!(r.1, "ApiServerAddress", "{r:?}");
+    assert!(r.2.contains("the API server's ClusterIP"), "{r:?}");
+    wait_event(client, "s9-api", "ApiServerAddress", &cluster_ip).await;
+    // The API server's own address, from its EndpointSlice (this control plane runs no
+    // endpoint reconciler: the test writes the slice as the API server would).
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default");
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.expect("EndpointSlice");
+    apply_yaml(client, &fip_yaml("s9-ep", "s8", "10.0.0.5/24")).await;
+    let r = refused("s9-ep").await;
+    assert_eq!(r.1, "ApiServerAddress", "{r:?}");
+    assert!(r.2.contains("EndpointSlice default/kubernetes"), "{r:?}");
+    // No longer reserved: accepted and labelled.
+    Api::<Node>::all(client.clone()).delete("n4", &Default::default()).await.expect("delete n4");
+    slices.delete("kubernetes", &Default::default()).await.expect("delete the EndpointSlice");
+    for name in ["s9-node", "s9-ep"] {
+        eventually(&format!("{name} accepted once its address is nobody's"), Duration::from_secs(20), || async {
+            fip_accepted(client, name).await.filter(|a| a.0 == "True" && a.3 == ["n1", "n3"])
+        })
+        .await;
+    }
+    for name in ["s9-node", "s9-api", "s9-ep"] {
+        Api::<havip_crds::FloatingIP>::all(client.clone()).delete(name, &Default::default()).await.expect("delete");
+    }
+    eprintln!("reserved addresses refused ✓");
 }
 
 fn plugin(cp: &ControlPlane, args: &[&str]) -> (i32, String, String) {

@@ -15,8 +15,16 @@
 //! 5. the first free address of the first pool (by name) that selects the Service and
 //!    has `autoAssign` (or that the annotation `havip.io/pool` names).
 //!
-//! An address is never handed out while any FloatingIP holds it, whoever wrote it.
+//! An address is never handed out while any FloatingIP holds it, whoever wrote it, nor
+//! when it is reserved (the API server's or a Node's own address: see
+//! [`crate::model::AddressIndex`]). A Service shares an address only with Services of the
+//! address's namespace, unless the address's pool has `sharingScope: Cluster`. An address
+//! the Service holds but may no longer use (reserved since, or its FloatingIP refused by
+//! the operator) is released with the reason, and the Service gets another one unless it
+//! asked for that one.
 
+use crate::model::Reserved;
+use havip_crds::SharingScope;
 use havip_crds::vippool::{Block, Family};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -45,6 +53,8 @@ pub struct PoolView {
     pub auto_assign: bool,
     /// Its selectors match the Service.
     pub selects: bool,
+    /// Which Services may share one of its addresses.
+    pub sharing_scope: SharingScope,
 }
 
 /// An address held by a FloatingIP.
@@ -56,6 +66,18 @@ pub struct Holding {
     pub address: IpAddr,
     /// Set when the operator allocated it to Services; None: written by hand.
     pub allocation: Option<Allocation>,
+    /// The operator refused it (`Accepted=False` for its current generation with a
+    /// refusal's reason): no agent serves it.
+    pub refused: Option<Refused>,
+}
+
+/// Why the operator refused a FloatingIP (its `Accepted` condition).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The condition's reason (one of [`crate::model::Refusal::REASONS`]).
+    pub reason: String,
+    /// The condition's message.
+    pub message: String,
 }
 
 /// What the operator recorded on a FloatingIP it allocated.
@@ -69,6 +91,9 @@ pub struct Allocation {
     pub sharing_key: Option<String>,
     /// The ports of its Services other than the one being planned.
     pub ports: BTreeSet<PortKey>,
+    /// The namespace the address belongs to: that of its oldest Service (None: none of
+    /// its Services is known).
+    pub namespace: Option<String>,
 }
 
 /// What one Service asks for.
@@ -147,6 +172,22 @@ pub enum AllocError {
         /// The pools the Service names.
         pools: Option<BTreeSet<String>>,
     },
+    /// The requested address is never a Service's: the API server's or a Node's.
+    #[error("the requested address {address} is {why}: it is never handed out")]
+    Reserved {
+        /// The address.
+        address: IpAddr,
+        /// Whose it is.
+        why: Reserved,
+    },
+    /// The requested address's FloatingIP was refused by the operator.
+    #[error("the requested address {address} cannot be served: {message}")]
+    Refused {
+        /// The address.
+        address: IpAddr,
+        /// The refusal (the FloatingIP's `Accepted` message).
+        message: String,
+    },
     /// The requested address is held by a FloatingIP it cannot share.
     #[error("the requested address {address} is in use by FloatingIP {fip}{why}")]
     InUse {
@@ -178,13 +219,36 @@ fn named(pools: &Option<BTreeSet<String>>) -> String {
     }
 }
 
+/// A FloatingIP a Service must leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// The FloatingIP.
+    pub fip: String,
+    /// Its address.
+    pub address: IpAddr,
+    /// Why.
+    pub why: ReleaseWhy,
+}
+
+/// Why a Service leaves a FloatingIP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReleaseWhy {
+    /// No longer allowed or wanted: outside the pools that select it, another address
+    /// requested, its sharing no longer valid.
+    NotWanted,
+    /// The address is reserved (it became the API server's or a Node's).
+    Reserved(Reserved),
+    /// The operator refused the FloatingIP.
+    Refused(Refused),
+}
+
 /// What a Service should hold.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Plan {
     /// The addresses, in the Service's family order.
     pub choices: Vec<Choice>,
-    /// FloatingIPs the Service must leave (held, but no longer allowed or wanted).
-    pub release: Vec<String>,
+    /// FloatingIPs the Service must leave, and why.
+    pub release: Vec<Release>,
     /// Why a family got no address.
     pub errors: Vec<AllocError>,
     /// The Service gets what it needs: create and join only then; otherwise it keeps
@@ -192,8 +256,19 @@ pub struct Plan {
     pub complete: bool,
 }
 
-/// Plans the addresses of one Service.
-pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
+/// The namespace of a Service key (`namespace/name`).
+fn namespace_of(service: &str) -> &str {
+    service.split_once('/').map_or("", |(ns, _)| ns)
+}
+
+/// Plans the addresses of one Service; `reserved` says why an address is never handed
+/// out (None: it may be).
+pub fn plan(
+    req: &Request,
+    pools: &[PoolView],
+    holdings: &[Holding],
+    reserved: &dyn Fn(IpAddr) -> Option<Reserved>,
+) -> Plan {
     let mut out = Plan::default();
     // Requested addresses: at most one per family, of the Service's families.
     let mut requested: BTreeMap<Family, IpAddr> = BTreeMap::new();
@@ -220,12 +295,23 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
     let held: BTreeMap<IpAddr, &Holding> = holdings.iter().map(|h| (h.address, h)).collect();
     let mine: Vec<&Holding> =
         holdings.iter().filter(|h| h.allocation.as_ref().is_some_and(|a| a.services.contains(&req.service))).collect();
-    // Whether this Service may share `h` (other Services on it): same key, other ports.
+    // Whether this Service may share `h` (other Services on it): within the address's
+    // namespace (unless its pool says otherwise), same key, other ports.
     let shareable = |h: &Holding| -> Result<(), String> {
         let Some(a) = &h.allocation else { return Err(" (a FloatingIP written by hand)".to_owned()) };
         let others = a.services.iter().any(|s| s != &req.service);
         if !others {
             return Ok(());
+        }
+        let pool = pools.iter().find(|p| p.blocks.iter().any(|b| b.contains(h.address)));
+        let scope = pool.map(|p| p.sharing_scope).unwrap_or_default();
+        let mine = namespace_of(&req.service);
+        if scope == SharingScope::Namespace && a.namespace.as_deref() != Some(mine) {
+            return Err(format!(
+                " (it belongs to namespace {}, and VIPPool {} shares addresses only within a namespace)",
+                a.namespace.as_deref().unwrap_or("unknown"),
+                pool.map_or(a.pool.as_str(), |p| p.name.as_str())
+            ));
         }
         match (&a.sharing_key, &req.sharing_key) {
             (Some(k), Some(mine)) if k == mine => {}
@@ -237,6 +323,14 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
         if clash.is_empty() { Ok(()) } else { Err(format!(" (port {} is used there already)", clash.join(", "))) }
     };
 
+    // Why a held address can no longer be served at all (whoever asks for it).
+    let unusable = |h: &Holding| -> Option<ReleaseWhy> {
+        if let Some(why) = reserved(h.address) {
+            return Some(ReleaseWhy::Reserved(why));
+        }
+        h.refused.clone().map(ReleaseWhy::Refused)
+    };
+
     let mut errors_fatal = !out.errors.is_empty();
     let mut kept: BTreeSet<String> = BTreeSet::new();
     for &family in &req.families {
@@ -246,6 +340,7 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
             Family::of(h.address) == family
                 && !kept.contains(&h.fip)
                 && want.is_none_or(|w| w == h.address)
+                && unusable(h).is_none()
                 && allowed_pool_of(h.address).is_some()
                 && shareable(h).is_ok()
         });
@@ -256,6 +351,11 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
         }
         // 2. A requested address.
         if let Some(a) = want {
+            if let Some(why) = reserved(a) {
+                out.errors.push(AllocError::Reserved { address: a, why });
+                errors_fatal = true;
+                continue;
+            }
             let Some(pool) = allowed_pool_of(a) else {
                 out.errors.push(AllocError::OutsidePools { address: a, pools: req.pools.clone() });
                 errors_fatal = true;
@@ -263,6 +363,11 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
             };
             match held.get(&a) {
                 None => out.choices.push(Choice::Create { address: a, pool: pool.name.clone() }),
+                Some(h) if h.allocation.is_some() && h.refused.is_some() => {
+                    let message = h.refused.as_ref().map(|r| r.message.clone()).unwrap_or_default();
+                    out.errors.push(AllocError::Refused { address: a, message });
+                    errors_fatal = true;
+                }
                 Some(h) => match shareable(h) {
                     Ok(()) => out.choices.push(Choice::Join { fip: h.fip.clone(), address: a }),
                     Err(why) => {
@@ -278,6 +383,7 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
             let join = holdings.iter().find(|h| {
                 Family::of(h.address) == family
                     && h.allocation.as_ref().is_some_and(|a| a.sharing_key == req.sharing_key)
+                    && unusable(h).is_none()
                     && candidates.iter().any(|p| p.blocks.iter().any(|b| b.contains(h.address)))
                     && shareable(h).is_ok()
             });
@@ -287,8 +393,12 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
             }
         }
         // 4. Its previous address; 5. the first free one.
-        let previous =
-            req.previous.iter().copied().filter(|a| Family::of(*a) == family && !held.contains_key(a)).find_map(|a| {
+        let previous = req
+            .previous
+            .iter()
+            .copied()
+            .filter(|a| Family::of(*a) == family && !held.contains_key(a) && reserved(*a).is_none())
+            .find_map(|a| {
                 candidates.iter().find(|p| p.blocks.iter().any(|b| b.contains(a))).map(|p| (a, p.name.clone()))
             });
         let free = previous.or_else(|| {
@@ -296,7 +406,7 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
                 p.blocks
                     .iter()
                     .filter(|b| b.family == family)
-                    .find_map(|b| first_free(b, &held))
+                    .find_map(|b| first_free(b, &held, reserved))
                     .map(|a| (a, p.name.clone()))
             })
         });
@@ -319,18 +429,27 @@ pub fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
             }
         }
     }
-    out.release = mine.iter().filter(|h| !kept.contains(&h.fip)).map(|h| h.fip.clone()).collect();
+    out.release = mine
+        .iter()
+        .filter(|h| !kept.contains(&h.fip))
+        .map(|h| Release { fip: h.fip.clone(), address: h.address, why: unusable(h).unwrap_or(ReleaseWhy::NotWanted) })
+        .collect();
     out.complete = !errors_fatal && !out.choices.is_empty();
     out
 }
 
-/// The first address of `b` no FloatingIP holds (steps over held addresses only, so
-/// the cost is bounded by what is held, not by the block's size).
-fn first_free(b: &Block, held: &BTreeMap<IpAddr, &Holding>) -> Option<IpAddr> {
+/// The first address of `b` no FloatingIP holds and that is not reserved (steps over
+/// held and reserved addresses only, so the cost is bounded by those, not by the
+/// block's size).
+fn first_free(
+    b: &Block,
+    held: &BTreeMap<IpAddr, &Holding>,
+    reserved: &dyn Fn(IpAddr) -> Option<Reserved>,
+) -> Option<IpAddr> {
     let mut n = b.first;
     loop {
         let a = havip_crds::vippool::from_u128(b.family, n);
-        if !held.contains_key(&a) {
+        if !held.contains_key(&a) && reserved(a).is_none() {
             return Some(a);
         }
         if n == b.last {

@@ -80,7 +80,13 @@ fn slim_namespace(n: &mut Namespace) {
 }
 
 /// Starts the watches of Services, VIPPools and Namespaces (each in a task of `tasks`).
-pub fn watch(client: &Client, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> (LbStores, LbWatches) {
+/// The Service watch also keeps the API server's ClusterIPs in `reserved`; the last
+/// value returned turns true once the Services are listed (and those ClusterIPs known).
+pub fn watch(
+    client: &Client,
+    reserved: Arc<crate::reserved::ReservedAddresses>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> (LbStores, LbWatches, tokio::sync::watch::Receiver<bool>) {
     let wc = watcher::Config::default().any_semantic();
     let (services, services_w) = reflector::store();
     let (pools, pools_w) = reflector::store();
@@ -92,6 +98,12 @@ pub fn watch(client: &Client, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> (
         watcher(Api::<Service>::all(client.clone()), wc.clone())
             .default_backoff()
             .modify(slim_service)
+            .map(move |ev| {
+                if let Ok(ev) = &ev {
+                    reserved.service_event(ev);
+                }
+                ev
+            })
             .reflect(services_w),
         [Filter::<_, ()>::Applied, Filter::Touched],
         services_ready,
@@ -115,6 +127,7 @@ pub fn watch(client: &Client, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> (
         namespaces_ready,
         tasks,
     );
+    let api_server_ready = services_ready_rx.clone();
     let stores = LbStores {
         services,
         pools,
@@ -130,7 +143,7 @@ pub fn watch(client: &Client, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> (
         pools_for_services,
         namespaces: namespaces_stream,
     };
-    (stores, watches)
+    (stores, watches, api_server_ready)
 }
 
 /// Runs the Service and VIPPool controllers and the release sweep until `stop`.
@@ -167,14 +180,33 @@ pub async fn run(
         .graceful_shutdown_on(stop.clone())
         .run(service::reconcile, service::error_policy, ctx.clone())
         .for_each(|res| async move { crate::triggers::log_result("service", res) });
-    // Pool controller: its pools; any FloatingIP or pair change → every pool (few).
-    let (p1, p2) = (ctx.clone(), ctx.clone());
+    // Pool controller: its pools; any FloatingIP or pair change → every pool (few); a
+    // reserved address changed → the pools that contain it (their Services follow when
+    // the pool's status changes).
+    let (p1, p2, p3) = (ctx.clone(), ctx.clone(), ctx.clone());
     let all_pools =
         |stores: &LbStores| stores.pools.state().iter().map(|p| ObjectRef::new(&p.name_any())).collect::<Vec<_>>();
+    let pools_of = move |changed: std::collections::HashSet<std::net::IpAddr>| {
+        let refs: Vec<ObjectRef<DeserializeGuard<VIPPool>>> = p3
+            .lb
+            .pools
+            .state()
+            .iter()
+            .filter(|p| {
+                p.0.as_ref().is_ok_and(|p| {
+                    havip_crds::vippool::pool_blocks(&p.spec)
+                        .is_ok_and(|blocks| blocks.iter().any(|b| changed.iter().any(|a| b.contains(*a))))
+                })
+            })
+            .map(|p| ObjectRef::new(&p.name_any()))
+            .collect();
+        futures::stream::iter(refs)
+    };
     let pools = Controller::for_stream(watches.pools, ctx.lb.pools.clone())
         .with_config(config)
         .watches_stream(shared.fips_for_pools, move |_| all_pools(&p1.lb))
         .watches_stream(shared.pairs_for_pools, move |_| all_pools(&p2.lb))
+        .reconcile_on(crate::reserved::batched(ctx.reserved.subscribe()).flat_map(pools_of))
         .graceful_shutdown_on(stop.clone())
         .run(pool::reconcile, error_policy::<VIPPool>, ctx.clone())
         .for_each(|res| async move { crate::triggers::log_result("vippool", res) });

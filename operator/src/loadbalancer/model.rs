@@ -2,7 +2,8 @@
 //! asks for, which pools are usable (and why not), what the allocator sees of a
 //! FloatingIP, and the FloatingIP an allocation is written as.
 
-use super::alloc::{Allocation, Holding, PoolView, PortKey, Request, ServiceKey};
+use super::alloc::{Allocation, Holding, PoolView, PortKey, Refused, Request, ServiceKey};
+use crate::model::{AddressIndex, Refusal, Reserved};
 use havip_crds::vippool::{Block, BlockError, Family, pool_blocks, service};
 use havip_crds::{FloatingIP, FloatingIPSpec, HealthCheck, ProbeSpec, VIPPool};
 use k8s_openapi::api::core::v1::Service;
@@ -11,6 +12,7 @@ use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Label on every FloatingIP the operator allocated for Services (with
 /// [`crate::context::MANAGED_BY`]), so that `kubectl get fip -l havip.io/load-balancer`
@@ -226,23 +228,48 @@ pub fn pool_states(pools: &[VIPPool], pair_exists: impl Fn(&str) -> bool) -> Vec
 
 impl PoolState {
     /// The pool as the allocator sees it for a Service with these labels in a namespace
-    /// with these labels (None when the pool is not usable).
+    /// with these labels (None when the pool is not usable). A namespace the operator
+    /// has not seen yet (`None`) matches no namespace selector, `NotIn` included: its
+    /// labels are unknown, not empty.
     pub fn view_for(
         &self,
         service_labels: &BTreeMap<String, String>,
-        namespace_labels: &BTreeMap<String, String>,
+        namespace_labels: Option<&BTreeMap<String, String>>,
     ) -> Option<PoolView> {
         if self.problem.is_some() {
             return None;
         }
-        let selects = self.service_selector.as_ref().is_none_or(|s| s.matches(service_labels))
-            && self.namespace_selector.as_ref().is_none_or(|s| s.matches(namespace_labels));
+        let namespace_selected = match (&self.namespace_selector, namespace_labels) {
+            (None, _) => true,
+            (Some(s), Some(labels)) => s.matches(labels),
+            (Some(_), None) => false,
+        };
+        let selects = self.service_selector.as_ref().is_none_or(|s| s.matches(service_labels)) && namespace_selected;
         Some(PoolView {
             name: self.name.clone(),
             blocks: self.blocks.clone(),
             auto_assign: self.spec.auto_assign,
             selects,
+            sharing_scope: self.spec.sharing_scope,
         })
+    }
+
+    /// The reserved addresses of the pool that no FloatingIP holds (those it skips), in
+    /// order.
+    pub fn reserved(&self, index: &AddressIndex, holdings: &[Holding]) -> Vec<(IpAddr, Reserved)> {
+        let held: std::collections::HashSet<IpAddr> = holdings.iter().map(|h| h.address).collect();
+        self.blocks
+            .iter()
+            .flat_map(|b| {
+                let (first, last) = (
+                    havip_crds::vippool::from_u128(b.family, b.first),
+                    havip_crds::vippool::from_u128(b.family, b.last),
+                );
+                index.range(first, last).filter(|(a, _)| !held.contains(a)).map(|(a, why)| (a, why.clone()))
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect()
     }
 
     /// Addresses in the pool (capped at i64::MAX).
@@ -269,27 +296,61 @@ pub fn services_of(fip: &FloatingIP) -> BTreeSet<ServiceKey> {
 }
 
 /// What the allocator sees of every FloatingIP, for planning `for_service`: the ports of
-/// the other Services on each (looked up by `ports`).
+/// the other Services on each and the namespace of its oldest Service (the Services
+/// looked up by `service`), and whether the operator refused it.
 pub fn holdings<'a>(
     fips: impl IntoIterator<Item = &'a FloatingIP>,
     for_service: &str,
-    ports: impl Fn(&str) -> BTreeSet<PortKey>,
+    service: impl Fn(&str) -> Option<Arc<Service>>,
 ) -> Vec<Holding> {
     fips.into_iter()
         .filter_map(|f| {
             let address = havip_crds::floatingip::vip_address(&f.spec.address)?;
             let allocation = is_allocated(f).then(|| {
                 let services = services_of(f);
+                let known: Vec<(&ServiceKey, Arc<Service>)> =
+                    services.iter().filter_map(|k| service(k).map(|s| (k, s))).collect();
                 Allocation {
                     pool: f.labels().get(service::POOL_LABEL).cloned().unwrap_or_default(),
-                    ports: services.iter().filter(|s| s.as_str() != for_service).flat_map(|s| ports(s)).collect(),
+                    ports: known
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != for_service)
+                        .flat_map(|(_, s)| ports_of(s))
+                        .collect(),
                     sharing_key: f.annotations().get(service::FIP_SHARING_KEY).cloned(),
+                    namespace: owner_namespace(&known),
                     services,
                 }
             });
-            Some(Holding { fip: f.name_any(), address, allocation })
+            Some(Holding { fip: f.name_any(), address, allocation, refused: refused(f) })
         })
         .collect()
+}
+
+/// The namespace an address belongs to: that of its oldest Service (creation time, then
+/// `namespace/name`). A Service of another namespace that joined it before sharing was
+/// limited to a namespace (or while its pool allowed it) is the one that leaves.
+fn owner_namespace(known: &[(&ServiceKey, Arc<Service>)]) -> Option<String> {
+    known
+        .iter()
+        .min_by_key(|(k, s)| {
+            let created = s.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            (created.is_none(), created, (*k).clone())
+        })
+        .and_then(|(_, s)| s.namespace())
+}
+
+/// The operator's refusal of a FloatingIP: `Accepted=False` for its current generation
+/// with one of the refusals' reasons (a passing state, such as a missing pair, is not a
+/// refusal of the address).
+pub fn refused(f: &FloatingIP) -> Option<Refused> {
+    let status = f.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == havip_crds::condition::ACCEPTED)?;
+    (c.status == "False"
+        && Refusal::REASONS.contains(&c.reason.as_str())
+        && c.observed_generation.is_some()
+        && c.observed_generation == f.metadata.generation)
+        .then(|| Refused { reason: c.reason.clone(), message: c.message.clone() })
 }
 
 /// The FloatingIP that holds `address` from `pool` for `services` (sorted), probing
@@ -442,7 +503,7 @@ mod tests {
         assert!(matches!(by_name("self").problem, Some(PoolProblem::SelfOverlap(..))));
         let states = pool_states(&pools[2..3], |_| false);
         assert_eq!(states[0].problem, Some(PoolProblem::PairNotFound("web".into())));
-        assert!(states[0].view_for(&Default::default(), &Default::default()).is_none());
+        assert!(states[0].view_for(&Default::default(), Some(&Default::default())).is_none());
     }
 
     #[test]
@@ -458,8 +519,107 @@ mod tests {
         });
         let s = &pool_states(&[p], |_| true)[0];
         let labels = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
-        assert!(s.view_for(&labels("tier", "edge"), &labels("env", "prod")).expect("usable").selects);
-        assert!(!s.view_for(&labels("tier", "edge"), &labels("env", "dev")).expect("usable").selects);
-        assert!(!s.view_for(&labels("tier", "core"), &labels("env", "prod")).expect("usable").selects);
+        assert!(s.view_for(&labels("tier", "edge"), Some(&labels("env", "prod"))).expect("usable").selects);
+        assert!(!s.view_for(&labels("tier", "edge"), Some(&labels("env", "dev"))).expect("usable").selects);
+        assert!(!s.view_for(&labels("tier", "core"), Some(&labels("env", "prod"))).expect("usable").selects);
+    }
+
+    #[test]
+    fn a_namespace_not_seen_yet_matches_no_namespace_selector() {
+        let not_in = |p: &mut VIPPool| {
+            p.spec.namespace_selector = Some(LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "tenant".to_owned(),
+                        operator: "NotIn".to_owned(),
+                        values: Some(vec!["untrusted".to_owned()]),
+                    },
+                ]),
+                ..Default::default()
+            });
+        };
+        let mut p = pool("p", "2026-01-01T00:00:00Z", &["192.0.2.0/28"]);
+        not_in(&mut p);
+        let s = &pool_states(&[p], |_| true)[0];
+        let none = BTreeMap::new();
+        let untrusted = BTreeMap::from([("tenant".to_owned(), "untrusted".to_owned())]);
+        assert!(s.view_for(&none, Some(&none)).expect("usable").selects, "a namespace without the label");
+        assert!(!s.view_for(&none, Some(&untrusted)).expect("usable").selects);
+        // Unknown labels are not "no labels": neither NotIn nor In matches.
+        assert!(!s.view_for(&none, None).expect("usable").selects, "NotIn matched an unknown namespace");
+        let mut p = pool("q", "2026-01-01T00:00:00Z", &["192.0.2.16/28"]);
+        p.spec.namespace_selector = Some(LabelSelector {
+            match_labels: Some([("env".to_owned(), "prod".to_owned())].into()),
+            ..Default::default()
+        });
+        assert!(!pool_states(&[p], |_| true)[0].view_for(&none, None).expect("usable").selects);
+        // A pool without a namespace selector does not look at namespaces.
+        let open = &pool_states(&[pool("r", "2026-01-01T00:00:00Z", &["192.0.2.32/28"])], |_| true)[0];
+        assert!(open.view_for(&none, None).expect("usable").selects);
+    }
+
+    fn fip_with(services: &str, accepted: Option<(&str, &str, i64)>, generation: i64) -> FloatingIP {
+        let mut v = serde_json::json!({
+            "apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": "lb-192-0-2-1", "generation": generation,
+                         "labels": {"havip.io/load-balancer": "true", "havip.io/pool": "p"},
+                         "annotations": {"havip.io/services": services}},
+            "spec": {"pair": "web", "address": "192.0.2.1/32"},
+        });
+        if let Some((status, reason, observed)) = accepted {
+            v["status"] = serde_json::json!({"conditions": [{"type": "Accepted", "status": status, "reason": reason,
+                "message": "why", "observedGeneration": observed, "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        }
+        serde_json::from_value(v).expect("fip")
+    }
+
+    #[test]
+    fn a_holding_knows_its_namespace_and_whether_the_operator_refused_it() {
+        let services: BTreeMap<&str, Arc<Service>> = [
+            ("apps/web", "2026-01-01T00:00:00Z"),
+            ("tenant/x", "2026-02-01T00:00:00Z"),
+            ("aaa/late", "2026-03-01T00:00:00Z"),
+        ]
+        .into_iter()
+        .map(|(k, created)| {
+            let (ns, name) = k.split_once('/').expect("key");
+            let s = svc(serde_json::json!({"metadata": {"name": name, "namespace": ns, "creationTimestamp": created}}));
+            (k, Arc::new(s))
+        })
+        .collect();
+        let lookup = |k: &str| services.get(k).cloned();
+        // The oldest Service's namespace, whatever the names sort as.
+        let h = &holdings([&fip_with("aaa/late,apps/web,tenant/x", None, 1)], "tenant/x", lookup)[0];
+        let a = h.allocation.as_ref().expect("allocated");
+        assert_eq!(a.namespace.as_deref(), Some("apps"));
+        assert_eq!(h.refused, None);
+        // Refused for what the address is, for its current generation.
+        let f = fip_with("apps/web", Some(("False", "NodeAddress", 2)), 2);
+        assert_eq!(
+            holdings([&f], "apps/web", lookup)[0].refused,
+            Some(Refused { reason: "NodeAddress".into(), message: "why".into() })
+        );
+        // Not refused: a passing state, or a verdict on an older generation, or accepted.
+        for (accepted, generation) in
+            [(("False", "PairNotFound", 2), 2), (("False", "NodeAddress", 1), 2), (("True", "AsExpected", 2), 2)]
+        {
+            let f = fip_with("apps/web", Some(accepted), generation);
+            assert_eq!(holdings([&f], "apps/web", lookup)[0].refused, None, "{accepted:?} at generation {generation}");
+        }
+    }
+
+    #[test]
+    fn a_pool_counts_the_reserved_addresses_it_skips() {
+        let s =
+            &pool_states(&[pool("p", "2026-01-01T00:00:00Z", &["10.96.0.0/30", "10.30.0.1-10.30.0.3"])], |_| true)[0];
+        let mut idx = AddressIndex::default();
+        idx.set_api_server(crate::model::ApiServerSource::ClusterIp, ["10.96.0.1".parse().expect("ip")].into());
+        idx.set_node("n9", &[("InternalIP".to_owned(), "10.30.0.3".to_owned())]);
+        idx.set_node("n1", &[("InternalIP".to_owned(), "10.30.0.4".to_owned())]);
+        let held =
+            Holding { fip: "x".into(), address: "10.30.0.3".parse().expect("ip"), allocation: None, refused: None };
+        let r = s.reserved(&idx, &[]);
+        assert_eq!(r.iter().map(|(a, _)| a.to_string()).collect::<Vec<_>>(), ["10.30.0.3", "10.96.0.1"]);
+        assert_eq!(s.reserved(&idx, &[held]).len(), 1, "a held one counts as used");
     }
 }

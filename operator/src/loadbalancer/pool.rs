@@ -1,7 +1,9 @@
-//! The VIPPool reconcile: `status.size`, `used`, `free` and the `Ready` condition
-//! (False when the pool's pair is missing, its entries overlap, or it overlaps an older
-//! pool — the message says which), with an Event on every change of `Ready` and when
-//! FloatingIPs written by hand hold addresses of the pool.
+//! The VIPPool reconcile: `status.size`, `used`, `reserved`, `free` and the `Ready`
+//! condition (False when the pool's pair is missing, its entries overlap, or it overlaps
+//! an older pool — the message says which; it also names the reserved addresses the pool
+//! skips), with an Event on every change of `Ready`, when FloatingIPs written by hand
+//! hold addresses of the pool, and when the number of reserved addresses it skips
+//! changes.
 
 use super::model::{self, is_allocated};
 use crate::Error;
@@ -27,9 +29,12 @@ async fn reconcile_pool(pool: &VIPPool, ctx: &Context) -> Result<Action, Error> 
     let Some(state) = states.iter().find(|s| s.name == name) else { return Ok(Action::await_change()) };
     let fips: Vec<havip_crds::FloatingIP> =
         ctx.fips.state().iter().filter_map(|f| f.0.as_ref().ok().cloned()).collect();
-    let holdings = model::holdings(&fips, "", |_| Default::default());
+    let holdings = model::holdings(&fips, "", |_| None);
     let size = state.size();
     let used = state.used(&holdings);
+    let reserved = ctx.reserved.read(|idx| state.reserved(idx, &holdings));
+    let reserved_count = i64::try_from(reserved.len()).unwrap_or(i64::MAX);
+    let free = size.saturating_sub(used).saturating_sub(reserved_count).max(0);
     let by_hand: Vec<String> = fips
         .iter()
         .filter(|f| !is_allocated(f))
@@ -39,17 +44,17 @@ async fn reconcile_pool(pool: &VIPPool, ctx: &Context) -> Result<Action, Error> 
         })
         .map(|f| f.name_any())
         .collect();
+    let skipped = skipped_sentence(&reserved);
     let (ready, reason, message) = match &state.problem {
         Some(p) => (false, p.reason(), format!("the pool hands out no address: {p}")),
         None if by_hand.is_empty() => {
-            (true, havip_crds::reason::AS_EXPECTED, format!("{} of {size} addresses free", size - used))
+            (true, havip_crds::reason::AS_EXPECTED, format!("{free} of {size} addresses free{skipped}"))
         }
         None => (
             true,
             havip_crds::reason::AS_EXPECTED,
             format!(
-                "{} of {size} addresses free; {} held by FloatingIPs written by hand ({}), which the pool skips",
-                size - used,
+                "{free} of {size} addresses free; {} held by FloatingIPs written by hand ({}), which the pool skips{skipped}",
                 by_hand.len(),
                 by_hand.join(", ")
             ),
@@ -62,7 +67,8 @@ async fn reconcile_pool(pool: &VIPPool, ctx: &Context) -> Result<Action, Error> 
         c.status == if ready { "True" } else { "False" } && c.reason == reason && c.message == message
     }) && status.size == Some(size)
         && status.used == Some(used)
-        && status.free == Some(size - used)
+        && status.free == Some(free)
+        && status.reserved == Some(reserved_count)
         && status.observed_generation == generation;
     if !same {
         ctx.guard("status")?;
@@ -78,7 +84,8 @@ async fn reconcile_pool(pool: &VIPPool, ctx: &Context) -> Result<Action, Error> 
         let patch = serde_json::json!({
             "apiVersion": VIPPool::api_version(&()),
             "kind": VIPPool::kind(&()),
-            "status": {"size": size, "used": used, "free": size - used, "observedGeneration": generation, "conditions": [cond]},
+            "status": {"size": size, "used": used, "free": free, "reserved": reserved_count,
+                       "observedGeneration": generation, "conditions": [cond]},
         });
         let api: Api<VIPPool> = Api::all(ctx.client.clone());
         api.patch_status(&name, &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
@@ -100,6 +107,33 @@ async fn reconcile_pool(pool: &VIPPool, ctx: &Context) -> Result<Action, Error> 
                 format!("addresses of this pool are held by FloatingIPs written by hand: {}", by_hand.join(", "));
             ctx.event(pool, Ev::warning(havip_crds::reason::ADDRESS_IN_USE, "Validate", note)).await;
         }
+        // Once per change of how many it skips (the count is in the status).
+        if reserved_count > 0 && status.reserved != Some(reserved_count) {
+            let note = format!(
+                "{reserved_count} address(es) of this pool are never handed out, being the API server's or a \
+                 Node's own{skipped}"
+            );
+            ctx.event(pool, Ev::warning(havip_crds::reason::RESERVED_ADDRESS, "Validate", note)).await;
+        }
     }
     Ok(Action::requeue(ctx.settings.resync * 5))
+}
+
+/// How many reserved addresses are listed by name.
+const SKIPPED_LISTED: usize = 5;
+
+/// "; skips 10.0.0.1 (the InternalIP of node n1), …" for the `Ready` message (empty when
+/// the pool skips none).
+fn skipped_sentence(reserved: &[(std::net::IpAddr, crate::model::Reserved)]) -> String {
+    if reserved.is_empty() {
+        return String::new();
+    }
+    let listed: Vec<String> = reserved.iter().take(SKIPPED_LISTED).map(|(a, why)| format!("{a} ({why})")).collect();
+    let more = reserved.len().saturating_sub(SKIPPED_LISTED);
+    format!(
+        "; skips {} reserved address(es), never a Service's: {}{}",
+        reserved.len(),
+        listed.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    )
 }

@@ -4,7 +4,7 @@
 //! the Events. Every allocation change runs under one lock, so two Services planned at
 //! once never pick the same free address; the FloatingIP's name is the last guard.
 
-use super::alloc::{self, Choice, Plan, ServiceKey};
+use super::alloc::{self, Choice, Plan, ReleaseWhy, ServiceKey};
 use super::model::{
     self, PoolState, desired_fip, eligible, ingress_ips, is_allocated, pool_states, request_of, service_key,
     services_of,
@@ -38,6 +38,9 @@ pub mod reason {
     pub const HOLDER_CHANGED: &str = "HolderChanged";
     /// An annotation of the Service cannot be read.
     pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
+    /// An address of the Service can no longer be served (it became the API server's or
+    /// a Node's, or the operator refused its FloatingIP): released; the note says why.
+    pub const ADDRESS_REFUSED: &str = "AddressRefused";
 }
 
 /// Reconciles one Service.
@@ -116,17 +119,18 @@ async fn reconcile_service(svc: &Service, key: &ServiceKey, ctx: &Context) -> Re
             return Ok(Action::requeue(Duration::from_secs(600)));
         }
     };
+    // A namespace not in the cache yet has unknown labels, not none: allocation waits
+    // for it (its appearance triggers this Service again).
+    let namespace = svc.namespace().unwrap_or_default();
+    let Some(ns) = ctx.lb.namespaces.get(&kube::runtime::reflector::ObjectRef::new(&namespace)) else {
+        tracing::debug!(service = %key, namespace = %namespace, "namespace not in the cache yet: waiting for it");
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
     let fips = fips(ctx);
-    let holdings =
-        model::holdings(&fips, key, |k| service(&ctx.lb, k).map(|s| model::ports_of(&s)).unwrap_or_default());
+    let holdings = model::holdings(&fips, key, |k| service(&ctx.lb, k));
     let states = pools(ctx);
-    let ns_labels = svc
-        .namespace()
-        .and_then(|ns| ctx.lb.namespaces.get(&kube::runtime::reflector::ObjectRef::new(&ns)))
-        .map(|n| n.labels().clone())
-        .unwrap_or_default();
-    let views: Vec<_> = states.iter().filter_map(|s| s.view_for(svc.labels(), &ns_labels)).collect();
-    let plan = alloc::plan(&req, &views, &holdings);
+    let views: Vec<_> = states.iter().filter_map(|s| s.view_for(svc.labels(), Some(ns.labels()))).collect();
+    let plan = alloc::plan(&req, &views, &holdings, &|a| ctx.reserved.lookup(a));
     tracing::debug!(service = %key, ?plan, "plan");
     apply(ctx, svc, key, &req, &plan, &fips, &states).await
 }
@@ -141,11 +145,38 @@ async fn apply(
     states: &[PoolState],
 ) -> Result<Action, Error> {
     let by_name = |n: &str| fips.iter().find(|f| f.name_any() == n);
-    for name in &plan.release {
-        if let Some(fip) = by_name(name)
-            && let Some(a) = leave(ctx, fip, key).await?
-        {
-            ctx.event(svc, Ev::normal(reason::RELEASED, "Release", format!("{a} released (FloatingIP {name})"))).await;
+    for r in &plan.release {
+        let Some(fip) = by_name(&r.fip) else { continue };
+        let deleted = leave(ctx, fip, key).await?;
+        let (address, name) = (r.address, &r.fip);
+        let unusable = match &r.why {
+            ReleaseWhy::NotWanted => None,
+            ReleaseWhy::Reserved(why) => Some(format!("it is {why}, never a Service's address")),
+            ReleaseWhy::Refused(refused) => {
+                Some(format!("the operator refused it ({}: {})", refused.reason, refused.message))
+            }
+        };
+        match unusable {
+            Some(why) => {
+                let note = format!(
+                    "{address} released: {why} (FloatingIP {name}); {}",
+                    if req.requested.contains(&address) {
+                        "the Service asked for it and waits"
+                    } else {
+                        "it gets another one if one is free"
+                    }
+                );
+                tracing::warn!(service = %key, floatingip = %name, %address, note = %note, "address refused");
+                ctx.event(svc, Ev::warning(reason::ADDRESS_REFUSED, "Release", note)).await;
+            }
+            None if deleted.is_some() => {
+                ctx.event(
+                    svc,
+                    Ev::normal(reason::RELEASED, "Release", format!("{address} released (FloatingIP {name})")),
+                )
+                .await;
+            }
+            None => {}
         }
     }
     let mut held = Vec::new();

@@ -131,6 +131,7 @@ pub struct Observed {
     pub now: Timestamp,
 }
 
+mod addresses;
 mod assess;
 mod events;
 mod fip;
@@ -140,6 +141,7 @@ mod requests;
 mod spec;
 mod status;
 
+pub use addresses::*;
 pub use assess::*;
 pub use events::*;
 pub use fip::*;

@@ -16,22 +16,36 @@ pub enum Refusal {
         /// That FloatingIP's pair.
         pair: String,
     },
-    /// The address is one of a member Node's own addresses: adding it as a VIP would
-    /// take the node's address over, and giving it up would remove it from the node.
+    /// The address is one of a Node's own addresses (a member of the pair or any other
+    /// Node): adding it as a VIP would take the node's address over, and giving it up
+    /// would remove it from the holder.
     NodeAddress {
-        /// The member node.
+        /// The node.
         node: String,
         /// Which of its addresses (`InternalIP`, `ExternalIP`, …).
         kind: String,
+        /// Whether the node is a member of the FloatingIP's pair.
+        member: bool,
+    },
+    /// The address is one of the API server's: the holder would answer for the API
+    /// server, and take the cluster's control plane away from the nodes it reaches.
+    ApiServerAddress {
+        /// Where the operator learnt that address.
+        source: ApiServerSource,
     },
 }
 
 impl Refusal {
+    /// The reasons of every refusal (`Accepted=False` with one of them: the FloatingIP is
+    /// refused for what it is, not for a passing state).
+    pub const REASONS: [&'static str; 3] = [reason::ADDRESS_IN_USE, reason::NODE_ADDRESS, reason::API_SERVER_ADDRESS];
+
     /// The condition's and the Event's reason.
     pub fn reason(&self) -> &'static str {
         match self {
             Refusal::AddressInUse { .. } => reason::ADDRESS_IN_USE,
             Refusal::NodeAddress { .. } => reason::NODE_ADDRESS,
+            Refusal::ApiServerAddress { .. } => reason::API_SERVER_ADDRESS,
         }
     }
 
@@ -42,16 +56,34 @@ impl Refusal {
                 "address {address} is already used by FloatingIP {holder} (pair {pair}), which is older: this \
                  FloatingIP is not served; give it another address, or delete one of the two"
             ),
-            Refusal::NodeAddress { node, kind } => format!(
-                "address {address} is the {kind} of member node {node}: a VIP must not be a node's own \
-                 address; this FloatingIP is not served"
+            Refusal::NodeAddress { node, kind, member } => format!(
+                "address {address} is the {kind} of {}node {node}: a VIP must not be a node's own \
+                 address; this FloatingIP is not served",
+                if *member { "member " } else { "" }
             ),
+            Refusal::ApiServerAddress { source } => format!(
+                "address {address} is {}: a VIP must not be the API server's address; this FloatingIP is not served",
+                Reserved::ApiServer(*source)
+            ),
+        }
+    }
+
+    /// The refusal of a reserved address (see [`AddressIndex`]), for a pair whose
+    /// member Nodes are `members`.
+    pub fn of_reserved(why: &Reserved, members: &BTreeMap<String, Option<NodeInfo>>) -> Refusal {
+        match why {
+            Reserved::ApiServer(source) => Refusal::ApiServerAddress { source: *source },
+            Reserved::Node { node, kind } => {
+                Refusal::NodeAddress { node: node.clone(), kind: kind.clone(), member: members.contains_key(node) }
+            }
         }
     }
 }
 
 /// Whether the operator refuses FloatingIP `name` (address `address`) of a pair whose
-/// member Nodes are `nodes`. `conflicts` comes from
+/// member Nodes are `nodes`: its address is reserved (`reserved` looks it up in the
+/// [`AddressIndex`] of every Node's and the API server's addresses), or a member Node
+/// reports it, or an older FloatingIP has it. `conflicts` comes from
 /// [`havip_crds::floatingip::address_conflicts`] over every FloatingIP; `pair_of` names
 /// the pair of another FloatingIP.
 pub fn refusal(
@@ -59,18 +91,24 @@ pub fn refusal(
     address: &str,
     conflicts: &BTreeMap<String, String>,
     pair_of: impl Fn(&str) -> Option<String>,
+    reserved: impl Fn(std::net::IpAddr) -> Option<Reserved>,
     nodes: &BTreeMap<String, Option<NodeInfo>>,
 ) -> Option<Refusal> {
+    if let Some(ip) = havip_crds::floatingip::vip_address(address) {
+        if let Some(why) = reserved(ip) {
+            return Some(Refusal::of_reserved(&why, nodes));
+        }
+        for (node, info) in nodes {
+            let Some(info) = info else { continue };
+            if let Some((kind, _)) = info.addresses.iter().find(|(_, a)| a.parse::<std::net::IpAddr>().ok() == Some(ip))
+            {
+                return Some(Refusal::NodeAddress { node: node.clone(), kind: kind.clone(), member: true });
+            }
+        }
+    }
     if let Some(holder) = conflicts.get(name) {
         let pair = pair_of(holder).unwrap_or_default();
         return Some(Refusal::AddressInUse { holder: holder.clone(), pair });
-    }
-    let ip = havip_crds::floatingip::vip_address(address)?;
-    for (node, info) in nodes {
-        let Some(info) = info else { continue };
-        if let Some((kind, _)) = info.addresses.iter().find(|(_, a)| a.parse::<std::net::IpAddr>().ok() == Some(ip)) {
-            return Some(Refusal::NodeAddress { node: node.clone(), kind: kind.clone() });
-        }
     }
     None
 }

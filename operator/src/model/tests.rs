@@ -8,6 +8,10 @@ use super::*;
 use havip_crds::hapair::{PathHeard, VipReadiness};
 use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};
 
+fn ip(s: &str) -> std::net::IpAddr {
+    s.parse().expect("ip")
+}
+
 pub(super) fn t(secs_ago: i64, now: Timestamp) -> Time {
     Time(Timestamp::from_second(now.as_second() - secs_ago).unwrap())
 }
@@ -712,13 +716,13 @@ fn a_floating_ip_whose_address_an_older_one_uses_is_refused() {
     let o = healthy();
     let conflicts = BTreeMap::from([("new".to_owned(), "old".to_owned())]);
     let pair_of = |n: &str| (n == "old").then(|| "web".to_owned());
-    let r = refusal("new", "10.0.0.20/24", &conflicts, pair_of, &o.nodes).expect("refused");
+    let r = refusal("new", "10.0.0.20/24", &conflicts, pair_of, |_| None, &o.nodes).expect("refused");
     assert_eq!(r, Refusal::AddressInUse { holder: "old".to_owned(), pair: "web".to_owned() });
     assert_eq!(r.reason(), reason::ADDRESS_IN_USE);
     assert!(r.message("10.0.0.20/24").contains("already used by FloatingIP old (pair web)"), "{}", r.message("x"));
     // The older one is not refused, nor an unrelated one.
-    assert_eq!(refusal("old", "10.0.0.20/24", &conflicts, pair_of, &o.nodes), None);
-    assert_eq!(refusal("vip", "10.0.0.10/24", &conflicts, pair_of, &o.nodes), None);
+    assert_eq!(refusal("old", "10.0.0.20/24", &conflicts, pair_of, |_| None, &o.nodes), None);
+    assert_eq!(refusal("vip", "10.0.0.10/24", &conflicts, pair_of, |_| None, &o.nodes), None);
 }
 
 #[test]
@@ -735,16 +739,53 @@ fn a_floating_ip_on_a_member_nodes_own_address_is_refused() {
         }),
     );
     let none = BTreeMap::new();
-    let r = refusal("vip", "10.0.0.2/24", &none, |_| None, &o.nodes).expect("refused");
-    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "InternalIP".to_owned() });
+    let r = refusal("vip", "10.0.0.2/24", &none, |_| None, |_| None, &o.nodes).expect("refused");
+    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "InternalIP".to_owned(), member: true });
     assert_eq!(r.reason(), reason::NODE_ADDRESS);
     // Another spelling of the node's IPv6 address, another prefix.
-    let r = refusal("vip", "2001:db8:0::2/64", &none, |_| None, &o.nodes).expect("refused");
-    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "ExternalIP".to_owned() });
-    assert_eq!(refusal("vip", "10.0.0.3/24", &none, |_| None, &o.nodes), None);
+    let r = refusal("vip", "2001:db8:0::2/64", &none, |_| None, |_| None, &o.nodes).expect("refused");
+    assert_eq!(r, Refusal::NodeAddress { node: "b".to_owned(), kind: "ExternalIP".to_owned(), member: true });
+    assert_eq!(refusal("vip", "10.0.0.3/24", &none, |_| None, |_| None, &o.nodes), None);
     // A member whose Node is missing has no addresses to collide with.
     o.nodes.insert("b".to_owned(), None);
-    assert_eq!(refusal("vip", "10.0.0.2/24", &none, |_| None, &o.nodes), None);
+    assert_eq!(refusal("vip", "10.0.0.2/24", &none, |_| None, |_| None, &o.nodes), None);
+}
+
+#[test]
+fn a_floating_ip_on_any_nodes_or_the_api_servers_address_is_refused() {
+    let o = healthy();
+    let mut idx = AddressIndex::default();
+    idx.set_node("n7", &[("InternalIP".to_owned(), "10.0.0.7".to_owned())]);
+    idx.set_node("b", &[("InternalIP".to_owned(), "10.0.0.2".to_owned())]);
+    idx.set_api_server(ApiServerSource::ClusterIp, [ip("10.96.0.1")].into());
+    idx.set_api_server(ApiServerSource::Endpoint, [ip("10.0.0.100")].into());
+    let none = BTreeMap::new();
+    let refuse = |address: &str| refusal("vip", address, &none, |_| None, |a| idx.lookup(a).cloned(), &o.nodes);
+    // A Node that is no member of the pair.
+    let r = refuse("10.0.0.7/24").expect("refused");
+    assert_eq!(r, Refusal::NodeAddress { node: "n7".to_owned(), kind: "InternalIP".to_owned(), member: false });
+    assert_eq!(r.reason(), reason::NODE_ADDRESS);
+    assert_eq!(
+        r.message("10.0.0.7/24"),
+        "address 10.0.0.7/24 is the InternalIP of node n7: a VIP must not be a node's own address; this FloatingIP \
+         is not served"
+    );
+    // A member, found in the index too.
+    assert!(refuse("10.0.0.2/32").expect("refused").message("x").contains("of member node b"));
+    // The API server: its ClusterIP and its own address.
+    let r = refuse("10.96.0.1/32").expect("refused");
+    assert_eq!(r, Refusal::ApiServerAddress { source: ApiServerSource::ClusterIp });
+    assert_eq!(r.reason(), reason::API_SERVER_ADDRESS);
+    assert!(r.message("10.96.0.1/32").contains("is the API server's ClusterIP (Service default/kubernetes)"), "{r:?}");
+    let r = refuse("10.0.0.100/24").expect("refused");
+    assert!(r.message("x").contains("EndpointSlice default/kubernetes"), "{}", r.message("x"));
+    assert_eq!(refuse("10.0.0.8/24"), None);
+    // A reserved address outranks an older FloatingIP on it: the refusal says what the
+    // address is.
+    let conflicts = BTreeMap::from([("vip".to_owned(), "old".to_owned())]);
+    let r = refusal("vip", "10.0.0.7/24", &conflicts, |_| None, |a| idx.lookup(a).cloned(), &o.nodes);
+    assert_eq!(r.map(|r| r.reason()), Some(reason::NODE_ADDRESS));
+    assert!(Refusal::REASONS.contains(&reason::ADDRESS_IN_USE));
 }
 
 #[test]
@@ -890,7 +931,7 @@ fn a_floatingip_in_conflict_or_held_by_another_member_is_not_ready() {
     let v = fip_verdict(&o, &a, &held_fip(Some("b"), Some(VipState::Announced), 2, o.now), None);
     assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::HOLDER_NOT_ACTIVE), "{v:?}");
     // Refused: neither accepted nor ready.
-    let r = Refusal::NodeAddress { node: "a".to_owned(), kind: "InternalIP".to_owned() };
+    let r = Refusal::NodeAddress { node: "a".to_owned(), kind: "InternalIP".to_owned(), member: true };
     let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), Some(&r));
     assert_eq!((v.accepted.status, v.accepted.reason), ("False", reason::NODE_ADDRESS));
     assert_eq!((v.ready.status, v.ready.reason), ("False", reason::NODE_ADDRESS));

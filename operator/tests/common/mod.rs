@@ -370,8 +370,8 @@ pub fn condition_of<'a>(
 }
 
 /// The least privileges the operator runs with: the chart's ClusterRole `havip-operator`
-/// (read from the rendered chart, so the tests run with exactly what users install),
-/// bound to `user`.
+/// and its Role in `default` (read from the rendered chart, so the tests run with exactly
+/// what users install), bound to `user`.
 pub async fn install_operator_rbac(client: &Client, user: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let pp = PatchParams::apply("havip-test").force();
@@ -424,6 +424,34 @@ pub async fn install_operator_rbac(client: &Client, user: &str) {
     .unwrap();
     Api::<RoleBinding>::namespaced(client.clone(), NS)
         .patch("havip-operator", &pp, &Patch::Apply(&rb))
+        .await
+        .expect("RoleBinding");
+    // The chart's Role in `default`: the API server's EndpointSlice, by name.
+    let name = "havip-operator-api-server-addresses";
+    let mut role: Role = serde_yaml::Deserializer::from_str(&rendered)
+        .filter_map(|d| serde_yaml::Value::deserialize(d).ok())
+        .find(|v| {
+            v.get("kind").and_then(|k| k.as_str()) == Some("Role")
+                && v.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()) == Some(name)
+        })
+        .map(|v| serde_yaml::from_value(v).expect("the chart's Role"))
+        .unwrap_or_else(|| panic!("the chart renders the Role {name}"));
+    assert_eq!(role.metadata.namespace.as_deref(), Some("default"));
+    role.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    };
+    Api::<Role>::namespaced(client.clone(), "default").patch(name, &pp, &Patch::Apply(&role)).await.expect("Role");
+    let rb: RoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), "default")
+        .patch(name, &pp, &Patch::Apply(&rb))
         .await
         .expect("RoleBinding");
 }

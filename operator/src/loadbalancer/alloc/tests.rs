@@ -11,7 +11,23 @@ fn block(s: &str) -> Block {
 }
 
 fn pool(name: &str, blocks: &[&str], auto_assign: bool) -> PoolView {
-    PoolView { name: name.into(), blocks: blocks.iter().map(|b| block(b)).collect(), auto_assign, selects: true }
+    PoolView {
+        name: name.into(),
+        blocks: blocks.iter().map(|b| block(b)).collect(),
+        auto_assign,
+        selects: true,
+        sharing_scope: SharingScope::Namespace,
+    }
+}
+
+/// Plans with nothing reserved.
+fn plan(req: &Request, pools: &[PoolView], holdings: &[Holding]) -> Plan {
+    super::plan(req, pools, holdings, &|_| None)
+}
+
+/// The FloatingIPs a plan releases.
+fn released(p: &Plan) -> Vec<String> {
+    p.release.iter().map(|r| r.fip.clone()).collect()
 }
 
 fn tcp(port: i32) -> PortKey {
@@ -37,12 +53,14 @@ fn held(fip: &str, address: &str, services: &[&str], key: Option<&str>, ports: &
             services: services.iter().map(|s| s.to_string()).collect(),
             sharing_key: key.map(Into::into),
             ports: ports.iter().cloned().collect(),
+            namespace: services.first().and_then(|s| s.split_once('/')).map(|(ns, _)| ns.to_owned()),
         }),
+        refused: None,
     }
 }
 
 fn by_hand(fip: &str, address: &str) -> Holding {
-    Holding { fip: fip.into(), address: ip(address), allocation: None }
+    Holding { fip: fip.into(), address: ip(address), allocation: None, refused: None }
 }
 
 #[test]
@@ -114,6 +132,129 @@ fn services_share_an_address_only_with_the_same_key_on_other_ports() {
 }
 
 #[test]
+fn sharing_stays_in_the_namespace_of_the_address() {
+    let pools = [pool("a", &["192.0.2.1-192.0.2.2"], true)];
+    let theirs = held("lb-1", "192.0.2.1", &["apps/web"], Some("k"), &[tcp(80)]);
+    // A tenant reuses the key it read on the (cluster-scoped) FloatingIP.
+    let mut r = req("tenant/x", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(443)].into();
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert_eq!(
+        p.choices,
+        vec![Choice::Create { address: ip("192.0.2.2"), pool: "a".into() }],
+        "another namespace's address is not joined"
+    );
+    r.requested = vec![ip("192.0.2.1")];
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert!(!p.complete, "{p:?}");
+    assert_eq!(
+        p.errors[0].to_string(),
+        "the requested address 192.0.2.1 is in use by FloatingIP lb-1 (it belongs to namespace apps, and VIPPool a \
+         shares addresses only within a namespace)"
+    );
+    // The same namespace shares.
+    let mut r = req("apps/dns", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(53)].into();
+    let p = plan(&r, &pools, std::slice::from_ref(&theirs));
+    assert_eq!(p.choices, vec![Choice::Join { fip: "lb-1".into(), address: ip("192.0.2.1") }]);
+    // A tenant that joined before sharing was kept within a namespace leaves; the
+    // address's own Services keep it.
+    let mixed = held("lb-1", "192.0.2.1", &["apps/web", "tenant/x"], Some("k"), &[tcp(80)]);
+    let mut r = req("tenant/x", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(443)].into();
+    let p = plan(&r, &pools, std::slice::from_ref(&mixed));
+    assert_eq!(released(&p), vec!["lb-1".to_owned()]);
+    assert_eq!(p.choices, vec![Choice::Create { address: ip("192.0.2.2"), pool: "a".into() }]);
+    let mut web = req("apps/web", &[Family::V4]);
+    web.sharing_key = Some("k".into());
+    let mut mixed_for_web = mixed.clone();
+    if let Some(a) = mixed_for_web.allocation.as_mut() {
+        a.ports = [tcp(443)].into();
+    }
+    let p = plan(&web, &pools, std::slice::from_ref(&mixed_for_web));
+    assert_eq!(p.choices, vec![Choice::Keep { fip: "lb-1".into(), address: ip("192.0.2.1") }]);
+    // A pool with `sharingScope: Cluster` lets every namespace share.
+    let mut open = pools.clone();
+    open[0].sharing_scope = SharingScope::Cluster;
+    let p = plan(&r, &open, std::slice::from_ref(&theirs));
+    assert_eq!(p.choices, vec![Choice::Join { fip: "lb-1".into(), address: ip("192.0.2.1") }]);
+}
+
+#[test]
+fn reserved_addresses_are_never_handed_out() {
+    let pools = [pool("a", &["10.96.0.1-10.96.0.4"], true)];
+    let reserved = |a: IpAddr| -> Option<Reserved> {
+        match a.to_string().as_str() {
+            "10.96.0.1" => Some(Reserved::ApiServer(crate::model::ApiServerSource::ClusterIp)),
+            "10.96.0.2" => Some(Reserved::Node { node: "n9".into(), kind: "InternalIP".into() }),
+            _ => None,
+        }
+    };
+    // The first free address skips them, and so does the previous address.
+    let mut r = req("ns/s", &[Family::V4]);
+    r.previous = vec![ip("10.96.0.2")];
+    let p = super::plan(&r, &pools, &[], &reserved);
+    assert_eq!(p.choices, vec![Choice::Create { address: ip("10.96.0.3"), pool: "a".into() }]);
+    // Asked for: refused with the reason.
+    r.requested = vec![ip("10.96.0.1")];
+    let p = super::plan(&r, &pools, &[], &reserved);
+    assert!(!p.complete && p.choices.is_empty(), "{p:?}");
+    assert_eq!(
+        p.errors[0].to_string(),
+        "the requested address 10.96.0.1 is the API server's ClusterIP (Service default/kubernetes): it is never \
+         handed out"
+    );
+    // Held when it became reserved (a Node got it): released with the reason, and
+    // another one taken.
+    let mine = held("lb-10-96-0-2", "10.96.0.2", &["ns/s"], Some("k"), &[]);
+    let p = super::plan(&req("ns/s", &[Family::V4]), &pools, std::slice::from_ref(&mine), &reserved);
+    assert_eq!(
+        p.release,
+        vec![Release {
+            fip: "lb-10-96-0-2".into(),
+            address: ip("10.96.0.2"),
+            why: ReleaseWhy::Reserved(Reserved::Node { node: "n9".into(), kind: "InternalIP".into() }),
+        }]
+    );
+    assert_eq!(p.choices, vec![Choice::Create { address: ip("10.96.0.3"), pool: "a".into() }]);
+    // Nor joined under its sharing key.
+    let mut r = req("ns/t", &[Family::V4]);
+    r.sharing_key = Some("k".into());
+    r.ports = [tcp(443)].into();
+    let p = super::plan(&r, &pools, std::slice::from_ref(&mine), &reserved);
+    assert_eq!(p.choices, vec![Choice::Create { address: ip("10.96.0.3"), pool: "a".into() }]);
+    // Everything else held: the pool is exhausted, not the reserved addresses handed out.
+    let full = [by_hand("x", "10.96.0.3"), by_hand("y", "10.96.0.4")];
+    let p = super::plan(&req("ns/s", &[Family::V4]), &pools, &full, &reserved);
+    assert!(matches!(p.errors[..], [AllocError::Exhausted { .. }]), "{p:?}");
+}
+
+#[test]
+fn a_floating_ip_the_operator_refused_is_released_with_the_reason() {
+    let pools = [pool("a", &["192.0.2.1-192.0.2.2"], true)];
+    let mut mine = held("lb-192-0-2-1", "192.0.2.1", &["ns/s"], None, &[]);
+    let why = Refused { reason: "AddressInUse".into(), message: "an older FloatingIP has it".into() };
+    mine.refused = Some(why.clone());
+    let p = plan(&req("ns/s", &[Family::V4]), &pools, std::slice::from_ref(&mine));
+    assert_eq!(
+        p.release,
+        vec![Release { fip: "lb-192-0-2-1".into(), address: ip("192.0.2.1"), why: ReleaseWhy::Refused(why) }]
+    );
+    assert_eq!(p.choices, vec![Choice::Create { address: ip("192.0.2.2"), pool: "a".into() }]);
+    assert!(p.complete);
+    // Asked for: the Service waits, with the refusal.
+    let mut r = req("ns/s", &[Family::V4]);
+    r.requested = vec![ip("192.0.2.1")];
+    let p = plan(&r, &pools, std::slice::from_ref(&mine));
+    assert!(!p.complete);
+    assert_eq!(released(&p), vec!["lb-192-0-2-1".to_owned()]);
+    assert_eq!(p.errors[0].to_string(), "the requested address 192.0.2.1 cannot be served: an older FloatingIP has it");
+}
+
+#[test]
 fn dual_stack_prefers_or_requires_both_families() {
     let pools = [pool("v4", &["192.0.2.1/32"], true)];
     let mut r = req("ns/s", &[Family::V4, Family::V6]);
@@ -137,10 +278,13 @@ fn a_held_address_stays_and_one_outside_the_pools_is_released() {
     let p = plan(&req("ns/s", &[Family::V4]), &pools, std::slice::from_ref(&mine));
     assert_eq!(p.choices, vec![Choice::Keep { fip: "lb-192-0-2-3".into(), address: ip("192.0.2.3") }]);
     assert!(p.release.is_empty());
-    // The pool shrank: released, and a new address taken.
+    // The pool shrank: released (not for what the address is), and a new address taken.
     let shrunk = [pool("a", &["192.0.2.1-192.0.2.2"], true)];
     let p = plan(&req("ns/s", &[Family::V4]), &shrunk, std::slice::from_ref(&mine));
-    assert_eq!(p.release, vec!["lb-192-0-2-3".to_owned()]);
+    assert_eq!(
+        p.release,
+        vec![Release { fip: "lb-192-0-2-3".into(), address: ip("192.0.2.3"), why: ReleaseWhy::NotWanted }]
+    );
     assert_eq!(p.choices, vec![Choice::Create { address: ip("192.0.2.1"), pool: "a".into() }]);
     // Nothing left: released all the same, and the Service waits.
     let p = plan(
@@ -149,7 +293,7 @@ fn a_held_address_stays_and_one_outside_the_pools_is_released() {
         &[mine.clone(), by_hand("x", "192.0.2.1"), by_hand("y", "192.0.2.2")],
     );
     assert!(!p.complete);
-    assert_eq!(p.release, vec!["lb-192-0-2-3".to_owned()]);
+    assert_eq!(released(&p), vec!["lb-192-0-2-3".to_owned()]);
     // The previous address is preferred over the first free one.
     let mut r = req("ns/s", &[Family::V4]);
     r.previous = vec![ip("192.0.2.4")];
@@ -217,23 +361,50 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![3 => (0..6usize, spec()).prop_map(|(i, s)| Op::Upsert(i, s)), 1 => (0..6usize).prop_map(Op::Remove)]
 }
 
+/// Services 0 to 2 live in namespace `ns`, the others in `other`.
+fn key(i: usize) -> String {
+    format!("{}/s{i}", if i < 3 { "ns" } else { "other" })
+}
+
 struct World {
     pools: Vec<PoolView>,
     holdings: Vec<Holding>,
     services: BTreeMap<String, Spec>,
+    /// When each Service was created (the oldest Service of an address owns it).
+    created: BTreeMap<String, usize>,
+    /// Addresses never handed out.
+    reserved: BTreeMap<IpAddr, Reserved>,
 }
 
 impl World {
     fn new() -> Self {
+        let mut open = pool("c", &["2001:db8::1-2001:db8::2"], true);
+        open.sharing_scope = SharingScope::Cluster;
         World {
-            pools: vec![
-                pool("a", &["192.0.2.1-192.0.2.3"], true),
-                pool("b", &["192.0.2.10/31"], false),
-                pool("c", &["2001:db8::1-2001:db8::2"], true),
-            ],
+            pools: vec![pool("a", &["192.0.2.1-192.0.2.3"], true), pool("b", &["192.0.2.10/31"], false), open],
             holdings: vec![by_hand("manual", "192.0.2.2")],
             services: BTreeMap::new(),
+            created: BTreeMap::new(),
+            reserved: BTreeMap::from([(
+                ip("192.0.2.3"),
+                Reserved::Node { node: "n9".into(), kind: "InternalIP".into() },
+            )]),
         }
+    }
+
+    fn reserved(&self, a: IpAddr) -> Option<Reserved> {
+        self.reserved.get(&a).cloned()
+    }
+
+    fn upsert(&mut self, key: &str, s: Spec) {
+        let n = self.created.values().max().map_or(0, |m| m + 1);
+        self.created.entry(key.to_owned()).or_insert(n);
+        self.services.insert(key.to_owned(), s);
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.services.remove(key);
+        self.created.remove(key);
     }
 
     fn request(&self, key: &str) -> Request {
@@ -250,13 +421,20 @@ impl World {
         }
     }
 
-    /// The holdings as the operator reads them for `key`: the ports of the others.
+    /// The holdings as the operator reads them for `key`: the ports of the others, the
+    /// namespace of the oldest.
     fn view(&self, key: &str) -> Vec<Holding> {
         let mut v = self.holdings.clone();
         for h in &mut v {
             if let Some(a) = &mut h.allocation {
                 a.ports =
                     a.services.iter().filter(|s| *s != key).flat_map(|s| self.services[s].ports.clone()).collect();
+                a.namespace = a
+                    .services
+                    .iter()
+                    .min_by_key(|s| self.created.get(*s))
+                    .and_then(|s| s.split_once('/'))
+                    .map(|(ns, _)| ns.to_owned());
             }
         }
         v
@@ -275,9 +453,9 @@ impl World {
 
     /// Plans `key` and applies the plan; returns it.
     fn reconcile(&mut self, key: &str) -> Result<Plan, TestCaseError> {
-        let p = plan(&self.request(key), &self.pools, &self.view(key));
-        for fip in &p.release {
-            self.leave(key, fip);
+        let p = super::plan(&self.request(key), &self.pools, &self.view(key), &|a| self.reserved(a));
+        for r in &p.release {
+            self.leave(key, &r.fip);
         }
         let sharing_key = self.services[key].sharing_key.clone();
         // Keeps are applied always (the sharing key of a sole user), creations and
@@ -317,7 +495,9 @@ impl World {
                                 services: [key.to_owned()].into(),
                                 sharing_key: sharing_key.clone(),
                                 ports: BTreeSet::new(),
+                                namespace: None,
                             }),
+                            refused: None,
                         });
                     }
                 }
@@ -332,6 +512,16 @@ impl World {
             prop_assert!(seen.insert(h.address), "{} held twice", h.address);
             let Some(a) = &h.allocation else { continue };
             prop_assert!(!a.services.is_empty(), "an allocated FloatingIP without Services");
+            prop_assert!(!self.reserved.contains_key(&h.address), "reserved {} handed out", h.address);
+            let scope =
+                self.pools.iter().find(|p| p.blocks.iter().any(|b| b.contains(h.address))).map(|p| p.sharing_scope);
+            let namespaces: BTreeSet<&str> =
+                a.services.iter().filter_map(|s| s.split_once('/')).map(|(ns, _)| ns).collect();
+            prop_assert!(
+                namespaces.len() <= 1 || scope == Some(SharingScope::Cluster),
+                "{} shared across namespaces {namespaces:?} by a pool that keeps sharing within one",
+                h.address
+            );
             if a.services.len() > 1 {
                 let mut ports = BTreeSet::new();
                 for s in &a.services {
@@ -357,7 +547,8 @@ impl World {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// No address is handed out twice, sharing keeps its rules, requested addresses are
+    /// No address is handed out twice nor a reserved one, sharing keeps its rules (same
+    /// key, other ports, one namespace unless the pool opens it), requested addresses are
     /// honoured, a removed Service's addresses come back, and planning again after a
     /// plan was applied changes nothing.
     #[test]
@@ -366,8 +557,8 @@ proptest! {
         for op in ops {
             match op {
                 Op::Upsert(i, s) => {
-                    let key = format!("ns/s{i}");
-                    w.services.insert(key.clone(), s.clone());
+                    let key = key(i);
+                    w.upsert(&key, s.clone());
                     let p = w.reconcile(&key)?;
                     if p.complete {
                         let mine: Vec<&Holding> = w.holdings.iter().filter(|h| h.allocation.as_ref().is_some_and(|a| a.services.contains(&key))).collect();
@@ -381,18 +572,18 @@ proptest! {
                             prop_assert!(s.families.contains(&Family::of(h.address)));
                         }
                         // Stable: a second plan keeps everything.
-                        let again = plan(&w.request(&key), &w.pools, &w.view(&key));
+                        let again = super::plan(&w.request(&key), &w.pools, &w.view(&key), &|a| w.reserved(a));
                         prop_assert!(again.release.is_empty() && again.complete, "{again:?}");
                         prop_assert!(again.choices.iter().all(|c| matches!(c, Choice::Keep { .. })), "{again:?}");
                     }
                 }
                 Op::Remove(i) => {
-                    let key = format!("ns/s{i}");
+                    let key = key(i);
                     let fips: Vec<String> = w.holdings.iter().filter(|h| h.allocation.as_ref().is_some_and(|a| a.services.contains(&key))).map(|h| h.fip.clone()).collect();
                     for f in fips {
                         w.leave(&key, &f);
                     }
-                    w.services.remove(&key);
+                    w.remove(&key);
                 }
             }
             w.check()?;
@@ -404,11 +595,11 @@ proptest! {
             for f in fips {
                 w.leave(&key, &f);
             }
-            w.services.remove(&key);
+            w.remove(&key);
         }
         prop_assert_eq!(w.holdings.len(), 1);
         // And the whole pool can be handed out again.
-        w.services.insert("ns/new".into(), Spec { families: vec![Family::V4], require_all: true, requested: vec![], pools: None, sharing_key: None, ports: [tcp(80)].into() });
+        w.upsert("ns/new", Spec { families: vec![Family::V4], require_all: true, requested: vec![], pools: None, sharing_key: None, ports: [tcp(80)].into() });
         prop_assert!(w.reconcile("ns/new")?.complete);
     }
 }
