@@ -514,6 +514,26 @@ fn the_schema_refuses_bad_values() {
     }
 }
 
+#[test]
+fn the_chart_refuses_the_kubernetes_system_namespaces() {
+    let Some(helm) = helm() else { return };
+    // The agents' Role reads every Secret of the release namespace (the heartbeat keys live
+    // there): in a namespace shared with the cluster's own components that would be their
+    // Secrets too.
+    for ns in ["kube-system", "default", "kube-public", "kube-node-lease"] {
+        let e = template(&helm, ns, &[]).err().unwrap_or_else(|| panic!("an install into {ns} was rendered"));
+        assert!(
+            e.contains(&format!("havip must not be installed into the namespace {ns}"))
+                && e.contains("every Secret of its namespace"),
+            "{ns}: refused, but not saying why: {e}"
+        );
+    }
+    // Any namespace of its own renders (names close to the refused ones included).
+    for ns in ["havip-system", "vips", "kube-system-havip", "defaults"] {
+        template(&helm, ns, &[]).unwrap_or_else(|e| panic!("{ns}: {e}"));
+    }
+}
+
 /// Every sample name the agents and the operator expose, read from what their registries
 /// encode (OpenMetrics: a counter's samples are <name>_total, a histogram's _bucket, _sum
 /// and _count), plus `up`, the series Prometheus itself keeps per target. The registries
