@@ -11,7 +11,8 @@ use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::Prober;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
@@ -65,6 +66,19 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         })
         .await
         .expect("FailedOver");
+    });
+    // n1's holder fields may land a moment after the pair reads FailedOver.
+    lab.block_on(async {
+        let fips: Api<FloatingIP> = Api::all(lab.client().await.expect("admin"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = fips.get("web-vip").await.expect("fip");
+            if f.status.as_ref().and_then(|s| s.holder.as_deref()) == Some("n1") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "n1 never wrote itself as the holder: {:?}", f.status);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
     // The operator stops: the pair's status holds still while agents try to forge it (and
     // the leader Lease is not being renewed under the test's compare-and-swap).
@@ -198,15 +212,52 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         );
         assert!(m.contains("forbidden"), "{m}");
     });
+
+    // A stop while the agent's token may not read its DaemonSet (403: an RBAC mistake, a
+    // Role being edited) is no uninstall: the active keeps its VIP for the next agent.
+    let vip = lab.topo.vip(0);
+    let binding = lab.block_on(async {
+        let bindings: Api<RoleBinding> = Api::namespaced(lab.client().await.expect("admin"), NAMESPACE);
+        let b = bindings.get("havip-agent").await.expect("the agents' RoleBinding");
+        bindings.delete("havip-agent", &DeleteParams::default()).await.expect("revoke the agents' Role");
+        b
+    });
+    lab.stop_agent(1);
+    let n1 = lab.topo.node(1);
+    assert!(
+        netns::has_address(&n1.ns, &n1.data_if, vip.into()).expect("addresses"),
+        "n1 keeps its VIP when its agent stops unable to read its DaemonSet (403)\n{}",
+        lab.logs_tail(30)
+    );
+    assert!(agent_log(&lab, 1).contains("keeping the VIPs"), "the agent says why it kept them");
+    lab.block_on(async {
+        let bindings: Api<RoleBinding> = Api::namespaced(lab.client().await.expect("admin"), NAMESPACE);
+        let mut b = binding;
+        b.metadata = ObjectMeta { name: b.metadata.name, labels: b.metadata.labels, ..ObjectMeta::default() };
+        bindings.create(&PostParams::default(), &b).await.expect("restore the agents' Role");
+    });
+    lab.start_agent(1).expect("restart n1's agent");
     let report = prober.stop().expect("report");
     assert!(report.longest_gap_ms < 1000.0, "{}", report.summary());
 
     // `helm uninstall`: the DaemonSet goes, then the agents' ServiceAccount (its tokens
     // stop authenticating) while the pods are still terminating. The agents, told to stop
-    // after that, must still remove their VIPs.
+    // after that, must still remove their VIPs: their watch saw the DaemonSet go (under
+    // Kubernetes the pods' SIGTERM comes after that, once the garbage collector deleted them).
     lab.block_on(async {
         lab.delete_agent_daemonset().await.expect("delete the DaemonSet");
+    });
+    for i in 0..2 {
+        wait_for_log(&lab, i, "the agent's DaemonSet is gone", Duration::from_secs(20));
+    }
+    // Then, as `helm uninstall` goes on, the agents' RoleBinding (their reads of the
+    // DaemonSet are refused from now on) and their ServiceAccount.
+    lab.block_on(async {
         let admin = lab.client().await.expect("admin");
+        Api::<RoleBinding>::namespaced(admin.clone(), NAMESPACE)
+            .delete("havip-agent", &DeleteParams::default())
+            .await
+            .expect("delete the agents' RoleBinding");
         Api::<ServiceAccount>::namespaced(admin, NAMESPACE)
             .delete("havip-agent", &DeleteParams::default())
             .await
@@ -214,7 +265,6 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
     });
     lab.stop_agent(0);
     lab.stop_agent(1);
-    let vip = lab.topo.vip(0);
     for i in 0..2 {
         let n = lab.topo.node(i);
         assert!(
@@ -222,6 +272,21 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "n{i} keeps no VIP after the uninstall\n{}",
             lab.logs_tail(30)
         );
+        assert!(agent_log(&lab, i).contains("was deleted (seen by the agent's watch"), "n{i} decided on what its watch saw");
+    }
+}
+
+/// Node `i`'s agent log so far.
+fn agent_log(lab: &KubeLab, i: usize) -> String {
+    std::fs::read_to_string(lab.dir().join(format!("agent-{i}.log"))).unwrap_or_default()
+}
+
+/// Waits until node `i`'s agent logged `needle`.
+fn wait_for_log(lab: &KubeLab, i: usize, needle: &str, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !agent_log(lab, i).contains(needle) {
+        assert!(std::time::Instant::now() < deadline, "n{i}'s agent never logged {needle:?}\n{}", lab.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
