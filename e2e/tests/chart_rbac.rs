@@ -11,6 +11,7 @@ use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::Prober;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
@@ -272,8 +273,126 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "n{i} keeps no VIP after the uninstall\n{}",
             lab.logs_tail(30)
         );
-        assert!(agent_log(&lab, i).contains("was deleted (seen by the agent's watch"), "n{i} decided on what its watch saw");
+        assert!(
+            agent_log(&lab, i).contains("was deleted (seen by the agent's watch"),
+            "n{i} decided on what its watch saw"
+        );
     }
+}
+
+/// A lab under the chart's RBAC with the pair `web` Live, n0 active.
+fn live_lab() -> Option<KubeLab> {
+    if !netns::skip_unless_root(module_path!()) {
+        return None;
+    }
+    havip_e2e::init_tracing();
+    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true }).expect("lab");
+    lab.block_on(async {
+        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
+        lab.wait_pair("web", Duration::from_secs(15), "Live under the chart's RBAC", |p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Live)
+                && p.status.as_ref().and_then(|s| s.active.as_deref()) == Some("n0")
+        })
+        .await
+        .expect("Live")
+    });
+    Some(lab)
+}
+
+/// An Event as the agents' recorder writes it (events.k8s.io/v1), in `ns`, reported by
+/// `controller` on `instance`, about `regarding`.
+fn event(ns: &str, name: &str, controller: &str, instance: &str, regarding: serde_json::Value) -> EventV1 {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "eventTime": now(), "reportingController": controller, "reportingInstance": instance,
+        "action": "RoleChange", "reason": "Takeover", "type": "Normal", "note": "forged", "regarding": regarding,
+    }))
+    .expect("event")
+}
+
+#[test]
+fn agent_tokens_write_events_only_in_default_about_havip_objects_as_their_own_node() {
+    let Some(lab) = live_lab() else { return };
+    let pair = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "HAPair", "name": "web"});
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let agent0 = client_from_kubeconfig(lab.agent_kubeconfig(0)).await.expect("agent n0 client");
+        let pp = PostParams::default();
+        // Where the agents' Events go: `default` (the API server puts the Events of
+        // cluster-scoped objects there or in kube-system), and they get there.
+        let in_default: Api<EventV1> = Api::namespaced(admin.clone(), "default");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = in_default.list(&Default::default()).await.expect("events");
+            if list.items.iter().any(|e| {
+                e.reporting_controller.as_deref() == Some("havip-agent")
+                    && e.reporting_instance.as_deref() == Some("n0")
+            }) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no Event of n0's agent in default\n{}", lab.logs_tail(30));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Nowhere else.
+        let m = refused(
+            Api::<EventV1>::namespaced(agent0.clone(), "kube-system")
+                .create(&pp, &event("kube-system", "forged-1", "havip-agent", "n0", pair.clone()))
+                .await,
+            "agent creates an Event in kube-system",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        let core = serde_json::from_value::<k8s_openapi::api::core::v1::Event>(serde_json::json!({
+            "metadata": {"name": "forged-2", "namespace": "kube-system"},
+            "involvedObject": {"kind": "Pod", "namespace": "kube-system", "name": "kube-apiserver"},
+            "reason": "Killing", "message": "forged", "type": "Warning",
+        }))
+        .expect("core event");
+        let m = refused(
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(agent0.clone(), "kube-system")
+                .create(&pp, &core)
+                .await,
+            "agent creates a core Event in kube-system",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        // In default, only as havip-agent of its own node, about havip's objects.
+        let mine: Api<EventV1> = Api::namespaced(agent0.clone(), "default");
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-3", "havip-agent", "n1", pair.clone())).await,
+            "agent n0 writes an Event as n1",
+        );
+        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-4", "kubelet", "n0", pair.clone())).await,
+            "agent writes an Event as the kubelet",
+        );
+        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "web-0"});
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-5", "havip-agent", "n0", pod)).await,
+            "agent writes an Event about a Pod",
+        );
+        assert!(m.contains("only about havip objects"), "{m}");
+        // Its own Event, and a repeat of it (the recorder patches the series).
+        mine.create(&pp, &event("default", "own-1", "havip-agent", "n0", pair.clone())).await.expect("its own Event");
+        let series = serde_json::json!({"series": {"count": 2, "lastObservedTime": now()}});
+        mine.patch("own-1", &PatchParams::default(), &Patch::Merge(&series)).await.expect("a repeat of its own Event");
+        // Another writer's Event in default: not rewritten.
+        in_default
+            .create(&pp, &event("default", "operator-1", "havip-operator", "havip-operator-0", pair.clone()))
+            .await
+            .expect("admin writes an operator Event");
+        let m = refused(
+            mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&series)).await,
+            "agent rewrites the operator's Event",
+        );
+        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        // (Nor made its own: the API server keeps the reporting fields immutable.)
+        let takeover = serde_json::json!({"reportingController": "havip-agent", "reportingInstance": "n0"});
+        refused(
+            mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&takeover)).await,
+            "agent turns the operator's Event into its own",
+        );
+    });
 }
 
 /// Node `i`'s agent log so far.

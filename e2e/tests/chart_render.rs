@@ -171,7 +171,7 @@ fn check_consistent(o: &Objects, ns: &str) -> (String, String) {
         }
     }
     let policies = o.names("ValidatingAdmissionPolicy");
-    assert_eq!(policies.len(), 4, "{policies:?}");
+    assert_eq!(policies.len(), 5, "{policies:?}");
     for b in o.of_kind("ValidatingAdmissionPolicyBinding") {
         assert!(policies.contains(str_of(&b["spec"]["policyName"])), "{:?}", b["metadata"]["name"]);
     }
@@ -236,9 +236,34 @@ fn check_consistent(o: &Objects, ns: &str) -> (String, String) {
             .count();
         assert_eq!(selected, 1, "ServiceMonitor {:?} selects one Service", sm["metadata"]["name"]);
     }
-    // Every object of the chart's goes into the release namespace or is cluster-scoped.
+    // The agents record Events only in `default` (where the API server puts those of
+    // cluster-scoped objects), through events.k8s.io; their ClusterRole grants no Events.
+    let events = format!("{agent}-events");
+    let role = o.get("Role", &events);
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some("default"));
+    let rules = role["rules"].as_sequence().expect("rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(serde_yaml::to_string(&rules[0]["apiGroups"]).expect("yaml").trim(), "- events.k8s.io");
+    assert_eq!(serde_yaml::to_string(&rules[0]["resources"]).expect("yaml").trim(), "- events");
+    assert_eq!(serde_yaml::to_string(&rules[0]["verbs"]).expect("yaml").trim(), "- create\n- patch");
+    let binding = o.get("RoleBinding", &events);
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some("default"));
+    assert_eq!(str_of(&binding["subjects"][0]["name"]), agent.as_str());
+    let cluster = o.get("ClusterRole", &agent)["rules"].as_sequence().expect("rules").clone();
+    assert!(
+        cluster.iter().all(|r| !r["resources"]
+            .as_sequence()
+            .expect("resources")
+            .iter()
+            .any(|x| x.as_str() == Some("events"))),
+        "the agents' ClusterRole grants no Events: {cluster:?}"
+    );
+    // Every other object of the chart's goes into the release namespace or is cluster-scoped.
     for v in &o.0 {
         if let Some(n) = v["metadata"]["namespace"].as_str() {
+            if str_of(&v["metadata"]["name"]) == events.as_str() {
+                continue;
+            }
             assert_eq!(n, ns, "{:?}", v["metadata"]["name"]);
         }
     }
@@ -252,10 +277,15 @@ fn the_default_names_stay_what_they_were() {
     let (operator, agent) = check_consistent(&o, "havip-system");
     assert_eq!((operator.as_str(), agent.as_str()), ("havip-operator", "havip-agent"));
     let both: BTreeSet<String> = ["havip-agent", "havip-operator"].map(str::to_owned).into();
-    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(o.names(kind), both, "{kind}");
     }
+    let roles: BTreeSet<String> = ["havip-agent", "havip-agent-events", "havip-operator"].map(str::to_owned).into();
+    for kind in ["Role", "RoleBinding"] {
+        assert_eq!(o.names(kind), roles, "{kind}");
+    }
     let policies: BTreeSet<String> = [
+        "havip-agent-events",
         "havip-agent-floatingip-status",
         "havip-agent-hapair-status",
         "havip-agent-pair-leases",

@@ -44,6 +44,15 @@ would be the cluster's own Secrets too. Included by rbac-agent.yaml.
 {{- end }}
 {{- end }}
 
+{{/*
+Where the agents' Events go: the Events of cluster-scoped objects (HAPairs) may only be in
+default or kube-system (the API server refuses an events.k8s.io Event of such an object
+elsewhere), and the agents' recorder writes them into default.
+*/}}
+{{- define "havip.eventsNamespace" -}}
+default
+{{- end }}
+
 {{/* Common labels. */}}
 {{- define "havip.labels" -}}
 app.kubernetes.io/name: {{ include "havip.name" . }}
