@@ -16,6 +16,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn refused(r: Result<impl std::fmt::Debug, kube::Error>, what: &str) -> String {
@@ -392,6 +393,175 @@ fn agent_tokens_write_events_only_in_default_about_havip_objects_as_their_own_no
             mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&takeover)).await,
             "agent turns the operator's Event into its own",
         );
+    });
+}
+
+/// A Node named `node` (no kubelet: never ready) and a client with a token of the
+/// agents' ServiceAccount bound to a Pod on it, as the kubelet would give an agent there.
+async fn node_with_agent_token(lab: &KubeLab, admin: &Client, node: &str) -> Client {
+    let n: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": node}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone()).create(&PostParams::default(), &n).await.expect("node");
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "havip-agent-long", "namespace": NAMESPACE},
+        "spec": {"nodeName": node, "serviceAccountName": "havip-agent",
+                 "containers": [{"name": "agent", "image": "ghcr.io/havip/havip-agent:0.1.0"}]},
+    }))
+    .expect("pod");
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let out = lab
+        .cp
+        .kubectl()
+        .args(["-n", NAMESPACE, "create", "token", "havip-agent", "--bound-object-kind=Pod"])
+        .arg("--bound-object-name=havip-agent-long")
+        .arg("--duration=1h")
+        .output()
+        .expect("kubectl create token");
+    assert!(out.status.success(), "create token: {}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let kubeconfig = lab.cp.kubeconfig_with_token("havip-agent-long", &token).expect("kubeconfig");
+    client_from_kubeconfig(&kubeconfig).await.expect("client")
+}
+
+/// Waits until `get` returns an object whose labels satisfy `ok`.
+async fn wait_labels<K>(api: &Api<K>, name: &str, what: &str, ok: impl Fn(&BTreeMap<String, String>) -> bool)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(o)) = api.get_opt(name).await
+            && ok(o.meta().labels.as_ref().unwrap_or(&BTreeMap::new()))
+        {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: never labelled so");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A FloatingIP take-over as the agent on `node` writes it (a forced apply of the holder fields).
+async fn take_fip(client: &Client, fip: &str, node: &str, epoch: i64) -> kube::Result<FloatingIP> {
+    let take = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP", "status": {
+        "holder": node, "state": "Announced", "interface": "eth0", "epoch": epoch, "lastAnnounced": now(),
+    }});
+    Api::<FloatingIP>::all(client.clone())
+        .patch_status(fip, &PatchParams::apply(&manager::agent(node)).force(), &Patch::Apply(&take))
+        .await
+}
+
+/// The member entry of `node` in pair `pair`, as its agent applies it.
+async fn own_entry(client: &Client, pair: &str, node: &str, epoch: i64) -> kube::Result<HAPair> {
+    let apply = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+        "status": {"members": [{"node": node, "role": "Standby", "epoch": epoch}]}});
+    Api::<HAPair>::all(client.clone())
+        .patch_status(pair, &PatchParams::apply(&manager::agent(node)).force(), &Patch::Apply(&apply))
+        .await
+}
+
+#[test]
+fn agent_tokens_write_only_the_pairs_of_their_own_node_whatever_its_name() {
+    let Some(mut lab) = live_lab() else { return };
+    // A node name longer than a label name may be (its member label is a hashed form no
+    // policy can compute), a member of the pair `db` with n0; n1 is no member of `db`.
+    let long = "n7.rack-17.row-3.datacenter-frankfurt-1.cluster-prod.example.internal";
+    assert!(long.len() > 63 && havip_crds::membership::label_name(long) != long);
+    let db = format!(
+        "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: db\nspec:\n  members:\n    - node: n0\n      priority: 200\n    - node: {long}\n      priority: 190\n  heartbeat:\n    paths:\n      - name: data\n        addressType: InternalIP\n---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: db-vip\nspec:\n  pair: db\n  address: {}/24\n  interface: eth0\n",
+        lab.topo.vip(1)
+    );
+    let db_lease = havip_crds::lease::pair_lease_name("db");
+    let long_key = havip_crds::membership::label_key(long);
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let as_long = node_with_agent_token(&lab, &admin, long).await;
+        let n1 = client_from_kubeconfig(lab.agent_kubeconfig(1)).await.expect("agent n1 client");
+        lab.apply(&db).await.expect("apply db");
+        // The operator creates db's Lease and labels it and the FloatingIP with the members.
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
+        wait_labels(&leases, &db_lease, "db's Lease", |l| l.contains_key(&long_key)).await;
+        wait_labels(&Api::<FloatingIP>::all(admin.clone()), "db-vip", "db-vip", |l| l.contains_key(&long_key)).await;
+
+        // n1 is no member of db: neither its Lease, nor its FloatingIP, nor a member entry.
+        let m = refused(
+            agent_cas(&Api::namespaced(n1.clone(), NAMESPACE), &db_lease, "n1", 1).await,
+            "n1 takes db's Lease",
+        );
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(take_fip(&n1, "db-vip", "n1", 1).await, "n1 takes db's FloatingIP");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(own_entry(&n1, "db", "n1", 1).await, "n1 writes a member entry into db");
+        assert!(m.contains("not a member of the pair"), "{m}");
+
+        // The member with the long name may, as its agent does.
+        let leases_long: Api<Lease> = Api::namespaced(as_long.clone(), NAMESPACE);
+        let l = agent_cas(&leases_long, &db_lease, long, 1).await.expect("the long-named member takes db's Lease");
+        assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some(long));
+        agent_cas(&leases_long, &db_lease, long, 1).await.expect("and renews it");
+        take_fip(&as_long, "db-vip", long, 1).await.expect("the long-named member takes db's FloatingIP");
+        own_entry(&as_long, "db", long, 1).await.expect("the long-named member writes its member entry");
+
+        // Removed from the pair: the operator relabels, and the former member may write
+        // nothing of the pair any more but the removal of its own holder fields.
+        let pairs: Api<HAPair> = Api::all(admin.clone());
+        let members = serde_json::json!({"spec": {"members": [
+            {"node": "n0", "priority": 200}, {"node": "n9", "priority": 190}]}});
+        pairs
+            .patch("db", &PatchParams::default(), &Patch::Merge(&members))
+            .await
+            .expect("remove the long-named member");
+        wait_labels(&leases, &db_lease, "db's Lease", |l| !l.contains_key(&long_key)).await;
+        wait_labels(&Api::<FloatingIP>::all(admin.clone()), "db-vip", "db-vip", |l| !l.contains_key(&long_key)).await;
+        let m = refused(agent_cas(&leases_long, &db_lease, long, 2).await, "a former member takes db's Lease");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(take_fip(&as_long, "db-vip", long, 2).await, "a former member takes db's FloatingIP again");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(own_entry(&as_long, "db", long, 2).await, "a former member changes its member entry");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let release = serde_json::json!({"metadata": {}, "status": {
+            "holder": null, "state": null, "interface": null, "epoch": null, "lastAnnounced": null}});
+        Api::<FloatingIP>::all(as_long.clone())
+            .patch_status("db-vip", &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .expect("a former member removes its own holder fields");
+    });
+
+    // Objects an earlier operator labelled but did not annotate (an upgrade): a node name
+    // that is a label name is checked by its member label.
+    lab.stop_operator();
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
+        let web_lease = havip_crds::lease::pair_lease_name("web");
+        let strip = serde_json::json!({"metadata": {"annotations": {havip_crds::membership::NODES_ANNOTATION: null}}});
+        let l = leases.patch(&web_lease, &PatchParams::default(), &Patch::Merge(&strip)).await.expect("strip");
+        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).expect("web has a holder");
+        let i = if holder == "n0" { 0 } else { 1 };
+        let agent = client_from_kubeconfig(lab.agent_kubeconfig(i)).await.expect("agent client");
+        agent_cas(&Api::namespaced(agent, NAMESPACE), &web_lease, &holder, epoch_of(&l))
+            .await
+            .expect("the holder renews web's Lease, a member by its label");
+        let as_long = {
+            let out = lab
+                .cp
+                .kubectl()
+                .args(["-n", NAMESPACE, "create", "token", "havip-agent", "--bound-object-kind=Pod"])
+                .arg("--bound-object-name=havip-agent-long")
+                .output()
+                .expect("kubectl create token");
+            let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            client_from_kubeconfig(&lab.cp.kubeconfig_with_token("havip-agent-long-2", &token).expect("kubeconfig"))
+                .await
+                .expect("client")
+        };
+        let m = refused(
+            agent_cas(&Api::namespaced(as_long, NAMESPACE), &web_lease, long, epoch_of(&l) + 1).await,
+            "a node of no label takes web's Lease",
+        );
+        assert!(m.contains("not a member of the pair"), "{m}");
     });
 }
 
