@@ -565,6 +565,27 @@ fn agent_tokens_write_only_the_pairs_of_their_own_node_whatever_its_name() {
     });
 }
 
+#[test]
+fn agent_tokens_raise_a_pair_lease_epoch_by_a_bounded_step() {
+    let Some(lab) = live_lab() else { return };
+    let step = i32::try_from(havip_node_agent::sm::MAX_LEASE_STEP).expect("step");
+    lab.block_on(async {
+        let agent0 = client_from_kubeconfig(lab.agent_kubeconfig(0)).await.expect("agent n0 client");
+        let leases: Api<Lease> = Api::namespaced(agent0, NAMESPACE);
+        let name = havip_crds::lease::pair_lease_name("web");
+        let l = leases.get(&name).await.expect("web's Lease");
+        assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some("n0"));
+        let e = epoch_of(&l);
+        // One write to the top of the domain would leave the pair unable to fail over.
+        let m = refused(agent_cas(&leases, &name, "n0", i32::MAX).await, "the holder raises the epoch to the top");
+        assert!(m.contains(&format!("by at most {step}")), "{m}");
+        let m = refused(agent_cas(&leases, &name, "n0", e + step + 1).await, "the holder raises the epoch by step + 1");
+        assert!(m.contains(&format!("by at most {step}")), "{m}");
+        let l = agent_cas(&leases, &name, "n0", e + step).await.expect("the holder raises the epoch by the step");
+        assert_eq!(epoch_of(&l), e + step);
+    });
+}
+
 /// Node `i`'s agent log so far.
 fn agent_log(lab: &KubeLab, i: usize) -> String {
     std::fs::read_to_string(lab.dir().join(format!("agent-{i}.log"))).unwrap_or_default()

@@ -544,6 +544,17 @@ fn the_schema_refuses_bad_values() {
     }
 }
 
+/// The agents' Lease policy bounds an epoch step by what the agents themselves never
+/// exceed (a larger catch-up is not sent: `LeaseBehind`).
+#[test]
+fn the_lease_policy_bounds_the_epoch_step_as_the_agents_do() {
+    let text = std::fs::read_to_string(chart().join("templates/rbac-agent.yaml")).expect("rbac-agent.yaml");
+    let step = havip_node_agent::sm::MAX_LEASE_STEP;
+    let rule = format!("variables.newEpoch <= variables.oldEpoch + {step}");
+    assert!(text.contains(&rule), "rbac-agent.yaml has no {rule}");
+    assert_eq!(text.matches(&format!("at most {step}")).count(), 3, "the comment and both messages say {step}");
+}
+
 #[test]
 fn the_chart_refuses_the_kubernetes_system_namespaces() {
     let Some(helm) = helm() else { return };
