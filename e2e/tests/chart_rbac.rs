@@ -361,12 +361,12 @@ fn agent_tokens_write_events_only_in_default_about_havip_objects_as_their_own_no
             mine.create(&pp, &event("default", "forged-3", "havip-agent", "n1", pair.clone())).await,
             "agent n0 writes an Event as n1",
         );
-        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
         let m = refused(
             mine.create(&pp, &event("default", "forged-4", "kubelet", "n0", pair.clone())).await,
             "agent writes an Event as the kubelet",
         );
-        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
         let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "web-0"});
         let m = refused(
             mine.create(&pp, &event("default", "forged-5", "havip-agent", "n0", pod)).await,
@@ -386,7 +386,7 @@ fn agent_tokens_write_events_only_in_default_about_havip_objects_as_their_own_no
             mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&series)).await,
             "agent rewrites the operator's Event",
         );
-        assert!(m.contains("as havip-agent on its own node"), "{m}");
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
         // (Nor made its own: the API server keeps the reporting fields immutable.)
         let takeover = serde_json::json!({"reportingController": "havip-agent", "reportingInstance": "n0"});
         refused(

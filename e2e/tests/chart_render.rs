@@ -365,10 +365,22 @@ fn name_overrides_rename_every_object_and_every_reference() {
             l.starts_with('#')
                 || l.starts_with("image:")
                 || l.contains("havip-agent:")
-                || l.contains("havip-operator:"),
+                || l.contains("havip-operator:")
+                || l.contains("reportingController"),
             "a default name is left: {l}"
         );
     }
+    // The agents' Events policy expects the binary's reportingController, which no name
+    // override changes.
+    let events = o.get("ValidatingAdmissionPolicy", "acme-vip-agent-events");
+    let ours = events["spec"]["variables"]
+        .as_sequence()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"].as_str() == Some("ours"))
+        .expect("ours");
+    let want = format!("object.reportingController == '{}'", havip_crds::reporting::AGENT);
+    assert!(str_of(&ours["expression"]).contains(&want), "{:?}", ours["expression"]);
     let rule = o.one("PrometheusRule");
     let exprs: Vec<&str> = rule["spec"]["groups"]
         .as_sequence()
