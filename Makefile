@@ -27,11 +27,11 @@ crds: ## Regenerate the CRD YAML in the chart from the Rust types
 HELM = $(shell bash hack/testbin.sh helm 2>/dev/null)/helm
 
 chart: ## helm lint, and re-render charts/rendered/havip-default.yaml
-	$(HELM) lint charts/havip
+	$(HELM) lint charts/havip -n havip-system
 	$(HELM) template havip charts/havip -n havip-system > charts/rendered/havip-default.yaml
 
 chart-check: ## helm lint and a drift check of the rendered chart
-	$(HELM) lint charts/havip
+	$(HELM) lint charts/havip -n havip-system
 	$(HELM) template havip charts/havip -n havip-system | diff -u charts/rendered/havip-default.yaml - || { echo "the rendered chart changed: run make chart"; exit 1; }
 
 lint: ## rustfmt and clippy, warnings are errors

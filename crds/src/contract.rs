@@ -202,6 +202,10 @@ string_enum! {
         /// Standalone mode only: takeovers need the witness's vote and the witness does not
         /// answer; no member takes the VIPs over until it does.
         WitnessUnreachable = "WitnessUnreachable",
+        /// This member holds the VIPs under an epoch more than an agent may raise the pair
+        /// Lease by in one write (1000) above the Lease's: the Lease does not record it
+        /// until somebody brings it within reach by hand.
+        LeaseBehind = "LeaseBehind",
     }
 }
 

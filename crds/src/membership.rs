@@ -11,6 +11,11 @@
 //! Two node names could share a hashed form (a 64-bit hash): the agent of one of them
 //! would then also watch the other's objects. That costs watch traffic, never
 //! correctness: an agent runs only the pairs whose `spec.members` name its node.
+//!
+//! Next to the labels, the pair's FloatingIPs and its Lease carry the annotation
+//! [`NODES_ANNOTATION`]: the member nodes' full names ([`nodes_value`]). The chart's
+//! admission policies read it (a policy cannot compute the hashed form) to hold each
+//! agent to the pairs its node is a member of.
 
 use crate::revision::fnv1a;
 
@@ -54,6 +59,18 @@ pub fn label_name(node: &str) -> String {
 /// The member label key of `node`: `member.havip.io/<label name>`.
 pub fn label_key(node: &str) -> String {
     format!("{PREFIX}{}", label_name(node))
+}
+
+/// The annotation listing the pair's member nodes by their full names, on the objects the
+/// agents write (the pair's FloatingIPs and its Lease), written by the operator with the
+/// member labels.
+pub const NODES_ANNOTATION: &str = "havip.io/member-nodes";
+
+/// The value of [`NODES_ANNOTATION`] for a set of member nodes: their names sorted,
+/// without duplicates, joined by commas (node names, DNS subdomains, hold no comma).
+pub fn nodes_value<'a>(nodes: impl IntoIterator<Item = &'a str>) -> String {
+    let nodes: std::collections::BTreeSet<&str> = nodes.into_iter().collect();
+    nodes.into_iter().collect::<Vec<_>>().join(",")
 }
 
 /// Whether a label key is a member label (any node's).
@@ -120,6 +137,13 @@ mod tests {
         }
         assert!(is_label_name("Upper_and.lower-9"));
         assert_eq!(label_name("Upper_and.lower-9"), "Upper_and.lower-9");
+    }
+
+    #[test]
+    fn the_nodes_annotation_lists_every_member_by_its_full_name() {
+        let long = format!("{}.example.com", "node-".repeat(20));
+        assert_eq!(nodes_value(["n1", long.as_str(), "n0", "n1"]), format!("n0,n1,{long}"));
+        assert_eq!(nodes_value([]), "");
     }
 
     #[test]

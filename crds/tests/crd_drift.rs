@@ -43,3 +43,16 @@ fn the_chart_policy_spells_the_member_label_prefix() {
     let rule = format!("!k.startsWith('{}')", havip_crds::membership::PREFIX);
     assert_eq!(chart.matches(&rule).count(), 2, "{} must test {rule} for set and removed labels", path.display());
 }
+
+/// The agents' admission policies check membership by the annotation the operator writes
+/// (and, on objects not annotated yet, by the member label): they must spell both as the
+/// binaries do.
+#[test]
+fn the_chart_policies_spell_the_member_annotation_and_label_prefix() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/havip/templates/rbac-agent.yaml");
+    let chart = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let annotation = format!("variables.oldAnnotations['{}'].split(',')", havip_crds::membership::NODES_ANNOTATION);
+    assert_eq!(chart.matches(&annotation).count(), 2, "{} must read {annotation} (Lease, FloatingIP)", path.display());
+    let label = format!("('{}' + variables.node) in variables.oldLabels", havip_crds::membership::PREFIX);
+    assert_eq!(chart.matches(&label).count(), 2, "{} must test {label} (Lease, FloatingIP)", path.display());
+}

@@ -11,9 +11,12 @@ use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::Prober;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::events::v1::Event as EventV1;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn refused(r: Result<impl std::fmt::Debug, kube::Error>, what: &str) -> String {
@@ -65,6 +68,19 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         })
         .await
         .expect("FailedOver");
+    });
+    // n1's holder fields may land a moment after the pair reads FailedOver.
+    lab.block_on(async {
+        let fips: Api<FloatingIP> = Api::all(lab.client().await.expect("admin"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = fips.get("web-vip").await.expect("fip");
+            if f.status.as_ref().and_then(|s| s.holder.as_deref()) == Some("n1") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "n1 never wrote itself as the holder: {:?}", f.status);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
     // The operator stops: the pair's status holds still while agents try to forge it (and
     // the leader Lease is not being renewed under the test's compare-and-swap).
@@ -199,15 +215,52 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         );
         assert!(m.contains("forbidden"), "{m}");
     });
+
+    // A stop while the agent's token may not read its DaemonSet (403: an RBAC mistake, a
+    // Role being edited) is no uninstall: the active keeps its VIP for the next agent.
+    let vip = lab.topo.vip(0);
+    let binding = lab.block_on(async {
+        let bindings: Api<RoleBinding> = Api::namespaced(lab.client().await.expect("admin"), NAMESPACE);
+        let b = bindings.get("havip-agent").await.expect("the agents' RoleBinding");
+        bindings.delete("havip-agent", &DeleteParams::default()).await.expect("revoke the agents' Role");
+        b
+    });
+    lab.stop_agent(1);
+    let n1 = lab.topo.node(1);
+    assert!(
+        netns::has_address(&n1.ns, &n1.data_if, vip.into()).expect("addresses"),
+        "n1 keeps its VIP when its agent stops unable to read its DaemonSet (403)\n{}",
+        lab.logs_tail(30)
+    );
+    assert!(agent_log(&lab, 1).contains("keeping the VIPs"), "the agent says why it kept them");
+    lab.block_on(async {
+        let bindings: Api<RoleBinding> = Api::namespaced(lab.client().await.expect("admin"), NAMESPACE);
+        let mut b = binding;
+        b.metadata = ObjectMeta { name: b.metadata.name, labels: b.metadata.labels, ..ObjectMeta::default() };
+        bindings.create(&PostParams::default(), &b).await.expect("restore the agents' Role");
+    });
+    lab.start_agent(1).expect("restart n1's agent");
     let report = prober.stop().expect("report");
     assert!(report.longest_gap_ms < 1000.0, "{}", report.summary());
 
     // `helm uninstall`: the DaemonSet goes, then the agents' ServiceAccount (its tokens
     // stop authenticating) while the pods are still terminating. The agents, told to stop
-    // after that, must still remove their VIPs.
+    // after that, must still remove their VIPs: their watch saw the DaemonSet go (under
+    // Kubernetes the pods' SIGTERM comes after that, once the garbage collector deleted them).
     lab.block_on(async {
         lab.delete_agent_daemonset().await.expect("delete the DaemonSet");
+    });
+    for i in 0..2 {
+        wait_for_log(&lab, i, "the agent's DaemonSet is gone", Duration::from_secs(20));
+    }
+    // Then, as `helm uninstall` goes on, the agents' RoleBinding (their reads of the
+    // DaemonSet are refused from now on) and their ServiceAccount.
+    lab.block_on(async {
         let admin = lab.client().await.expect("admin");
+        Api::<RoleBinding>::namespaced(admin.clone(), NAMESPACE)
+            .delete("havip-agent", &DeleteParams::default())
+            .await
+            .expect("delete the agents' RoleBinding");
         Api::<ServiceAccount>::namespaced(admin, NAMESPACE)
             .delete("havip-agent", &DeleteParams::default())
             .await
@@ -215,7 +268,6 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
     });
     lab.stop_agent(0);
     lab.stop_agent(1);
-    let vip = lab.topo.vip(0);
     for i in 0..2 {
         let n = lab.topo.node(i);
         assert!(
@@ -223,6 +275,329 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
             "n{i} keeps no VIP after the uninstall\n{}",
             lab.logs_tail(30)
         );
+        assert!(
+            agent_log(&lab, i).contains("was deleted (seen by the agent's watch"),
+            "n{i} decided on what its watch saw"
+        );
+    }
+}
+
+/// A lab under the chart's RBAC with the pair `web` Live, n0 active.
+fn live_lab() -> Option<KubeLab> {
+    if !netns::skip_unless_root(module_path!()) {
+        return None;
+    }
+    havip_e2e::init_tracing();
+    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true }).expect("lab");
+    lab.block_on(async {
+        lab.apply(&lab.pair_yaml("web")).await.expect("apply");
+        lab.wait_pair("web", Duration::from_secs(15), "Live under the chart's RBAC", |p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Live)
+                && p.status.as_ref().and_then(|s| s.active.as_deref()) == Some("n0")
+        })
+        .await
+        .expect("Live")
+    });
+    Some(lab)
+}
+
+/// An Event as the agents' recorder writes it (events.k8s.io/v1), in `ns`, reported by
+/// `controller` on `instance`, about `regarding`.
+fn event(ns: &str, name: &str, controller: &str, instance: &str, regarding: serde_json::Value) -> EventV1 {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "eventTime": now(), "reportingController": controller, "reportingInstance": instance,
+        "action": "RoleChange", "reason": "Takeover", "type": "Normal", "note": "forged", "regarding": regarding,
+    }))
+    .expect("event")
+}
+
+#[test]
+fn agent_tokens_write_events_only_in_default_about_havip_objects_as_their_own_node() {
+    let Some(lab) = live_lab() else { return };
+    let pair = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "HAPair", "name": "web"});
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let agent0 = client_from_kubeconfig(lab.agent_kubeconfig(0)).await.expect("agent n0 client");
+        let pp = PostParams::default();
+        // Where the agents' Events go: `default` (the API server puts the Events of
+        // cluster-scoped objects there or in kube-system), and they get there.
+        let in_default: Api<EventV1> = Api::namespaced(admin.clone(), "default");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = in_default.list(&Default::default()).await.expect("events");
+            if list.items.iter().any(|e| {
+                e.reporting_controller.as_deref() == Some("havip-agent")
+                    && e.reporting_instance.as_deref() == Some("n0")
+            }) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no Event of n0's agent in default\n{}", lab.logs_tail(30));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Nowhere else.
+        let m = refused(
+            Api::<EventV1>::namespaced(agent0.clone(), "kube-system")
+                .create(&pp, &event("kube-system", "forged-1", "havip-agent", "n0", pair.clone()))
+                .await,
+            "agent creates an Event in kube-system",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        let core = serde_json::from_value::<k8s_openapi::api::core::v1::Event>(serde_json::json!({
+            "metadata": {"name": "forged-2", "namespace": "kube-system"},
+            "involvedObject": {"kind": "Pod", "namespace": "kube-system", "name": "kube-apiserver"},
+            "reason": "Killing", "message": "forged", "type": "Warning",
+        }))
+        .expect("core event");
+        let m = refused(
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(agent0.clone(), "kube-system")
+                .create(&pp, &core)
+                .await,
+            "agent creates a core Event in kube-system",
+        );
+        assert!(m.contains("forbidden"), "{m}");
+        // In default, only as havip-agent of its own node, about havip's objects.
+        let mine: Api<EventV1> = Api::namespaced(agent0.clone(), "default");
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-3", "havip-agent", "n1", pair.clone())).await,
+            "agent n0 writes an Event as n1",
+        );
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-4", "kubelet", "n0", pair.clone())).await,
+            "agent writes an Event as the kubelet",
+        );
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "web-0"});
+        let m = refused(
+            mine.create(&pp, &event("default", "forged-5", "havip-agent", "n0", pod)).await,
+            "agent writes an Event about a Pod",
+        );
+        assert!(m.contains("only about havip objects"), "{m}");
+        // Its own Event, and a repeat of it (the recorder patches the series).
+        mine.create(&pp, &event("default", "own-1", "havip-agent", "n0", pair.clone())).await.expect("its own Event");
+        let series = serde_json::json!({"series": {"count": 2, "lastObservedTime": now()}});
+        mine.patch("own-1", &PatchParams::default(), &Patch::Merge(&series)).await.expect("a repeat of its own Event");
+        // Another writer's Event in default: not rewritten.
+        in_default
+            .create(&pp, &event("default", "operator-1", "havip-operator", "havip-operator-0", pair.clone()))
+            .await
+            .expect("admin writes an operator Event");
+        let m = refused(
+            mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&series)).await,
+            "agent rewrites the operator's Event",
+        );
+        assert!(m.contains("as reportingController havip-agent on its own node"), "{m}");
+        // (Nor made its own: the API server keeps the reporting fields immutable.)
+        let takeover = serde_json::json!({"reportingController": "havip-agent", "reportingInstance": "n0"});
+        refused(
+            mine.patch("operator-1", &PatchParams::default(), &Patch::Merge(&takeover)).await,
+            "agent turns the operator's Event into its own",
+        );
+    });
+}
+
+/// A Node named `node` (no kubelet: never ready) and a client with a token of the
+/// agents' ServiceAccount bound to a Pod on it, as the kubelet would give an agent there.
+async fn node_with_agent_token(lab: &KubeLab, admin: &Client, node: &str) -> Client {
+    let n: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": node}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone()).create(&PostParams::default(), &n).await.expect("node");
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "havip-agent-long", "namespace": NAMESPACE},
+        "spec": {"nodeName": node, "serviceAccountName": "havip-agent",
+                 "containers": [{"name": "agent", "image": "ghcr.io/havip/havip-agent:0.1.0"}]},
+    }))
+    .expect("pod");
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let out = lab
+        .cp
+        .kubectl()
+        .args(["-n", NAMESPACE, "create", "token", "havip-agent", "--bound-object-kind=Pod"])
+        .arg("--bound-object-name=havip-agent-long")
+        .arg("--duration=1h")
+        .output()
+        .expect("kubectl create token");
+    assert!(out.status.success(), "create token: {}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let kubeconfig = lab.cp.kubeconfig_with_token("havip-agent-long", &token).expect("kubeconfig");
+    client_from_kubeconfig(&kubeconfig).await.expect("client")
+}
+
+/// Waits until `get` returns an object whose labels satisfy `ok`.
+async fn wait_labels<K>(api: &Api<K>, name: &str, what: &str, ok: impl Fn(&BTreeMap<String, String>) -> bool)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(o)) = api.get_opt(name).await
+            && ok(o.meta().labels.as_ref().unwrap_or(&BTreeMap::new()))
+        {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: never labelled so");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A FloatingIP take-over as the agent on `node` writes it (a forced apply of the holder fields).
+async fn take_fip(client: &Client, fip: &str, node: &str, epoch: i64) -> kube::Result<FloatingIP> {
+    let take = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "FloatingIP", "status": {
+        "holder": node, "state": "Announced", "interface": "eth0", "epoch": epoch, "lastAnnounced": now(),
+    }});
+    Api::<FloatingIP>::all(client.clone())
+        .patch_status(fip, &PatchParams::apply(&manager::agent(node)).force(), &Patch::Apply(&take))
+        .await
+}
+
+/// The member entry of `node` in pair `pair`, as its agent applies it.
+async fn own_entry(client: &Client, pair: &str, node: &str, epoch: i64) -> kube::Result<HAPair> {
+    let apply = serde_json::json!({"apiVersion": "havip.io/v1alpha1", "kind": "HAPair",
+        "status": {"members": [{"node": node, "role": "Standby", "epoch": epoch}]}});
+    Api::<HAPair>::all(client.clone())
+        .patch_status(pair, &PatchParams::apply(&manager::agent(node)).force(), &Patch::Apply(&apply))
+        .await
+}
+
+#[test]
+fn agent_tokens_write_only_the_pairs_of_their_own_node_whatever_its_name() {
+    let Some(mut lab) = live_lab() else { return };
+    // A node name longer than a label name may be (its member label is a hashed form no
+    // policy can compute), a member of the pair `db` with n0; n1 is no member of `db`.
+    let long = "n7.rack-17.row-3.datacenter-frankfurt-1.cluster-prod.example.internal";
+    assert!(long.len() > 63 && havip_crds::membership::label_name(long) != long);
+    let db = format!(
+        "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: db\nspec:\n  members:\n    - node: n0\n      priority: 200\n    - node: {long}\n      priority: 190\n  heartbeat:\n    paths:\n      - name: data\n        addressType: InternalIP\n---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: db-vip\nspec:\n  pair: db\n  address: {}/24\n  interface: eth0\n",
+        lab.topo.vip(1)
+    );
+    let db_lease = havip_crds::lease::pair_lease_name("db");
+    let long_key = havip_crds::membership::label_key(long);
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let as_long = node_with_agent_token(&lab, &admin, long).await;
+        let n1 = client_from_kubeconfig(lab.agent_kubeconfig(1)).await.expect("agent n1 client");
+        lab.apply(&db).await.expect("apply db");
+        // The operator creates db's Lease and labels it and the FloatingIP with the members.
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
+        wait_labels(&leases, &db_lease, "db's Lease", |l| l.contains_key(&long_key)).await;
+        wait_labels(&Api::<FloatingIP>::all(admin.clone()), "db-vip", "db-vip", |l| l.contains_key(&long_key)).await;
+
+        // n1 is no member of db: neither its Lease, nor its FloatingIP, nor a member entry.
+        let m = refused(
+            agent_cas(&Api::namespaced(n1.clone(), NAMESPACE), &db_lease, "n1", 1).await,
+            "n1 takes db's Lease",
+        );
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(take_fip(&n1, "db-vip", "n1", 1).await, "n1 takes db's FloatingIP");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(own_entry(&n1, "db", "n1", 1).await, "n1 writes a member entry into db");
+        assert!(m.contains("not a member of the pair"), "{m}");
+
+        // The member with the long name may, as its agent does.
+        let leases_long: Api<Lease> = Api::namespaced(as_long.clone(), NAMESPACE);
+        let l = agent_cas(&leases_long, &db_lease, long, 1).await.expect("the long-named member takes db's Lease");
+        assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some(long));
+        agent_cas(&leases_long, &db_lease, long, 1).await.expect("and renews it");
+        take_fip(&as_long, "db-vip", long, 1).await.expect("the long-named member takes db's FloatingIP");
+        own_entry(&as_long, "db", long, 1).await.expect("the long-named member writes its member entry");
+
+        // Removed from the pair: the operator relabels, and the former member may write
+        // nothing of the pair any more but the removal of its own holder fields.
+        let pairs: Api<HAPair> = Api::all(admin.clone());
+        let members = serde_json::json!({"spec": {"members": [
+            {"node": "n0", "priority": 200}, {"node": "n9", "priority": 190}]}});
+        pairs
+            .patch("db", &PatchParams::default(), &Patch::Merge(&members))
+            .await
+            .expect("remove the long-named member");
+        wait_labels(&leases, &db_lease, "db's Lease", |l| !l.contains_key(&long_key)).await;
+        wait_labels(&Api::<FloatingIP>::all(admin.clone()), "db-vip", "db-vip", |l| !l.contains_key(&long_key)).await;
+        let m = refused(agent_cas(&leases_long, &db_lease, long, 2).await, "a former member takes db's Lease");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(take_fip(&as_long, "db-vip", long, 2).await, "a former member takes db's FloatingIP again");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let m = refused(own_entry(&as_long, "db", long, 2).await, "a former member changes its member entry");
+        assert!(m.contains("not a member of the pair"), "{m}");
+        let release = serde_json::json!({"metadata": {}, "status": {
+            "holder": null, "state": null, "interface": null, "epoch": null, "lastAnnounced": null}});
+        Api::<FloatingIP>::all(as_long.clone())
+            .patch_status("db-vip", &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .expect("a former member removes its own holder fields");
+    });
+
+    // Objects an earlier operator labelled but did not annotate (an upgrade): a node name
+    // that is a label name is checked by its member label.
+    lab.stop_operator();
+    lab.block_on(async {
+        let admin = lab.client().await.expect("admin");
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
+        let web_lease = havip_crds::lease::pair_lease_name("web");
+        let strip = serde_json::json!({"metadata": {"annotations": {havip_crds::membership::NODES_ANNOTATION: null}}});
+        let l = leases.patch(&web_lease, &PatchParams::default(), &Patch::Merge(&strip)).await.expect("strip");
+        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).expect("web has a holder");
+        let i = if holder == "n0" { 0 } else { 1 };
+        let agent = client_from_kubeconfig(lab.agent_kubeconfig(i)).await.expect("agent client");
+        agent_cas(&Api::namespaced(agent, NAMESPACE), &web_lease, &holder, epoch_of(&l))
+            .await
+            .expect("the holder renews web's Lease, a member by its label");
+        let as_long = {
+            let out = lab
+                .cp
+                .kubectl()
+                .args(["-n", NAMESPACE, "create", "token", "havip-agent", "--bound-object-kind=Pod"])
+                .arg("--bound-object-name=havip-agent-long")
+                .output()
+                .expect("kubectl create token");
+            let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            client_from_kubeconfig(&lab.cp.kubeconfig_with_token("havip-agent-long-2", &token).expect("kubeconfig"))
+                .await
+                .expect("client")
+        };
+        let m = refused(
+            agent_cas(&Api::namespaced(as_long, NAMESPACE), &web_lease, long, epoch_of(&l) + 1).await,
+            "a node of no label takes web's Lease",
+        );
+        assert!(m.contains("not a member of the pair"), "{m}");
+    });
+}
+
+#[test]
+fn agent_tokens_raise_a_pair_lease_epoch_by_a_bounded_step() {
+    let Some(lab) = live_lab() else { return };
+    let step = i32::try_from(havip_node_agent::sm::MAX_LEASE_STEP).expect("step");
+    lab.block_on(async {
+        let agent0 = client_from_kubeconfig(lab.agent_kubeconfig(0)).await.expect("agent n0 client");
+        let leases: Api<Lease> = Api::namespaced(agent0, NAMESPACE);
+        let name = havip_crds::lease::pair_lease_name("web");
+        let l = leases.get(&name).await.expect("web's Lease");
+        assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some("n0"));
+        let e = epoch_of(&l);
+        // One write to the top of the domain would leave the pair unable to fail over.
+        let m = refused(agent_cas(&leases, &name, "n0", i32::MAX).await, "the holder raises the epoch to the top");
+        assert!(m.contains(&format!("by at most {step}")), "{m}");
+        let m = refused(agent_cas(&leases, &name, "n0", e + step + 1).await, "the holder raises the epoch by step + 1");
+        assert!(m.contains(&format!("by at most {step}")), "{m}");
+        let l = agent_cas(&leases, &name, "n0", e + step).await.expect("the holder raises the epoch by the step");
+        assert_eq!(epoch_of(&l), e + step);
+    });
+}
+
+/// Node `i`'s agent log so far.
+fn agent_log(lab: &KubeLab, i: usize) -> String {
+    std::fs::read_to_string(lab.dir().join(format!("agent-{i}.log"))).unwrap_or_default()
+}
+
+/// Waits until node `i`'s agent logged `needle`.
+fn wait_for_log(lab: &KubeLab, i: usize, needle: &str, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !agent_log(lab, i).contains(needle) {
+        assert!(std::time::Instant::now() < deadline, "n{i}'s agent never logged {needle:?}\n{}", lab.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -171,7 +171,7 @@ fn check_consistent(o: &Objects, ns: &str) -> (String, String) {
         }
     }
     let policies = o.names("ValidatingAdmissionPolicy");
-    assert_eq!(policies.len(), 4, "{policies:?}");
+    assert_eq!(policies.len(), 5, "{policies:?}");
     for b in o.of_kind("ValidatingAdmissionPolicyBinding") {
         assert!(policies.contains(str_of(&b["spec"]["policyName"])), "{:?}", b["metadata"]["name"]);
     }
@@ -236,9 +236,34 @@ fn check_consistent(o: &Objects, ns: &str) -> (String, String) {
             .count();
         assert_eq!(selected, 1, "ServiceMonitor {:?} selects one Service", sm["metadata"]["name"]);
     }
-    // Every object of the chart's goes into the release namespace or is cluster-scoped.
+    // The agents record Events only in `default` (where the API server puts those of
+    // cluster-scoped objects), through events.k8s.io; their ClusterRole grants no Events.
+    let events = format!("{agent}-events");
+    let role = o.get("Role", &events);
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some("default"));
+    let rules = role["rules"].as_sequence().expect("rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(serde_yaml::to_string(&rules[0]["apiGroups"]).expect("yaml").trim(), "- events.k8s.io");
+    assert_eq!(serde_yaml::to_string(&rules[0]["resources"]).expect("yaml").trim(), "- events");
+    assert_eq!(serde_yaml::to_string(&rules[0]["verbs"]).expect("yaml").trim(), "- create\n- patch");
+    let binding = o.get("RoleBinding", &events);
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some("default"));
+    assert_eq!(str_of(&binding["subjects"][0]["name"]), agent.as_str());
+    let cluster = o.get("ClusterRole", &agent)["rules"].as_sequence().expect("rules").clone();
+    assert!(
+        cluster.iter().all(|r| !r["resources"]
+            .as_sequence()
+            .expect("resources")
+            .iter()
+            .any(|x| x.as_str() == Some("events"))),
+        "the agents' ClusterRole grants no Events: {cluster:?}"
+    );
+    // Every other object of the chart's goes into the release namespace or is cluster-scoped.
     for v in &o.0 {
         if let Some(n) = v["metadata"]["namespace"].as_str() {
+            if str_of(&v["metadata"]["name"]) == events.as_str() {
+                continue;
+            }
             assert_eq!(n, ns, "{:?}", v["metadata"]["name"]);
         }
     }
@@ -252,10 +277,15 @@ fn the_default_names_stay_what_they_were() {
     let (operator, agent) = check_consistent(&o, "havip-system");
     assert_eq!((operator.as_str(), agent.as_str()), ("havip-operator", "havip-agent"));
     let both: BTreeSet<String> = ["havip-agent", "havip-operator"].map(str::to_owned).into();
-    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(o.names(kind), both, "{kind}");
     }
+    let roles: BTreeSet<String> = ["havip-agent", "havip-agent-events", "havip-operator"].map(str::to_owned).into();
+    for kind in ["Role", "RoleBinding"] {
+        assert_eq!(o.names(kind), roles, "{kind}");
+    }
     let policies: BTreeSet<String> = [
+        "havip-agent-events",
         "havip-agent-floatingip-status",
         "havip-agent-hapair-status",
         "havip-agent-pair-leases",
@@ -335,10 +365,22 @@ fn name_overrides_rename_every_object_and_every_reference() {
             l.starts_with('#')
                 || l.starts_with("image:")
                 || l.contains("havip-agent:")
-                || l.contains("havip-operator:"),
+                || l.contains("havip-operator:")
+                || l.contains("reportingController"),
             "a default name is left: {l}"
         );
     }
+    // The agents' Events policy expects the binary's reportingController, which no name
+    // override changes.
+    let events = o.get("ValidatingAdmissionPolicy", "acme-vip-agent-events");
+    let ours = events["spec"]["variables"]
+        .as_sequence()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"].as_str() == Some("ours"))
+        .expect("ours");
+    let want = format!("object.reportingController == '{}'", havip_crds::reporting::AGENT);
+    assert!(str_of(&ours["expression"]).contains(&want), "{:?}", ours["expression"]);
     let rule = o.one("PrometheusRule");
     let exprs: Vec<&str> = rule["spec"]["groups"]
         .as_sequence()
@@ -511,6 +553,37 @@ fn the_schema_refuses_bad_values() {
         "global.registry=x",
     ] {
         template(&helm, "havip-system", &["--set", set]).unwrap_or_else(|e| panic!("{set}: {e}"));
+    }
+}
+
+/// The agents' Lease policy bounds an epoch step by what the agents themselves never
+/// exceed (a larger catch-up is not sent: `LeaseBehind`).
+#[test]
+fn the_lease_policy_bounds_the_epoch_step_as_the_agents_do() {
+    let text = std::fs::read_to_string(chart().join("templates/rbac-agent.yaml")).expect("rbac-agent.yaml");
+    let step = havip_node_agent::sm::MAX_LEASE_STEP;
+    let rule = format!("variables.newEpoch <= variables.oldEpoch + {step}");
+    assert!(text.contains(&rule), "rbac-agent.yaml has no {rule}");
+    assert_eq!(text.matches(&format!("at most {step}")).count(), 3, "the comment and both messages say {step}");
+}
+
+#[test]
+fn the_chart_refuses_the_kubernetes_system_namespaces() {
+    let Some(helm) = helm() else { return };
+    // The agents' Role reads every Secret of the release namespace (the heartbeat keys live
+    // there): in a namespace shared with the cluster's own components that would be their
+    // Secrets too.
+    for ns in ["kube-system", "default", "kube-public", "kube-node-lease"] {
+        let e = template(&helm, ns, &[]).err().unwrap_or_else(|| panic!("an install into {ns} was rendered"));
+        assert!(
+            e.contains(&format!("havip must not be installed into the namespace {ns}"))
+                && e.contains("every Secret of its namespace"),
+            "{ns}: refused, but not saying why: {e}"
+        );
+    }
+    // Any namespace of its own renders (names close to the refused ones included).
+    for ns in ["havip-system", "vips", "kube-system-havip", "defaults"] {
+        template(&helm, ns, &[]).unwrap_or_else(|e| panic!("{ns}: {e}"));
     }
 }
 

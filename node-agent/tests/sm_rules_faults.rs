@@ -47,6 +47,97 @@ fn epoch_one_below_the_top_still_takes_over_under_the_top() {
     assert!(h.status().alarms.contains(&Alarm::EpochExhausted));
 }
 
+// ---------------------------------------------------------------- the Lease's step limit
+
+/// The usual pair seen from `local`, against a store that refuses a compare-and-swap
+/// raising the epoch by more than [`MAX_LEASE_STEP`] (the Kubernetes admission policy).
+fn step_limited(local: &str) -> Config {
+    let mut c = pair(local);
+    c.lease_max_step = Some(MAX_LEASE_STEP);
+    c
+}
+
+/// Standby B whose epoch (persisted, and A's) is `epoch`, hearing A active for 2 s; the
+/// Lease names A under `lease`. Time is 2000.
+fn limited_standby_b(epoch: u64, lease: u64) -> H {
+    let mut h = H::new(step_limited(B), Persisted { epoch, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[]);
+    h.lease(Some(A), lease);
+    h.run(2_000, &[active(A, 200, epoch)], Some(true));
+    assert_eq!(h.role(), Role::Standby);
+    h
+}
+
+#[test]
+fn lease_step_a_claim_within_the_limit_is_written() {
+    let mut h = limited_standby_b(1_002, 3);
+    let out = h.run(4_000, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(1_003, 3)], "a step of exactly {MAX_LEASE_STEP}");
+    assert!(!h.status().alarms.contains(&Alarm::LeaseBehind));
+}
+
+#[test]
+fn lease_step_a_claim_beyond_the_limit_takes_over_unwritten_with_an_alarm_and_no_retries() {
+    // The pair's epoch ran 5000 ahead of its Lease (e.g. many takeovers while the API server
+    // was unreachable). A dies; its data plane stops answering.
+    let mut h = limited_standby_b(5_000, 3);
+    let out = h.run(4_000, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "a write the API server refuses is never sent: {:?}", cas_of(&out));
+    assert!(h.m.holds_vips(), "the takeover goes on under the standalone rules");
+    assert_eq!(h.m.held_epoch(), Some(5_001));
+    assert!(raised(&out).contains(&Alarm::LeaseBehind), "{:?}", raised(&out));
+    // The Lease observed again (a resync, the agent's feed while the store reads as
+    // stale) brings no write, and time neither.
+    let out = h.lease(Some(A), 3);
+    assert!(cas_of(&out).is_empty(), "{:?}", cas_of(&out));
+    let out = h.run(20_000, &[], Some(false));
+    assert!(cas_of(&out).is_empty(), "{:?}", cas_of(&out));
+    assert!(h.status().alarms.contains(&Alarm::LeaseBehind));
+    assert!(!h.status().lease_stale, "the store answers; it only refuses the step");
+    // Recorded by hand (kubectl patch of the Lease): the alarm clears, nothing is written.
+    let out = h.lease(Some(B), 5_001);
+    assert!(cas_of(&out).is_empty(), "{:?}", cas_of(&out));
+    assert!(cleared(&out).contains(&Alarm::LeaseBehind), "{:?}", cleared(&out));
+    assert!(h.m.holds_vips());
+}
+
+#[test]
+fn lease_step_a_holders_catch_up_beyond_the_limit_is_not_written_and_says_so() {
+    // An active restarted with its epoch persisted at 5000; the Lease names it under 3 (it
+    // was re-created, or a catch-up never landed): the catch-up would be refused.
+    let mut h = H::new(step_limited(A), Persisted { epoch: 5_000, last_role: Role::Active, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[VIP]);
+    h.lease(Some(A), 3);
+    h.run(3_000, &[standby(B, 100, 5_000)], None);
+    assert_eq!(h.role(), Role::Active);
+    assert!(h.m.holds_vips());
+    let all = h.since(0);
+    assert!(cas_of(&all).is_empty(), "{:?}", cas_of(&all));
+    assert!(raised(&all).contains(&Alarm::LeaseBehind), "{:?}", raised(&all));
+    let out = h.lease(Some(A), 3);
+    assert!(cas_of(&out).is_empty());
+    // Within reach again (somebody raised the Lease to 4001): the catch-up is written.
+    let out = h.lease(Some(A), 4_001);
+    assert_eq!(cas_of(&out), vec![(5_000, 4_001)]);
+    h.cas(CasResult::Ok { epoch: 5_000 });
+    let out = h.run(4_000, &[standby(B, 100, 5_000)], None);
+    assert!(h.status().alarms.iter().all(|a| *a != Alarm::LeaseBehind), "{out:?}");
+}
+
+#[test]
+fn lease_step_no_limit_without_one_configured() {
+    // Standalone mode (a witness keeps no such policy): the claim is written as before.
+    let mut h = H::new(pair(B), Persisted { epoch: 5_000, ..Persisted::default() });
+    h.env_links();
+    h.local_vips(&[]);
+    h.lease(Some(A), 3);
+    h.run(2_000, &[active(A, 200, 5_000)], Some(true));
+    let out = h.run(4_000, &[], Some(false));
+    assert_eq!(cas_of(&out), vec![(5_001, 3)]);
+}
+
 #[test]
 fn epoch_persisted_above_the_domain_is_clamped_never_saturated() {
     // A state file can no longer hold such an epoch (it is refused at load); a caller that

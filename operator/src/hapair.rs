@@ -61,8 +61,13 @@ async fn create_lease(
 ) -> Result<Option<Lease>, Error> {
     ctx.guard("Lease")?;
     let ns = &ctx.settings.namespace;
+    let mut metadata = owned_meta(pair, name.to_owned(), ns);
+    // With the member labels, the members by name (the agents' Lease policy reads it).
+    metadata.annotations = Some(
+        [(havip_crds::membership::NODES_ANNOTATION.to_owned(), model::member_nodes(&pair.spec))].into_iter().collect(),
+    );
     let lease = Lease {
-        metadata: owned_meta(pair, name.to_owned(), ns),
+        metadata,
         spec: Some(LeaseSpec {
             holder_identity: seed.holder.clone(),
             lease_transitions: Some(seed.epoch),
@@ -196,6 +201,7 @@ fn observe(pair: &HAPair, ctx: &Context, now: Timestamp) -> Result<Observation, 
         fips,
         pair_labels: pair.labels().clone(),
         lease_labels: lease.as_ref().map(|l| l.labels().clone()),
+        lease_annotations: lease.as_ref().map(|l| l.annotations().clone()),
         secret_labels: secret.as_ref().map(|s| s.labels().clone()),
         resync: ctx.settings.resync,
     };

@@ -33,6 +33,26 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "havip.operator.name" 
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "havip.agent.name" . }}
 {{- end }}
 
+{{/*
+Refuses the namespaces Kubernetes itself uses: the agents' Role reads every Secret of the
+release namespace (the pairs' heartbeat keys live there), which in kube-system or default
+would be the cluster's own Secrets too. Included by rbac-agent.yaml.
+*/}}
+{{- define "havip.checkNamespace" -}}
+{{- if has .Release.Namespace (list "kube-system" "kube-public" "kube-node-lease" "default") }}
+{{- fail (printf "havip must not be installed into the namespace %s: its agents may read every Secret of its namespace (the heartbeat keys live there). Install it into a namespace of its own: helm install havip charts/havip -n havip-system --create-namespace" .Release.Namespace) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the agents' Events go: the Events of cluster-scoped objects (HAPairs) may only be in
+default or kube-system (the API server refuses an events.k8s.io Event of such an object
+elsewhere), and the agents' recorder writes them into default.
+*/}}
+{{- define "havip.eventsNamespace" -}}
+default
+{{- end }}
+
 {{/* Common labels. */}}
 {{- define "havip.labels" -}}
 app.kubernetes.io/name: {{ include "havip.name" . }}

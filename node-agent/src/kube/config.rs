@@ -251,7 +251,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
     let (mut hb_interval, mut hb_timeout, mut takeover) =
         (spec.heartbeat.interval.clone(), spec.heartbeat.timeout.clone(), spec.takeover.clone());
     spec.profile.apply(&mut hb_interval, &mut hb_timeout, &mut takeover);
-    let sm = build_sm_config(&SmSettings {
+    let mut sm = build_sm_config(&SmSettings {
         node: view.node,
         members: &members,
         paths: &paths,
@@ -265,6 +265,8 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
         start_alone: false,
         config_revision: revision,
     })?;
+    // The chart's Lease policy refuses an agent's write that raises the epoch further.
+    sm.lease_max_step = Some(crate::sm::MAX_LEASE_STEP);
     let duration = |field: &str, value: &str| {
         havip_crds::duration::parse_duration(value)
             .map_err(|source| ConfigError::Duration { field: field.into(), source })

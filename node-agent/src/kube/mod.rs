@@ -17,6 +17,7 @@
 
 mod commands;
 mod config;
+mod departure;
 mod lease;
 mod leftovers;
 mod pairs;
@@ -107,6 +108,10 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let mut int = signal(SignalKind::interrupt()).map_err(KubeAgentError::Signals)?;
     let notify = Arc::new(Notify::new());
     let own = Watches::own(&client, &opts.namespace, &opts.node, &notify, &metrics);
+    // From the start: an uninstall may revoke this agent's token before its SIGTERM, and
+    // then only what this watch saw tells an uninstall from a rolling update.
+    let daemonset =
+        opts.daemonset.as_deref().map(|d| departure::DaemonSetWatch::start(client.clone(), &opts.namespace, d));
     // One set of heartbeat sockets for every pair of this node.
     let hub = Hub::new(metrics.clone());
     // Configure nothing before every watch has listed once: a pair started from a
@@ -158,6 +163,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
             stores: Stores { own, every: None, notify: notify.clone() },
             running,
             skipped: BTreeMap::new(),
+            daemonset,
         };
         agent.shutdown().await;
         return Ok(());
@@ -165,7 +171,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     let every = started?;
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     let stores = Stores { own, every, notify: notify.clone() };
-    let mut agent = Agent { client, opts, metrics, hub, stores, running, skipped: BTreeMap::new() };
+    let mut agent = Agent { client, opts, metrics, hub, stores, running, skipped: BTreeMap::new(), daemonset };
     // Pairs that left this node while the agent was down (deleted, or this node removed
     // from them) left their VIPs and state behind: removed now that the lists succeeded
     // (the view holds every pair naming this node: labelled, or all of them while some
@@ -251,6 +257,8 @@ struct Agent {
     running: BTreeMap<String, PairRun>,
     /// The FloatingIPs skipped per pair, as last logged.
     skipped: BTreeMap<String, BTreeMap<String, String>>,
+    /// The watch of the agent's own DaemonSet (when it is named).
+    daemonset: Option<departure::DaemonSetWatch>,
 }
 
 /// Whether this node is still a member of a pair, read from the API server.
@@ -466,44 +474,33 @@ impl Agent {
 impl Agent {
     /// Why this agent will not be replaced on this node (so its VIPs must go), if so: its
     /// DaemonSet is gone or being deleted, or its node selector no longer matches this
-    /// node. When the API server cannot say, the VIPs stay (they are never dropped on a
+    /// node ([`departure::decide`]). A read that fails is no evidence: the VIPs stay
+    /// unless the agent's watch saw the DaemonSet deleted (they are never dropped on a
     /// guess).
     async fn leaving(&self) -> Option<String> {
         let name = self.opts.daemonset.as_deref()?;
         let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.client.clone(), &self.opts.namespace);
-        let ds = match tokio::time::timeout(Duration::from_secs(5), api.get_opt(name)).await {
-            Ok(Ok(Some(ds))) => ds,
-            Ok(Ok(None)) => return Some(format!("DaemonSet {name} is gone")),
-            // `helm uninstall` deletes the DaemonSet, then (while its pods are still
-            // terminating) the ServiceAccount and its Role: a token that no longer
-            // authenticates, or a permission the chart always grants that is gone, means
-            // the installation is being removed.
-            Ok(Err(kube::Error::Api(e))) if e.code == 401 || e.code == 403 => {
-                return Some(format!(
-                    "the agent's ServiceAccount or its permissions are gone ({} reading DaemonSet {name})",
-                    e.code
-                ));
+        let read = match tokio::time::timeout(Duration::from_secs(5), api.get_opt(name)).await {
+            Ok(Ok(Some(ds))) => {
+                let selector = ds.spec.template.spec.as_ref().and_then(|p| p.node_selector.as_ref());
+                let selects_node =
+                    self.stores.own.node_labels(&self.opts.node).map(|labels| departure::selects(selector, &labels));
+                departure::DaemonSetRead::Found { deleting: ds.metadata.deletion_timestamp.is_some(), selects_node }
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot read the agent's DaemonSet; keeping the VIPs");
-                return None;
-            }
-            Err(_) => {
-                tracing::warn!("cannot read the agent's DaemonSet in time; keeping the VIPs");
-                return None;
-            }
+            Ok(Ok(None)) => departure::DaemonSetRead::NotFound,
+            Ok(Err(e)) => departure::DaemonSetRead::Failed(e.to_string()),
+            Err(_) => departure::DaemonSetRead::Failed("no answer within 5 s".to_owned()),
         };
-        if ds.metadata.deletion_timestamp.is_some() {
-            return Some(format!("DaemonSet {name} is being deleted"));
-        }
-        let selector = ds.spec.template.spec.as_ref().and_then(|p| p.node_selector.clone());
-        let labels = self.stores.own.node_labels(&self.opts.node)?;
-        match selector {
-            Some(sel) if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) => {
-                Some(format!("DaemonSet {name} no longer selects this node (nodeSelector)"))
+        let watched = self.daemonset.as_ref().map(departure::DaemonSetWatch::seen).unwrap_or_default();
+        match departure::decide(name, &read, watched) {
+            departure::Departure::Uninstall(why) => Some(why),
+            departure::Departure::Stay { warning } => {
+                if let Some(w) = warning {
+                    tracing::warn!(daemonset = %name, "{w}");
+                }
+                None
             }
-            _ => None,
         }
     }
 }

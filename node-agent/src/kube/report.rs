@@ -429,6 +429,7 @@ fn api_alarm(a: sm::Alarm) -> MemberAlarm {
         sm::Alarm::HeartbeatReplay => MemberAlarm::HeartbeatReplay,
         sm::Alarm::PeerPartition => MemberAlarm::PeerPartition,
         sm::Alarm::WitnessUnreachable => MemberAlarm::WitnessUnreachable,
+        sm::Alarm::LeaseBehind => MemberAlarm::LeaseBehind,
         sm::Alarm::EpochExhausted => MemberAlarm::EpochExhausted,
         sm::Alarm::PeerSilent => MemberAlarm::PeerSilent,
     }

@@ -88,7 +88,10 @@
 //!   inside the quarantine (recomputed by the checker from the members' role changes).
 //! * **(f) epochs never go backwards** — per member across steps and restarts (the epoch a
 //!   restarted agent gets from its persisted state is at least the highest it ever knew),
-//!   every `Persist`, and the Lease itself.
+//!   every `Persist`, and the Lease itself; no compare-and-swap raises the Lease by more
+//!   than the store accepts (the Kubernetes admission policy's step,
+//!   [`crate::sm::MAX_LEASE_STEP`]: the schedules that start near the top of the domain
+//!   with the Lease at 0 take over unwritten, raising `LeaseBehind`).
 //! * **(g) no epoch ties its predecessor** — a claim (takeover or election) or an accepted
 //!   handover is made under an epoch strictly newer than every epoch the member knew just
 //!   before, and no epoch beyond [`crate::sm::MAX_EPOCH`] appears in a machine, a `Persist`
@@ -210,7 +213,8 @@ pub enum Invariant {
     SlowReplacement,
     /// (e) maintenance, quarantine or suspension violated.
     PolicyViolated,
-    /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it.
+    /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it, or raised
+    /// it by a step the store refuses ([`crate::sm::Config::lease_max_step`]).
     EpochBackwards,
     /// (g) a claim under an epoch that is not newer than every epoch the member knew
     /// (it would tie with its predecessor), or an epoch beyond the domain.

@@ -407,6 +407,9 @@ impl World {
                 cfg.failback = p.failback.clone();
                 cfg.start_alone = p.start_alone;
                 cfg.lease_vote_required = p.witness;
+                // The Kubernetes Lease store bounds an agent's epoch step (the admission
+                // policy); the witness does not.
+                cfg.lease_max_step = (!p.witness).then_some(crate::sm::MAX_LEASE_STEP);
                 cfg.config_revision = 1;
                 cfg.flap = crate::sm::FlapPolicy { moves: 3, window_ms: 20_000, quiet_ms: 10_000 };
                 let persisted = Persisted {
@@ -1007,6 +1010,15 @@ impl World {
             Action::CasLease { new_epoch, expected_epoch, .. } => {
                 if new_epoch <= expected_epoch {
                     let d = format!("{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}", node_name(n));
+                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
+                }
+                if let Some(max) = self.nodes[n].cfg.lease_max_step
+                    && new_epoch > expected_epoch.saturating_add(max)
+                {
+                    let d = format!(
+                        "{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}, a step the store refuses",
+                        node_name(n)
+                    );
                     self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
                 }
                 let inc = self.nodes[n].inc;

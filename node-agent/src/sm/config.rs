@@ -230,6 +230,13 @@ pub struct Config {
     /// API server is unreachable. A planned handover needs no vote (both members agree on
     /// it over their heartbeats).
     pub lease_vote_required: bool,
+    /// The largest step by which one compare-and-swap may raise the store's epoch (`None`:
+    /// any). The Kubernetes admission policy refuses an agent's Lease write that raises
+    /// `leaseTransitions` by more than [`crate::sm::MAX_LEASE_STEP`]; such a write would be
+    /// refused at every try, so the member does not send it: a claim goes on under the
+    /// standalone rules, a holder keeps its VIPs and raises `LeaseBehind` until the
+    /// Lease is brought within reach.
+    pub lease_max_step: Option<u64>,
 }
 
 impl Config {
@@ -248,6 +255,7 @@ impl Config {
             failback: FailbackPolicy::Manual,
             flap: FlapPolicy::default(),
             lease_vote_required: false,
+            lease_max_step: None,
         }
     }
 

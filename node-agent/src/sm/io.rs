@@ -398,11 +398,16 @@ pub enum Alarm {
     /// standalone mode with a witness) and the store cannot be reached: no member takes
     /// the VIPs over until it answers again; the holder keeps them.
     WitnessUnreachable,
+    /// This member holds the VIPs under an epoch more than [`crate::sm::Config::lease_max_step`]
+    /// above the Lease's: the store refuses a step that large, so the epoch is not recorded
+    /// there (the heartbeats still settle who holds the VIPs, but the Lease cannot
+    /// arbitrate a partition between the members meanwhile). Record it by hand.
+    LeaseBehind,
 }
 
 impl Alarm {
     /// Every alarm, in declaration order (for metrics that export one series per alarm).
-    pub const ALL: [Alarm; 13] = [
+    pub const ALL: [Alarm; 14] = [
         Alarm::Suspended,
         Alarm::VersionMismatch,
         Alarm::KeyMismatch,
@@ -416,6 +421,7 @@ impl Alarm {
         Alarm::HeartbeatReplay,
         Alarm::PeerPartition,
         Alarm::WitnessUnreachable,
+        Alarm::LeaseBehind,
     ];
 
     /// Name for status and metrics labels.
@@ -434,6 +440,7 @@ impl Alarm {
             Alarm::HeartbeatReplay => "HeartbeatReplay",
             Alarm::PeerPartition => "PeerPartition",
             Alarm::WitnessUnreachable => "WitnessUnreachable",
+            Alarm::LeaseBehind => "LeaseBehind",
         }
     }
 }
@@ -604,6 +611,7 @@ mod tests {
             Alarm::HeartbeatReplay => 10,
             Alarm::PeerPartition => 11,
             Alarm::WitnessUnreachable => 12,
+            Alarm::LeaseBehind => 13,
         }
     }
 

@@ -89,6 +89,6 @@ pub use status::{
     Blocker, LeaseView, NotReady, OperationPhase, OperationStatus, PeerStatus, ProbeState, Status, Transition,
 };
 pub use types::{
-    AnnounceKind, Link, MAX_EPOCH, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL, PathId, ProbeResult,
-    ProtocolVersion, Role, VipId,
+    AnnounceKind, Link, MAX_EPOCH, MAX_LEASE_STEP, MAX_NODE_NAME, MAX_VIP_ID, Millis, NameError, NodeId, PROTOCOL,
+    PathId, ProbeResult, ProtocolVersion, Role, VipId,
 };

@@ -41,6 +41,21 @@ impl fmt::Display for Millis {
 /// second the domain lasts 68 years.
 pub const MAX_EPOCH: u64 = i32::MAX as u64;
 
+/// The largest step by which an agent may raise a pair Lease's epoch in one write (the
+/// chart's admission policy `havip-agent-pair-leases` refuses more; a test keeps the two
+/// in agreement). Without it, one write of an agent's token could raise the epoch to the
+/// top of the domain and leave the pair unable to fail over (`EpochExhausted`).
+///
+/// How far a member's epoch can legitimately run ahead of the Lease: by one per role
+/// change the pair makes while the Lease cannot be written (a takeover under the
+/// standalone rules while the API server is unreachable, a tie-break between two
+/// actives, a planned or automatic handover), and each such change needs a holder that
+/// failed or handed over, at most once per hold-down (3 s by default) per member. A
+/// thousand covers a pair failing back and forth for the better part of an hour without
+/// the API server; exhausting the domain in steps of this size takes over two million
+/// writes, each of which makes the real holder step down in plain sight.
+pub const MAX_LEASE_STEP: u64 = 1_000;
+
 /// Longest node name accepted, in bytes (a Kubernetes node name label is at most 63 bytes,
 /// and the heartbeat codec relies on this bound).
 pub const MAX_NODE_NAME: usize = 63;

@@ -64,6 +64,8 @@ pub struct PairInputs {
     pub pair_labels: BTreeMap<String, String>,
     /// The Lease's labels (None: no Lease yet).
     pub lease_labels: Option<BTreeMap<String, String>>,
+    /// The Lease's annotations (None: no Lease yet).
+    pub lease_annotations: Option<BTreeMap<String, String>>,
     /// The own key Secret's labels (None: none yet, or `keySecretRef` names one).
     pub secret_labels: Option<BTreeMap<String, String>>,
     /// The Secret `keySecretRef` names, when it is in the operator's namespace and exists.
@@ -83,7 +85,8 @@ pub enum LabelTarget {
     Secret,
 }
 
-/// A merge patch of one object's member labels.
+/// A merge patch of one object's member labels (and, on FloatingIPs and the Lease, of the
+/// annotation listing the members by name: [`member_patch`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelPatch {
     /// The object's kind.
@@ -267,22 +270,32 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
     let members = member_labels(&o.spec);
     let none = BTreeSet::new();
     let mut labels = Vec::new();
+    // The FloatingIPs and the Lease (what the agents write) also list the members by their
+    // full names: the admission policies check membership by that.
+    let nodes = member_nodes(&o.spec);
+    let empty = BTreeMap::new();
+    for (fname, refusal) in fip_refusals(&o) {
+        if let Some(f) = i.fips.get(fname) {
+            let current = f.metadata.labels.as_ref().unwrap_or(&empty);
+            let annotations = f.metadata.annotations.as_ref().unwrap_or(&empty);
+            let (desired, listed) = if refusal.is_none() { (&members, Some(nodes.as_str())) } else { (&none, None) };
+            if let Some(patch) = member_patch(current, annotations, desired, listed) {
+                labels.push(LabelPatch { target: LabelTarget::FloatingIP, name: fname.to_owned(), patch });
+            }
+        }
+    }
+    if create_lease.is_none()
+        && let Some(current) = &i.lease_labels
+        && let Some(patch) =
+            member_patch(current, i.lease_annotations.as_ref().unwrap_or(&empty), &members, Some(nodes.as_str()))
+    {
+        labels.push(LabelPatch { target: LabelTarget::Lease, name: lease_name(&name), patch });
+    }
     let mut label = |target, name: &str, current: &BTreeMap<String, String>, desired: &BTreeSet<String>| {
         if let Some(patch) = member_label_patch(current, desired) {
             labels.push(LabelPatch { target, name: name.to_owned(), patch });
         }
     };
-    for (fname, refusal) in fip_refusals(&o) {
-        if let Some(f) = i.fips.get(fname) {
-            let current = f.metadata.labels.clone().unwrap_or_default();
-            label(LabelTarget::FloatingIP, fname, &current, if refusal.is_none() { &members } else { &none });
-        }
-    }
-    if create_lease.is_none()
-        && let Some(current) = &i.lease_labels
-    {
-        label(LabelTarget::Lease, &lease_name(&name), current, &members);
-    }
     if own_secret
         && create_secret.is_none()
         && let Some(current) = &i.secret_labels

@@ -23,6 +23,7 @@ fn inputs(o: Observed) -> PairInputs {
         .map(|v| (v.name.clone(), fip_object(&v.name, v.spec.as_ref().unwrap())))
         .collect();
     let lease_labels = o.lease.as_ref().map(|_| BTreeMap::new());
+    let lease_annotations = lease_labels.clone();
     let secret_labels = o.key.as_ref().map(|_| BTreeMap::new());
     PairInputs {
         observed: o,
@@ -31,6 +32,7 @@ fn inputs(o: Observed) -> PairInputs {
         fips,
         pair_labels: BTreeMap::new(),
         lease_labels,
+        lease_annotations,
         secret_labels,
         shared_secret: None,
         resync: Duration::from_secs(300),
@@ -40,10 +42,32 @@ fn inputs(o: Observed) -> PairInputs {
 /// A JSON merge patch of `metadata.labels` applied to `labels`.
 fn merge_labels(labels: &mut BTreeMap<String, String>, patch: &serde_json::Value) {
     let Some(m) = patch["metadata"]["labels"].as_object() else { panic!("not a label patch: {patch}") };
+    merge_map(labels, m);
+}
+
+/// A member patch (labels and/or the member-nodes annotation) applied to an object's
+/// `labels` and `annotations`.
+fn merge_member_patch(
+    labels: &mut BTreeMap<String, String>,
+    annotations: &mut BTreeMap<String, String>,
+    patch: &serde_json::Value,
+) {
+    let meta = &patch["metadata"];
+    assert!(meta["labels"].is_object() || meta["annotations"].is_object(), "not a member patch: {patch}");
+    if let Some(m) = meta["labels"].as_object() {
+        merge_map(labels, m);
+    }
+    if let Some(m) = meta["annotations"].as_object() {
+        assert!(m.keys().all(|k| k == havip_crds::membership::NODES_ANNOTATION), "{patch}");
+        merge_map(annotations, m);
+    }
+}
+
+fn merge_map(map: &mut BTreeMap<String, String>, m: &serde_json::Map<String, serde_json::Value>) {
     for (k, v) in m {
         match v.as_str() {
-            Some(v) => labels.insert(k.clone(), v.to_owned()),
-            None => labels.remove(k),
+            Some(v) => map.insert(k.clone(), v.to_owned()),
+            None => map.remove(k),
         };
     }
 }
@@ -59,6 +83,8 @@ fn applied(i: &PairInputs, p: &Plan) -> PairInputs {
         i.observed.lease =
             Some(LeaseInfo { holder: seed.holder.clone(), transitions: i64::from(seed.epoch), renew_time: None });
         i.lease_labels = Some(member_map.clone());
+        let nodes = member_nodes(&i.observed.spec);
+        i.lease_annotations = Some([(havip_crds::membership::NODES_ANNOTATION.to_owned(), nodes)].into());
     }
     if p.create_secret.is_some() {
         i.observed.key = Some(new_key(&i.observed.spec));
@@ -68,9 +94,16 @@ fn applied(i: &PairInputs, p: &Plan) -> PairInputs {
         match l.target {
             LabelTarget::FloatingIP => {
                 let f = i.fips.get_mut(&l.name).unwrap();
-                merge_labels(f.metadata.labels.get_or_insert_with(BTreeMap::new), &l.patch);
+                let m = &mut f.metadata;
+                merge_member_patch(
+                    m.labels.get_or_insert_with(BTreeMap::new),
+                    m.annotations.get_or_insert_with(BTreeMap::new),
+                    &l.patch,
+                );
             }
-            LabelTarget::Lease => merge_labels(i.lease_labels.as_mut().unwrap(), &l.patch),
+            LabelTarget::Lease => {
+                merge_member_patch(i.lease_labels.as_mut().unwrap(), i.lease_annotations.as_mut().unwrap(), &l.patch)
+            }
             LabelTarget::Secret => match &mut i.shared_secret {
                 Some(s) if s.name == l.name => merge_labels(&mut s.labels, &l.patch),
                 _ => merge_labels(i.secret_labels.as_mut().unwrap(), &l.patch),
@@ -236,6 +269,27 @@ fn a_removed_member_loses_its_entry_and_the_key_rotates_once() {
 }
 
 #[test]
+fn the_floating_ips_and_the_lease_list_the_members_by_name_and_follow_member_changes() {
+    let nodes = |i: &PairInputs, fip: &str| {
+        let f = i.fips[fip].metadata.annotations.clone().unwrap_or_default();
+        let l = i.lease_annotations.clone().unwrap_or_default();
+        let key = havip_crds::membership::NODES_ANNOTATION;
+        (f.get(key).cloned(), l.get(key).cloned())
+    };
+    let (_, after, _) = converge(inputs(healthy()), 2);
+    let fip = after.fips.keys().next().unwrap().clone();
+    assert_eq!(nodes(&after, &fip), (Some("a,b".to_owned()), Some("a,b".to_owned())));
+    // A member whose name is too long for a label name is listed in full.
+    let long = format!("{}.example.internal", "node-".repeat(15));
+    let mut i = after.clone();
+    i.observed.spec.members[1].node = long.clone();
+    let (plans, after, _) = converge(i, 3);
+    assert!(plans[0].labels.iter().any(|l| l.target == LabelTarget::Lease), "{:?}", plans[0].labels);
+    let want = format!("a,{long}");
+    assert_eq!(nodes(&after, &fip), (Some(want.clone()), Some(want)));
+}
+
+#[test]
 fn a_refused_floating_ip_loses_the_member_labels_and_says_why_once() {
     let mut o = healthy();
     let v = VipInfo { name: "other".to_owned(), spec: Some(fip("10.0.0.11/24")), state: None };
@@ -248,6 +302,8 @@ fn a_refused_floating_ip_loses_the_member_labels_and_says_why_once() {
     let (plans, after, _) = converge(i, 3);
     assert!(plans[0].labels.iter().any(|l| l.name == "other" && l.target == LabelTarget::FloatingIP));
     assert!(after.fips["other"].metadata.labels.as_ref().is_none_or(|l| l.keys().all(|k| !k.starts_with("member."))));
+    let annotations = after.fips["other"].metadata.annotations.clone().unwrap_or_default();
+    assert!(!annotations.contains_key(havip_crds::membership::NODES_ANNOTATION), "{annotations:?}");
     let (_, v) = plans[0].fip_verdicts.iter().find(|(n, _)| n == "other").unwrap();
     assert_eq!(v.accepted.status, "False");
 }

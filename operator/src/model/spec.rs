@@ -134,6 +134,31 @@ pub fn member_labels(spec: &HAPairSpec) -> BTreeSet<String> {
     havip_crds::membership::label_keys(spec.members.iter().map(|m| m.node.as_str()))
 }
 
+/// The pair's member nodes by their full names, as the annotation
+/// [`havip_crds::membership::NODES_ANNOTATION`] lists them.
+pub fn member_nodes(spec: &HAPairSpec) -> String {
+    havip_crds::membership::nodes_value(spec.members.iter().map(|m| m.node.as_str()))
+}
+
+/// [`member_label_patch`], plus the annotation [`havip_crds::membership::NODES_ANNOTATION`]
+/// made `nodes` (None: removed), on the objects the agents write (the pair's FloatingIPs
+/// and its Lease): the chart's admission policies check an agent's membership by it, as a
+/// policy cannot compute the hashed label of a node name longer than 63 characters. Other
+/// annotations are left alone. None when both already are as desired.
+pub fn member_patch(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    desired: &BTreeSet<String>,
+    nodes: Option<&str>,
+) -> Option<serde_json::Value> {
+    let key = havip_crds::membership::NODES_ANNOTATION;
+    let mut patch = member_label_patch(labels, desired).unwrap_or_else(|| serde_json::json!({"metadata": {}}));
+    if annotations.get(key).map(String::as_str) != nodes {
+        patch["metadata"]["annotations"] = serde_json::json!({ key: nodes });
+    }
+    patch["metadata"].as_object().is_some_and(|m| !m.is_empty()).then_some(patch)
+}
+
 /// Whether `s` is a DNS-1123 subdomain (what a Node's name must be): at most 253
 /// characters, dot-separated labels of lower-case letters, digits and '-', each starting
 /// and ending with a letter or digit.

@@ -816,6 +816,36 @@ fn member_labels_are_patched_to_the_desired_set_and_other_labels_are_left_alone(
 }
 
 #[test]
+fn the_member_patch_also_lists_the_members_by_name_and_leaves_other_annotations_alone() {
+    let key = havip_crds::membership::NODES_ANNOTATION;
+    let desired = member_labels(&spec());
+    assert_eq!(member_nodes(&spec()), "a,b");
+    let labels: BTreeMap<String, String> =
+        desired.iter().map(|k| (k.clone(), havip_crds::membership::VALUE.to_owned())).collect();
+    let other = BTreeMap::from([("havip.io/services".to_owned(), "ns/svc".to_owned())]);
+    // Labelled by an earlier release, not annotated yet: only the annotation is added.
+    assert_eq!(
+        member_patch(&labels, &other, &desired, Some("a,b")),
+        Some(serde_json::json!({"metadata": {"annotations": {key: "a,b"}}}))
+    );
+    let mut done = other.clone();
+    done.insert(key.to_owned(), "a,b".to_owned());
+    assert_eq!(member_patch(&labels, &done, &desired, Some("a,b")), None, "nothing to do");
+    // A member changed: labels and annotation in one patch.
+    let patch = member_patch(&labels, &done, &member_labels(&spec()), Some("a,c")).expect("a patch");
+    assert_eq!(patch, serde_json::json!({"metadata": {"annotations": {key: "a,c"}}}));
+    // Refused: neither labels nor the annotation.
+    assert_eq!(
+        member_patch(&labels, &done, &BTreeSet::new(), None),
+        Some(serde_json::json!({"metadata": {
+            "labels": {"member.havip.io/a": null, "member.havip.io/b": null},
+            "annotations": {key: null},
+        }}))
+    );
+    assert_eq!(member_patch(&BTreeMap::new(), &other, &BTreeSet::new(), None), None);
+}
+
+#[test]
 fn the_status_publishes_every_members_heartbeat_addresses() {
     let mut o = healthy();
     o.nodes.insert("b".to_owned(), None);

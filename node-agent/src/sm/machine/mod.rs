@@ -899,6 +899,7 @@ impl Machine {
             self.clear_alarm(Alarm::VersionMismatch, out);
         }
         self.check_peer_silent(now, out);
+        self.check_lease_behind(out);
         self.check_witness(out);
         for i in 0..self.peers.len() {
             let ok = self.candidate_problem(i, now, Need::Planned).is_none();
@@ -954,6 +955,34 @@ impl Machine {
                 who.join(", ")
             );
             self.raise(Alarm::PeerSilent, detail, out);
+        }
+    }
+
+    /// `LeaseBehind`: this member holds the VIPs under an epoch the store refuses to be
+    /// raised to in one write ([`Config::lease_max_step`]), so the Lease does not record
+    /// it. Cleared once the Lease is within reach (and caught up) or the member holds
+    /// nothing.
+    fn check_lease_behind(&mut self, out: &mut Vec<Action>) {
+        let behind = match (self.cfg.lease_max_step, &self.store.lease) {
+            (Some(max), Some(l)) if self.holding && self.held_epoch > l.epoch.saturating_add(max) => {
+                Some((max, l.epoch))
+            }
+            _ => None,
+        };
+        match behind {
+            Some((max, lease)) => {
+                let detail = format!(
+                    "this member holds the VIPs under epoch {held}, {gap} above the pair Lease's {lease}: an agent \
+                     may raise the Lease's epoch by at most {max} in one write, so it is not recorded there \
+                     (heartbeats still settle who holds the VIPs; the Lease cannot arbitrate a partition between \
+                     the members meanwhile). If the epoch is genuine, record it in the Lease by hand \
+                     (leaseTransitions {held}, holderIdentity this node)",
+                    held = self.held_epoch,
+                    gap = self.held_epoch - lease,
+                );
+                self.raise(Alarm::LeaseBehind, detail, out);
+            }
+            None => self.clear_alarm(Alarm::LeaseBehind, out),
         }
     }
 

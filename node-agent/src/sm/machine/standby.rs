@@ -305,6 +305,19 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         self.persist_if_changed(out);
+        if let Some(max) = self.cfg.lease_max_step
+            && new_epoch > expected.saturating_add(max)
+        {
+            // The store refuses a step this large (the admission policy bounds an agent's
+            // Lease writes), and would at every try: nothing is sent. A claim goes on as
+            // when the store does not answer (the standalone rules); a holder keeps its
+            // VIPs; either way `LeaseBehind` tells (`check_lease_behind`), and the next
+            // Lease observation within reach is caught up as usual.
+            if purpose == CasPurpose::Claim {
+                self.on_cas_unavailable(now, out);
+            }
+            return;
+        }
         self.store.cas = Some(CasPending { purpose, sent_at: now, retries: 0 });
         out.push(Action::CasLease { holder: self.cfg.local.clone(), new_epoch, expected_epoch: expected });
     }
