@@ -151,6 +151,9 @@ pub struct PairOptions {
     /// answer every line) instead of naming themselves and closing, so that long-lived
     /// connections can be served; probers see the same name either way.
     pub echo_listeners: bool,
+    /// IPv4 and IPv6 forwarding on in every member's namespace, as on a Kubernetes node
+    /// (see [`netns::set_forwarding`]); off otherwise.
+    pub forwarding: bool,
 }
 
 impl Default for PairOptions {
@@ -167,6 +170,7 @@ impl Default for PairOptions {
             fast_profile: false,
             drain_timeout: None,
             echo_listeners: false,
+            forwarding: false,
         }
     }
 }
@@ -213,6 +217,9 @@ impl AgentLab {
     pub fn start(opts: PairOptions) -> Result<Self> {
         let binary = agent_binary()?;
         let topo = Topology::builder().nodes(opts.members).build()?;
+        for n in topo.nodes() {
+            netns::set_forwarding(&n.ns, opts.forwarding)?;
+        }
         let mut listeners = Vec::new();
         for i in 0..opts.members {
             // [::] is dual-stack on Linux: one listener answers the IPv4 and IPv6 VIPs.

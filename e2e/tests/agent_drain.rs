@@ -22,6 +22,7 @@
 #![allow(clippy::unwrap_used)]
 
 use havip_e2e::agent::{AgentLab, PairOptions};
+use havip_e2e::loops::{LoopWatch, StraySegments};
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{BreakKind, HalfOpen, LongLived, ProbeError, Prober, ProberConfig};
 use serde_json::Value;
@@ -42,12 +43,16 @@ enum Ip {
     V6,
 }
 
-/// A pair with echoing listeners and `drainTimeout: <drain>` (an IPv6 VIP too for V6).
+/// A pair with echoing listeners, IPv4 and IPv6 forwarding on in both members (as on a
+/// Kubernetes node) and `drainTimeout: <drain>` (an IPv6 VIP too for V6).
 fn drain_lab(drain: &str, ip: Ip) -> Option<AgentLab> {
     let lab = lab(PairOptions {
         drain_timeout: Some(drain.to_owned()),
         echo_listeners: true,
         ipv6_vip: ip == Ip::V6,
+        // As on every Kubernetes node: a member that does not hold a VIP routes what it
+        // receives for it (issue 25).
+        forwarding: true,
         ..Default::default()
     })?;
     if ip == Ip::V6 {
@@ -647,6 +652,107 @@ fn drain_interrupted_by_sigkill_and_start_of_the_new_holder() {
 #[test]
 fn drain_interrupted_by_sigterm_and_start_of_the_new_holder() {
     restart_during_drain(1, Stop::Term);
+}
+
+/// How the drain is interrupted in [`no_copy_loops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DrainEnd {
+    /// It runs to its deadline.
+    Deadline,
+    /// n0's agent is stopped (SIGTERM, a rolling update) mid-drain.
+    StopOldHolder,
+    /// n0's agent is killed (SIGKILL) mid-drain and started again at once.
+    KillAndRestartOldHolder,
+}
+
+/// With forwarding on in both members, no copy of the forwarder loops between them: at
+/// the drain's end, when the old holder's agent stops mid-drain, and when it crashes
+/// mid-drain and starts again at once. The client keeps 20 long-lived connections busy
+/// (a message every 50 ms each, and their retransmissions once unanswered) across the
+/// event, and sends a stray segment (an ACK of no connection, [`StraySegments`]) every
+/// 2 ms — those the old holder has no socket for; [`LoopWatch`] counts, on both members, the client's packets to the VIP that a
+/// member routed, those that came back to the new holder from the old one, and the
+/// time-exceeded messages either sent (issue 25: 465 copies at the drain's end, 8,959 at
+/// a stop mid-drain, before the fix).
+fn no_copy_loops(ip: Ip, end: DrainEnd) {
+    let drain = if end == DrainEnd::Deadline { "3s" } else { "20s" };
+    let Some(mut lab) = drain_lab(drain, ip) else { return };
+    let (vip, target) = vip(&lab, ip);
+    let _prober = bring_up(&lab, target);
+    let watch = LoopWatch::install(&lab.topo, &[vip]).expect("loop counters");
+    let conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
+    let _ = planned_failover(&lab, 0);
+    wait_draining(&lab, ip, vip);
+    let client = match ip {
+        Ip::V4 => IpAddr::V4(lab.topo.client().ip),
+        Ip::V6 => IpAddr::V6(lab.topo.client().ip6),
+    };
+    let stray = StraySegments::start(&lab.topo.client().ns, client, target, Duration::from_millis(2));
+    conns
+        .wait_all_echoed(&conns.snapshot(), 4, Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("{e}\n{}", drain_diagnostics(&lab, &conns)));
+    match end {
+        DrainEnd::Deadline => {}
+        DrainEnd::StopOldHolder => lab.stop_agent(0),
+        DrainEnd::KillAndRestartOldHolder => {
+            lab.kill_agent(0);
+            lab.start_agent(0).expect("start n0 again");
+        }
+    }
+    let ended = Instant::now();
+    wait(&lab, "n1 to stop forwarding and n0 to keep nothing on lo", Duration::from_secs(10), || {
+        forwarding_to(&lab, 1).is_none()
+            && !lab.drain_tables(1, 0).expect("nft").iter().any(|t| t == fwd_table(ip))
+            && lab.vips_on_lo(0).expect("addresses").is_empty()
+    });
+    let stopped_forwarding = ended.elapsed();
+    // The connections lose their path: n1 resets them at their next segment, and until
+    // then they retransmit.
+    conns.wait_broken(CONNS, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    std::thread::sleep(Duration::from_millis(500));
+    let strays = stray.stop();
+    let loops = watch.read().expect("loop counters");
+    eprintln!(
+        "{end:?} {ip:?}: n1 stopped forwarding {stopped_forwarding:?} after the event; {strays} stray segments; {loops}"
+    );
+    assert!(strays > 100, "the client sent stray segments all along: {strays}");
+    assert_eq!(
+        (loops.routed(), loops.bounced_to(1), loops.ttl_exceeded()),
+        (0, 0, 0),
+        "copies looped between the members ({end:?}, {ip:?}): {loops}\n{}",
+        lab.diagnostics()
+    );
+    assert_eq!(eth0_holders(&lab, vip), vec![1], "n1 alone holds the VIP");
+}
+
+#[test]
+fn no_copy_loops_at_the_drains_end_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::Deadline);
+}
+
+#[test]
+fn no_copy_loops_at_the_drains_end_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::Deadline);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_stops_mid_drain_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::StopOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_stops_mid_drain_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::StopOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_crashes_mid_drain_and_restarts_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::KillAndRestartOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_crashes_mid_drain_and_restarts_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::KillAndRestartOldHolder);
 }
 
 /// The client-side helpers themselves, without an agent: an echo listener serves

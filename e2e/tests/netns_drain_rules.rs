@@ -8,6 +8,7 @@
 //! The `nft` binary only observes here (`nft -j list ruleset`, and test-only counter
 //! tables); the rules themselves are installed through netlink by the agent's code.
 
+use havip_e2e::loops::{LoopWatch, StraySegments};
 use havip_e2e::netns::{self, NodeInfo, Topology};
 use havip_node_agent::announce::L2Sender;
 use havip_node_agent::nft::{Counter, ForwardRule, Nft, NftError, QuietRule, TableRef};
@@ -273,8 +274,8 @@ fn neighbour_mac(ns: &str, ip: IpAddr) -> Option<String> {
 }
 
 struct Drain {
-    /// Kept for its namespaces.
-    _topo: Topology,
+    /// Its namespaces.
+    topo: Topology,
     ip: Ip,
     a: NodeInfo,
     b: NodeInfo,
@@ -296,6 +297,8 @@ impl Drain {
             topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 ready");
         }
         let (a, b) = (topo.node(0).clone(), topo.node(1).clone());
+        forwarding_on(&a.ns);
+        forwarding_on(&b.ns);
         let (vip, client): (IpAddr, IpAddr) = match ip {
             Ip::V4 => (topo.vip(0).into(), topo.client().ip.into()),
             Ip::V6 => (topo.vip6(0).into(), topo.client().ip6.into()),
@@ -315,7 +318,7 @@ impl Drain {
             "the client reaches the VIP at A"
         );
         let (nft_a, nft_b) = (nft_in(&a.ns), nft_in(&b.ns));
-        Drain { _topo: topo, ip, a, b, vip, client_ns, client, _echo: echo, old, nft_a, nft_b }
+        Drain { topo, ip, a, b, vip, client_ns, client, _echo: echo, old, nft_a, nft_b }
     }
 
     fn target(&self) -> SocketAddr {
@@ -472,6 +475,54 @@ fn without_quieter_the_old_holder_pulls_the_vip_back_ipv4() {
 fn without_quieter_the_old_holder_pulls_the_vip_back_ipv6() {
     require_root!();
     without_quieter_the_old_holder_pulls_the_vip_back(Ip::V6);
+}
+
+fn del_vip(ns: &str, vip: IpAddr) {
+    let with_prefix = match vip {
+        IpAddr::V4(v) => format!("{v}/24"),
+        IpAddr::V6(v) => format!("{v}/64"),
+    };
+    netns::exec(ns, "ip", &["addr", "del", &with_prefix, "dev", "eth0"]).expect("delete VIP");
+}
+
+/// A's drain ends (the VIP and its quieter go) while B still forwards to it — the gap
+/// until the new holder hears of the end, or an old holder whose agent stopped or
+/// restarted. With forwarding on in both (issue 25), nothing the client sends may loop
+/// between them: no node routes a client's packet to the VIP, none comes back to B.
+/// (A segment of a connection still open on A may be handed to its socket by the
+/// kernel's early demultiplexing even without the address; stray segments are not.)
+fn a_drain_end_before_the_forwarder_loops_nothing(ip: Ip) {
+    let mut d = Drain::new(ip);
+    d.move_to_b(true, true);
+    assert_eq!(say(&mut d.old, "moved").expect("old connection"), format!("{} moved", d.a.name));
+    let watch = LoopWatch::install(&d.topo, &[d.vip]).expect("loop counters");
+    let before = forwarded(&mut d.nft_b, d.vip).packets;
+    del_vip(&d.a.ns, d.vip);
+    d.nft_a.remove_pair(PAIR).expect("remove A's quieter");
+    // Stray segments (of no connection A has a socket for: late segments of connections
+    // closed there) reach B, which forwards them to A.
+    let stray = StraySegments::start(&d.client_ns, d.client, d.target(), Duration::from_millis(5));
+    netns::wait_until("B forwards stray segments", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(forwarded(&mut d.nft_b, d.vip).packets >= before + 20)
+    })
+    .expect("B forwarded the stray segments");
+    let strays = stray.stop();
+    std::thread::sleep(Duration::from_millis(200));
+    let loops = watch.read().expect("loop counters");
+    eprintln!("{ip:?}: {strays} stray segments; {loops}");
+    assert_eq!((loops.routed(), loops.bounced_to(1)), (0, 0), "copies looped between A and B: {loops}");
+}
+
+#[test]
+fn a_drain_end_before_the_forwarder_loops_nothing_ipv4() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V4);
+}
+
+#[test]
+fn a_drain_end_before_the_forwarder_loops_nothing_ipv6() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V6);
 }
 
 // ---------------------------------------------------------------------------------
@@ -681,10 +732,10 @@ fn nft_file(topo: &Topology, ns: &str, text: &str) {
 const ACK: u8 = 0x10;
 const SYN: u8 = 0x02;
 
-/// The lab of the forged-segment tests: two nodes, the VIP on B (the new holder), A (the
-/// old holder) an observer only, the client's entry for the VIP resolved to B, and B's
-/// for A resolved — as the heartbeats keep it on a real pair (a copy of a segment to an
-/// unresolved neighbour waits in its queue).
+/// The lab of the forged-segment tests: two nodes with forwarding on, the VIP on B (the
+/// new holder), A (the old holder) an observer without the VIP, the client's entry for
+/// the VIP resolved to B, and B's for A resolved — as the heartbeats keep it on a real
+/// pair (a copy of a segment to an unresolved neighbour waits in its queue).
 struct ForgedLab {
     topo: Topology,
     a: NodeInfo,
@@ -700,20 +751,18 @@ fn forged_lab() -> ForgedLab {
     let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
     let vip = topo.vip(0);
     add_vip(&b.ns, vip.into());
-    observer_only(&a.ns);
+    forwarding_on(&a.ns);
+    forwarding_on(&b.ns);
     netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
     netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
     ForgedLab { topo, a, b, client, client_ns, vip }
 }
 
-/// Node A of the forged-segment tests only observes: it has no VIP, and with IPv4
-/// forwarding on (a new namespace inherits it from a host that runs Docker) it would route
-/// each copy back to B, whose forwarder copies it to A again until the TTL runs out. On a
-/// real pair the old holder has the VIP on `lo` while it drains, so a copy is delivered.
-fn observer_only(ns: &str) {
-    netns::in_netns(ns, || std::fs::write("/proc/sys/net/ipv4/conf/all/forwarding", "0"))
-        .expect("thread in namespace")
-        .expect("net.ipv4.conf.all.forwarding");
+/// Forwarding on in `ns` (IPv4 and IPv6), as on every Kubernetes node: a member that
+/// does not hold a VIP routes what it receives for it back out of the VIP's link. Every
+/// test here runs so (issue 25); a test used to turn it off on the observing node instead.
+fn forwarding_on(ns: &str) {
+    netns::set_forwarding(ns, true).expect("forwarding on");
 }
 
 fn set_tcp_loose(ns: &str, on: bool) {
@@ -735,7 +784,7 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
            chain pre {{
              type filter hook prerouting priority -300; policy accept;
              ip saddr {client} tcp dport {PORT} counter comment \"seen\"
-             ip saddr {client} tcp dport {PORT} ip ttl 63 counter comment \"ttl63\"
+             ip saddr {client} tcp dport {PORT} ip ttl 1 counter comment \"ttl1\"
            }}
          }}"
     );
@@ -788,8 +837,14 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
             netns::exec(&b.ns, "ip", &["neigh", "show"]),
         );
     }
+    // A has no VIP and routes what it gets for it: the copy must not come back.
+    settle();
     assert_eq!(seen_on_a(), 1, "one copy of one segment");
-    assert_eq!(counter(&a.ns, "ip", "hvtest-obs", "ttl63"), 1, "nf_dup decrements the TTL in PREROUTING");
+    assert_eq!(
+        counter(&a.ns, "ip", "hvtest-obs", "ttl1"),
+        1,
+        "the copy leaves with TTL 1 (set to 2, and nf_dup decrements it in PREROUTING): no node can route it on"
+    );
     assert_eq!(forwarded(&mut nft_b, vip.into()), Counter { packets: 1, bytes: 40 });
     let ob = counters(&b.ns, "ip", "hvtest-obs");
     assert_eq!(
