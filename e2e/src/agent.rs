@@ -593,9 +593,20 @@ impl AgentLab {
         Ok(t)
     }
 
-    /// Member `i`'s tables of pair `k`'s drain (`havip-<pair>-…`; see
+    /// Member `i`'s tables of pair `k`'s drain (`havip-<pair>-fwd` and `-quiet`; see
     /// `havip_node_agent::nft::table_name`), as `"<family> <name>"`.
     pub fn drain_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
+        Ok(self.pair_tables(i, k)?.into_iter().filter(|t| !t.ends_with("-guard")).collect())
+    }
+
+    /// Member `i`'s guard tables of pair `k` (`ip|ip6 havip-<pair>-guard`: from its agent's
+    /// start to its stop).
+    pub fn guard_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
+        Ok(self.pair_tables(i, k)?.into_iter().filter(|t| t.ends_with("-guard")).collect())
+    }
+
+    /// Every table of pair `k` on member `i` (`havip-<pair>-…`).
+    pub fn pair_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
         let prefix = format!("{}{}-", havip_node_agent::nft::TABLE_PREFIX, pair_name(k));
         Ok(self
             .nft_tables(i)?

@@ -162,9 +162,18 @@ fn drain_diagnostics(lab: &AgentLab, conns: &LongLived) -> String {
     )
 }
 
-/// Nothing of a drain on member `i`: no table of the pair, no VIP on `lo`.
+/// Nothing of a drain on member `i`: no drain table of the pair (its guard is there while
+/// the agent runs), no VIP on `lo`.
 fn clean(lab: &AgentLab, i: usize) -> bool {
     lab.drain_tables(i, 0).expect("nft").is_empty() && lab.vips_on_lo(i).expect("addresses").is_empty()
+}
+
+/// Every member's guard tables while its agent runs (the IPv6 lab has an IPv4 VIP too).
+fn guards(ip: Ip) -> Vec<&'static str> {
+    match ip {
+        Ip::V4 => vec!["ip havip-lab-guard"],
+        Ip::V6 => vec!["ip havip-lab-guard", "ip6 havip-lab-guard"],
+    }
 }
 
 /// The drain's tables of the family under test: A's quieter, B's forwarder.
@@ -600,10 +609,12 @@ fn restart_during_drain(who: usize, how: Stop) {
         Stop::Kill => {
             lab.kill_agent(who);
             assert!(!clean(&lab, who), "a SIGKILLed agent cleans nothing up\n{}", lab.diagnostics());
+            assert_eq!(lab.guard_tables(who, 0).expect("nft"), guards(Ip::V4), "the guard outlives a crash");
         }
         Stop::Term => {
             lab.stop_agent(who);
             assert!(clean(&lab, who), "n{who} cleaned up its drain before it exited\n{}", lab.diagnostics());
+            assert!(lab.pair_tables(who, 0).expect("nft").is_empty(), "n{who} removed its guard too");
         }
     }
     assert_eq!(eth0_holders(&lab, vip), vec![1]);
@@ -614,6 +625,7 @@ fn restart_during_drain(who: usize, how: Stop) {
             clean(&lab, who)
         });
     eprintln!("n{who} clean {took:?} after its start");
+    assert_eq!(lab.guard_tables(who, 0).expect("nft"), guards(Ip::V4), "the restarted agent has its guard");
     let other = 1 - who;
     let deadline = Duration::from_secs(8 + 3).saturating_sub(flip.elapsed());
     wait(&lab, &format!("n{other} to leave nothing of the drain"), deadline, || {
@@ -679,6 +691,9 @@ fn no_copy_loops(ip: Ip, end: DrainEnd) {
     let Some(mut lab) = drain_lab(drain, ip) else { return };
     let (vip, target) = vip(&lab, ip);
     let _prober = bring_up(&lab, target);
+    for i in 0..2 {
+        assert_eq!(lab.guard_tables(i, 0).expect("nft"), guards(ip), "n{i} guards the VIPs\n{}", lab.diagnostics());
+    }
     let watch = LoopWatch::install(&lab.topo, &[vip]).expect("loop counters");
     let conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
     let _ = planned_failover(&lab, 0);
