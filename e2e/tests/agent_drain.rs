@@ -3,7 +3,8 @@
 //! listeners echo ([`Listener::echo`](havip_e2e::traffic::Listener::echo)), a client
 //! with 20 long-lived connections (a message every 50 ms each) and a stream of new
 //! connections (one every 5 ms), in network namespaces (see `agent_scenarios.rs` for the
-//! topology). Root only; each test creates and removes its own namespaces.
+//! topology), with IPv4 and IPv6 forwarding on in both members as on every Kubernetes
+//! node. Root only; each test creates and removes its own namespaces.
 //!
 //! What a drain is, as the agent documents it: the old holder A keeps each VIP as a
 //! local address on `lo` for `drainTimeout` and stops answering ARP/ND for it (tables
@@ -12,7 +13,10 @@
 //! `ip|ip6 havip-<pair>-fwd`). When the drain ends, A removes the VIPs from `lo`, both
 //! delete their tables, and B resets what is still open at its next segment. A drain is
 //! interrupted when A goes silent (B stops forwarding) or when either agent restarts
-//! (its drain state is gone, and nothing of it is left behind).
+//! (its drain state is gone, and nothing of it is left behind). Each member also runs a
+//! guard from its agent's start to its stop (`ip|ip6 havip-<pair>-guard`): a packet to a
+//! VIP it does not hold that arrives on the VIP's link is dropped, not routed back; the
+//! `no_copy_loops_*` tests count that no forwarded copy ever loops between the members.
 //!
 //! The agent reports it in `admin status` (`drainingTo` and `drainingUntilMs`, the
 //! deadline in the machine's clock, on A; `forwardingTo` on B) and in the metrics
@@ -625,7 +629,9 @@ fn restart_during_drain(who: usize, how: Stop) {
             clean(&lab, who)
         });
     eprintln!("n{who} clean {took:?} after its start");
-    assert_eq!(lab.guard_tables(who, 0).expect("nft"), guards(Ip::V4), "the restarted agent has its guard");
+    wait(&lab, &format!("the restarted n{who}'s guard"), Duration::from_secs(3), || {
+        lab.guard_tables(who, 0).expect("nft") == guards(Ip::V4)
+    });
     let other = 1 - who;
     let deadline = Duration::from_secs(8 + 3).saturating_sub(flip.elapsed());
     wait(&lab, &format!("n{other} to leave nothing of the drain"), deadline, || {

@@ -361,6 +361,27 @@ impl Runtime {
         self.drain_forward(None).await;
     }
 
+    /// Whether this member keeps drained VIPs on `lo` now (old holder).
+    pub(super) fn drain_kept(&self) -> bool {
+        !self.drain.kept.is_empty()
+    }
+
+    /// A stop in the middle of a drain: the new holder may still forward here until it
+    /// heard the last heartbeat or, if that was lost, until this member's silence times
+    /// out. The guard stays that long (a heartbeat timeout and an interval, at most 5 s),
+    /// so that those copies are dropped here rather than answered with time-exceeded
+    /// (with their TTL of 1 they cannot loop either way). Other stops do not wait.
+    pub(super) async fn guard_grace(&mut self) {
+        let t = &self.cfg.sm.timings;
+        let grace = Duration::from_millis(t.heartbeat_timeout_ms.saturating_add(t.heartbeat_interval_ms))
+            .min(Duration::from_secs(5));
+        tracing::debug!(
+            grace_ms = grace.as_millis() as u64,
+            "drain: the guard stays until the new holder stopped forwarding"
+        );
+        self.timer.sleep(grace).await;
+    }
+
     /// The runtime stops: the guard goes last, after the drain's addresses and tables.
     pub(super) async fn remove_guard(&mut self) {
         let pair = self.cfg.pair.clone();

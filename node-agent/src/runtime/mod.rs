@@ -421,12 +421,16 @@ impl Runtime {
         // The machine's last step: a drain ends, and its heartbeat tells the peer at once
         // (the new holder stops forwarding here now, not a heartbeat timeout later).
         // (Not after a release: its VIPs are gone, and no step may act on them again.)
+        let was_draining = self.drain_kept();
         if !released {
             self.queue.push_back(sm::Input::Stopping);
             self.drain().await;
         }
         // A drain does not outlive the runtime (the held VIPs do), nor does the guard.
         self.drain_stop().await;
+        if was_draining {
+            self.guard_grace().await;
+        }
         self.remove_guard().await;
         tracing::info!("agent stopping; VIPs and role are kept for the next start");
         for t in self.tasks.drain(..) {
