@@ -600,15 +600,20 @@ enum Stop {
 /// exits; a SIGKILLed one leaves them (checked: the control that the start-up cleanup
 /// is what removes them) and removes them when it starts — within 3 s, well before the
 /// drain would have ended. The other member is clean by the end of the drain at the
-/// latest, n1 holds the VIP alone all along and serves every new connection.
+/// latest, n1 holds the VIP alone all along and serves every new connection, and no
+/// forwarded copy of the client's stray segments loops between the members (a killed new
+/// holder leaves its forwarder behind until it starts again).
 fn restart_during_drain(who: usize, how: Stop) {
     let Some(mut lab) = drain_lab("8s", Ip::V4) else { return };
     let (vip, target) = vip(&lab, Ip::V4);
     let prober = bring_up(&lab, target);
+    let watch = LoopWatch::install(&lab.topo, &[vip]).expect("loop counters");
     let _conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
     let flip = planned_failover(&lab, 0);
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_draining(&lab, Ip::V4, vip);
+    let stray =
+        StraySegments::start(&lab.topo.client().ns, IpAddr::V4(lab.topo.client().ip), target, Duration::from_millis(5));
     match how {
         Stop::Kill => {
             lab.kill_agent(who);
@@ -645,6 +650,10 @@ fn restart_during_drain(who: usize, how: Stop) {
     assert_eq!(draining_to(&lab, 0), None);
     assert_eq!(forwarding_to(&lab, 1), None);
     assert_eq!(eth0_holders(&lab, vip), vec![1], "one holder");
+    let strays = stray.stop();
+    let loops = watch.read().expect("loop counters");
+    eprintln!("n{who} {how:?}: {strays} stray segments; {loops}");
+    assert_eq!((loops.routed(), loops.bounced_to(1)), (0, 0), "copies looped between the members: {loops}");
     let ok = prober.ok_count();
     prober.wait_until_ok(ok + 20, Duration::from_secs(2)).expect("n1 serves");
     let report = prober.stop().expect("report");
