@@ -277,8 +277,8 @@ fn a_batch_larger_than_the_default_send_buffer_and_a_multi_part_dump_work() {
     in_fresh_netns("large batch", || {
         let mut nft = Nft::open().expect("open");
         let old_holder: IpAddr = Ipv4Addr::new(10, 255, 0, 1).into();
-        // About 740 bytes a rule: some 440 KiB in one batch, twice `wmem_default`; read
-        // back, the dump spans many datagrams.
+        // Three rules a VIP, about 1 KB each: some 1.7 MB in one batch, several times
+        // `wmem_default`; read back, the dump spans many datagrams.
         let rules: Vec<ForwardRule> = (1..=600u32)
             .map(|i| ForwardRule { vip: Ipv4Addr::from(0x0a00_0000 + i).into(), old_holder, ifindex: 1 })
             .collect();
