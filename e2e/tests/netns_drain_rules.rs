@@ -2,8 +2,10 @@
 //! network namespaces: the rules as `nft` shows them, their removal, and the drain
 //! itself — a client's established TCP connection survives a planned move of its VIP
 //! from node A to node B, IPv4 and IPv6 — with the controls that show each rule set
-//! is needed. Needs root (CAP_NET_ADMIN); prints a `SKIPPED:` line and passes
-//! otherwise. Every test builds its own topology, so they run in parallel.
+//! is needed; and, with forwarding on in every node as on a Kubernetes node, that no
+//! forwarded copy loops between the two nodes (the forwarder's TTL, the old holder's
+//! guard) and what the guard leaves alone. Needs root (CAP_NET_ADMIN); prints a
+//! `SKIPPED:` line and passes otherwise. Every test builds its own topology, so they run in parallel.
 //!
 //! The `nft` binary only observes here (`nft -j list ruleset`, and test-only counter
 //! tables); the rules themselves are installed through netlink by the agent's code.

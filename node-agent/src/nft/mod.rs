@@ -694,7 +694,7 @@ impl Nft {
         Ok(out)
     }
 
-    /// Every havip table present, by name (`havip-…-fwd`, `havip-…-quiet`) in any
+    /// Every havip table present, by name (`havip-…-fwd`, `-quiet`, `-guard`) in any
     /// family: for the start-up cleanup of pairs no longer configured (see
     /// [`Nft::remove_leftovers`]).
     pub fn havip_tables(&mut self) -> Result<Vec<TableRef>, NftError> {
