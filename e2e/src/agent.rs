@@ -159,6 +159,9 @@ pub struct PairOptions {
     /// answer every line) instead of naming themselves and closing, so that long-lived
     /// connections can be served; probers see the same name either way.
     pub echo_listeners: bool,
+    /// IPv4 and IPv6 forwarding on in every member's namespace, as on a Kubernetes node
+    /// (see [`netns::set_forwarding`]); off otherwise.
+    pub forwarding: bool,
 }
 
 impl Default for PairOptions {
@@ -175,6 +178,7 @@ impl Default for PairOptions {
             fast_profile: false,
             drain_timeout: None,
             echo_listeners: false,
+            forwarding: false,
         }
     }
 }
@@ -221,6 +225,9 @@ impl AgentLab {
     pub fn start(opts: PairOptions) -> Result<Self> {
         let binary = agent_binary()?;
         let topo = Topology::builder().nodes(opts.members).build()?;
+        for n in topo.nodes() {
+            netns::set_forwarding(&n.ns, opts.forwarding)?;
+        }
         let mut listeners = Vec::new();
         for i in 0..opts.members {
             // [::] is dual-stack on Linux: one listener answers the IPv4 and IPv6 VIPs.
@@ -595,9 +602,20 @@ impl AgentLab {
         Ok(t)
     }
 
-    /// Member `i`'s tables of pair `k`'s drain (`havip-<pair>-…`; see
+    /// Member `i`'s tables of pair `k`'s drain (`havip-<pair>-fwd` and `-quiet`; see
     /// `havip_node_agent::nft::table_name`), as `"<family> <name>"`.
     pub fn drain_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
+        Ok(self.pair_tables(i, k)?.into_iter().filter(|t| !t.ends_with("-guard")).collect())
+    }
+
+    /// Member `i`'s guard tables of pair `k` (`ip|ip6 havip-<pair>-guard`: from its agent's
+    /// start to its stop).
+    pub fn guard_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
+        Ok(self.pair_tables(i, k)?.into_iter().filter(|t| t.ends_with("-guard")).collect())
+    }
+
+    /// Every table of pair `k` on member `i` (`havip-<pair>-…`).
+    pub fn pair_tables(&self, i: usize, k: usize) -> Result<Vec<String>> {
         let prefix = format!("{}{}-", havip_node_agent::nft::TABLE_PREFIX, pair_name(k));
         Ok(self
             .nft_tables(i)?

@@ -12,6 +12,7 @@ pub mod keepalived;
 pub mod kind;
 pub mod kind_scenarios;
 pub mod kubelab;
+pub mod loops;
 pub mod metallb;
 pub mod netns;
 pub mod process;

@@ -487,6 +487,15 @@ fn sysctls(ns: &str, settings: &[(&str, &str)]) -> Result<()> {
     })?
 }
 
+/// Turns IPv4 and IPv6 forwarding on or off in `ns` (`net.ipv4.ip_forward` and
+/// `net.ipv6.conf.all.forwarding`), as a Kubernetes node has them on. A new namespace
+/// inherits IPv4 forwarding from the host or not depending on
+/// `net.core.devconf_inherit_init_net`, so a test that cares sets it.
+pub fn set_forwarding(ns: &str, on: bool) -> Result<()> {
+    let v = if on { "1" } else { "0" };
+    sysctls(ns, &[("net.ipv4.ip_forward", v), ("net.ipv6.conf.all.forwarding", v)])
+}
+
 /// Reads one sysctl in a namespace (e.g. `net.ipv4.conf.eth0.arp_accept`).
 pub fn sysctl(ns: &str, key: &str) -> Result<String> {
     let path = sysctl_path(key);

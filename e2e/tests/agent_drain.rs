@@ -3,7 +3,8 @@
 //! listeners echo ([`Listener::echo`](havip_e2e::traffic::Listener::echo)), a client
 //! with 20 long-lived connections (a message every 50 ms each) and a stream of new
 //! connections (one every 5 ms), in network namespaces (see `agent_scenarios.rs` for the
-//! topology). Root only; each test creates and removes its own namespaces.
+//! topology), with IPv4 and IPv6 forwarding on in both members as on every Kubernetes
+//! node. Root only; each test creates and removes its own namespaces.
 //!
 //! What a drain is, as the agent documents it: the old holder A keeps each VIP as a
 //! local address on `lo` for `drainTimeout` and stops answering ARP/ND for it (tables
@@ -12,7 +13,10 @@
 //! `ip|ip6 havip-<pair>-fwd`). When the drain ends, A removes the VIPs from `lo`, both
 //! delete their tables, and B resets what is still open at its next segment. A drain is
 //! interrupted when A goes silent (B stops forwarding) or when either agent restarts
-//! (its drain state is gone, and nothing of it is left behind).
+//! (its drain state is gone, and nothing of it is left behind). Each member also runs a
+//! guard from its agent's start to its stop (`ip|ip6 havip-<pair>-guard`): a packet to a
+//! VIP it does not hold that arrives on the VIP's link is dropped, not routed back; the
+//! `no_copy_loops_*` tests count that no forwarded copy ever loops between the members.
 //!
 //! The agent reports it in `admin status` (`drainingTo` and `drainingUntilMs`, the
 //! deadline in the machine's clock, on A; `forwardingTo` on B) and in the metrics
@@ -22,6 +26,7 @@
 #![allow(clippy::unwrap_used)]
 
 use havip_e2e::agent::{AgentLab, PairOptions};
+use havip_e2e::loops::{LoopWatch, StraySegments};
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{BreakKind, HalfOpen, LongLived, ProbeError, Prober, ProberConfig};
 use serde_json::Value;
@@ -42,12 +47,16 @@ enum Ip {
     V6,
 }
 
-/// A pair with echoing listeners and `drainTimeout: <drain>` (an IPv6 VIP too for V6).
+/// A pair with echoing listeners, IPv4 and IPv6 forwarding on in both members (as on a
+/// Kubernetes node) and `drainTimeout: <drain>` (an IPv6 VIP too for V6).
 fn drain_lab(drain: &str, ip: Ip) -> Option<AgentLab> {
     let lab = lab(PairOptions {
         drain_timeout: Some(drain.to_owned()),
         echo_listeners: true,
         ipv6_vip: ip == Ip::V6,
+        // As on every Kubernetes node: a member that does not hold a VIP routes what it
+        // receives for it (issue 25).
+        forwarding: true,
         ..Default::default()
     })?;
     if ip == Ip::V6 {
@@ -157,9 +166,18 @@ fn drain_diagnostics(lab: &AgentLab, conns: &LongLived) -> String {
     )
 }
 
-/// Nothing of a drain on member `i`: no table of the pair, no VIP on `lo`.
+/// Nothing of a drain on member `i`: no drain table of the pair (its guard is there while
+/// the agent runs), no VIP on `lo`.
 fn clean(lab: &AgentLab, i: usize) -> bool {
     lab.drain_tables(i, 0).expect("nft").is_empty() && lab.vips_on_lo(i).expect("addresses").is_empty()
+}
+
+/// Every member's guard tables while its agent runs (the IPv6 lab has an IPv4 VIP too).
+fn guards(ip: Ip) -> Vec<&'static str> {
+    match ip {
+        Ip::V4 => vec!["ip havip-lab-guard"],
+        Ip::V6 => vec!["ip havip-lab-guard", "ip6 havip-lab-guard"],
+    }
 }
 
 /// The drain's tables of the family under test: A's quieter, B's forwarder.
@@ -582,23 +600,30 @@ enum Stop {
 /// exits; a SIGKILLed one leaves them (checked: the control that the start-up cleanup
 /// is what removes them) and removes them when it starts — within 3 s, well before the
 /// drain would have ended. The other member is clean by the end of the drain at the
-/// latest, n1 holds the VIP alone all along and serves every new connection.
+/// latest, n1 holds the VIP alone all along and serves every new connection, and no
+/// forwarded copy of the client's stray segments loops between the members (a killed new
+/// holder leaves its forwarder behind until it starts again).
 fn restart_during_drain(who: usize, how: Stop) {
     let Some(mut lab) = drain_lab("8s", Ip::V4) else { return };
     let (vip, target) = vip(&lab, Ip::V4);
     let prober = bring_up(&lab, target);
+    let watch = LoopWatch::install(&lab.topo, &[vip]).expect("loop counters");
     let _conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
     let flip = planned_failover(&lab, 0);
     prober.wait_for_responder("n1", Duration::from_secs(3)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_draining(&lab, Ip::V4, vip);
+    let stray =
+        StraySegments::start(&lab.topo.client().ns, IpAddr::V4(lab.topo.client().ip), target, Duration::from_millis(5));
     match how {
         Stop::Kill => {
             lab.kill_agent(who);
             assert!(!clean(&lab, who), "a SIGKILLed agent cleans nothing up\n{}", lab.diagnostics());
+            assert_eq!(lab.guard_tables(who, 0).expect("nft"), guards(Ip::V4), "the guard outlives a crash");
         }
         Stop::Term => {
             lab.stop_agent(who);
             assert!(clean(&lab, who), "n{who} cleaned up its drain before it exited\n{}", lab.diagnostics());
+            assert!(lab.pair_tables(who, 0).expect("nft").is_empty(), "n{who} removed its guard too");
         }
     }
     assert_eq!(eth0_holders(&lab, vip), vec![1]);
@@ -609,6 +634,9 @@ fn restart_during_drain(who: usize, how: Stop) {
             clean(&lab, who)
         });
     eprintln!("n{who} clean {took:?} after its start");
+    wait(&lab, &format!("the restarted n{who}'s guard"), Duration::from_secs(3), || {
+        lab.guard_tables(who, 0).expect("nft") == guards(Ip::V4)
+    });
     let other = 1 - who;
     let deadline = Duration::from_secs(8 + 3).saturating_sub(flip.elapsed());
     wait(&lab, &format!("n{other} to leave nothing of the drain"), deadline, || {
@@ -622,6 +650,10 @@ fn restart_during_drain(who: usize, how: Stop) {
     assert_eq!(draining_to(&lab, 0), None);
     assert_eq!(forwarding_to(&lab, 1), None);
     assert_eq!(eth0_holders(&lab, vip), vec![1], "one holder");
+    let strays = stray.stop();
+    let loops = watch.read().expect("loop counters");
+    eprintln!("n{who} {how:?}: {strays} stray segments; {loops}");
+    assert_eq!((loops.routed(), loops.bounced_to(1)), (0, 0), "copies looped between the members: {loops}");
     let ok = prober.ok_count();
     prober.wait_until_ok(ok + 20, Duration::from_secs(2)).expect("n1 serves");
     let report = prober.stop().expect("report");
@@ -647,6 +679,110 @@ fn drain_interrupted_by_sigkill_and_start_of_the_new_holder() {
 #[test]
 fn drain_interrupted_by_sigterm_and_start_of_the_new_holder() {
     restart_during_drain(1, Stop::Term);
+}
+
+/// How the drain is interrupted in [`no_copy_loops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DrainEnd {
+    /// It runs to its deadline.
+    Deadline,
+    /// n0's agent is stopped (SIGTERM, a rolling update) mid-drain.
+    StopOldHolder,
+    /// n0's agent is killed (SIGKILL) mid-drain and started again at once.
+    KillAndRestartOldHolder,
+}
+
+/// With forwarding on in both members, no copy of the forwarder loops between them: at
+/// the drain's end, when the old holder's agent stops mid-drain, and when it crashes
+/// mid-drain and starts again at once. The client keeps 20 long-lived connections busy
+/// (a message every 50 ms each, and their retransmissions once unanswered) across the
+/// event, and sends a stray segment (an ACK of no connection, [`StraySegments`]) every
+/// 2 ms — those the old holder has no socket for; [`LoopWatch`] counts, on both members, the client's packets to the VIP that a
+/// member routed, those that came back to the new holder from the old one, and the
+/// time-exceeded messages either sent (issue 25: 465 copies at the drain's end, 8,959 at
+/// a stop mid-drain, before the fix).
+fn no_copy_loops(ip: Ip, end: DrainEnd) {
+    let drain = if end == DrainEnd::Deadline { "3s" } else { "20s" };
+    let Some(mut lab) = drain_lab(drain, ip) else { return };
+    let (vip, target) = vip(&lab, ip);
+    let _prober = bring_up(&lab, target);
+    for i in 0..2 {
+        assert_eq!(lab.guard_tables(i, 0).expect("nft"), guards(ip), "n{i} guards the VIPs\n{}", lab.diagnostics());
+    }
+    let watch = LoopWatch::install(&lab.topo, &[vip]).expect("loop counters");
+    let conns = LongLived::on_client(&lab.topo, target, CONNS).expect("long-lived connections");
+    let _ = planned_failover(&lab, 0);
+    wait_draining(&lab, ip, vip);
+    let client = match ip {
+        Ip::V4 => IpAddr::V4(lab.topo.client().ip),
+        Ip::V6 => IpAddr::V6(lab.topo.client().ip6),
+    };
+    let stray = StraySegments::start(&lab.topo.client().ns, client, target, Duration::from_millis(2));
+    conns
+        .wait_all_echoed(&conns.snapshot(), 4, Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("{e}\n{}", drain_diagnostics(&lab, &conns)));
+    match end {
+        DrainEnd::Deadline => {}
+        DrainEnd::StopOldHolder => lab.stop_agent(0),
+        DrainEnd::KillAndRestartOldHolder => {
+            lab.kill_agent(0);
+            lab.start_agent(0).expect("start n0 again");
+        }
+    }
+    let ended = Instant::now();
+    wait(&lab, "n1 to stop forwarding and n0 to keep nothing on lo", Duration::from_secs(10), || {
+        forwarding_to(&lab, 1).is_none()
+            && !lab.drain_tables(1, 0).expect("nft").iter().any(|t| t == fwd_table(ip))
+            && lab.vips_on_lo(0).expect("addresses").is_empty()
+    });
+    let stopped_forwarding = ended.elapsed();
+    // The connections lose their path: n1 resets them at their next segment, and until
+    // then they retransmit.
+    conns.wait_broken(CONNS, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    std::thread::sleep(Duration::from_millis(500));
+    let strays = stray.stop();
+    let loops = watch.read().expect("loop counters");
+    eprintln!(
+        "{end:?} {ip:?}: n1 stopped forwarding {stopped_forwarding:?} after the event; {strays} stray segments; {loops}"
+    );
+    assert!(strays > 100, "the client sent stray segments all along: {strays}");
+    assert_eq!(
+        (loops.routed(), loops.bounced_to(1), loops.ttl_exceeded()),
+        (0, 0, 0),
+        "copies looped between the members ({end:?}, {ip:?}): {loops}\n{}",
+        lab.diagnostics()
+    );
+    assert_eq!(eth0_holders(&lab, vip), vec![1], "n1 alone holds the VIP");
+}
+
+#[test]
+fn no_copy_loops_at_the_drains_end_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::Deadline);
+}
+
+#[test]
+fn no_copy_loops_at_the_drains_end_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::Deadline);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_stops_mid_drain_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::StopOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_stops_mid_drain_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::StopOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_crashes_mid_drain_and_restarts_ipv4() {
+    no_copy_loops(Ip::V4, DrainEnd::KillAndRestartOldHolder);
+}
+
+#[test]
+fn no_copy_loops_when_the_old_holder_crashes_mid_drain_and_restarts_ipv6() {
+    no_copy_loops(Ip::V6, DrainEnd::KillAndRestartOldHolder);
 }
 
 /// The client-side helpers themselves, without an agent: an echo listener serves

@@ -2,15 +2,18 @@
 //! network namespaces: the rules as `nft` shows them, their removal, and the drain
 //! itself — a client's established TCP connection survives a planned move of its VIP
 //! from node A to node B, IPv4 and IPv6 — with the controls that show each rule set
-//! is needed. Needs root (CAP_NET_ADMIN); prints a `SKIPPED:` line and passes
-//! otherwise. Every test builds its own topology, so they run in parallel.
+//! is needed; and, with forwarding on in every node as on a Kubernetes node, that no
+//! forwarded copy loops between the two nodes (the forwarder's TTL, the old holder's
+//! guard) and what the guard leaves alone. Needs root (CAP_NET_ADMIN); prints a
+//! `SKIPPED:` line and passes otherwise. Every test builds its own topology, so they run in parallel.
 //!
 //! The `nft` binary only observes here (`nft -j list ruleset`, and test-only counter
 //! tables); the rules themselves are installed through netlink by the agent's code.
 
+use havip_e2e::loops::{LoopWatch, StraySegments};
 use havip_e2e::netns::{self, NodeInfo, Topology};
 use havip_node_agent::announce::L2Sender;
-use havip_node_agent::nft::{Counter, ForwardRule, Nft, NftError, QuietRule, TableRef};
+use havip_node_agent::nft::{Counter, ForwardRule, GuardRule, Nft, NftError, QuietRule, TableRef};
 use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn, sendto, socket};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -273,8 +276,8 @@ fn neighbour_mac(ns: &str, ip: IpAddr) -> Option<String> {
 }
 
 struct Drain {
-    /// Kept for its namespaces.
-    _topo: Topology,
+    /// Its namespaces.
+    topo: Topology,
     ip: Ip,
     a: NodeInfo,
     b: NodeInfo,
@@ -296,6 +299,8 @@ impl Drain {
             topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 ready");
         }
         let (a, b) = (topo.node(0).clone(), topo.node(1).clone());
+        forwarding_on(&a.ns);
+        forwarding_on(&b.ns);
         let (vip, client): (IpAddr, IpAddr) = match ip {
             Ip::V4 => (topo.vip(0).into(), topo.client().ip.into()),
             Ip::V6 => (topo.vip6(0).into(), topo.client().ip6.into()),
@@ -315,7 +320,7 @@ impl Drain {
             "the client reaches the VIP at A"
         );
         let (nft_a, nft_b) = (nft_in(&a.ns), nft_in(&b.ns));
-        Drain { _topo: topo, ip, a, b, vip, client_ns, client, _echo: echo, old, nft_a, nft_b }
+        Drain { topo, ip, a, b, vip, client_ns, client, _echo: echo, old, nft_a, nft_b }
     }
 
     fn target(&self) -> SocketAddr {
@@ -474,6 +479,199 @@ fn without_quieter_the_old_holder_pulls_the_vip_back_ipv6() {
     without_quieter_the_old_holder_pulls_the_vip_back(Ip::V6);
 }
 
+fn del_vip(ns: &str, vip: IpAddr) {
+    let with_prefix = match vip {
+        IpAddr::V4(v) => format!("{v}/24"),
+        IpAddr::V6(v) => format!("{v}/64"),
+    };
+    netns::exec(ns, "ip", &["addr", "del", &with_prefix, "dev", "eth0"]).expect("delete VIP");
+}
+
+/// A's drain ends (the VIP and its quieter go) while B still forwards to it — the gap
+/// until the new holder hears of the end, or an old holder whose agent stopped or
+/// restarted. With forwarding on in both (issue 25), nothing the client sends may loop
+/// between them: no node routes a client's packet to the VIP, none comes back to B.
+/// (A segment of a connection still open on A may be handed to its socket by the
+/// kernel's early demultiplexing even without the address; stray segments are not.)
+///
+/// Without A's guard (an old holder of a version without it), B's copies arrive with TTL
+/// 1 and A drops them as it would route them, answering with time-exceeded; with the
+/// guard (every member runs one), A drops them silently, before routing.
+fn a_drain_end_before_the_forwarder_loops_nothing(ip: Ip, guard_on_a: bool) {
+    let mut d = Drain::new(ip);
+    let guard = GuardRule { vip: d.vip, ifindex: ifindex(&d.a.ns, "eth0") };
+    if guard_on_a {
+        d.nft_a.set_guard(PAIR, &[guard]).expect("A's guard");
+    }
+    d.move_to_b(true, true);
+    assert_eq!(say(&mut d.old, "moved").expect("old connection"), format!("{} moved", d.a.name));
+    let watch = LoopWatch::install(&d.topo, &[d.vip]).expect("loop counters");
+    let before = forwarded(&mut d.nft_b, d.vip).packets;
+    del_vip(&d.a.ns, d.vip);
+    d.nft_a.set_quieter(PAIR, &[]).expect("remove A's quieter");
+    // Stray segments (of no connection A has a socket for: late segments of connections
+    // closed there) reach B, which forwards them to A.
+    let stray = StraySegments::start(&d.client_ns, d.client, d.target(), Duration::from_millis(5));
+    netns::wait_until("B forwards stray segments", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(forwarded(&mut d.nft_b, d.vip).packets >= before + 20)
+    })
+    .expect("B forwarded the stray segments");
+    let strays = stray.stop();
+    std::thread::sleep(Duration::from_millis(200));
+    let loops = watch.read().expect("loop counters");
+    let copies = forwarded(&mut d.nft_b, d.vip).packets - before;
+    let family = if ip == Ip::V4 { "ip" } else { "ip6" };
+    let guarded = if guard_on_a { counter(&d.a.ns, family, "havip-web-guard", "prerouting") } else { 0 };
+    eprintln!(
+        "{ip:?} guard on A {guard_on_a}: {strays} stray segments, {copies} copies, {guarded} dropped by the guard; {loops}"
+    );
+    assert_eq!((loops.routed(), loops.bounced_to(1)), (0, 0), "copies looped between A and B: {loops}");
+    if guard_on_a {
+        assert_eq!(loops.ttl_exceeded(), 0, "the guard drops them before routing: {loops}");
+        assert_eq!(guarded, copies, "A's guard dropped every copy");
+    } else {
+        assert!(loops.0[0].ttl_exceeded > 0, "A drops TTL-1 copies as it would route them: {loops}");
+    }
+}
+
+#[test]
+fn a_drain_end_before_the_forwarder_loops_nothing_ipv4() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V4, false);
+}
+
+#[test]
+fn a_drain_end_before_the_forwarder_loops_nothing_ipv6() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V6, false);
+}
+
+#[test]
+fn the_old_holders_guard_drops_the_copies_silently_ipv4() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V4, true);
+}
+
+#[test]
+fn the_old_holders_guard_drops_the_copies_silently_ipv6() {
+    require_root!();
+    a_drain_end_before_the_forwarder_loops_nothing(Ip::V6, true);
+}
+
+/// What the guard drops and what it leaves alone, on node A (forwarding on, the VIP held
+/// by B): a client's packet to the VIP that reaches A on the VIP's link is dropped rather
+/// than routed back to B; one that a DNAT rewrote first (kube-proxy's LoadBalancer rules,
+/// `prerouting` priority -100) is routed; one that enters A on another interface (a
+/// pod's, here the management link from node C) is routed to B; and once A holds the VIP
+/// (on `lo`, as while it drains) the packet is delivered.
+fn the_guard_drops_only_what_would_be_routed_back(ip: Ip) {
+    let topo = Topology::builder().nodes(3).build().expect("topology");
+    if ip == Ip::V6 {
+        topo.wait_ipv6_ready(Duration::from_secs(10)).expect("IPv6 ready");
+    }
+    let (a, b, c) = (topo.node(0).clone(), topo.node(1).clone(), topo.node(2).clone());
+    for n in [&a, &b, &c] {
+        forwarding_on(&n.ns);
+    }
+    let (vip, client, fam, host) = match ip {
+        Ip::V4 => (IpAddr::from(topo.vip(0)), IpAddr::from(topo.client().ip), "ip", 32),
+        Ip::V6 => (IpAddr::from(topo.vip6(0)), IpAddr::from(topo.client().ip6), "ip6", 128),
+    };
+    let client_ns = topo.client().ns.clone();
+    add_vip(&b.ns, vip);
+    let mut nft_a = nft_in(&a.ns);
+    nft_a.set_guard(PAIR, &[GuardRule { vip, ifindex: ifindex(&a.ns, "eth0") }]).expect("guard");
+    let target: SocketAddr = (vip, PORT).into();
+    // The client's entry for the VIP points at A (a stale entry, or a forwarder's copy).
+    let vip_s = vip.to_string();
+    netns::exec(
+        &client_ns,
+        "ip",
+        &["neigh", "replace", &vip_s, "lladdr", &a.data_mac, "dev", "eth0", "nud", "permanent"],
+    )
+    .expect("client's entry for the VIP at A");
+    let b_data = addr_of(&b, ip);
+    let obs = format!(
+        "table inet hvtest-obs {{
+           chain routed {{
+             type filter hook forward priority 0; policy accept;
+             {fam} daddr {vip} counter comment \"to-vip\"
+             {fam} daddr {b_data} counter comment \"to-b\"
+           }}
+           chain local {{
+             type filter hook input priority 0; policy accept;
+             {fam} daddr {vip} counter comment \"delivered\"
+           }}
+         }}"
+    );
+    nft_file(&topo, &a.ns, &obs);
+    let guarded = || counter(&a.ns, fam, "havip-web-guard", "prerouting");
+    let obs_a = |key: &str| counter(&a.ns, "inet", "hvtest-obs", key);
+    let burst = |ns: &str, src: IpAddr| {
+        let s = StraySegments::start(ns, src, target, Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(100));
+        let n = s.stop();
+        std::thread::sleep(Duration::from_millis(100));
+        n
+    };
+
+    // Arrives on the VIP's link, the VIP is not A's: dropped, not routed.
+    let n = burst(&client_ns, client);
+    assert!(n > 0);
+    assert_eq!((guarded(), obs_a("to-vip")), (n, 0), "dropped by the guard, none routed");
+
+    // kube-proxy's DNAT comes first: the packet is no longer the VIP's, and is routed.
+    let nat = format!(
+        "table {fam} hvtest-nat {{
+           chain pre {{
+             type nat hook prerouting priority -100; policy accept;
+             {fam} daddr {vip} dnat to {b_data}
+           }}
+         }}"
+    );
+    nft_file(&topo, &a.ns, &nat);
+    let m = burst(&client_ns, client);
+    assert_eq!(guarded(), n, "a DNATed packet is not the guard's");
+    assert_eq!(obs_a("to-b"), m, "A routed the DNATed packets");
+    netns::exec(&a.ns, "nft", &["delete", "table", fam, "hvtest-nat"]).expect("no NAT");
+
+    // From another interface (a pod's): routed to the VIP's holder as before.
+    let a_mgmt: IpAddr = match ip {
+        Ip::V4 => a.mgmt_ip.into(),
+        Ip::V6 => a.mgmt_ip6.into(),
+    };
+    let route = format!("{vip}/{host}");
+    let via = a_mgmt.to_string();
+    netns::exec(&c.ns, "ip", &["route", "replace", &route, "via", &via, "dev", "eth1"])
+        .expect("C routes the VIP via A");
+    let c_src: IpAddr = match ip {
+        Ip::V4 => c.mgmt_ip.into(),
+        Ip::V6 => c.mgmt_ip6.into(),
+    };
+    let k = burst(&c.ns, c_src);
+    assert_eq!(guarded(), n, "what enters on another link is not the guard's");
+    assert_eq!(obs_a("to-vip"), k, "A routed C's packets to the VIP's holder");
+
+    // A holds the VIP (on lo, as while it drains): delivered, nothing dropped.
+    netns::exec(&a.ns, "ip", &["addr", "add", &route, "dev", "lo"]).expect("VIP on lo");
+    let l = burst(&client_ns, client);
+    assert_eq!(guarded(), n, "a VIP A holds is not dropped");
+    assert_eq!(obs_a("delivered"), l, "delivered to A");
+    nft_a.remove_pair(PAIR).expect("remove");
+}
+
+#[test]
+fn the_guard_drops_only_what_would_be_routed_back_ipv4() {
+    require_root!();
+    the_guard_drops_only_what_would_be_routed_back(Ip::V4);
+}
+
+#[test]
+fn the_guard_drops_only_what_would_be_routed_back_ipv6() {
+    require_root!();
+    the_guard_drops_only_what_would_be_routed_back(Ip::V6);
+}
+
 // ---------------------------------------------------------------------------------
 // The rules as nft sees them; removal.
 
@@ -493,11 +691,19 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
     let quiet = [QuietRule { vip, own: n0.data_ip.into() }, QuietRule { vip: vip6, own: n0.data_ip6.into() }];
     nft.set_forwarder("web", &fwd).expect("forwarder");
     nft.set_quieter("web", &quiet).expect("quieter");
+    let guard = [GuardRule { vip, ifindex: eth0 }, GuardRule { vip: vip6, ifindex: eth0 }];
+    nft.set_guard("web", &guard).expect("guard");
     nft.set_forwarder("db", &[ForwardRule { vip: vip2, old_holder: n1.data_ip.into(), ifindex: eth0 }]).expect("db");
 
     let t = |f: &str, n: &str| (f.to_owned(), n.to_owned());
-    let web =
-        [t("arp", "havip-web-quiet"), t("ip", "havip-web-fwd"), t("ip6", "havip-web-fwd"), t("ip6", "havip-web-quiet")];
+    let web = [
+        t("arp", "havip-web-quiet"),
+        t("ip", "havip-web-fwd"),
+        t("ip", "havip-web-guard"),
+        t("ip6", "havip-web-fwd"),
+        t("ip6", "havip-web-guard"),
+        t("ip6", "havip-web-quiet"),
+    ];
     let mut all = web.to_vec();
     all.push(t("ip", "havip-db-fwd"));
     all.sort();
@@ -509,36 +715,42 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
     assert_eq!(c["arp havip-web-quiet output"], "filter output 0 accept");
     assert_eq!(c["ip6 havip-web-quiet input"], "filter input 0 accept");
     assert_eq!(c["ip6 havip-web-quiet output"], "filter output 0 accept");
-    assert_eq!(c.len(), 7, "{c:?}");
+    assert_eq!(c["ip havip-web-guard prerouting"], "filter prerouting 0 accept");
+    assert_eq!(c["ip6 havip-web-guard prerouting"], "filter prerouting 0 accept");
+    assert_eq!(c.len(), 9, "{c:?}");
     let hex6 = match vip6 {
         IpAddr::V6(v) => format!("0x{:032x}", u128::from(v)),
         IpAddr::V4(_) => unreachable!(),
     };
-    let db_rule = format!(
-        "ip daddr {vip2} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
-        n1.data_ip
-    );
+    // Every forwarder rule: only what arrives on the VIP's link, and the copy leaves with
+    // TTL 1 (set to 2; dup decrements it).
+    let ttl = |vip: &str| if vip.starts_with("ip6") { "ip6 hoplimit set 2" } else { "ip ttl set 2" };
+    let new = |vip: String, to: String| {
+        format!(
+            "{vip} iif \"eth0\" tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 {} dup to {to} device \"eth0\" drop",
+            ttl(&vip)
+        )
+    };
+    let db_rule = new(format!("ip daddr {vip2}"), n1.data_ip.to_string());
     let close = |vip: String, to: String| {
-        format!("{vip} tcp flags fin,rst ct state invalid counter packets 0 bytes 0 dup to {to} device \"eth0\" drop")
+        format!(
+            "{vip} iif \"eth0\" tcp flags fin,rst ct state invalid counter packets 0 bytes 0 {} dup to {to} device \"eth0\" drop",
+            ttl(&vip)
+        )
     };
     let unowned = |vip: String, to: String| {
         format!(
-            "{vip} tcp flags != syn / syn,ack socket wildcard 1 counter packets 0 bytes 0 dup to {to} device \"eth0\" drop"
+            "{vip} iif \"eth0\" tcp flags != syn / syn,ack socket wildcard 1 counter packets 0 bytes 0 {} dup to {to} device \"eth0\" drop",
+            ttl(&vip)
         )
     };
     let mut want = vec![
         unowned(format!("ip daddr {vip}"), n1.data_ip.to_string()),
         unowned(format!("ip6 daddr {vip6}"), n1.data_ip6.to_string()),
         unowned(format!("ip daddr {vip2}"), n1.data_ip.to_string()),
-        format!(
-            "ip daddr {vip} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
-            n1.data_ip
-        ),
+        new(format!("ip daddr {vip}"), n1.data_ip.to_string()),
         close(format!("ip daddr {vip}"), n1.data_ip.to_string()),
-        format!(
-            "ip6 daddr {vip6} tcp flags != syn / syn,ack ct state new counter packets 0 bytes 0 dup to {} device \"eth0\" drop",
-            n1.data_ip6
-        ),
+        new(format!("ip6 daddr {vip6}"), n1.data_ip6.to_string()),
         close(format!("ip6 daddr {vip6}"), n1.data_ip6.to_string()),
         format!(
             "arp htype 1 arp ptype ip arp hlen 6 arp plen 4 arp operation request arp daddr ip {vip} counter packets 0 bytes 0 drop"
@@ -554,6 +766,8 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
         ),
         db_rule.clone(),
         close(format!("ip daddr {vip2}"), n1.data_ip.to_string()),
+        format!("ip daddr {vip} iif \"eth0\" fib daddr type != local counter packets 0 bytes 0 drop"),
+        format!("ip6 daddr {vip6} iif \"eth0\" fib daddr type != local counter packets 0 bytes 0 drop"),
     ];
     let mut got = rule_lines(&ns);
     want.sort();
@@ -593,10 +807,11 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
     // of others are left alone.
     netns::exec(&ns, "nft", &["add", "table", "ip", "someone-else"]).expect("a foreign table");
     nft.set_forwarder("gone", &fwd).expect("gone");
+    nft.set_guard("gone", &guard).expect("gone's guard");
     nft.set_quieter("kept", &quiet).expect("kept");
     let removed = nft.remove_leftovers(&["kept"]).expect("cleanup");
     let removed: Vec<String> = removed.iter().map(ToString::to_string).collect();
-    assert_eq!(removed, ["ip havip-gone-fwd", "ip6 havip-gone-fwd"]);
+    assert_eq!(removed, ["ip havip-gone-fwd", "ip havip-gone-guard", "ip6 havip-gone-fwd", "ip6 havip-gone-guard"]);
     assert_eq!(tables(&ns), [t("arp", "havip-kept-quiet"), t("ip", "someone-else"), t("ip6", "havip-kept-quiet")]);
 
     // A rule havip did not write in a forwarder table is reported, not misread.
@@ -681,10 +896,10 @@ fn nft_file(topo: &Topology, ns: &str, text: &str) {
 const ACK: u8 = 0x10;
 const SYN: u8 = 0x02;
 
-/// The lab of the forged-segment tests: two nodes, the VIP on B (the new holder), A (the
-/// old holder) an observer only, the client's entry for the VIP resolved to B, and B's
-/// for A resolved — as the heartbeats keep it on a real pair (a copy of a segment to an
-/// unresolved neighbour waits in its queue).
+/// The lab of the forged-segment tests: two nodes with forwarding on, the VIP on B (the
+/// new holder), A (the old holder) an observer without the VIP, the client's entry for
+/// the VIP resolved to B, and B's for A resolved — as the heartbeats keep it on a real
+/// pair (a copy of a segment to an unresolved neighbour waits in its queue).
 struct ForgedLab {
     topo: Topology,
     a: NodeInfo,
@@ -700,20 +915,18 @@ fn forged_lab() -> ForgedLab {
     let (client, client_ns) = (topo.client().ip, topo.client().ns.clone());
     let vip = topo.vip(0);
     add_vip(&b.ns, vip.into());
-    observer_only(&a.ns);
+    forwarding_on(&a.ns);
+    forwarding_on(&b.ns);
     netns::resolve_neighbour(&client_ns, "eth0", vip.into(), Duration::from_secs(3)).expect("client resolves the VIP");
     netns::resolve_neighbour(&b.ns, "eth0", a.data_ip.into(), Duration::from_secs(3)).expect("B resolves A");
     ForgedLab { topo, a, b, client, client_ns, vip }
 }
 
-/// Node A of the forged-segment tests only observes: it has no VIP, and with IPv4
-/// forwarding on (a new namespace inherits it from a host that runs Docker) it would route
-/// each copy back to B, whose forwarder copies it to A again until the TTL runs out. On a
-/// real pair the old holder has the VIP on `lo` while it drains, so a copy is delivered.
-fn observer_only(ns: &str) {
-    netns::in_netns(ns, || std::fs::write("/proc/sys/net/ipv4/conf/all/forwarding", "0"))
-        .expect("thread in namespace")
-        .expect("net.ipv4.conf.all.forwarding");
+/// Forwarding on in `ns` (IPv4 and IPv6), as on every Kubernetes node: a member that
+/// does not hold a VIP routes what it receives for it back out of the VIP's link. Every
+/// test here runs so (issue 25); a test used to turn it off on the observing node instead.
+fn forwarding_on(ns: &str) {
+    netns::set_forwarding(ns, true).expect("forwarding on");
 }
 
 fn set_tcp_loose(ns: &str, on: bool) {
@@ -735,7 +948,7 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
            chain pre {{
              type filter hook prerouting priority -300; policy accept;
              ip saddr {client} tcp dport {PORT} counter comment \"seen\"
-             ip saddr {client} tcp dport {PORT} ip ttl 63 counter comment \"ttl63\"
+             ip saddr {client} tcp dport {PORT} ip ttl 1 counter comment \"ttl1\"
            }}
          }}"
     );
@@ -788,8 +1001,14 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
             netns::exec(&b.ns, "ip", &["neigh", "show"]),
         );
     }
+    // A has no VIP and routes what it gets for it: the copy must not come back.
+    settle();
     assert_eq!(seen_on_a(), 1, "one copy of one segment");
-    assert_eq!(counter(&a.ns, "ip", "hvtest-obs", "ttl63"), 1, "nf_dup decrements the TTL in PREROUTING");
+    assert_eq!(
+        counter(&a.ns, "ip", "hvtest-obs", "ttl1"),
+        1,
+        "the copy leaves with TTL 1 (set to 2, and nf_dup decrements it in PREROUTING): no node can route it on"
+    );
     assert_eq!(forwarded(&mut nft_b, vip.into()), Counter { packets: 1, bytes: 40 });
     let ob = counters(&b.ns, "ip", "hvtest-obs");
     assert_eq!(

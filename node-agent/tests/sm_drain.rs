@@ -182,3 +182,49 @@ fn a_new_configuration_ends_the_drain() {
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(drain_events(&out), vec![false]);
 }
+
+#[test]
+fn a_stopping_old_holder_ends_its_drain_and_says_so_in_a_last_heartbeat_at_once() {
+    let mut h = active_a_with_b(3);
+    hand_over(&mut h);
+    h.feed(Input::DrainStarted { ok: true, detail: String::new() });
+    let out = h.run(4_000, &[active(B, 100, 4)], Some(true));
+    assert!(adverts(&out).iter().all(|a| a.draining));
+    // Mid-drain (the deadline is 8_020), between two heartbeats: the agent stops.
+    h.now = 4_010;
+    let out = h.feed(Input::Stopping);
+    assert_eq!(removes(&out), vec![vec![vip(VIP)]], "the drained VIPs leave lo");
+    assert_eq!(drain_events(&out), vec![false]);
+    let last = adverts(&out);
+    assert!(!last.is_empty(), "a heartbeat in this very step: {out:?}");
+    assert!(last.iter().all(|a| !a.draining && !a.holds_vips), "{last:?}");
+    assert_eq!(h.status().draining, None);
+    // Nothing of the drain comes back, even for a heartbeat step before the exit.
+    let out = h.run(4_300, &[active(B, 100, 4)], Some(true));
+    assert!(adverts(&out).iter().all(|a| !a.draining) && removes(&out).is_empty());
+}
+
+#[test]
+fn a_stopping_old_holder_in_a_committed_handover_no_longer_says_it_drains() {
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    h.cmd(Command::PlannedFailover { id: 7, target: Some(node(B)) });
+    h.now = 3_015;
+    let out = h.hear(&with_op(standby(B, 100, 3), 7, OpKind::PrepareAck));
+    assert!(last_advert(&out).draining, "committed: the target may forward to it");
+    let out = h.feed(Input::Stopping);
+    assert!(!last_advert(&out).draining, "{out:?}");
+}
+
+#[test]
+fn a_stopping_new_holder_stops_forwarding_whatever_it_hears() {
+    let mut h = active_a_with_b(3);
+    let draining_b = Advert { draining: true, ..standby(B, 100, 3) };
+    assert_eq!(forwards(&h.hear(&draining_b)), vec![Some(node(B))]);
+    let out = h.feed(Input::Stopping);
+    assert_eq!(forwards(&out), vec![None]);
+    assert!(removes(&out).is_empty(), "the new holder keeps its VIPs");
+    assert_eq!(h.status().forwarding_to, None);
+    let out = h.hear(&draining_b);
+    assert!(forwards(&out).is_empty(), "not forwarding again: {out:?}");
+}

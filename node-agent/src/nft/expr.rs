@@ -58,6 +58,8 @@ const NFTA_PAYLOAD_BASE: u16 = 2;
 const NFTA_PAYLOAD_OFFSET: u16 = 3;
 const NFTA_PAYLOAD_LEN: u16 = 4;
 const NFTA_PAYLOAD_SREG: u16 = 5;
+const NFTA_PAYLOAD_CSUM_TYPE: u16 = 6;
+const NFTA_PAYLOAD_CSUM_OFFSET: u16 = 7;
 const NFTA_PAYLOAD_CSUM_FLAGS: u16 = 8;
 // enum nft_cmp_attributes
 const NFTA_CMP_SREG: u16 = 1;
@@ -85,6 +87,10 @@ const NFTA_IMMEDIATE_DATA: u16 = 2;
 // enum nft_dup_attributes
 const NFTA_DUP_SREG_ADDR: u16 = 1;
 const NFTA_DUP_SREG_DEV: u16 = 2;
+// enum nft_fib_attributes
+const NFTA_FIB_DREG: u16 = 1;
+const NFTA_FIB_RESULT: u16 = 2;
+const NFTA_FIB_FLAGS: u16 = 3;
 // enum nft_socket_attributes
 const NFTA_SOCKET_KEY: u16 = 1;
 const NFTA_SOCKET_DREG: u16 = 2;
@@ -99,14 +105,27 @@ const REG_2: u32 = 2;
 // enum nft_payload_bases
 const BASE_NETWORK: u32 = 1;
 const BASE_TRANSPORT: u32 = 2;
+/// `NFT_PAYLOAD_CSUM_INET`: the internet checksum at the given offset of the same header.
+const CSUM_INET: u32 = 1;
+/// Offset of the IPv4 header checksum.
+const IP_CSUM_OFFSET: u32 = 10;
 /// `NFT_PAYLOAD_L4CSUM_PSEUDOHDR`: the field written is part of the L4 checksum's
 /// pseudo-header, fix that checksum too.
 const L4CSUM_PSEUDOHDR: u32 = 1;
 // enum nft_cmp_ops
 const CMP_EQ: u32 = 0;
 const CMP_NEQ: u32 = 1;
-/// `NFT_META_L4PROTO`.
+/// `NFT_META_IIF`, `NFT_META_L4PROTO`.
+const META_IIF: u32 = 4;
 const META_L4PROTO: u32 = 16;
+/// `NFT_FIB_RESULT_ADDRTYPE`, `NFTA_FIB_F_DADDR`, and the address type `RTN_LOCAL` (a
+/// host-endian `u32` in the register).
+const FIB_RESULT_ADDRTYPE: u32 = 3;
+const FIB_F_DADDR: u32 = 1 << 1;
+const RTN_LOCAL: u32 = 2;
+/// The TTL / hop limit the forwarder gives a segment before `dup` copies it (and
+/// decrements it once more, see [`forward_rule`]): the copy arrives with 1.
+const COPY_TTL: u8 = 2;
 /// `NFT_BITWISE_MASK_XOR` (called `NFT_BITWISE_BOOL` before 6.13; same value).
 const BITWISE_MASK_XOR: u32 = 0;
 /// `NFT_CT_STATE`.
@@ -156,6 +175,9 @@ pub(crate) struct ChainSpec {
 pub(crate) const FWD_PREROUTING: ChainSpec =
     ChainSpec { name: "prerouting", hook: NF_INET_PRE_ROUTING, priority: -150 };
 /// The quieter's chains (the ARP family has the same names for its hooks).
+/// The guard's chain: after DNAT (-100), so a packet kube-proxy (or any DNAT) rewrote
+/// is no longer addressed to the VIP when the guard sees it.
+pub(crate) const GUARD_PREROUTING: ChainSpec = ChainSpec { name: "prerouting", hook: NF_INET_PRE_ROUTING, priority: 0 };
 pub(crate) const QUIET_ARP_INPUT: ChainSpec = ChainSpec { name: "input", hook: NF_ARP_IN, priority: 0 };
 pub(crate) const QUIET_ARP_OUTPUT: ChainSpec = ChainSpec { name: "output", hook: NF_ARP_OUT, priority: 0 };
 pub(crate) const QUIET_IP6_INPUT: ChainSpec = ChainSpec { name: "input", hook: NF_INET_LOCAL_IN, priority: 0 };
@@ -241,6 +263,11 @@ impl Program<'_> {
     /// does mask-and-xor too; nft 1.0.6 names the operation for the TCP flags match
     /// but not for ct state, and `explicit_op` copies that so the bytes compare equal.
     fn and(&mut self, mask: &[u8], explicit_op: bool) {
+        self.mask_xor(mask, &vec![0; mask.len()], explicit_op);
+    }
+
+    /// `bitwise reg 1 = (reg 1 & mask) ^ xor`
+    fn mask_xor(&mut self, mask: &[u8], xor: &[u8], explicit_op: bool) {
         self.expr("bitwise", |w| {
             w.u32_be(NFTA_BITWISE_SREG, REG_1);
             w.u32_be(NFTA_BITWISE_DREG, REG_1);
@@ -249,7 +276,7 @@ impl Program<'_> {
             }
             w.u32_be(NFTA_BITWISE_LEN, mask.len() as u32);
             w.nest(NFTA_BITWISE_MASK, |w| w.bytes(NFTA_DATA_VALUE, mask));
-            w.nest(NFTA_BITWISE_XOR, |w| w.bytes(NFTA_DATA_VALUE, &vec![0; mask.len()]));
+            w.nest(NFTA_BITWISE_XOR, |w| w.bytes(NFTA_DATA_VALUE, xor));
         });
     }
 
@@ -259,6 +286,26 @@ impl Program<'_> {
             w.u32_be(NFTA_CT_KEY, CT_STATE);
             w.u32_be(NFTA_CT_DREG, REG_1);
         });
+    }
+
+    /// `meta iif <ifindex>` (the index is a host-endian `u32` in the register)
+    fn iif(&mut self, ifindex: u32) {
+        self.expr("meta", |w| {
+            w.u32_be(NFTA_META_KEY, META_IIF);
+            w.u32_be(NFTA_META_DREG, REG_1);
+        });
+        self.cmp(CMP_EQ, &ifindex.to_ne_bytes());
+    }
+
+    /// `fib daddr type != local`: the destination is no address of this host.
+    fn daddr_not_local(&mut self) {
+        self.expr("fib", |w| {
+            // nft's order.
+            w.u32_be(NFTA_FIB_FLAGS, FIB_F_DADDR);
+            w.u32_be(NFTA_FIB_RESULT, FIB_RESULT_ADDRTYPE);
+            w.u32_be(NFTA_FIB_DREG, REG_1);
+        });
+        self.cmp(CMP_NEQ, &RTN_LOCAL.to_ne_bytes());
     }
 
     fn counter(&mut self) {
@@ -286,11 +333,21 @@ impl Program<'_> {
     /// `payload write reg 1 => <len>b @ network header + <offset>`, with the L4
     /// checksum fixed for the pseudo-header when `l4csum`.
     fn store(&mut self, offset: u32, len: u32, l4csum: bool) {
+        self.store_csum(offset, len, None, l4csum);
+    }
+
+    /// [`Program::store`], also fixing the internet checksum at `ip_csum` of the network
+    /// header (the IPv4 header checksum) when given.
+    fn store_csum(&mut self, offset: u32, len: u32, ip_csum: Option<u32>, l4csum: bool) {
         self.expr("payload", |w| {
             w.u32_be(NFTA_PAYLOAD_SREG, REG_1);
             w.u32_be(NFTA_PAYLOAD_BASE, BASE_NETWORK);
             w.u32_be(NFTA_PAYLOAD_OFFSET, offset);
             w.u32_be(NFTA_PAYLOAD_LEN, len);
+            if let Some(at) = ip_csum {
+                w.u32_be(NFTA_PAYLOAD_CSUM_TYPE, CSUM_INET);
+                w.u32_be(NFTA_PAYLOAD_CSUM_OFFSET, at);
+            }
             if l4csum {
                 // No CSUM_TYPE (the IPv6 header has no checksum of its own), only the
                 // flag: nf_tables then fixes the ICMPv6 checksum, whose pseudo-header
@@ -317,19 +374,35 @@ impl Program<'_> {
         });
     }
 
-    /// `<ip|ip6> daddr <vip> meta l4proto tcp tcp flags & <mask> != <not>` (the flags are
-    /// byte 13 of the TCP header).
-    fn tcp_to_vip_with_flags(&mut self, vip: IpAddr, mask: u8, not: u8) {
+    /// `<ip|ip6> daddr <vip> iif <ifindex> meta l4proto tcp tcp flags & <mask> != <not>`
+    /// (the flags are byte 13 of the TCP header).
+    fn tcp_to_vip_with_flags(&mut self, vip: IpAddr, ifindex: u32, mask: u8, not: u8) {
         self.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
+        self.iif(ifindex);
         self.l4proto(IPPROTO_TCP);
         self.load(BASE_TRANSPORT, 13, 1);
         self.and(&[mask], true);
         self.cmp(CMP_NEQ, &[not]);
     }
 
-    /// `counter dup to <to> device <ifindex> drop`
+    /// `ip ttl set 2` / `ip6 hoplimit set 2`. The IPv4 TTL shares a 16-bit word of the
+    /// header checksum with the protocol: as nft does, the word is read, the TTL byte
+    /// replaced, and the word written back with the checksum fixed.
+    fn set_copy_ttl(&mut self, v4: bool) {
+        if v4 {
+            self.load(BASE_NETWORK, 8, 2);
+            self.mask_xor(&[0x00, 0xff], &[COPY_TTL, 0x00], true);
+            self.store_csum(8, 2, Some(IP_CSUM_OFFSET), false);
+        } else {
+            self.immediate(REG_1, &[COPY_TTL]);
+            self.store(7, 1, false);
+        }
+    }
+
+    /// `counter <ip ttl|ip6 hoplimit> set 2 dup to <to> device <ifindex> drop`
     fn count_dup_drop(&mut self, to: IpAddr, ifindex: u32) {
         self.counter();
+        self.set_copy_ttl(to.is_ipv4());
         self.immediate(REG_1, &octets(to));
         self.immediate(REG_2, &ifindex.to_ne_bytes());
         self.dup();
@@ -362,8 +435,8 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
 /// `prerouting`: a segment that only a listening socket bound to the wildcard address
 /// would take — no connection of this host's has it.
 ///
-/// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn socket wildcard 1
-/// counter dup to <old_holder> device <ifindex> drop`
+/// `ip daddr <vip> iif <ifindex> meta l4proto tcp tcp flags & (syn|ack) != syn socket
+/// wildcard 1 counter ip ttl set 2 dup to <old_holder> device <ifindex> drop`
 ///
 /// [`forward_rule`] asks conntrack, which is wrong when the flow's addresses and ports
 /// were used before: a client that reuses a port (TIME_WAIT reuse, a busy proxy) may
@@ -376,7 +449,7 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
 /// wildcard address; a listener bound to the VIP itself leaves it to the conntrack rules.
 pub(crate) fn forward_unowned_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.tcp_to_vip_with_flags(vip, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
+        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
         p.socket_wildcard();
         p.cmp(CMP_EQ, &[1]);
         p.count_dup_drop(old_holder, ifindex);
@@ -385,15 +458,33 @@ pub(crate) fn forward_unowned_rule(w: &mut Writer, table: &str, vip: IpAddr, old
 
 /// The forwarder's second rule for one VIP, in table `ip`/`ip6 <table>` chain `prerouting`:
 ///
-/// `ip daddr <vip> meta l4proto tcp tcp flags & (syn|ack) != syn ct state new
-/// counter dup to <old_holder> device <ifindex> drop`
+/// `ip daddr <vip> iif <ifindex> meta l4proto tcp tcp flags & (syn|ack) != syn ct state
+/// new counter ip ttl set 2 dup to <old_holder> device <ifindex> drop` (IPv6: `ip6
+/// hoplimit set 2`)
+///
+/// What all three rules share, against loops between the two members (issue 25):
+///
+/// - `iif <ifindex>`: only segments that arrive on the VIP's link, where the clients
+///   are; nothing that reaches this host another way (a tunnel, a pod's interface) is
+///   sent to the old holder.
+/// - `ip ttl set 2` before `dup`, which decrements it once more in PREROUTING: every
+///   copy reaches the old holder with TTL (hop limit) 1. Delivered locally — the VIP is
+///   still an address there while it drains — a TTL is never checked; but no node can
+///   route such a copy on (a router drops a packet whose TTL would reach 0), so an old
+///   holder that no longer has the VIP (its drain ended first, its agent stopped or
+///   restarted, or it runs a version without the guard) can never send a copy back here
+///   to be copied again. The copy's L2 source would also tell it apart, but the old
+///   holder's MAC is not known when the rules are written (and changes with a bond's
+///   failover); the TTL needs nothing. The original is dropped, so setting its TTL harms
+///   nothing; an application on the old holder that insists on a minimum TTL
+///   (`IP_MINTTL`, GTSM) would refuse the copies.
 ///
 /// The caller checks that `vip` and `old_holder` are of one family.
 pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
         // TCP flags are byte 13 of the header: everything but a plain SYN (a SYN-ACK
         // would be odd towards a VIP, and is a reply to the old holder's SYN anyway).
-        p.tcp_to_vip_with_flags(vip, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
+        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
         // A flow this host's conntrack does not know: `new` (nf_conntrack_tcp_loose, the
         // default, picks up a mid-stream segment). Not `invalid` in general: conntrack also
         // calls an out-of-window segment of this host's own connection invalid, and the old
@@ -410,8 +501,8 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
 /// The forwarder's third rule for one VIP: the closing segments of a flow this host's
 /// conntrack does not know.
 ///
-/// `ip daddr <vip> meta l4proto tcp tcp flags & (fin|rst) != 0 ct state invalid counter
-/// dup to <old_holder> device <ifindex> drop`
+/// `ip daddr <vip> iif <ifindex> meta l4proto tcp tcp flags & (fin|rst) != 0 ct state
+/// invalid counter ip ttl set 2 dup to <old_holder> device <ifindex> drop`
 ///
 /// Conntrack picks up no flow from a FIN or a RST: those of the old holder's connections
 /// are `invalid`, not `new`. Forwarded, the old holder sees its clients close (else it
@@ -421,11 +512,35 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
 /// answered by nobody, and an invalid FIN of its own is rare.
 pub(crate) fn forward_close_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.tcp_to_vip_with_flags(vip, TCP_FLAG_FIN | TCP_FLAG_RST, 0);
+        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_FIN | TCP_FLAG_RST, 0);
         p.ct_state();
         p.and(&CT_STATE_INVALID.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);
         p.count_dup_drop(old_holder, ifindex);
+    });
+}
+
+/// The guard's rule for one VIP, in table `ip`/`ip6 <table>` chain `prerouting`
+/// (priority 0, after DNAT): a packet to the VIP that arrives on the VIP's link while
+/// the VIP is no address of this host is dropped rather than routed back out of that
+/// link.
+///
+/// `<ip|ip6> daddr <vip> iif <ifindex> fib daddr type != local counter drop`
+///
+/// A member that holds the VIP (on its link, or on `lo` while it drains) has it as a
+/// local address: nothing is dropped. One that does not would, with forwarding on (every
+/// Kubernetes node), route the packet to the VIP's current holder — the very next hop
+/// it came from when the holder's drain forwarder sent it, and so on until the TTL runs
+/// out. Packets kube-proxy (or any DNAT at priority -100) rewrote are no longer addressed
+/// to the VIP here; a pod's packets to the VIP arrive on its own interface, not the
+/// VIP's link, and are routed as before.
+pub(crate) fn guard_rule(w: &mut Writer, table: &str, vip: IpAddr, ifindex: u32) {
+    rule(w, table, GUARD_PREROUTING, |p| {
+        p.field_eq(BASE_NETWORK, daddr_offset(vip), &octets(vip));
+        p.iif(ifindex);
+        p.daddr_not_local();
+        p.counter();
+        p.drop();
     });
 }
 

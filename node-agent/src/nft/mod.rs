@@ -21,6 +21,26 @@
 //!   (which the kernel would otherwise use as sender, and which would point the
 //!   client's entry for the VIP back at it). Tables `arp havip-<pair>-quiet` and
 //!   `ip6 havip-<pair>-quiet`, chains `input` and `output`.
+//! - the **guard**, on every member, from its agent's start to its stop
+//!   ([`Nft::set_guard`]): a packet addressed to one of the pair's VIPs that arrives on
+//!   the VIP's link while the VIP is no local address here is dropped, never routed back
+//!   out of that link. Tables `ip havip-<pair>-guard` and `ip6 havip-<pair>-guard`, chain
+//!   `prerouting` at priority 0 (after DNAT, see [`expr::guard_rule`]).
+//!
+//! **Loops.** With forwarding on — every Kubernetes node — a member without the VIP
+//! routes what it receives for it to the VIP's holder. During a drain that is the new
+//! holder, whose forwarder copies the same segment back, and so on until the TTL runs
+//! out (issue 25 counted 465 copies at a drain's end, 8,959 when the old holder's agent
+//! stopped mid-drain). Three things keep it from happening, each enough alone: the guard
+//! on the old holder drops such a copy; the forwarder gives every copy TTL 1, so that no
+//! node can route it on, and matches only segments that arrive on the VIP's link (see
+//! [`expr::forward_rule`]); and a stopping agent tells its peer at once (a last heartbeat
+//! that no longer says it drains), so the forwarder goes without waiting for a
+//! heartbeat timeout. The guard is also the rule a member that does not hold a VIP
+//! follows whatever sends it the VIP's traffic: it drops it rather than routing it back.
+//! It stays when the agent is killed (the next start replaces it before the start-up
+//! removes a drain's addresses from `lo`), and goes when the agent stops, leaves the
+//! pair or is uninstalled.
 //!
 //! Every change is one nf_tables batch (all or nothing); every message of it is
 //! acknowledged and every answer is read back, so an error names the operation and
@@ -29,12 +49,12 @@
 //! `spawn_blocking`.
 //!
 //! Kernel requirements: nf_tables with the `arp`, `ip` and `ip6` families, and the
-//! `ct`, `dup` (nf_dup_ipv4/ipv6), `payload`, `cmp`, `bitwise`, `meta`, `counter` and
-//! `immediate` expressions. A `ct` expression enables conntrack in the network
+//! `ct`, `dup` (nf_dup_ipv4/ipv6), `fib` (nft_fib_ipv4/ipv6), `payload`, `cmp`,
+//! `bitwise`, `meta`, `counter` and `immediate` expressions. A `ct` expression enables conntrack in the network
 //! namespace when the rule is added (nf_tables takes a reference on it), so nothing
 //! has to load or enable it beforehand.
 //!
-//! Table names: `havip-<pair>-fwd` and `havip-<pair>-quiet`. nf_tables allows 255
+//! Table names: `havip-<pair>-fwd`, `havip-<pair>-quiet` and `havip-<pair>-guard`. nf_tables allows 255
 //! bytes; a DNS-1123 pair name has up to 253. A pair name longer than 243 bytes (the
 //! most `havip-…-quiet` fits) is shortened to its first 226 bytes, `_` and 16 hex
 //! digits of its 64-bit FNV-1a hash: stable across versions and machines, and never
@@ -64,9 +84,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const TABLE_PREFIX: &str = "havip-";
 const FWD_SUFFIX: &str = "-fwd";
 const QUIET_SUFFIX: &str = "-quiet";
+const GUARD_SUFFIX: &str = "-guard";
 /// `NFT_NAME_MAXLEN` is 256 with the NUL.
 const MAX_NAME: usize = 255;
-/// The longest pair name used as it is: `havip-<pair>-quiet` must fit.
+/// The longest pair name used as it is: `havip-<pair>-quiet` (and `-guard`, as long)
+/// must fit.
 const MAX_PLAIN_PAIR: usize = MAX_NAME - TABLE_PREFIX.len() - QUIET_SUFFIX.len();
 /// How much of a longer pair name is kept before `_<hash>`.
 const KEPT_PAIR: usize = MAX_PLAIN_PAIR - 1 - 16;
@@ -88,6 +110,21 @@ pub struct ForwardRule {
 impl fmt::Display for ForwardRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "forward {} to {} via ifindex {}", self.vip, self.old_holder, self.ifindex)
+    }
+}
+
+/// One VIP the guard protects from being routed back out of its link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GuardRule {
+    /// The VIP (IPv4 or IPv6).
+    pub vip: IpAddr,
+    /// The interface index of the VIP's link on this node.
+    pub ifindex: u32,
+}
+
+impl fmt::Display for GuardRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "guard {} on ifindex {}", self.vip, self.ifindex)
     }
 }
 
@@ -178,6 +215,8 @@ pub enum TableKind {
     Forwarder,
     /// `havip-<pair>-quiet`.
     Quieter,
+    /// `havip-<pair>-guard`.
+    Guard,
 }
 
 impl TableKind {
@@ -185,6 +224,7 @@ impl TableKind {
         match self {
             Self::Forwarder => FWD_SUFFIX,
             Self::Quieter => QUIET_SUFFIX,
+            Self::Guard => GUARD_SUFFIX,
         }
     }
 
@@ -193,8 +233,12 @@ impl TableKind {
         match self {
             Self::Forwarder => [Family::Ip, Family::Ip6],
             Self::Quieter => [Family::Arp, Family::Ip6],
+            Self::Guard => [Family::Ip, Family::Ip6],
         }
     }
+
+    /// Every kind.
+    pub const ALL: [TableKind; 3] = [TableKind::Forwarder, TableKind::Quieter, TableKind::Guard];
 }
 
 /// A table, by family and name.
@@ -209,8 +253,13 @@ pub struct TableRef {
 impl TableRef {
     /// Every table `pair` can have, whether or not it exists.
     pub fn of_pair(pair: &str) -> Result<Vec<TableRef>, NftError> {
+        Self::of_pair_kinds(pair, &TableKind::ALL)
+    }
+
+    /// The tables of `kinds` that `pair` can have.
+    pub fn of_pair_kinds(pair: &str, kinds: &[TableKind]) -> Result<Vec<TableRef>, NftError> {
         let mut out = Vec::new();
-        for kind in [TableKind::Forwarder, TableKind::Quieter] {
+        for &kind in kinds {
             let name = table_name(pair, kind)?;
             out.extend(kind.families().map(|family| TableRef { family, name: name.clone() }));
         }
@@ -220,9 +269,7 @@ impl TableRef {
     /// Which kind of havip table this is, by its name; `None` if it is not havip's.
     pub fn kind(&self) -> Option<TableKind> {
         let rest = self.name.strip_prefix(TABLE_PREFIX)?;
-        [TableKind::Forwarder, TableKind::Quieter]
-            .into_iter()
-            .find(|k| rest.strip_suffix(k.suffix()).is_some_and(|pair| !pair.is_empty()))
+        TableKind::ALL.into_iter().find(|k| rest.strip_suffix(k.suffix()).is_some_and(|pair| !pair.is_empty()))
     }
 }
 
@@ -297,7 +344,7 @@ pub enum NftError {
     InvalidRule {
         /// The pair.
         pair: String,
-        /// `forwarder` or `quieter`.
+        /// `forwarder`, `quieter` or `guard`.
         kind: &'static str,
         /// Why.
         reason: String,
@@ -399,7 +446,7 @@ fn hint(op: &Op, errno: Errno) -> &'static str {
         // nf_tables answers ENOENT for an expression type it cannot find (after trying
         // to load its module) and EOPNOTSUPP for one the family or hook does not allow.
         (Op::AddRule { .. }, Errno::ENOENT) => {
-            "; the kernel lacks an expression of this rule (nft_ct, nft_dup_ipv4/ipv6 or nf_conntrack?)"
+            "; the kernel lacks an expression of this rule (nft_ct, nft_dup_ipv4/ipv6, nft_fib_ipv4/ipv6 or nf_conntrack?)"
         }
         (Op::AddRule { .. }, Errno::EOPNOTSUPP) => "; the kernel does not support an expression of this rule here",
         (Op::AddTable(_), Errno::EAFNOSUPPORT) => "; the kernel lacks nf_tables support for this family",
@@ -572,6 +619,40 @@ impl Nft {
         self.apply(batch)
     }
 
+    /// Replaces the pair's guard tables with exactly `rules`, in one atomic batch (an
+    /// empty list removes them): see [`expr::guard_rule`].
+    pub fn set_guard(&mut self, pair: &str, rules: &[GuardRule]) -> Result<(), NftError> {
+        let name = table_name(pair, TableKind::Guard)?;
+        let invalid = |reason: String| NftError::InvalidRule { pair: pair.to_owned(), kind: "guard", reason };
+        let mut seen = HashSet::new();
+        for r in rules {
+            if r.ifindex == 0 || i32::try_from(r.ifindex).is_err() {
+                return Err(invalid(format!("{r}: not an interface index")));
+            }
+            if !seen.insert(r.vip) {
+                return Err(invalid(format!("{} twice", r.vip)));
+            }
+        }
+        let mut batch = Batch::new(self.conn.next_seq());
+        for family in TableKind::Guard.families() {
+            let table = TableRef { family, name: name.clone() };
+            let mine: Vec<&GuardRule> = rules.iter().filter(|r| Family::of(r.vip) == family).collect();
+            replace_table(&mut batch, &table, !mine.is_empty());
+            if mine.is_empty() {
+                continue;
+            }
+            add_chain(&mut batch, &table, expr::GUARD_PREROUTING);
+            for r in mine {
+                let op = Op::AddRule { table: table.clone(), chain: expr::GUARD_PREROUTING.name, rule: r.to_string() };
+                batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
+                    expr::guard_rule(w, &table.name, r.vip, r.ifindex)
+                });
+            }
+        }
+        tracing::debug!(pair, rules = rules.len(), messages = batch.len(), "nft: setting the guard");
+        self.apply(batch)
+    }
+
     /// Packets and bytes the pair's forwarder sent to the old holder so far, per VIP
     /// (read back from the rules' counters; empty when there is no forwarder).
     pub fn forwarded(&mut self, pair: &str) -> Result<Vec<(IpAddr, Counter)>, NftError> {
@@ -613,7 +694,7 @@ impl Nft {
         Ok(out)
     }
 
-    /// Every havip table present, by name (`havip-…-fwd`, `havip-…-quiet`) in any
+    /// Every havip table present, by name (`havip-…-fwd`, `-quiet`, `-guard`) in any
     /// family: for the start-up cleanup of pairs no longer configured (see
     /// [`Nft::remove_leftovers`]).
     pub fn havip_tables(&mut self) -> Result<Vec<TableRef>, NftError> {
@@ -633,6 +714,13 @@ impl Nft {
         )?;
         out.sort();
         Ok(out)
+    }
+
+    /// Deletes the pair's drain tables (forwarder and quieter) and keeps its guard: for a
+    /// start, which replaces the guard itself (so that there is no moment without one).
+    pub fn remove_drain(&mut self, pair: &str) -> Result<(), NftError> {
+        let tables = TableRef::of_pair_kinds(pair, &[TableKind::Forwarder, TableKind::Quieter])?;
+        self.remove_tables(&tables)
     }
 
     /// Deletes every table of the pair; a table that is not there is success, so this

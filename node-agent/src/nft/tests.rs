@@ -11,9 +11,27 @@ fn short_pair_names_are_used_as_they_are() {
     assert_eq!(table_name("a.b-c", TableKind::Quieter).unwrap(), "havip-a.b-c-quiet");
     let tables = TableRef::of_pair("web").unwrap();
     let shown: Vec<String> = tables.iter().map(ToString::to_string).collect();
-    assert_eq!(shown, ["ip havip-web-fwd", "ip6 havip-web-fwd", "arp havip-web-quiet", "ip6 havip-web-quiet"]);
+    assert_eq!(
+        shown,
+        [
+            "ip havip-web-fwd",
+            "ip6 havip-web-fwd",
+            "arp havip-web-quiet",
+            "ip6 havip-web-quiet",
+            "ip havip-web-guard",
+            "ip6 havip-web-guard"
+        ]
+    );
     assert_eq!(tables[0].kind(), Some(TableKind::Forwarder));
     assert_eq!(tables[3].kind(), Some(TableKind::Quieter));
+    assert_eq!(tables[5].kind(), Some(TableKind::Guard));
+    assert_eq!(table_name("web", TableKind::Guard).unwrap(), "havip-web-guard");
+    let drain: Vec<String> = TableRef::of_pair_kinds("web", &[TableKind::Forwarder, TableKind::Quieter])
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(drain, shown[..4], "the drain's tables, without the guard");
 }
 
 #[test]
@@ -25,7 +43,7 @@ fn long_pair_names_get_a_stable_hash_and_fit() {
 
     let long = format!("{}b", "a".repeat(MAX_PLAIN_PAIR));
     let other = format!("{}c", "a".repeat(MAX_PLAIN_PAIR));
-    for kind in [TableKind::Forwarder, TableKind::Quieter] {
+    for kind in TableKind::ALL {
         let n = table_name(&long, kind).unwrap();
         assert!(n.len() <= MAX_NAME, "{} bytes", n.len());
         assert!(n.contains('_'), "{n}");
@@ -55,6 +73,7 @@ fn havip_table_names_are_recognised_and_others_not() {
     let kind = |n: &str| TableRef { family: Family::Ip, name: n.to_owned() }.kind();
     assert_eq!(kind("havip-x-fwd"), Some(TableKind::Forwarder));
     assert_eq!(kind("havip-x-fwd-quiet"), Some(TableKind::Quieter));
+    assert_eq!(kind("havip-x-guard"), Some(TableKind::Guard));
     for other in ["havip--fwd", "havip-fwd", "filter", "havip-x", "hvfault_udp", "xhavip-x-fwd"] {
         assert_eq!(kind(other), None, "{other}");
     }
@@ -115,6 +134,14 @@ fn invalid_rules_are_refused_before_anything_is_sent() {
         assert!(matches!(nft.set_quieter("p", &rules), Err(NftError::InvalidRule { .. })), "{rules:?}");
     }
     assert!(matches!(nft.set_forwarder("P", &[]), Err(NftError::InvalidPair { .. })));
+    let bad_guard = [
+        vec![GuardRule { vip, ifindex: 0 }],
+        vec![GuardRule { vip, ifindex: u32::MAX }],
+        vec![GuardRule { vip, ifindex: 2 }, GuardRule { vip, ifindex: 3 }],
+    ];
+    for rules in bad_guard {
+        assert!(matches!(nft.set_guard("p", &rules), Err(NftError::InvalidRule { kind: "guard", .. })), "{rules:?}");
+    }
 }
 
 #[test]
@@ -221,6 +248,17 @@ fn replacing_keeps_exactly_the_new_rules_and_an_empty_list_removes() {
         );
         nft.set_quieter("p", &[]).expect("no quieter");
         assert_eq!(nft.havip_tables().expect("tables"), vec![]);
+        // The guard: replaced like the others; a start's cleanup of the drain keeps it,
+        // removing the pair does not.
+        nft.set_guard("p", &[GuardRule { vip: a, ifindex: 1 }, GuardRule { vip: c, ifindex: 1 }]).expect("guard");
+        nft.set_forwarder("p", &[rule(a, old4)]).expect("forwarder");
+        nft.remove_drain("p").expect("remove the drain");
+        let guard = |family| TableRef { family, name: "havip-p-guard".into() };
+        assert_eq!(nft.havip_tables().expect("tables"), vec![guard(Family::Ip), guard(Family::Ip6)]);
+        nft.set_guard("p", &[GuardRule { vip: c, ifindex: 1 }]).expect("guard, IPv6 only");
+        assert_eq!(nft.havip_tables().expect("tables"), vec![guard(Family::Ip6)]);
+        nft.remove_pair("p").expect("remove the pair");
+        assert_eq!(nft.havip_tables().expect("tables"), vec![]);
     });
 }
 
@@ -239,8 +277,8 @@ fn a_batch_larger_than_the_default_send_buffer_and_a_multi_part_dump_work() {
     in_fresh_netns("large batch", || {
         let mut nft = Nft::open().expect("open");
         let old_holder: IpAddr = Ipv4Addr::new(10, 255, 0, 1).into();
-        // About 740 bytes a rule: some 440 KiB in one batch, twice `wmem_default`; read
-        // back, the dump spans many datagrams.
+        // Three rules a VIP, about 1 KB each: some 1.7 MB in one batch, several times
+        // `wmem_default`; read back, the dump spans many datagrams.
         let rules: Vec<ForwardRule> = (1..=600u32)
             .map(|i| ForwardRule { vip: Ipv4Addr::from(0x0a00_0000 + i).into(), old_holder, ifindex: 1 })
             .collect();

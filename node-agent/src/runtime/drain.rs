@@ -16,11 +16,22 @@
 //! TCP segments of flows this node's conntrack does not know — those of connections
 //! established on the old holder — to the old holder's address on the VIP's link, at L2.
 //!
-//! Nothing survives the agent: a stopping runtime ends both sides, a starting one deletes
-//! its pair's tables and (through the ledger) drained addresses.
+//! Guard (every member, see the `nft` module): table `ip`/`ip6 havip-<pair>-guard` drops a
+//! packet addressed to a VIP that arrives on the VIP's link while the VIP is no local
+//! address here, instead of routing it back out (with forwarding on, every Kubernetes
+//! node, a member without the VIP would send the forwarder's copies straight back to the
+//! new holder). Installed at the start — before the start-up removes a crashed drain's
+//! addresses from `lo`, so that there is no moment without it — and again on every new
+//! configuration; a SIGKILLed agent leaves it in place.
+//!
+//! Nothing else survives the agent: a stopping runtime feeds the machine
+//! [`sm::Input::Stopping`] (the drain ends and a last heartbeat tells the peer at once,
+//! so its forwarder goes now rather than a heartbeat timeout later), ends both sides and
+//! removes the guard last; a starting one deletes its pair's drain tables and (through the
+//! ledger) drained addresses.
 
 use super::*;
-use crate::nft::{ForwardRule, Nft, QuietRule};
+use crate::nft::{ForwardRule, GuardRule, Nft, QuietRule};
 
 /// What this member's drain holds now.
 #[derive(Default)]
@@ -100,12 +111,52 @@ fn parse_proc_addr(s: &str, v6: bool) -> Option<IpAddr> {
     }
 }
 
+/// Replaces the pair's guard with one rule per VIP of `vips`, on its link. Errors are
+/// logged: without the guard, the forwarder's TTL still keeps copies from looping.
+pub(super) async fn install_guard(pair: &str, nl: &Netlink, vips: &[ResolvedVip], metrics: &PairMetrics) {
+    let links = match nl.links().await {
+        Ok(l) => l,
+        Err(e) => {
+            metrics.io_error(e.category());
+            tracing::warn!(error = %e, "failed to read the links for the VIPs' guard; it stays as it was");
+            return;
+        }
+    };
+    let mut rules: Vec<GuardRule> = Vec::new();
+    for v in vips {
+        match links.iter().find(|l| l.name == v.vip.ifname) {
+            Some(l) if !rules.iter().any(|r| r.vip == v.vip.addr) => {
+                rules.push(GuardRule { vip: v.vip.addr, ifindex: l.index })
+            }
+            Some(_) => {}
+            None => tracing::warn!(
+                vip = %v.vip.addr, interface = %v.vip.ifname,
+                "the VIP's interface is missing: it has no guard until the next configuration"
+            ),
+        }
+    }
+    let p = pair.to_owned();
+    let n = rules.len();
+    match with_nft(move |nft| nft.set_guard(&p, &rules)).await {
+        Ok(()) => tracing::debug!(vips = n, "guard installed"),
+        Err(e) => {
+            metrics.io_error("guard");
+            tracing::warn!(
+                error = %e,
+                "failed to install the guard: with forwarding on, this member routes packets to a VIP it does not \
+                 hold back out of the VIP's link"
+            );
+        }
+    }
+}
+
 impl Runtime {
-    /// Start-up: this pair's nft tables from an earlier run are deleted (drained addresses
-    /// on `lo` are the ledger's: removed as stale VIPs).
+    /// Start-up: this pair's drain tables from an earlier run are deleted (drained
+    /// addresses on `lo` are the ledger's: removed as stale VIPs); the guard was replaced
+    /// before.
     pub(super) async fn drain_cleanup_at_start(pair: &str) {
         let p = pair.to_owned();
-        if let Err(e) = with_nft(move |n| n.remove_pair(&p)).await {
+        if let Err(e) = with_nft(move |n| n.remove_drain(&p)).await {
             tracing::warn!(error = %e, "failed to delete this pair's drain tables left from an earlier run");
         }
     }
@@ -308,6 +359,36 @@ impl Runtime {
     pub(super) async fn drain_stop(&mut self) {
         self.drain_end().await;
         self.drain_forward(None).await;
+    }
+
+    /// Whether this member keeps drained VIPs on `lo` now (old holder).
+    pub(super) fn drain_kept(&self) -> bool {
+        !self.drain.kept.is_empty()
+    }
+
+    /// A stop in the middle of a drain: the new holder may still forward here until it
+    /// heard the last heartbeat or, if that was lost, until this member's silence times
+    /// out. The guard stays that long (a heartbeat timeout and an interval, at most 5 s),
+    /// so that those copies are dropped here rather than answered with time-exceeded
+    /// (with their TTL of 1 they cannot loop either way). Other stops do not wait.
+    pub(super) async fn guard_grace(&mut self) {
+        let t = &self.cfg.sm.timings;
+        let grace = Duration::from_millis(t.heartbeat_timeout_ms.saturating_add(t.heartbeat_interval_ms))
+            .min(Duration::from_secs(5));
+        tracing::debug!(
+            grace_ms = grace.as_millis() as u64,
+            "drain: the guard stays until the new holder stopped forwarding"
+        );
+        self.timer.sleep(grace).await;
+    }
+
+    /// The runtime stops: the guard goes last, after the drain's addresses and tables.
+    pub(super) async fn remove_guard(&mut self) {
+        let pair = self.cfg.pair.clone();
+        if let Err(e) = with_nft(move |n| n.set_guard(&pair, &[])).await {
+            self.metrics.io_error("guard");
+            tracing::warn!(error = %e, "failed to delete the VIPs' guard");
+        }
     }
 }
 

@@ -230,6 +230,9 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let nl = Netlink::new()?;
     let io = build_io(&cfg, &nl, &HashMap::new()).await?;
     let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
+    // The guard first: a drain's addresses left on `lo` by a killed agent go next, and
+    // the new holder may still forward to them (see `drain`).
+    drain::install_guard(&cfg.pair, &nl, &io.vips, &opts.metrics).await;
     remove_stale_vips(&nl, &ledger, &io.vips).await;
     let machine = sm::Machine::new(cfg.sm.clone(), persisted);
     let (tx, rx) = mpsc::channel::<Event>(1024);
@@ -359,6 +362,7 @@ impl Runtime {
         // after every step, since any input may change what the machine waits for.
         let mut due = self.origin;
         let mut last_tick = self.now();
+        let mut released = false;
         loop {
             tokio::select! {
                 _ = self.timer.sleep_until(due) => {
@@ -404,6 +408,7 @@ impl Runtime {
                         if all_gone && let Err(e) = self.ledger.remove() {
                             tracing::warn!(error = %e, "failed to remove the VIP ledger");
                         }
+                        released = true;
                         break;
                     }
                     Some(Event::Received(r)) => self.received(r),
@@ -413,8 +418,20 @@ impl Runtime {
             self.drain().await;
             due = self.origin + Duration::from_millis(self.machine.next_tick(last_tick).0);
         }
-        // A drain does not outlive the runtime (the held VIPs do).
+        // The machine's last step: a drain ends, and its heartbeat tells the peer at once
+        // (the new holder stops forwarding here now, not a heartbeat timeout later).
+        // (Not after a release: its VIPs are gone, and no step may act on them again.)
+        let was_draining = self.drain_kept();
+        if !released {
+            self.queue.push_back(sm::Input::Stopping);
+            self.drain().await;
+        }
+        // A drain does not outlive the runtime (the held VIPs do), nor does the guard.
         self.drain_stop().await;
+        if was_draining {
+            self.guard_grace().await;
+        }
+        self.remove_guard().await;
         tracing::info!("agent stopping; VIPs and role are kept for the next start");
         for t in self.tasks.drain(..) {
             t.abort();
@@ -455,6 +472,7 @@ impl Runtime {
         self.spawn_tasks(io.data_link, io.vip_links, io.fence, io.own);
         self.drain().await;
         self.vips = io.vips;
+        drain::install_guard(&self.cfg.pair, &self.nl, &self.vips, &self.metrics).await;
         self.observe_local_vips().await;
         Ok(())
     }

@@ -117,6 +117,12 @@ pub enum Input {
         /// Why not, for people.
         detail: String,
     },
+    /// The agent stops (a restart, a rolling update, the pair's release): the last step
+    /// before the runtime exits. A member that drains ends its drain (`RemoveVips`), one
+    /// that forwards stops (`Forward { to: None }`), and the step's heartbeat — sent at once
+    /// — no longer says it drains, so that the new holder stops forwarding here without
+    /// waiting for a heartbeat timeout (an older peer understands that too).
+    Stopping,
 }
 
 /// Why a heartbeat was rejected by the codec.

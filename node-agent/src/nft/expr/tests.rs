@@ -5,7 +5,8 @@
 //! `nft --debug=mnl -f golden.nft` in a scratch network namespace and convert the
 //! dump with `python3 testdata/mnl2hex.py` (one line per message: nfgenmsg family and
 //! the attributes after it, in hex). The rule text there is exactly what
-//! [`forward_rule`], [`quiet_input_rule`] and [`quiet_output_rule`] document.
+//! [`forward_rule`], [`forward_unowned_rule`], [`forward_close_rule`], [`guard_rule`],
+//! [`quiet_input_rule`] and [`quiet_output_rule`] document.
 
 use super::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -68,7 +69,7 @@ fn assert_same(label: &str, ours: &str, nft: &str) {
 
 #[test]
 fn tables_and_chains_encode_as_nft_does() {
-    let cases: [(&str, u8, String); 8] = [
+    let cases: [(&str, u8, String); 12] = [
         ("table-ip-fwd", NFPROTO_IPV4, encode(|w| table_attrs(w, "havip-p1-fwd"))),
         ("chain-ip-fwd-prerouting", NFPROTO_IPV4, encode(|w| chain_attrs(w, "havip-p1-fwd", FWD_PREROUTING))),
         ("table-ip6-fwd", NFPROTO_IPV6, encode(|w| table_attrs(w, "havip-p1-fwd"))),
@@ -77,6 +78,10 @@ fn tables_and_chains_encode_as_nft_does() {
         ("chain-arp-quiet-output", NFPROTO_ARP, encode(|w| chain_attrs(w, "havip-p1-quiet", QUIET_ARP_OUTPUT))),
         ("chain-ip6-quiet-input", NFPROTO_IPV6, encode(|w| chain_attrs(w, "havip-p1-quiet", QUIET_IP6_INPUT))),
         ("chain-ip6-quiet-output", NFPROTO_IPV6, encode(|w| chain_attrs(w, "havip-p1-quiet", QUIET_IP6_OUTPUT))),
+        ("table-ip-guard", NFPROTO_IPV4, encode(|w| table_attrs(w, "havip-p1-guard"))),
+        ("chain-ip-guard-prerouting", NFPROTO_IPV4, encode(|w| chain_attrs(w, "havip-p1-guard", GUARD_PREROUTING))),
+        ("table-ip6-guard", NFPROTO_IPV6, encode(|w| table_attrs(w, "havip-p1-guard"))),
+        ("chain-ip6-guard-prerouting", NFPROTO_IPV6, encode(|w| chain_attrs(w, "havip-p1-guard", GUARD_PREROUTING))),
     ];
     for (label, family, ours) in cases {
         let (nft_family, nft) = golden(label);
@@ -99,6 +104,14 @@ fn forwarder_rules_encode_as_nft_does() {
     assert_same("rule-fwd-close-ip", &v4, &golden("rule-fwd-close-ip").1);
     let v6 = encode(|w| forward_close_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2));
     assert_same("rule-fwd-close-ip6", &v6, &golden("rule-fwd-close-ip6").1);
+}
+
+#[test]
+fn guard_rules_encode_as_nft_does() {
+    let v4 = encode(|w| guard_rule(w, "havip-p1-guard", VIP4.into(), 2));
+    assert_same("rule-guard-ip", &v4, &golden("rule-guard-ip").1);
+    let v6 = encode(|w| guard_rule(w, "havip-p1-guard", VIP6.into(), 2));
+    assert_same("rule-guard-ip6", &v6, &golden("rule-guard-ip6").1);
 }
 
 #[test]

@@ -16,6 +16,11 @@
 //! New holder: [`Action::Forward`] names the heard peer that drains while this member
 //! holds the VIPs — emitted before the VIPs are added when it accepts the commit — and
 //! `None` once it stops saying so, falls silent, or this member gives the VIPs up.
+//!
+//! A stopping agent ([`crate::sm::Input::Stopping`]) ends both sides and says so in a
+//! last heartbeat at once: a new holder that forwarded to it stops then, not a heartbeat
+//! timeout later (its forwarder's copies would meet no address there; see the `nft`
+//! module on loops).
 
 use super::{Machine, OpPhase};
 use crate::sm::io::{Action, Event, Reason};
@@ -39,6 +44,8 @@ pub(super) struct Draining {
     pub(super) drain: Option<Drain>,
     /// This member forwards to that draining peer (new holder).
     pub(super) forwarding: Option<NodeId>,
+    /// The agent stops: nothing drains or forwards any more, whatever is heard.
+    pub(super) stopping: bool,
 }
 
 impl Machine {
@@ -92,6 +99,15 @@ impl Machine {
         }
     }
 
+    /// The agent stops: the drain ends (the VIPs leave `lo`), forwarding stops, and the
+    /// heartbeat of this step says so.
+    pub(super) fn on_stopping(&mut self, out: &mut Vec<Action>) {
+        self.draining.stopping = true;
+        self.end_drain("the agent stops: connections still open lose their path", true, out);
+        self.forward_to(None, out);
+        self.pacing.advert_now = true;
+    }
+
     /// Ends this member's drain, if any: `remove` the VIPs (its deadline, a new
     /// configuration), or not (the VIPs were just taken back).
     pub(super) fn end_drain(&mut self, why: &str, remove: bool, out: &mut Vec<Action>) {
@@ -112,7 +128,7 @@ impl Machine {
         if self.draining.drain.as_ref().is_some_and(|d| now >= d.until) {
             self.end_drain("the drain time is over: connections still open lose their path", true, out);
         }
-        let want = if self.holding {
+        let want = if self.holding && !self.draining.stopping {
             (0..self.peers.len())
                 .find(|&i| self.heard_advert(i, now).is_some_and(|a| a.draining))
                 .map(|i| self.peers[i].node.clone())
@@ -136,6 +152,9 @@ impl Machine {
     /// while the VIPs are local addresses here — else the forwarded segments would be
     /// routed back.
     pub(super) fn drain_advertised(&self) -> bool {
+        if self.draining.stopping {
+            return false;
+        }
         let committed_drain = self.t().drain_ms > 0
             && self
                 .ops

@@ -29,6 +29,7 @@ impl Machine {
             Input::Command(c) => self.on_command(now, c, out),
             Input::ConfigChanged(c) => self.on_config(now, *c, out),
             Input::DrainStarted { ok, detail } => self.on_drain_started(now, ok, detail, out),
+            Input::Stopping => self.on_stopping(out),
         }
     }
 
