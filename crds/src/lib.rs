@@ -130,6 +130,9 @@ pub mod condition {
 
 /// CamelCase reasons for conditions, Events and transitions.
 pub mod reason {
+    /// The operator took over the Lease and key Secret an earlier pair of the same name
+    /// left (an Event on the HAPair).
+    pub const EARLIER_PAIR_ADOPTED: &str = "EarlierPairAdopted";
     /// Initial assignment to the highest-priority member.
     pub const ELECTED: &str = "Elected";
     /// A standby took the VIPs of a lost active.

@@ -42,6 +42,19 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// Taking over the Lease of an earlier pair of the same name failed.
+    #[error("failed to update Lease {namespace}/{name} ({what}): {source}")]
+    UpdateLease {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// What the update was for.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// The key Secret exists but cannot be read (missing or malformed `key`/`keyId`).
     #[error("failed to read Secret {namespace}/{name}: {message}")]
     MalformedSecret {
@@ -197,6 +210,7 @@ impl Error {
             Error::CreateLease { .. } => "create_lease",
             Error::CreateSecret { .. } => "create_secret",
             Error::UpdateSecret { .. } => "update_secret",
+            Error::UpdateLease { .. } => "update_lease",
             Error::MalformedSecret { .. } => "malformed_secret",
             Error::ApplyStatus { .. } => "apply_status",
             Error::Annotate { .. } => "annotate",
@@ -224,6 +238,7 @@ impl Error {
             Error::CreateLease { source, .. }
             | Error::CreateSecret { source, .. }
             | Error::UpdateSecret { source, .. }
+            | Error::UpdateLease { source, .. }
             | Error::ApplyStatus { source, .. }
             | Error::Annotate { source, .. }
             | Error::FloatingIp { source, .. }

@@ -16,6 +16,7 @@ use crate::status::patch_member_labels;
 use havip_crds::{HAPair, HAPairStatus, manager};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
@@ -153,7 +154,7 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
     match reconcile_pair_inner(pair, ctx).await {
         // A compare-and-swap on the key Secret lost against the operator's own previous
         // write that the cache does not show yet: try again shortly, quietly.
-        Err(e @ Error::UpdateSecret { .. }) if e.is_conflict() => {
+        Err(e @ (Error::UpdateSecret { .. } | Error::UpdateLease { .. })) if e.is_conflict() => {
             tracing::debug!(pair = %pair.name_any(), error = %e, "key Secret changed meanwhile; retrying");
             Ok(Action::requeue(Duration::from_millis(500)))
         }
@@ -165,6 +166,7 @@ async fn reconcile_pair(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
 /// cached (the object its changes are made on).
 struct Observation {
     inputs: model::PairInputs,
+    lease: Option<Lease>,
     secret: Option<Secret>,
 }
 
@@ -205,7 +207,7 @@ fn observe(pair: &HAPair, ctx: &Context, now: Timestamp) -> Result<Observation, 
         secret_labels: secret.as_ref().map(|s| s.labels().clone()),
         resync: ctx.settings.resync,
     };
-    Ok(Observation { inputs, secret })
+    Ok(Observation { inputs, lease: lease.as_deref().cloned(), secret })
 }
 
 /// The Secret `keySecretRef` names, if it is in the operator's namespace and exists,
@@ -235,8 +237,83 @@ fn shared_secret(ctx: &Context, pair: &HAPair) -> Option<model::SharedSecret> {
     Some(model::SharedSecret { name: r.name.clone(), labels: s.labels().clone(), others })
 }
 
+/// Whether `meta` belongs to an earlier pair of the same name: it is owned by an HAPair,
+/// but not by this one (deleted and re-created under the same name; the garbage
+/// collector has not removed it yet, or there is none, as on a bare API server).
+pub(crate) fn of_an_earlier_pair(meta: &ObjectMeta, pair_uid: Option<&str>) -> bool {
+    let Some(uid) = pair_uid else { return false };
+    let pairs: Vec<&str> = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.kind == "HAPair" && r.api_version.starts_with("havip.io/"))
+        .map(|r| r.uid.as_str())
+        .collect();
+    !pairs.is_empty() && !pairs.contains(&uid)
+}
+
+/// The pair's Lease and key Secret, when an earlier pair of the same name left them, are
+/// this pair's from now on: the Lease keeps its epoch (the fencing epoch never goes back,
+/// whatever incarnation of the pair writes it) and loses its holder; the Secret gets a
+/// fresh key under the next id (see [`crate::keysecret::adopt_secret`]). Inheriting
+/// them silently — as before — let the garbage collector delete them under the running
+/// pair, and the operator then created a new key under the same id, which members that
+/// missed it (an API outage, a cut node) could not verify: both raised `KeyMismatch`.
+/// Returns whether anything was written (the caller reconciles again on the fresh cache).
+async fn adopt_earlier_objects(ctx: &Context, pair: &HAPair, seen: &Observation) -> Result<bool, Error> {
+    let uid = pair.meta().uid.as_deref();
+    let name = pair.name_any();
+    let mut adopted = Vec::new();
+    if let Some(lease) = seen.lease.as_ref().filter(|l| of_an_earlier_pair(&l.metadata, uid)) {
+        if lease.metadata.deletion_timestamp.is_some() {
+            return Ok(true);
+        }
+        let mut l = lease.clone();
+        l.metadata.owner_references = owned_meta(pair, l.name_any(), &ctx.settings.namespace).owner_references;
+        l.metadata.managed_fields = None;
+        let epoch = l.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+        if let Some(spec) = l.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        ctx.guard("Lease")?;
+        let ns = &ctx.settings.namespace;
+        let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+        api.replace(
+            &l.name_any(),
+            &PostParams { field_manager: Some(manager::OPERATOR.to_owned()), ..PostParams::default() },
+            &l,
+        )
+        .await
+        .map_err(|source| Error::UpdateLease {
+            namespace: ns.clone(),
+            name: l.name_any(),
+            what: "take over an earlier pair's Lease",
+            source: Box::new(source),
+        })?;
+        adopted.push(format!("its Lease {} (epoch {epoch} kept, no holder)", l.name_any()));
+    }
+    if let Some(secret) = seen.secret.as_ref().filter(|s| of_an_earlier_pair(&s.metadata, uid)) {
+        if secret.metadata.deletion_timestamp.is_some() {
+            return Ok(true);
+        }
+        let s = crate::keysecret::adopt_secret(ctx, pair, secret).await?;
+        let id = s.data.as_ref().and_then(|d| d.get("keyId")).map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        adopted.push(format!("its key Secret {} (a fresh key, id {})", s.name_any(), id.unwrap_or_default()));
+    }
+    if adopted.is_empty() {
+        return Ok(false);
+    }
+    let note = format!("an earlier pair named {name} left {}: taken over", adopted.join(" and "));
+    tracing::info!(pair = %name, "{note}");
+    ctx.event(pair, model::Ev::normal(havip_crds::reason::EARLIER_PAIR_ADOPTED, "Adopt", note)).await;
+    Ok(true)
+}
+
 async fn reconcile_pair_inner(pair: &HAPair, ctx: &Context) -> Result<Action, Error> {
     let seen = observe(pair, ctx, Timestamp::now())?;
+    if adopt_earlier_objects(ctx, pair, &seen).await? {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let memo = ctx.with_memory(&pair.name_any(), |m| m.pair.clone());
     let plan = model::plan(&seen.inputs, &memo);
     tracing::debug!(
@@ -462,6 +539,21 @@ mod tests {
                 ..LeaseSpec::default()
             }),
         }
+    }
+
+    #[test]
+    fn an_object_owned_by_another_pair_of_the_same_name_is_an_earlier_pairs() {
+        let meta = |uid: Option<&str>| lease(uid, "a", 3).metadata;
+        assert!(of_an_earlier_pair(&meta(Some("old")), Some("new")), "owned by the deleted incarnation");
+        assert!(!of_an_earlier_pair(&meta(Some("new")), Some("new")), "this pair's own");
+        assert!(!of_an_earlier_pair(&meta(None), Some("new")), "no owner (orphaned, or hand-made): not another pair's");
+        assert!(!of_an_earlier_pair(&meta(Some("old")), None), "a pair without uid decides nothing");
+        let mut both = meta(Some("old"));
+        both.owner_references.as_mut().unwrap().extend(meta(Some("new")).owner_references.unwrap());
+        assert!(!of_an_earlier_pair(&both, Some("new")), "also owned by this pair");
+        let mut other_kind = meta(Some("old"));
+        other_kind.owner_references.as_mut().unwrap()[0].kind = "Service".to_owned();
+        assert!(!of_an_earlier_pair(&other_kind, Some("new")), "owned by something else");
     }
 
     #[test]

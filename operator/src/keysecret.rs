@@ -101,6 +101,30 @@ async fn replace_secret(ctx: &Context, secret: &Secret, what: &'static str) -> R
     .map_err(|source| Error::UpdateSecret { namespace: ns.clone(), name, what, source: Box::new(source) })
 }
 
+/// Takes over the key Secret an earlier pair of the same name left (it is owned by an
+/// HAPair that no longer exists, and the garbage collector would delete it — in a cluster
+/// whose pair was deleted and re-created quickly, after the new pair's agents had started
+/// with its key): owned by this pair from now on, with a fresh random key under the next
+/// id, no previous key and this pair's members. The pair's agents start only once the
+/// operator labelled the pair, which comes after this, so nobody signs with the old key.
+pub(crate) async fn adopt_secret(ctx: &Context, pair: &HAPair, secret: &Secret) -> Result<Secret, Error> {
+    let mut s = secret.clone();
+    let old_id = secret_data(secret, "keyId").and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let data = s.data.get_or_insert_with(BTreeMap::new);
+    data.insert("key".to_owned(), ByteString(model::random_key_hex()?.into_bytes()));
+    data.insert("keyId".to_owned(), ByteString((old_id.max(0) + 1).to_string().into_bytes()));
+    data.remove("previousKey");
+    data.remove("previousKeyId");
+    let ann = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.remove(ROTATION_ID);
+    ann.remove(ROTATION_STARTED);
+    ann.insert(KEY_MEMBERS.to_owned(), members_of(pair));
+    s.metadata.owner_references =
+        crate::context::owned_meta(pair, s.name_any(), &ctx.settings.namespace).owner_references;
+    s.metadata.managed_fields = None;
+    replace_secret(ctx, &s, "take over an earlier pair's key Secret").await
+}
+
 /// Starts a rotation: a new random key with id + 1; the old one stays accepted as
 /// `previousKey` until every member signs with the new one.
 pub(crate) async fn start_rotation(

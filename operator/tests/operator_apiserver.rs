@@ -16,6 +16,7 @@ use havip_e2e::controlplane::ControlPlane;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ fn operator_against_a_real_api_server() {
         reserved_addresses(&client).await;
         plugin_end_to_end(&client, &cp).await;
         member_replacement(&client).await;
+        recreated_pair(&client).await;
         eprintln!(
             "operator metrics:\n{}",
             op.metrics()
@@ -771,6 +773,46 @@ async fn member_replacement(client: &Client) {
     .await;
     assert_eq!(secret_field(&secret(client, "s7").await, "previousKey"), None);
     eprintln!("member replacement: key rotated, newcomer standby ✓");
+}
+
+/// A pair deleted and created again under the same name, before any garbage collector
+/// removed its Lease and key Secret (this API server runs none): the new pair takes them
+/// over — the Lease keeps its epoch and loses its holder, the Secret gets a fresh key under
+/// the next id — instead of inheriting them silently (where a collector would later delete
+/// them under the running pair, and the operator create a new key under the same id).
+async fn recreated_pair(client: &Client) {
+    apply_yaml(client, &pair_yaml("s10", "n1", "n2")).await;
+    let first = wait_pair(client, "s10", "Pending", |p| phase_of(p) == Some(Phase::Pending)).await;
+    set_lease(client, "s10", Some("n1"), 7).await;
+    let old = secret(client, "s10").await;
+    let old_key = secret_field(&old, "key").unwrap();
+    Api::<HAPair>::all(client.clone()).delete("s10", &Default::default()).await.expect("delete s10");
+    eventually("s10 gone", Duration::from_secs(10), || async {
+        Api::<HAPair>::all(client.clone()).get_opt("s10").await.ok().flatten().is_none().then_some(())
+    })
+    .await;
+    apply_yaml(client, &pair_yaml("s10", "n1", "n3")).await;
+    let again = wait_pair(client, "s10", "the new s10", |p| p.metadata.uid != first.metadata.uid).await;
+    let uid = again.metadata.uid.clone().unwrap();
+    let owned_by_new = |refs: &Option<Vec<OwnerReference>>| refs.iter().flatten().any(|r| r.uid == uid);
+    let s = eventually("the key Secret taken over", Duration::from_secs(10), || async {
+        let s = secret(client, "s10").await;
+        owned_by_new(&s.metadata.owner_references).then_some(s)
+    })
+    .await;
+    assert_ne!(secret_field(&s, "key").unwrap(), old_key, "a fresh key for the new pair");
+    assert_eq!(secret_field(&s, "keyId").as_deref(), Some("2"), "under the next id");
+    assert_eq!(secret_field(&s, "previousKey"), None);
+    assert_eq!(s.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+    let lease = eventually("the Lease taken over", Duration::from_secs(10), || async {
+        let l = Api::<Lease>::namespaced(client.clone(), NS).get("hapair-s10").await.ok()?;
+        owned_by_new(&l.metadata.owner_references).then_some(l)
+    })
+    .await;
+    let ls = lease.spec.unwrap();
+    assert_eq!((ls.holder_identity, ls.lease_transitions), (None, Some(7)), "the epoch kept, no holder");
+    wait_event(client, "s10", havip_crds::reason::EARLIER_PAIR_ADOPTED, "taken over").await;
+    eprintln!("re-created pair: Lease (epoch kept) and a fresh key taken over ✓");
 }
 
 /// An upgrade from a release that named pair Leases `havip-<pair>`: the new operator
