@@ -89,7 +89,7 @@ fn a_flood_of_forged_heartbeats_loses_no_authentic_one_and_moves_nothing() {
             while n < due {
                 n += 1;
                 let d = forged(n);
-                let s = if n % 2 == 0 { &stranger } else { &spoofed };
+                let s = if n.is_multiple_of(2) { &stranger } else { &spoofed };
                 let _ = s.send_to(&d, to);
             }
             std::thread::sleep(Duration::from_micros(500));
