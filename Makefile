@@ -36,7 +36,7 @@ chart-check: ## helm lint and a drift check of the rendered chart
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 test-unit: ## Unit, property and drift tests (no cluster, no root)
 	$(CARGO) test --workspace --exclude havip-e2e
@@ -112,7 +112,7 @@ bench-report: ## Re-render docs/benchmarks.md from docs/bench/*.jsonl (no benchm
 # hack/images.sh) so that `make test` compiles the release dependencies only once.
 HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 simulate: ## Deterministic simulation: make simulate SCHEDULES=N SEED=S
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) run -q --release --target $(HOST_TRIPLE) -p havip-node-agent --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) run -q --release --target $(HOST_TRIPLE) -p havip-sm --features cli --bin havip-sim -- --schedules $(SCHEDULES) --seed $(SEED)
 
 lab-up: testbin ## Start a local lab (control plane) in the background
 	$(CARGO) build -q -p havip-e2e --bin lab

@@ -3,10 +3,8 @@
 //! rtnetlink ([`netlink`]), the drain's nftables rules ([`nft`]), announcements and ARP
 //! probes ([`announce`]), the heartbeat ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
 //! ([`config`]), the runtime that ties them together ([`runtime`]), the Kubernetes mode
-//! around the runtimes ([`kube`]), standalone mode ([`standalone`]) and its admin socket
-//! ([`admin`]), what gone pairs leave behind ([`leftovers`]) and metrics ([`metrics`]).
+//! around the runtimes ([`kube`]), standalone mode with its admin socket ([`standalone`]), what gone pairs leave behind ([`leftovers`]) and metrics ([`metrics`]).
 
-pub mod admin;
 pub mod announce;
 pub mod config;
 pub mod heartbeat;
@@ -19,9 +17,12 @@ pub mod netlink;
 pub mod nft;
 pub mod probes;
 pub mod runtime;
-pub mod sim;
-pub mod sm;
 pub mod standalone;
 pub mod state;
 pub mod timer;
 pub mod witness;
+
+/// The pure state machine (crate `havip-sm`), re-exported so that `havip_node_agent::sm` keeps its path.
+pub use havip_sm as sm;
+/// The deterministic simulator of the state machine (in `havip-sm`).
+pub use havip_sm::sim;

@@ -12,16 +12,11 @@
 //!   of pair P signs its witness requests with (each member holds only its own).
 
 use clap::{Parser, Subcommand};
-use havip_node_agent::admin::{self, AdminRequest};
-use havip_node_agent::config::StandaloneFile;
-use havip_node_agent::heartbeat::Hub;
-use havip_node_agent::metrics::AgentMetrics;
-use havip_node_agent::runtime::{self, LogReporter, Options};
-use havip_node_agent::state::StateFile;
-use havip_node_agent::witness::WitnessClient;
+use havip_node_agent::standalone::admin::{self, AdminRequest};
+use havip_node_agent::standalone::daemon::{self as standalone, DaemonOptions};
+use havip_node_agent::witness::daemon::{self as witness, WitnessKeys};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// The havip node agent.
 #[derive(Parser, Debug)]
@@ -196,7 +191,7 @@ async fn main() -> ExitCode {
     match args.command {
         Cmd::Standalone { config, node, state_dir, metrics_address, admin_socket } => {
             init_logging(&args.log_format);
-            match standalone(config, node, state_dir, metrics_address, admin_socket).await {
+            match standalone::run(DaemonOptions { config, node, state_dir, metrics_address, admin_socket }).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "havip-agent failed");
@@ -214,7 +209,7 @@ async fn main() -> ExitCode {
                 handover_when_cordoned: !no_handover_when_cordoned,
                 daemonset: Some(daemonset).filter(|d| !d.is_empty()),
             };
-            let r = kubernetes(opts, metrics_address).await;
+            let r = havip_node_agent::kube::daemon::serve(opts, metrics_address).await;
             match r {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -236,7 +231,7 @@ async fn main() -> ExitCode {
         } => {
             init_logging(&args.log_format);
             let keys = WitnessKeys { key_file, key_id, previous_key_file, previous_key_id };
-            match witness(listen, keys, state_dir, metrics_address, max_pairs).await {
+            match witness::run(listen, keys, state_dir, metrics_address, max_pairs).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "havip-agent witness failed");
@@ -245,7 +240,7 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::WitnessKey { key_file, pair, member } => match witness_key(&key_file, &pair, &member) {
+        Cmd::WitnessKey { key_file, pair, member } => match witness::member_key_hex(&key_file, &pair, &member) {
             Ok(hex) => {
                 println!("{hex}");
                 ExitCode::SUCCESS
@@ -287,317 +282,5 @@ async fn main() -> ExitCode {
                 }
             }
         }
-    }
-}
-
-/// Every pair file named by `--config` (directories expand to their `*.yaml`/`*.yml`
-/// files, sorted), each loaded.
-fn load_pair_files(config: &[PathBuf]) -> Result<Vec<(PathBuf, StandaloneFile)>, String> {
-    let mut files = Vec::new();
-    for c in config {
-        if c.is_dir() {
-            let rd = std::fs::read_dir(c).map_err(|e| format!("failed to read {}: {e}", c.display()))?;
-            let mut found: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")))
-                .collect();
-            found.sort();
-            if found.is_empty() {
-                return Err(format!("{} holds no *.yaml or *.yml pair file", c.display()));
-            }
-            files.extend(found);
-        } else {
-            files.push(c.clone());
-        }
-    }
-    files.into_iter().map(|f| StandaloneFile::load(&f).map(|file| (f, file)).map_err(|e| e.to_string())).collect()
-}
-
-/// One pair file, validated.
-struct PairFile {
-    path: PathBuf,
-    cfg: havip_node_agent::config::AgentConfig,
-    dir: PathBuf,
-    admin: Option<PathBuf>,
-}
-
-/// One pair the standalone agent runs.
-struct StandalonePair {
-    pair: String,
-    handle: runtime::Handle,
-    task: tokio::task::JoinHandle<()>,
-    admin: Option<PathBuf>,
-    /// Reads the witness's record (pairs with a witness).
-    witness_watch: Option<tokio::task::JoinHandle<()>>,
-}
-
-struct WitnessKeys {
-    key_file: PathBuf,
-    key_id: u32,
-    previous_key_file: Option<PathBuf>,
-    previous_key_id: Option<u32>,
-}
-
-async fn witness(
-    listen: std::net::SocketAddr,
-    keys: WitnessKeys,
-    state_dir: PathBuf,
-    metrics_address: String,
-    max_pairs: usize,
-) -> Result<(), String> {
-    use havip_node_agent::config::{KeySource, keyring};
-    use havip_node_agent::witness::{WitnessMetrics, WitnessOptions, WitnessState, server};
-    let previous = match &keys.previous_key_file {
-        Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("failed to read {}: {e}", f.display()))?),
-        None => None,
-    };
-    let keys = keyring(
-        "witness",
-        KeySource { key: None, key_file: Some(&keys.key_file) },
-        keys.key_id,
-        previous.as_deref(),
-        keys.previous_key_id,
-    )
-    .map_err(|e| e.to_string())?;
-    let state = WitnessState::new(&state_dir);
-    let _lock = state.lock().map_err(|e| e.to_string())?;
-    // Refuse a bad state file before binding: a witness that starts empty could grant
-    // an epoch twice.
-    state.load().map_err(|e| e.to_string())?;
-    let sock = server::bind(listen).await.map_err(|e| e.to_string())?;
-    let metrics = Arc::new(WitnessMetrics::new());
-    let _http = match havip_node_agent::metrics::parse_address(&metrics_address)? {
-        None => None,
-        Some(addr) => {
-            let (bound, t) = havip_endpoints::serve(addr, Arc::new(WitnessEndpoints(metrics.clone())))
-                .await
-                .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
-            tracing::info!(address = %bound, "metrics and health endpoints");
-            Some(t)
-        }
-    };
-    tracing::info!(listen = %listen, state = %state.path().display(), max_pairs, "havip witness serving");
-    let serve = server::serve(sock, WitnessOptions { keys, state, max_pairs }, metrics);
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    tokio::select! {
-        r = serve => r.map_err(|e| e.to_string()),
-        _ = term.recv() => Ok(()),
-        _ = int.recv() => Ok(()),
-    }
-}
-
-/// The hex member key of `member` of `pair` under the witness key in `key_file`.
-fn witness_key(key_file: &std::path::Path, pair: &str, member: &str) -> Result<String, String> {
-    let text = std::fs::read_to_string(key_file).map_err(|e| format!("failed to read {}: {e}", key_file.display()))?;
-    let secret = havip_node_agent::config::parse_hex_key(&text).map_err(|e| format!("{}: {e}", key_file.display()))?;
-    for (what, name) in [("pair", pair), ("member", member)] {
-        if name.is_empty() || name.len() > havip_crds::wire::MAX_NAME {
-            return Err(format!("--{what} must have 1 to {} bytes", havip_crds::wire::MAX_NAME));
-        }
-    }
-    let key = havip_crds::witness::member_key(&havip_crds::wire::Key { id: 0, secret }, pair, member);
-    Ok(key.secret.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-struct WitnessEndpoints(Arc<havip_node_agent::witness::WitnessMetrics>);
-
-impl havip_endpoints::Endpoints for WitnessEndpoints {
-    fn metrics(&self) -> String {
-        self.0.encode()
-    }
-    fn ready(&self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-async fn standalone(
-    config: Vec<PathBuf>,
-    node: Option<String>,
-    state_dir: Option<PathBuf>,
-    metrics_address: Option<String>,
-    admin_socket: Option<PathBuf>,
-) -> Result<(), String> {
-    let files = load_pair_files(&config)?;
-    if admin_socket.is_some() && files.len() > 1 {
-        return Err(
-            "--admin-socket names one socket but several pairs are configured: set adminSocket in each pair's file"
-                .into(),
-        );
-    }
-    // Process-wide settings: the files that set them must agree.
-    let mut file_metrics: Option<(std::net::SocketAddr, &PathBuf)> = None;
-    for (path, f) in &files {
-        if let Some(a) = f.metrics_address {
-            match file_metrics {
-                Some((b, other)) if b != a => {
-                    return Err(format!(
-                        "metricsAddress differs between {} ({b}) and {} ({a}): one agent serves one metrics endpoint",
-                        other.display(),
-                        path.display()
-                    ));
-                }
-                _ => file_metrics = Some((a, path)),
-            }
-        }
-    }
-    let metrics_address = match metrics_address.as_deref() {
-        Some(a) => havip_node_agent::metrics::parse_address(a).map_err(|e| format!("--metrics-address: {e}"))?,
-        None => file_metrics.map(|(a, _)| a).or_else(|| "127.0.0.1:9797".parse().ok()),
-    };
-    let mut configs: Vec<PairFile> = Vec::new();
-    for (path, f) in files {
-        let dir = state_dir.clone().or(f.state_dir.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/havip"));
-        let admin = admin_socket.clone().or(f.admin_socket.clone());
-        let cfg = f.into_agent_config(node.as_deref()).map_err(|e| format!("{}: {e}", path.display()))?;
-        if let Some(other) = configs.iter().find(|c| c.cfg.pair == cfg.pair) {
-            return Err(format!(
-                "pair {} is configured twice: {} and {}",
-                cfg.pair,
-                other.path.display(),
-                path.display()
-            ));
-        }
-        if let Some(a) = &admin
-            && configs.iter().any(|c| c.admin.as_ref() == Some(a))
-        {
-            return Err(format!("adminSocket {} is named by two pairs: give each pair its own", a.display()));
-        }
-        configs.push(PairFile { path, cfg, dir, admin });
-    }
-    // What pairs that are no longer configured left behind (VIPs, drain tables), before
-    // any pair starts.
-    let mut configured =
-        havip_node_agent::standalone::sweep::Configured { sources: config.clone(), ..Default::default() };
-    for c in &configs {
-        configured.dirs.entry(c.dir.clone()).or_default().insert(c.cfg.pair.clone());
-    }
-    havip_node_agent::standalone::sweep::sweep(&configured).await;
-    let metrics = Arc::new(AgentMetrics::new());
-    let hub = Hub::new(metrics.clone());
-    let mut pairs: Vec<StandalonePair> = Vec::new();
-    for PairFile { path, cfg, dir, admin } in configs {
-        tracing::info!(file = %path.display(), pair = %cfg.pair, node = %cfg.node, vips = cfg.vips.len(), paths = ?cfg.paths, "havip-agent starting a pair (standalone)");
-        let paths = cfg.paths.clone();
-        let witness = match &cfg.witness {
-            Some(w) => Some(
-                WitnessClient::connect(
-                    w.address,
-                    w.keys.clone(),
-                    &cfg.pair,
-                    &cfg.node,
-                    std::time::Duration::from_millis(cfg.sm.timings.heartbeat_timeout_ms),
-                )
-                .await
-                .map_err(|e| format!("pair {} ({}): {e}", cfg.pair, path.display()))?,
-            ),
-            None => None,
-        };
-        let lease = witness.clone().map(|w| w as Arc<dyn runtime::LeaseStore>);
-        let (handle, task) = runtime::start(
-            cfg.clone(),
-            Options {
-                state: StateFile::new(&dir, &cfg.pair),
-                lease,
-                reporter: Arc::new(LogReporter),
-                metrics: metrics.pair(&cfg.pair),
-                hub: hub.clone(),
-            },
-        )
-        .await
-        .map_err(|e| format!("pair {} ({}): {e}", cfg.pair, path.display()))?;
-        if let Err(e) = havip_node_agent::standalone::sweep::record_source(&dir, &cfg.pair, &path, &config) {
-            tracing::warn!(pair = %cfg.pair, error = %e, "cannot record which file configures the pair (a later start cannot sweep it if it is removed)");
-        }
-        if let Some(p) = &admin {
-            admin::serve(p, handle.clone(), paths)
-                .await
-                .map_err(|e| format!("failed to open admin socket {}: {e}", p.display()))?;
-        }
-        let witness_watch = witness.map(|w| {
-            tracing::info!(pair = %cfg.pair, witness = ?cfg.witness.as_ref().map(|x| x.address), "takeovers of this pair need the witness's vote");
-            tokio::spawn(w.watch(handle.clone()))
-        });
-        pairs.push(StandalonePair { pair: cfg.pair.clone(), handle, task, admin, witness_watch });
-    }
-    let _http = match metrics_address {
-        Some(addr) => {
-            let ep = Arc::new(Endpoints {
-                metrics,
-                agents: pairs.iter().map(|p| (p.pair.clone(), p.handle.clone())).collect(),
-            });
-            let (bound, t) = havip_endpoints::serve(addr, ep)
-                .await
-                .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
-            tracing::info!(address = %bound, "metrics and health endpoints");
-            Some(t)
-        }
-        None => None,
-    };
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let sig = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
-    tracing::info!(signal = sig, "shutting down; the VIPs stay where they are");
-    for p in &pairs {
-        p.handle.stop().await;
-    }
-    for p in pairs {
-        if let Some(w) = p.witness_watch {
-            w.abort();
-        }
-        let _ = p.task.await;
-        if let Some(a) = p.admin {
-            let _ = std::fs::remove_file(a);
-        }
-    }
-    Ok(())
-}
-
-async fn kubernetes(opts: havip_node_agent::kube::KubeAgentOptions, metrics_address: String) -> Result<(), String> {
-    let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
-    let metrics = Arc::new(AgentMetrics::new());
-    let _http = match havip_node_agent::metrics::parse_address(&metrics_address)? {
-        None => None,
-        Some(addr) => {
-            let ep = Arc::new(MetricsOnly(metrics.clone()));
-            let (bound, t) = havip_endpoints::serve(addr, ep)
-                .await
-                .map_err(|e| format!("failed to serve metrics on {addr}: {e}"))?;
-            tracing::info!(address = %bound, "metrics and health endpoints");
-            Some(t)
-        }
-    };
-    havip_node_agent::kube::run(client, opts, metrics).await.map_err(|e| e.to_string())
-}
-
-struct MetricsOnly(Arc<AgentMetrics>);
-
-impl havip_endpoints::Endpoints for MetricsOnly {
-    fn metrics(&self) -> String {
-        self.0.encode()
-    }
-    fn ready(&self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-struct Endpoints {
-    metrics: Arc<AgentMetrics>,
-    agents: Vec<(String, runtime::Handle)>,
-}
-
-impl havip_endpoints::Endpoints for Endpoints {
-    fn metrics(&self) -> String {
-        self.metrics.encode()
-    }
-    fn ready(&self) -> Result<(), String> {
-        let invalid: Vec<String> =
-            self.agents.iter().filter(|(_, a)| !a.status().config_valid).map(|(pair, _)| pair.clone()).collect();
-        if invalid.is_empty() { Ok(()) } else { Err(format!("configuration invalid: {}", invalid.join(", "))) }
     }
 }

@@ -1,7 +1,7 @@
 //! The standalone file's `takeover` section reaches the state machine's timings.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
-use havip_node_agent::config::StandaloneFile;
+use havip_node_agent::standalone::config::StandaloneFile;
 
 fn agent_timings(takeover: &str) -> Result<havip_node_agent::sm::Timings, String> {
     let dir = tempfile::tempdir().unwrap();

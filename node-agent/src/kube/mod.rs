@@ -17,6 +17,7 @@
 
 mod commands;
 mod config;
+pub mod daemon;
 mod departure;
 mod lease;
 mod leftovers;

@@ -206,10 +206,7 @@ impl Runtime {
         let send_all = move |count: u32| {
             for (v, port) in &vips {
                 for _ in 0..count {
-                    let r = match v.vip.addr {
-                        IpAddr::V4(ip) => port.sender.send_garp(ip).map(|_| "garp"),
-                        IpAddr::V6(ip) => port.sender.send_unsolicited_na(ip).map(|_| "na"),
-                    };
+                    let r = port.transport().announce(v.vip.addr);
                     match r {
                         Ok(k) => metrics.announced(k),
                         Err(e) => {

@@ -15,6 +15,7 @@
 //! Wire format: [`havip_crds::witness`]. See docs/standalone.md for the set-up.
 
 pub mod client;
+pub mod daemon;
 pub mod server;
 
 pub use client::WitnessClient;

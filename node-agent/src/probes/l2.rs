@@ -1,0 +1,162 @@
+//! One interface's layer-2 sender and listeners ([`L2Port`]), shared by the gateway and
+//! conflict probes and the announcer, and the book of who claimed which address.
+
+use crate::announce::{AnnounceError, ArpListener, ArpSeen, L2Sender, NaSeen, NdListener, Transport};
+use pnet::datalink::MacAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long an ARP request of the gateway or conflict probes waits for replies.
+pub(crate) const ARP_WAIT: Duration = Duration::from_millis(300);
+
+/// Remembers who claimed which address on an interface — ARP packets for IPv4,
+/// neighbour advertisements for IPv6 — so that probes can ask "who answered for this IP
+/// since then?".
+#[derive(Default)]
+pub struct NeighborBook {
+    seen: Mutex<HashMap<IpAddr, Vec<(MacAddr, Instant)>>>,
+    /// Wakes the probes waiting for an answer (instead of polling the book).
+    recorded: tokio::sync::Notify,
+}
+
+impl NeighborBook {
+    /// Records that `mac` claimed `ip` (an ARP request counts too: a GARP from a
+    /// foreign holder is a claim).
+    pub fn record(&self, ip: IpAddr, mac: MacAddr) {
+        if ip.is_unspecified() {
+            return;
+        }
+        let mut m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let v = m.entry(ip).or_default();
+        v.retain(|(old, at)| *old != mac && at.elapsed() < Duration::from_secs(30));
+        v.push((mac, Instant::now()));
+        drop(m);
+        self.recorded.notify_waiters();
+    }
+
+    /// Records an ARP packet.
+    pub fn record_arp(&self, a: ArpSeen) {
+        self.record(IpAddr::V4(a.sender_ip), a.sender_mac);
+    }
+
+    /// Records a neighbour advertisement (one without a link-layer address option is a
+    /// claim by an unknown MAC, recorded as 00:00:00:00:00:00).
+    pub fn record_na(&self, na: NaSeen) {
+        self.record(IpAddr::V6(na.target), na.mac.unwrap_or(MacAddr::zero()));
+    }
+
+    /// MACs that claimed `ip` since `since`.
+    pub fn claimants_since(&self, ip: IpAddr, since: Instant) -> Vec<MacAddr> {
+        let m = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.get(&ip).map(|v| v.iter().filter(|(_, at)| *at >= since).map(|(mac, _)| *mac).collect()).unwrap_or_default()
+    }
+}
+
+/// A layer-2 sender plus listeners on one interface — ARP always, IPv6 neighbour
+/// advertisements when opened for IPv6 — shared by the gateway and conflict probes and
+/// the announcer.
+pub struct L2Port {
+    /// The sender.
+    pub sender: L2Sender,
+    /// Who claimed which address.
+    pub book: Arc<NeighborBook>,
+    _arp: ArpListener,
+    nd: Option<NdListener>,
+}
+
+impl L2Port {
+    /// Opens `ifname` for sending and listening to ARP, and to neighbour advertisements
+    /// when `ipv6` (a raw ICMPv6 socket and a thread: only where IPv6 is probed).
+    pub fn open(ifname: &str, ipv6: bool) -> Result<Self, AnnounceError> {
+        let sender = L2Sender::open(ifname)?;
+        let book = Arc::new(NeighborBook::default());
+        let b = book.clone();
+        let arp = ArpListener::start(ifname, move |a| b.record_arp(a))?;
+        let nd = if ipv6 {
+            let b = book.clone();
+            Some(NdListener::start(ifname, move |na| b.record_na(na))?)
+        } else {
+            None
+        };
+        Ok(Self { sender, book, _arp: arp, nd })
+    }
+
+    /// The transport that announces VIPs on this interface.
+    pub fn transport(&self) -> &dyn Transport {
+        &self.sender
+    }
+
+    /// Whether it listens to neighbour advertisements.
+    pub fn has_ipv6(&self) -> bool {
+        self.nd.is_some()
+    }
+
+    /// Asks who has `target` — by ARP from `source`, or by neighbour solicitation from
+    /// `source` (`0.0.0.0` / `::`: a probe that changes nobody's neighbour cache) — and
+    /// waits up to `wait` for answers; returns the MACs that claimed it, excluding our
+    /// own. Nothing is asked across families, nor for IPv6 on a port opened without it.
+    pub async fn who_has(&self, target: IpAddr, source: IpAddr, wait: Duration) -> Vec<MacAddr> {
+        let since = Instant::now();
+        let sent = match (target, source) {
+            (IpAddr::V4(t), IpAddr::V4(s)) => self.sender.send_arp_request(t, s),
+            (IpAddr::V6(t), IpAddr::V6(s)) if self.nd.is_some() => self.sender.send_neighbor_solicitation(t, s),
+            _ => return Vec::new(),
+        };
+        if sent.is_err() {
+            return Vec::new();
+        }
+        let deadline = tokio::time::Instant::from_std(since + wait);
+        loop {
+            // Registered before the book is read, so an answer recorded in between wakes it.
+            let recorded = self.book.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            let found: Vec<MacAddr> =
+                self.book.claimants_since(target, since).into_iter().filter(|m| *m != self.sender.mac()).collect();
+            if !found.is_empty() || tokio::time::Instant::now() >= deadline {
+                return found;
+            }
+            // An answer or the deadline; either way the book is read again above.
+            let _ = tokio::time::timeout_at(deadline, recorded).await;
+        }
+    }
+}
+
+/// The unspecified address of `ip`'s family: the source of a probe that changes
+/// nobody's neighbour cache.
+pub fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NeighborBook;
+    use crate::announce::{ArpSeen, NaSeen};
+    use pnet::datalink::MacAddr;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn neighbor_book_reports_claimants_after_a_point_in_time() {
+        let book = NeighborBook::default();
+        let ip = Ipv4Addr::new(10, 0, 0, 5);
+        let mac = MacAddr::new(2, 0, 0, 0, 0, 1);
+        let before = Instant::now();
+        book.record_arp(ArpSeen { op: 2, sender_mac: mac, sender_ip: ip, target_ip: Ipv4Addr::new(10, 0, 0, 1) });
+        assert_eq!(book.claimants_since(IpAddr::V4(ip), before), vec![mac]);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(book.claimants_since(IpAddr::V4(ip), Instant::now()).is_empty());
+        assert!(book.claimants_since(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 6)), before).is_empty());
+        // IPv6: an advertisement names its target; one without a MAC is an unknown one.
+        let v6: std::net::Ipv6Addr = "2001:db8::10".parse().expect("ip");
+        book.record_na(NaSeen { target: v6, mac: Some(mac) });
+        book.record_na(NaSeen { target: v6, mac: None });
+        assert_eq!(book.claimants_since(IpAddr::V6(v6), before), vec![mac, MacAddr::zero()]);
+        assert!(book.claimants_since(IpAddr::V4(ip), Instant::now()).is_empty(), "families apart");
+    }
+}

@@ -1,0 +1,264 @@
+//! TCP and HTTP probes of the data plane: through the VIPs while this member does not
+//! hold them ([`PeerProbes`]), and of the member's own listeners ([`spawn_local_probes`]).
+//!
+//! Its observer is a task are tasks that run probes for a pair and feed their verdicts to the
+//! state machine as `sm::Input`s through the runtime's queue (`E` is the queue's event
+//! type; observers know only the inputs they produce). It stops once the queue is
+//! closed (the runtime's tasks are also aborted when it stops).
+
+use crate::metrics::PairMetrics;
+use crate::sm;
+use crate::timer::Timer;
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// One TCP connect probe: `true` when the three-way handshake completes within
+/// `timeout` (the connection is closed at once).
+pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
+    matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
+}
+
+/// `GET path` over HTTP/1.0 on `addr`: true when the answer's status is 200 within
+/// `timeout` (connect, request and status line together).
+pub async fn http_probe(addr: SocketAddr, path: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: havip-agent\r\n\r\n");
+        s.write_all(request.as_bytes()).await.ok()?;
+        // The status line is all that is read: "HTTP/1.x 200 …".
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while n < buf.len() {
+            let read = s.read(&mut buf[n..]).await.ok()?;
+            if read == 0 {
+                break;
+            }
+            n += read;
+            if buf[..n].contains(&b'\n') {
+                break;
+            }
+        }
+        let line = std::str::from_utf8(&buf[..n]).ok()?;
+        let mut words = line.split_whitespace();
+        let version = words.next()?;
+        Some(version.starts_with("HTTP/") && words.next() == Some("200"))
+    };
+    matches!(tokio::time::timeout(timeout, exchange).await, Ok(Some(true)))
+}
+
+/// Probe interval through the VIPs while every peer is heard (a standby's steady state):
+/// the evidence a takeover needs is gathered at the fast rate once a heartbeat is
+/// overdue; this slow round only keeps the reported verdict current.
+pub const SLOW_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Interval between two rounds of probes of the member's own listeners.
+pub const LOCAL_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Listeners probed in turn per round beyond one per port (see [`spawn_local_probes`]):
+/// with 100 VIPs each VIP's own listener is probed every 10 s — a listener down is acted on
+/// after 10 s anyway (`listener_down_ms`) — and a wildcard listener's failure within a round.
+pub const LOCAL_PROBE_ROTATION: usize = 10;
+
+/// Data-plane probes through the VIPs while this member does not hold them: every
+/// target at the fast rate while the machine needs a verdict ([`PeerProbes::urgent`]: no
+/// holder heard, or its heartbeat overdue), one target per [`SLOW_PROBE_INTERVAL`]
+/// otherwise, nothing while holding. The task sleeps between rounds and is woken when
+/// the flags change, so an idle standby wakes for it once every two seconds.
+pub struct PeerProbes {
+    /// Every (VIP, address:port) to probe.
+    pub targets: Vec<(sm::VipId, SocketAddr)>,
+    /// The fast rate (`probe.interval`).
+    pub interval: Duration,
+    /// One connect's timeout.
+    pub timeout: Duration,
+    /// Set while this member holds the VIPs (no probes then).
+    pub holding: Arc<AtomicBool>,
+    /// Set while the machine needs the verdict now ([`sm::Machine::holder_overdue`]).
+    pub urgent: Arc<AtomicBool>,
+    /// Notified when `urgent` is set or `holding` cleared.
+    pub wake: Arc<tokio::sync::Notify>,
+    /// Where probe results are counted.
+    pub metrics: PairMetrics,
+}
+
+impl PeerProbes {
+    /// Starts probing (nothing to do without targets: the task ends at once).
+    pub fn spawn<E: From<sm::Input> + Send + 'static>(self, tx: mpsc::Sender<E>) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            if self.targets.is_empty() {
+                return;
+            }
+            let mut slow_due = Instant::now();
+            let mut next = 0usize;
+            let mut timer = Timer::new();
+            loop {
+                if tx.is_closed() {
+                    return;
+                }
+                // Registered before the flags are read, so a change in between wakes it.
+                let woken = self.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let holding = self.holding.load(Ordering::Relaxed);
+                let urgent = !holding && self.urgent.load(Ordering::Relaxed);
+                let now = Instant::now();
+                let round: Vec<&(sm::VipId, SocketAddr)> = if urgent {
+                    // "Down" needs every target.
+                    self.targets.iter().collect()
+                } else if !holding && now >= slow_due {
+                    // Any VIP answering means the active serves: one target per round, in turn.
+                    slow_due = now + SLOW_PROBE_INTERVAL;
+                    next = (next + 1) % self.targets.len();
+                    vec![&self.targets[next]]
+                } else {
+                    Vec::new()
+                };
+                for (vip, addr) in round {
+                    let tx = tx.clone();
+                    let vip = vip.clone();
+                    let addr = *addr;
+                    let metrics = self.metrics.clone();
+                    let timeout = self.timeout;
+                    tokio::spawn(async move {
+                        let up = tcp_probe(addr, timeout).await;
+                        let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
+                        metrics.probe("peer", up);
+                        let _ = tx.send(sm::Input::PeerProbe { vip, result }.into()).await;
+                    });
+                }
+                if urgent {
+                    timer.sleep(self.interval).await;
+                } else if holding {
+                    woken.await;
+                } else {
+                    tokio::select! {
+                        _ = timer.sleep_until(slow_due) => {}
+                        _ = woken => {}
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// One of this member's own listeners: probed on the VIP while holding it, else on the
+/// node's own address in the VIP's subnet (the readiness of a standby).
+#[derive(Clone, Debug)]
+pub struct LocalTarget {
+    /// The VIP.
+    pub vip: sm::VipId,
+    /// Its address.
+    pub vip_addr: IpAddr,
+    /// The node's own address in the VIP's subnet (the VIP's when it has none).
+    pub own_addr: IpAddr,
+    /// The probed port.
+    pub port: u16,
+    /// How.
+    pub check: LocalCheck,
+}
+
+/// How a local target is probed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LocalCheck {
+    /// A TCP connect: on the VIP while holding it, else on the node's own address.
+    Tcp,
+    /// `GET <path>` over HTTP/1.0 on the node's own address; healthy on status 200.
+    Http(String),
+}
+
+/// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] — all of them after
+/// a start or a change of holding, then one per port and [`LOCAL_PROBE_ROTATION`] more in
+/// turn, and every one of a port that failed — and sends their results (nothing to do
+/// without targets: nothing then blocks readiness).
+pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
+    targets: Vec<LocalTarget>,
+    holding: Arc<AtomicBool>,
+    timeout: Duration,
+    metrics: PairMetrics,
+    tx: mpsc::Sender<E>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut timer = Timer::new();
+        if targets.is_empty() {
+            return;
+        }
+        // Every result probed is sent, also an unchanged one: the machine hears of a
+        // listener from other probes too (the self-check after a takeover), and must not
+        // keep a state this task last saw otherwise.
+        let mut last: Vec<Option<bool>> = vec![None; targets.len()];
+        // Probed this round: every target of a check that failed in the last round (to find
+        // which), one target of every check (port and kind) — a listener on the wildcard
+        // address serves them all — and the next `LOCAL_PROBE_ROTATION` in turn; so with many
+        // VIPs each one's own listener is still probed every few seconds.
+        let mut failing: BTreeSet<(u16, bool)> = BTreeSet::new();
+        let mut next = 0usize;
+        let mut last_hold = None;
+        loop {
+            let hold = holding.load(Ordering::Relaxed);
+            // Taking or giving up the VIPs changes the addresses probed: a full round.
+            let all = last_hold != Some(hold);
+            last_hold = Some(hold);
+            let key = |t: &LocalTarget| (t.port, matches!(t.check, LocalCheck::Http(_)));
+            let mut due = vec![false; targets.len()];
+            let mut seen: BTreeSet<(u16, bool)> = BTreeSet::new();
+            for (i, t) in targets.iter().enumerate() {
+                due[i] = all || last[i].is_none() || failing.contains(&key(t)) || seen.insert(key(t));
+            }
+            for _ in 0..LOCAL_PROBE_ROTATION.min(targets.len()) {
+                due[next] = true;
+                next = (next + 1) % targets.len();
+            }
+            failing.clear();
+            // One probe per distinct address in a round: the VIPs of a standby all probe the
+            // node's own address, usually on the same port.
+            let mut round: HashMap<(SocketAddr, &LocalCheck), bool> = HashMap::new();
+            for (i, t) in targets.iter().enumerate().filter(|(i, _)| due[*i]) {
+                let addr = match &t.check {
+                    LocalCheck::Tcp => SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port),
+                    LocalCheck::Http(_) => SocketAddr::new(t.own_addr, t.port),
+                };
+                let up = match round.get(&(addr, &t.check)) {
+                    Some(up) => *up,
+                    None => {
+                        let up = match &t.check {
+                            LocalCheck::Tcp => tcp_probe(addr, timeout).await,
+                            LocalCheck::Http(path) => http_probe(addr, path, timeout).await,
+                        };
+                        metrics.probe("local", up);
+                        round.insert((addr, &t.check), up);
+                        up
+                    }
+                };
+                if !up {
+                    failing.insert(key(t));
+                }
+                last[i] = Some(up);
+                if tx.send(sm::Input::LocalProbe { vip: t.vip.clone(), port: t.port, up }.into()).await.is_err() {
+                    return;
+                }
+            }
+            timer.sleep(LOCAL_PROBE_INTERVAL).await;
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tcp_probe;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn tcp_probe_up_and_down() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        assert!(tcp_probe(addr, Duration::from_millis(500)).await);
+        drop(l);
+        assert!(!tcp_probe(addr, Duration::from_millis(500)).await, "refused is down");
+    }
+}

@@ -1,0 +1,152 @@
+//! A partition between the members while both still reach the Lease store (Kubernetes
+//! mode), and Lease writes that land late.
+//!
+//! Heartbeat silence cannot tell a dead holder from one cut off from this member only.
+//! The Lease can: a holder that cannot hear a peer renews the Lease (same holder and
+//! epoch, a fresh renew time) about once a second, as long as it is fit to serve; a
+//! member that cannot hear the holder but has seen it renew the Lease within
+//! `lease_alive_ms` does not take the VIPs from it and raises `PeerPartition`. A dead
+//! holder stops renewing, so the takeover waits at most `lease_alive_ms` after its last
+//! renewal — and a holder that was hearing its peer until it died never renewed at all.
+//!
+//! A claim whose compare-and-swap timed out can still land afterwards, naming a member
+//! that gave the claim up. The holder, hearing that member act as a standby, takes the
+//! Lease back under a newer epoch instead of giving up the VIPs to nobody.
+
+use super::{CasPurpose, Machine};
+use crate::io::{Action, Alarm};
+use crate::status::LeaseView;
+use crate::types::{Millis, NodeId, Role};
+
+/// What a holder does about a Lease naming a peer under a newer epoch.
+pub(super) enum NewerLease {
+    /// The peer acts as the holder (or cannot be heard): give up the VIPs.
+    Yield,
+    /// The peer is heard but has not shown yet whether it acts on the Lease: wait.
+    Wait,
+    /// The peer is heard as a standby that knows the Lease: take it back.
+    Reclaim,
+}
+
+impl Machine {
+    /// The Lease holder wrote the Lease again (a renewal) under `epoch`.
+    pub(super) fn on_lease_renewed(&mut self, now: Millis, holder: NodeId, epoch: u64) {
+        if holder == self.cfg.local || self.store.lease.as_ref().is_some_and(|l| l.epoch > epoch) {
+            return;
+        }
+        self.store.lease_written = Some((holder, now));
+    }
+
+    /// The member the Lease names as holder, if it cannot be heard on any path but was
+    /// seen renewing the Lease within `lease_alive_ms`. (A claim is no such proof: a
+    /// holder that took the VIPs while it heard its peers, then died, is taken over at
+    /// once. One that wins a claim while a peer is silent renews at once, and the member
+    /// that lost the VIPs to it is in its hold-down meanwhile.)
+    pub(super) fn holder_alive_unheard(&self, now: Millis) -> Option<NodeId> {
+        if self.store.lease_stale {
+            return None;
+        }
+        let h = self.store.lease.as_ref()?.holder.as_ref()?;
+        if h == &self.cfg.local {
+            return None;
+        }
+        let (written_by, at) = self.store.lease_written.as_ref()?;
+        if written_by != h || now.since(*at) >= self.t().lease_alive_ms {
+            return None;
+        }
+        let i = self.peer_index(h)?;
+        if self.peer_heard(i, now) {
+            return None;
+        }
+        // Only a renewal seen after the holder fell silent proves it alive now (with three
+        // members it renews while a third one is silent, and may die right after; a
+        // renewal it sent just before it died still arrives, so "silent" means a whole
+        // heartbeat timeout without a word).
+        let last_heard = self.peers[i].last_heard.iter().flatten().max().copied();
+        let timeout = self.t().heartbeat_timeout_ms;
+        if last_heard.is_some_and(|t| at.since(t) < timeout) {
+            return None;
+        }
+        Some(h.clone())
+    }
+
+    /// After every evaluation: the holder renews the Lease while a peer is silent; a
+    /// member that does not hold raises or clears `PeerPartition`.
+    pub(super) fn settle_partition(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.holding {
+            self.clear_alarm(Alarm::PeerPartition, out);
+            self.renew_lease(now, out);
+            return;
+        }
+        self.store.last_renew = None;
+        match self.holder_alive_unheard(now) {
+            Some(h) => self.raise(
+                Alarm::PeerPartition,
+                format!(
+                    "{h} holds the Lease and keeps renewing it, but none of its heartbeats arrives on any \
+                     path: the members are partitioned from each other; this member does not take the VIPs \
+                     from it"
+                ),
+                out,
+            ),
+            None => self.clear_alarm(Alarm::PeerPartition, out),
+        }
+    }
+
+    fn renew_lease(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let me = self.cfg.local.clone();
+        let ours =
+            self.store.lease.as_ref().is_some_and(|l| l.holder.as_ref() == Some(&me) && l.epoch == self.held_epoch);
+        let silent = (0..self.peers.len()).any(|i| !self.peer_heard(i, now));
+        if !ours || !silent || self.role != Role::Active || self.store.lease_stale || self.store.cas.is_some() {
+            self.store.last_renew = None;
+            return;
+        }
+        // A holder that wants out (or cannot serve) stops renewing, so that a peer it
+        // cannot reach may take the VIPs after `lease_alive_ms`.
+        let unfit = self.maintenance
+            || self.ops.op.is_some()
+            || !self.carrier_ok()
+            || self.gateway == Some(false)
+            || self.unhealthy_reason(now).is_some();
+        if unfit {
+            return;
+        }
+        if self.store.last_renew.is_some_and(|t| now.since(t) < self.t().lease_renew_ms) {
+            return;
+        }
+        self.store.last_renew = Some(now);
+        out.push(Action::RenewLease { holder: me, epoch: self.held_epoch });
+    }
+
+    /// A holder sees the Lease name peer `holder` under an epoch newer than its own.
+    pub(super) fn newer_lease(&mut self, now: Millis, l: &LeaseView) -> NewerLease {
+        let Some(i) = l.holder.as_ref().and_then(|h| self.peer_index(h)) else {
+            return NewerLease::Yield;
+        };
+        let Some(a) = self.heard_advert(i, now) else {
+            return NewerLease::Yield;
+        };
+        if a.holds_vips || matches!(a.role, Role::Active | Role::Demoting | Role::Init) {
+            return NewerLease::Yield;
+        }
+        if a.epoch >= l.epoch {
+            return NewerLease::Reclaim;
+        }
+        // Its adverts predate the Lease write: give it a heartbeat timeout to show
+        // whether it acts on it (a claimer says Active before it writes).
+        let since = *self.store.lease_disowned_since.get_or_insert(now);
+        if now.since(since) < self.t().heartbeat_timeout_ms { NewerLease::Wait } else { NewerLease::Reclaim }
+    }
+
+    /// Takes the Lease back under a fresh epoch above `l`'s.
+    pub(super) fn reclaim_lease(&mut self, now: Millis, l: &LeaseView, out: &mut Vec<Action>) {
+        self.store.lease_disowned_since = None;
+        self.bump_epoch(l.epoch);
+        let e = self.epoch.max(self.held_epoch).saturating_add(1);
+        self.epoch = e;
+        self.held_epoch = e;
+        self.pacing.advert_now = true;
+        self.send_cas(e, l.epoch, CasPurpose::Reconcile, now, out);
+    }
+}
