@@ -22,11 +22,14 @@ mod departure;
 mod lease;
 mod leftovers;
 mod pairs;
+mod pass;
+mod plan;
 mod report;
 mod snapshot;
 mod watches;
 
-use pairs::{PairRun, apply_config, rand_id, start_from_snapshots, start_pair};
+use pairs::{PairRun, rand_id, start_from_snapshots};
+use plan::Memory;
 use watches::{Stores, Watches};
 
 pub use crate::lease::LeaseSnapshot;
@@ -39,15 +42,11 @@ pub use lease::{KubeLease, lease_name, lease_view};
 
 use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
-use crate::lease::LeaseFeed;
 use crate::metrics::AgentMetrics;
-use crate::runtime::{self, Handle, Options, Request, RuntimeError};
+use crate::runtime::Request;
 use crate::sm;
-use crate::state::StateFile;
-use commands::PairInputs;
 use futures::StreamExt;
 use havip_crds::membership;
-use havip_crds::wire::Keyring;
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -59,13 +58,12 @@ use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use report::KubeReporter;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// How the Kubernetes agent runs.
@@ -124,7 +122,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     // configuration after OFFLINE_AFTER (a restart must not leave the VIPs in the kernel
     // with nobody heartbeating for them).
     tracing::info!(selector = %membership::selector(&opts.node), "waiting for the initial lists of this node's pairs, FloatingIPs, Secrets, Leases and its Node");
-    let (started, running) = {
+    let (started, running, mut memory) = {
         let start = async {
             own.wait_until_ready().await?;
             match unlabelled_pairs(&client, &opts.node).await {
@@ -141,7 +139,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
         let mut start = std::pin::pin!(start);
         let offline = tokio::time::sleep(OFFLINE_AFTER);
         let mut offline = std::pin::pin!(offline);
-        let mut resumed: Option<BTreeMap<String, PairRun>> = None;
+        let mut resumed: Option<(BTreeMap<String, PairRun>, Memory)> = None;
         let started = loop {
             tokio::select! {
                 r = &mut start => break Some(r),
@@ -152,7 +150,8 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
                 _ = int.recv() => break None,
             }
         };
-        (started, resumed.unwrap_or_default())
+        let (running, memory) = resumed.unwrap_or_default();
+        (started, running, memory)
     };
     let Some(started) = started else {
         // Stopped before the lists: an uninstall still leaves no VIP behind.
@@ -163,7 +162,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
             hub,
             stores: Stores { own, every: None, notify: notify.clone() },
             running,
-            skipped: BTreeMap::new(),
+            memory,
             daemonset,
         };
         agent.shutdown().await;
@@ -171,8 +170,9 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     };
     let every = started?;
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
+    memory.watching_every = every.is_some();
     let stores = Stores { own, every, notify: notify.clone() };
-    let mut agent = Agent { client, opts, metrics, hub, stores, running, skipped: BTreeMap::new(), daemonset };
+    let mut agent = Agent { client, opts, metrics, hub, stores, running, memory, daemonset };
     // Pairs that left this node while the agent was down (deleted, or this node removed
     // from them) left their VIPs and state behind: removed now that the lists succeeded
     // (the view holds every pair naming this node: labelled, or all of them while some
@@ -255,190 +255,15 @@ struct Agent {
     metrics: Arc<AgentMetrics>,
     hub: Arc<Hub>,
     stores: Stores,
+    /// The runtimes of the pairs running.
     running: BTreeMap<String, PairRun>,
-    /// The FloatingIPs skipped per pair, as last logged.
-    skipped: BTreeMap<String, BTreeMap<String, String>>,
+    /// What the loop remembers for its decisions ([`plan`]).
+    memory: Memory,
     /// The watch of the agent's own DaemonSet (when it is named).
     daemonset: Option<departure::DaemonSetWatch>,
 }
 
-/// Whether this node is still a member of a pair, read from the API server.
-enum Membership {
-    /// The pair is gone, unreadable, or no longer names this node.
-    Left,
-    /// The pair still names this node.
-    Member,
-    /// The API server did not answer.
-    Unknown(kube::Error),
-}
-
-/// Reads pair `pair` by name to tell whether it still names `node`.
-async fn membership_of(client: &Client, pair: &str, node: &str) -> Membership {
-    let api: Api<DeserializeGuard<HAPair>> = Api::all(client.clone());
-    match api.get_opt(pair).await {
-        Ok(Some(p)) if p.0.as_ref().is_ok_and(|p| p.spec.members.iter().any(|m| m.node == node)) => Membership::Member,
-        Ok(_) => Membership::Left,
-        Err(e) => Membership::Unknown(e),
-    }
-}
-
 impl Agent {
-    /// Brings the running pairs in line with the stores.
-    async fn reconcile(&mut self) {
-        let node = self.opts.node.clone();
-        let catching_up = self.stores.every.as_ref().is_some_and(Watches::ready);
-        let wanted = self.stores.view().pairs_of(&node);
-        let unreadable = self.stores.view().unreadable_pairs();
-        let unreadable_fips = self.stores.view().unreadable_fips();
-        // A running pair whose object cannot be read (version skew) is not gone: it keeps
-        // its last configuration, and says why it cannot take the new one.
-        for (name, why) in &unreadable {
-            if let Some(run) = self.running.get(name) {
-                let msg = format!("cannot read the HAPair: {why}");
-                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
-                    tracing::warn!(pair = %name, error = %why, "cannot read the HAPair; keeping the last configuration");
-                }
-            }
-        }
-        // Pairs this node left (or that were deleted): the runtime gives the VIPs up.
-        let gone: Vec<String> =
-            self.running.keys().filter(|k| !wanted.contains_key(*k) && !unreadable.contains_key(*k)).cloned().collect();
-        for name in gone {
-            // A pair that leaves the labelled view is read once more by name before its
-            // VIPs are given up: a pair that still names this node but lost (or never
-            // had) its member label keeps running, and the agent watches everything
-            // until the operator labels it.
-            if !catching_up {
-                match membership_of(&self.client, &name, &node).await {
-                    Membership::Left => {}
-                    Membership::Member => {
-                        if self.stores.every.is_none() {
-                            tracing::warn!(pair = %name, "the pair still names this node but carries no member label for it: keeping it, and watching every object until the operator labels it");
-                            self.stores.every = Some(Watches::every(
-                                &self.client,
-                                &self.opts.namespace,
-                                &self.stores.notify,
-                                &self.metrics,
-                            ));
-                        }
-                        continue;
-                    }
-                    Membership::Unknown(e) => {
-                        tracing::warn!(pair = %name, error = %e, "cannot confirm that this node left the pair; keeping it for now");
-                        continue;
-                    }
-                }
-            }
-            if let Some(run) = self.running.remove(&name) {
-                tracing::info!(pair = %name, "this node is no longer a member: giving up the pair's VIPs");
-                run.handle.release().await;
-                run.finish().await;
-                // Its files too: a later start must not resume it from its snapshot.
-                leftovers::remove_pair_leftovers(&self.opts.state_dir, &name).await;
-            }
-            self.skipped.remove(&name);
-        }
-        let ifnames: Vec<String> =
-            wanted.values().flat_map(|p| p.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone())).collect();
-        let local_interfaces = interface_addresses(&ifnames).await;
-        let (ns, view) = (&self.opts.namespace, self.stores.view());
-        let mut configs = view.configs(&node, ns, &wanted, &local_interfaces);
-        let leases: BTreeMap<String, _> = wanted.keys().map(|n| (n.clone(), view.lease_of(n))).collect();
-        // Catching up: once this node's own (labelled) objects give every pair the very
-        // configuration the complete view gives, the complete watches go. Not while the
-        // node has no pair at all: nothing then shows that the operator labels, and a
-        // pair an unlabelling operator creates later would go unseen.
-        if catching_up {
-            let own = self.stores.own.pairs_of(&node);
-            let same = !own.is_empty() && own.keys().eq(wanted.keys()) && {
-                let own_configs = self.stores.own.configs(&node, ns, &own, &local_interfaces);
-                configs.iter().all(|(name, (cfg, _))| match (cfg, own_configs.get(name).map(|c| &c.0)) {
-                    (Ok(a), Some(Ok(b))) => a.sm.config_revision == b.sm.config_revision && a.keys == b.keys,
-                    _ => false,
-                })
-            };
-            if same {
-                tracing::info!(
-                    pairs = own.len(),
-                    "every object of this node's pairs carries its member label: watching only those from now on"
-                );
-                self.stores.every = None;
-            }
-        }
-        for (name, pair) in wanted {
-            // A VIP of the running configuration whose FloatingIP cannot be read is not
-            // dropped: the last configuration stays until the object reads again.
-            if let Some(run) = self.running.get(&name)
-                && let Some((fip, why)) = unreadable_fips.iter().find(|(f, _)| run.reporter.runs_vip(f))
-            {
-                let msg = format!("cannot read FloatingIP {fip}: {why}");
-                if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
-                    tracing::warn!(pair = %name, fip = %fip, error = %why, "cannot read a FloatingIP of the pair; keeping the last configuration");
-                }
-                continue;
-            }
-            let Some((cfg, skipped)) = configs.remove(&name) else { continue };
-            if self.skipped.get(&name) != Some(&skipped) {
-                for (fip, why) in &skipped {
-                    tracing::warn!(pair = %name, floatingip = %fip, reason = %why, "FloatingIP not configured");
-                }
-                self.skipped.insert(name.clone(), skipped);
-            }
-            let cfg = match cfg {
-                Ok(c) => c,
-                Err(why) => {
-                    match self.running.get(&name) {
-                        // Running: it keeps its last configuration; say why the new one
-                        // cannot be built.
-                        Some(run) => {
-                            let msg = format!("cannot build the new configuration: {why}");
-                            if run.reporter.set_config_error(Some(msg), &run.handle.status()) {
-                                tracing::warn!(pair = %name, reason = %why, "keeping the last applied configuration");
-                            }
-                        }
-                        None => tracing::warn!(pair = %name, reason = %why, "cannot run the pair yet"),
-                    }
-                    continue;
-                }
-            };
-            let cfg_revision = cfg.sm.config_revision;
-            let run = match self.running.entry(name.clone()) {
-                std::collections::btree_map::Entry::Occupied(e) => {
-                    let run = e.into_mut();
-                    apply_config(&name, run, cfg).await;
-                    run
-                }
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &pair, cfg).await {
-                        Ok(run) => e.insert(run),
-                        Err(err) => {
-                            self.metrics.io_error("pair_start");
-                            tracing::error!(pair = %name, error = %err, "failed to start the pair");
-                            continue;
-                        }
-                    }
-                }
-            };
-            if run.revision == cfg_revision {
-                let snap = self.stores.view().snapshot(&node, &self.opts.namespace, &pair);
-                let digest = snap.digest();
-                if run.snapshot != Some(digest) {
-                    match snap.save(&self.opts.state_dir) {
-                        Ok(()) => run.snapshot = Some(digest),
-                        Err(e) => {
-                            tracing::warn!(pair = %name, error = %e, "cannot save the pair's configuration snapshot")
-                        }
-                    }
-                }
-            }
-            // (While it holds the VIPs and cannot hear a peer, the active also reads the
-            // Lease itself about once a second, when it renews it: a peer that took the
-            // pair over is learnt within a second even if this watch went stale.)
-            run.lease.feed(&run.handle, leases.get(&name).cloned().flatten()).await;
-            run.inputs.feed(&pair, &run.handle, &run.reporter).await;
-        }
-    }
-
     /// SIGTERM: a rolling upgrade keeps the VIPs and the role; a cordoned (draining)
     /// node hands them over first; an uninstall (the DaemonSet gone or deleting, or no
     /// longer selecting this node) removes them.
@@ -505,10 +330,6 @@ impl Agent {
         }
     }
 }
-
-/// How long after a key rotation reaches it an agent keeps signing with the old key
-/// (while accepting both): longer than watch events take to reach every member.
-const KEY_SWITCH_DELAY: Duration = Duration::from_secs(2);
 
 /// This node's address on each of `names` (interfaces of `interface:` heartbeat paths),
 /// read from the kernel; see [`pick_path_address`]. Interfaces that do not exist or

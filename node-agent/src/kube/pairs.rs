@@ -2,22 +2,31 @@
 //! server does not answer, from its last snapshot), applying a new configuration, and
 //! stopping one.
 
-use super::*;
+use super::config::{ClusterView, agent_config};
+use super::lease::KubeLease;
+use super::plan::{Memory, RunMemory};
+use super::report::{self, KubeReporter};
+use super::{KubeAgentOptions, OFFLINE_AFTER, interface_addresses, leftovers, snapshot};
+use crate::config::AgentConfig;
+use crate::heartbeat::Hub;
+use crate::metrics::AgentMetrics;
+use crate::runtime::{self, Handle, Options, RuntimeError};
+use crate::sm;
+use crate::state::StateFile;
+use havip_crds::{FloatingIP, HAPair};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// One pair this agent runs.
+/// One pair this agent runs: its runtime and writers (what the loop remembers of it
+/// for its decisions is in [`super::plan::RunMemory`]).
 pub(super) struct PairRun {
-    pub(super) revision: u64,
-    pub(super) keys: Keyring,
     pub(super) handle: Handle,
     pub(super) task: tokio::task::JoinHandle<()>,
     pub(super) aux: Vec<tokio::task::JoinHandle<()>>,
     pub(super) reporter: Arc<KubeReporter>,
-    pub(super) lease: LeaseFeed,
-    pub(super) inputs: PairInputs,
-    /// Digest of the configuration snapshot last written for this pair.
-    pub(super) snapshot: Option<u64>,
-    /// A rotated key accepted but not signing yet: when it starts to sign, and the keys.
-    pub(super) key_switch: Option<(Instant, Keyring)>,
 }
 
 impl PairRun {
@@ -30,62 +39,6 @@ impl PairRun {
     }
 }
 
-/// Applies a changed configuration to a running pair in place: role, epoch and peers
-/// are kept (no Init period); a key change alone only swaps the keys.
-pub(super) async fn apply_config(name: &str, run: &mut PairRun, cfg: AgentConfig) {
-    if run.revision != cfg.sm.config_revision {
-        tracing::info!(pair = %name, revision = cfg.sm.config_revision, "configuration changed");
-        // Recorded (and reported as applied) only once the runtime applied it; a failure
-        // is reported in the member entry and retried on the next pass.
-        match run.handle.reconfigure(cfg.clone()).await {
-            Ok(()) => {
-                run.revision = cfg.sm.config_revision;
-                run.keys = cfg.keys.clone();
-                run.key_switch = None;
-                run.reporter.set_config(&cfg);
-                run.reporter.set_config_error(None, &run.handle.status());
-            }
-            Err(e) => {
-                let msg = format!(
-                    "cannot apply revision {}: {e}",
-                    havip_crds::revision::format_revision(cfg.sm.config_revision)
-                );
-                if run.reporter.set_config_error(Some(msg.clone()), &run.handle.status()) {
-                    tracing::warn!(pair = %name, error = %msg, "keeping the last applied configuration; retrying");
-                }
-            }
-        }
-    } else if run.keys != cfg.keys {
-        if run.key_switch.as_ref().is_some_and(|(_, k)| *k == cfg.keys) {
-            // Already accepting the new key; it signs once the switch is due.
-            if run.key_switch.as_ref().is_some_and(|(at, _)| Instant::now() >= *at) {
-                tracing::info!(pair = %name, key_id = cfg.keys.current.id, "signing with the new heartbeat key");
-                run.handle.set_keys(cfg.keys.clone()).await;
-                run.reporter.set_config(&cfg);
-                run.keys = cfg.keys;
-                run.key_switch = None;
-            }
-            return;
-        }
-        let rotation = cfg.keys.previous.as_ref() == Some(&run.keys.current) && cfg.keys.current != run.keys.current;
-        if rotation {
-            // A rotation (the old key moved to previous): accept the new key at once but
-            // keep signing with the old one for a while, so that a peer whose watch
-            // delivers the Secret later does not refuse our heartbeats meanwhile.
-            tracing::info!(pair = %name, key_id = cfg.keys.current.id, after = ?KEY_SWITCH_DELAY, "heartbeat key rotated: accepting the new key, signing with it shortly");
-            let accepting = Keyring { current: run.keys.current.clone(), previous: Some(cfg.keys.current.clone()) };
-            run.handle.set_keys(accepting).await;
-            run.key_switch = Some((Instant::now() + KEY_SWITCH_DELAY, cfg.keys));
-            return;
-        }
-        tracing::info!(pair = %name, key_id = cfg.keys.current.id, "heartbeat key changed");
-        run.handle.set_keys(cfg.keys.clone()).await;
-        run.reporter.set_config(&cfg);
-        run.keys = cfg.keys;
-        run.key_switch = None;
-    }
-}
-
 /// The API server has not answered the first lists in time: every pair with a
 /// configuration snapshot here that names this node resumes from it. Its Lease
 /// writes fail meanwhile, so it acts under the standalone rules; the first
@@ -95,13 +48,14 @@ pub(super) async fn start_from_snapshots(
     opts: &KubeAgentOptions,
     metrics: &Arc<AgentMetrics>,
     hub: &Arc<Hub>,
-) -> BTreeMap<String, PairRun> {
+) -> (BTreeMap<String, PairRun>, Memory) {
     let mut running = BTreeMap::new();
+    let mut memory = Memory::default();
     let dir = opts.state_dir.clone();
     let names = snapshot::PairSnapshot::pairs_in(&dir);
     if names.is_empty() {
         tracing::warn!(after = ?OFFLINE_AFTER, "the API server has not answered; no pair to resume from a snapshot");
-        return running;
+        return (running, memory);
     }
     for name in names {
         let snap = match snapshot::PairSnapshot::load(&dir, &name) {
@@ -135,9 +89,11 @@ pub(super) async fn start_from_snapshots(
                 continue;
             }
         };
+        let mut remembered = RunMemory::started(&cfg);
+        remembered.snapshot = Some(snap.digest());
         match start_pair(client, opts, metrics, hub, &snap.pair, cfg).await {
-            Ok(mut run) => {
-                run.snapshot = Some(snap.digest());
+            Ok(run) => {
+                memory.running.insert(name.clone(), remembered);
                 tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
                 running.insert(name, run);
             }
@@ -147,7 +103,7 @@ pub(super) async fn start_from_snapshots(
             }
         }
     }
-    running
+    (running, memory)
 }
 
 pub(super) async fn start_pair(
@@ -163,8 +119,6 @@ pub(super) async fn start_pair(
     let reporter = Arc::new(reporter);
     leftovers::check_incarnation(&opts.state_dir, &name, pair.metadata.uid.as_deref()).await;
     let lease = Arc::new(KubeLease::new(Api::namespaced(client.clone(), &opts.namespace), &name));
-    let keys = cfg.keys.clone();
-    let revision = cfg.sm.config_revision;
     let (handle, task) = runtime::start(
         cfg,
         Options {
@@ -177,18 +131,7 @@ pub(super) async fn start_pair(
     )
     .await?;
     let aux = report::spawn_writers(client, pair, reporter.clone(), outlets);
-    Ok(PairRun {
-        revision,
-        keys,
-        handle,
-        task,
-        aux,
-        reporter,
-        lease: LeaseFeed::default(),
-        inputs: PairInputs::default(),
-        snapshot: None,
-        key_switch: None,
-    })
+    Ok(PairRun { handle, task, aux, reporter })
 }
 
 /// An operation id for the agent's own handover at shutdown (top bit clear).

@@ -206,16 +206,6 @@ impl KubeReporter {
         (reporter, Outlets { fip: fip_rx, entry: entry_rx, events: events_rx })
     }
 
-    /// This member's node name.
-    pub(super) fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// Whether the applied configuration has a VIP of FloatingIP `name`.
-    pub(super) fn runs_vip(&self, name: &str) -> bool {
-        lock(&self.view).vips.iter().any(|v| v.id == name)
-    }
-
     /// Takes a new configuration into account (paths, VIPs, revision, key id): called
     /// once the runtime applied it, never before.
     pub(super) fn set_config(&self, cfg: &AgentConfig) {
