@@ -576,6 +576,50 @@ async fn fip_writer(
     }
 }
 
+/// The `action` of the agents' Events, one per kind.
+pub mod action {
+    /// A role change (reason: the pair's transition reason).
+    pub const ROLE_CHANGE: &str = "RoleChange";
+    /// An alarm raised (reason: the member alarm).
+    pub const ALARM: &str = "Alarm";
+    /// The result of an operation this member executed.
+    pub const OPERATION: &str = "Operation";
+    /// A drain started or ended.
+    pub const DRAIN: &str = "Drain";
+}
+
+/// The Event of one of the machine's events (none for a cleared alarm): the pair's words
+/// as reason, the kind as action, the machine's own cause in the note.
+fn event_of(node: &str, ev: &sm::Event) -> Option<KEvent> {
+    let (type_, reason, action, note) = match ev {
+        // The pair's terms, as in `members[].lastTransition`; the machine's finer
+        // cause is in the note.
+        sm::Event::RoleChanged { from, to, reason, epoch } => (
+            EventType::Normal,
+            api_reason(*reason).as_str().to_owned(),
+            action::ROLE_CHANGE,
+            format!("{node}: {} → {} (epoch {epoch}; {})", from.as_str(), to.as_str(), reason.as_str()),
+        ),
+        sm::Event::AlarmRaised { alarm, detail } => {
+            (EventType::Warning, api_alarm(*alarm).as_str().to_owned(), action::ALARM, format!("{node}: {detail}"))
+        }
+        sm::Event::AlarmCleared { .. } => return None,
+        sm::Event::OperationResult { ok, message, .. } => (
+            if *ok { EventType::Normal } else { EventType::Warning },
+            "OperationResult".to_owned(),
+            action::OPERATION,
+            format!("{node}: {message}"),
+        ),
+        sm::Event::Drain { started, peer, detail } => (
+            EventType::Normal,
+            if *started { havip_crds::reason::DRAIN_STARTED } else { havip_crds::reason::DRAIN_ENDED }.to_owned(),
+            action::DRAIN,
+            format!("{node} (drain to {peer}): {detail}"),
+        ),
+    };
+    Some(KEvent { type_, reason, note: Some(note), action: action.into(), secondary: None })
+}
+
 /// Publishes Events for role changes, alarms and operation results (on the HAPair).
 async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::UnboundedReceiver<sm::Event>) {
     let recorder = Recorder::new(
@@ -584,29 +628,7 @@ async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::
     );
     let reference = pair.object_ref(&());
     while let Some(ev) = rx.recv().await {
-        let (type_, reason, note) = match &ev {
-            // The machine's own reason names (the README lists them), not the pair's.
-            sm::Event::RoleChanged { from, to, reason, epoch } => (
-                EventType::Normal,
-                reason.as_str().to_owned(),
-                format!("{node}: {} → {} (epoch {epoch})", from.as_str(), to.as_str()),
-            ),
-            sm::Event::AlarmRaised { alarm, detail } => {
-                (EventType::Warning, alarm.as_str().to_owned(), format!("{node}: {detail}"))
-            }
-            sm::Event::AlarmCleared { .. } => continue,
-            sm::Event::OperationResult { ok, message, .. } => (
-                if *ok { EventType::Normal } else { EventType::Warning },
-                "OperationResult".to_owned(),
-                format!("{node}: {message}"),
-            ),
-            sm::Event::Drain { started, peer, detail } => (
-                EventType::Normal,
-                if *started { havip_crds::reason::DRAIN_STARTED } else { havip_crds::reason::DRAIN_ENDED }.to_owned(),
-                format!("{node} (drain to {peer}): {detail}"),
-            ),
-        };
-        let e = KEvent { type_, reason, note: Some(note), action: "RoleChange".into(), secondary: None };
+        let Some(e) = event_of(&node, &ev) else { continue };
         if let Err(err) = recorder.publish(&e, &reference).await {
             tracing::debug!(error = %err, "failed to publish an Event");
         }
@@ -633,9 +655,41 @@ mod tests {
             (R::Startup, TransitionReason::Startup),
         ] {
             assert_eq!(api_reason(r), api, "{r:?}");
-            // Agent Events and metric labels keep the machine's own names.
+            // Metric labels and the Events' notes keep the machine's own names.
             assert_eq!(r.as_str(), format!("{r:?}"));
         }
+    }
+
+    #[test]
+    fn agent_events_speak_the_pairs_words_with_an_action_per_kind() {
+        let role = sm::Event::RoleChanged {
+            from: sm::Role::Standby,
+            to: sm::Role::Active,
+            reason: sm::Reason::Takeover,
+            epoch: 4,
+        };
+        let e = event_of("n1", &role).expect("role change");
+        assert_eq!((e.reason.as_str(), e.action.as_str()), ("PeerLost", action::ROLE_CHANGE));
+        assert_eq!(e.note.as_deref(), Some("n1: Standby → Active (epoch 4; Takeover)"));
+        let alarm = sm::Event::AlarmRaised { alarm: sm::Alarm::KeyMismatch, detail: "unknown key".into() };
+        let e = event_of("n1", &alarm).expect("alarm");
+        assert_eq!((e.reason.as_str(), e.action.as_str()), ("KeyMismatch", action::ALARM));
+        assert!(matches!(e.type_, EventType::Warning));
+        assert!(event_of("n1", &sm::Event::AlarmCleared { alarm: sm::Alarm::KeyMismatch }).is_none());
+        let mut actions = std::collections::BTreeSet::new();
+        for ev in [
+            role,
+            alarm,
+            sm::Event::OperationResult { id: 1, ok: true, message: "done".into() },
+            sm::Event::Drain {
+                started: true,
+                peer: sm::NodeId::new("n0".to_owned()).expect("node id"),
+                detail: "5 s".into(),
+            },
+        ] {
+            actions.insert(event_of("n1", &ev).expect("an Event").action);
+        }
+        assert_eq!(actions.len(), 4, "one action per kind: {actions:?}");
     }
 
     #[test]
