@@ -2,7 +2,28 @@
 //! window, everything), slimmed before caching, and the views its reconcile reads
 //! (pairs naming the node, unreadable objects, Leases, the Node's labels, configurations).
 
-use super::*;
+use super::config::{self, ClusterView, agent_config, skipped_floating_ips};
+use super::lease::lease_name;
+use super::{KubeAgentError, PairConfigs, snapshot};
+use crate::lease::LeaseSnapshot;
+use crate::metrics::AgentMetrics;
+use futures::StreamExt;
+use havip_crds::membership;
+use havip_crds::{FloatingIP, HAPair};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::Notify;
 
 /// The agent's view of the cluster: the watches of this node's own objects, and while
 /// the operator has not labelled them all, watches of everything.

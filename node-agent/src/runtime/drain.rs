@@ -30,8 +30,17 @@
 //! removes the guard last; a starting one deletes its pair's drain tables and (through the
 //! ledger) drained addresses.
 
-use super::*;
-use crate::nft::{ForwardRule, GuardRule, Nft, QuietRule};
+use super::Runtime;
+use super::io::ResolvedVip;
+use crate::ledger::LedgerError;
+use crate::metrics::PairMetrics;
+use crate::netlink::{Netlink, NetlinkError, Vip};
+use crate::nft::{ForwardRule, GuardRule, Nft, NftError, QuietRule};
+use crate::sm;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// What this member's drain holds now.
 #[derive(Default)]
@@ -55,11 +64,46 @@ fn on_lo(v: &Vip) -> Vip {
 /// for the kernel's nf_tables lock, which another program (kube-proxy) may hold for a
 /// while, and the runtime's thread must keep heartbeating meanwhile.
 async fn with_nft<T: Send + 'static>(
-    f: impl FnOnce(&mut Nft) -> Result<T, crate::nft::NftError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(move || Nft::open().and_then(|mut n| f(&mut n))).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("the nftables task failed: {e}")),
+    f: impl FnOnce(&mut Nft) -> Result<T, NftError> + Send + 'static,
+) -> Result<T, DrainError> {
+    Ok(tokio::task::spawn_blocking(move || Nft::open().and_then(|mut n| f(&mut n))).await??)
+}
+
+/// Why a drain (or the guard) could not be set up or torn down.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// An nftables request failed.
+    #[error(transparent)]
+    Nft(#[from] NftError),
+    /// The blocking task that talks to nftables panicked or was cancelled.
+    #[error("the nftables task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// Reading or changing addresses failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The drained addresses could not be recorded.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The node has no address of its own on a VIP's link to send ARP/ND from.
+    #[error("{vip} has no address of its own on {ifname} to speak for it")]
+    NoOwnAddress {
+        /// The VIP.
+        vip: IpAddr,
+        /// Its link.
+        ifname: String,
+    },
+}
+
+impl DrainError {
+    /// A bounded label for logs.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Nft(e) => e.category(),
+            Self::Task(_) => "task",
+            Self::Netlink(e) => e.category(),
+            Self::Ledger(_) => "ledger",
+            Self::NoOwnAddress { .. } => "no_own_address",
+        }
     }
 }
 
@@ -179,23 +223,23 @@ impl Runtime {
             }
             Err(why) => {
                 self.metrics.io_error("drain");
-                tracing::warn!(error = %why, "failed to start a drain; the VIPs are removed at once");
+                tracing::warn!(error = %why, category = why.category(), "failed to start a drain; the VIPs are removed at once");
                 self.drain_end().await;
                 for v in &vips {
                     if let Err(e) = self.nl.remove_vip(&v.vip).await {
                         tracing::error!(error = %e, "failed to remove VIP");
                     }
                 }
-                self.queue.push_back(sm::Input::DrainStarted { ok: false, detail: why });
+                self.queue.push_back(sm::Input::DrainStarted { ok: false, detail: why.to_string() });
             }
         }
     }
 
-    async fn try_drain(&mut self, vips: &[ResolvedVip]) -> Result<(), String> {
+    async fn try_drain(&mut self, vips: &[ResolvedVip]) -> Result<(), DrainError> {
         // The node's own address on each VIP's link: the source of its ARP/NS while the
         // VIP is kept (IPv6: one in the VIP's subnet, else the link-local one).
-        let own = self.nl.addresses().await.map_err(|e| e.to_string())?;
-        let links = self.nl.links().await.map_err(|e| e.to_string())?;
+        let own = self.nl.addresses().await?;
+        let links = self.nl.links().await?;
         let mut rules = Vec::new();
         for v in vips {
             let index = links.iter().find(|l| l.name == v.vip.ifname).map(|l| l.index);
@@ -208,20 +252,18 @@ impl Runtime {
                 .find(|a| crate::netlink::same_subnet(a.addr, v.vip.addr, v.vip.prefix))
                 .or_else(|| mine.iter().find(|a| matches!(a.addr, IpAddr::V6(x) if x.segments()[0] & 0xffc0 == 0xfe80)))
                 .map(|a| a.addr)
-                .ok_or_else(|| {
-                    format!("{} has no address of its own on {} to speak for it", v.vip.addr, v.vip.ifname)
-                })?;
+                .ok_or_else(|| DrainError::NoOwnAddress { vip: v.vip.addr, ifname: v.vip.ifname.clone() })?;
             rules.push(QuietRule { vip: v.vip.addr, own: src });
         }
         let pair = self.cfg.pair.clone();
         with_nft(move |n| n.set_quieter(&pair, &rules)).await?;
         let kept: Vec<Vip> = vips.iter().map(|v| on_lo(&v.vip)).collect();
         // Recorded first: an agent that dies from here on removes them at its next start.
-        self.ledger.record(&kept).map_err(|e| e.to_string())?;
+        self.ledger.record(&kept)?;
         self.drain.kept = kept.clone();
         for (k, v) in kept.iter().zip(vips) {
-            self.nl.add_vip(k).await.map_err(|e| e.to_string())?;
-            self.nl.remove_vip(&v.vip).await.map_err(|e| e.to_string())?;
+            self.nl.add_vip(k).await?;
+            self.nl.remove_vip(&v.vip).await?;
         }
         Ok(())
     }
@@ -401,7 +443,8 @@ fn record_forwarded(metrics: &PairMetrics, counted: &std::sync::Mutex<(u64, u64)
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{count_established, parse_proc_addr};
+    use std::net::IpAddr;
 
     const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 3200870A:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0

@@ -2,7 +2,17 @@
 //! Lease compare-and-swap, persistence and reports; and reading the VIPs back from
 //! the kernel. What to do is the machine's; how is here.
 
-use super::*;
+use super::io::ResolvedVip;
+use super::{Event, LATE_CAS_LIMIT, Reply, Runtime, VIP_ADD_RETRY};
+use crate::announce::spawn_schedule;
+use crate::netlink::{Netlink, Vip};
+use crate::probes::{L2Port, tcp_probe};
+use crate::sm;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 impl Runtime {
     /// Executes one action; returns whether it changed the kernel's VIPs.

@@ -2,7 +2,20 @@
 //! ports, fence targets, heartbeat paths), the stale VIPs of an earlier configuration,
 //! and the observers started for it. Resolving and wiring only: no decision.
 
-use super::*;
+use super::{Runtime, RuntimeError, VipLink};
+use crate::config::{AgentConfig, AnnounceSchedule};
+use crate::heartbeat::{EndpointSpec, PathSpec};
+use crate::ledger::VipLedger;
+use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
+use crate::probes::{
+    FenceProbe, L2Port, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch, spawn_gateway_watch,
+    spawn_local_probes, spawn_traffic_sampler,
+};
+use crate::sm;
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A VIP of the configuration with its interface resolved.
 #[derive(Clone)]

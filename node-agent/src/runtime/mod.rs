@@ -7,20 +7,16 @@
 //! it inputs through a channel. The machine's time is monotonic milliseconds since the
 //! agent started.
 
-use crate::announce::{AnnounceGate, spawn_schedule};
-use crate::config::{AgentConfig, AnnounceSchedule};
-use crate::heartbeat::{Endpoint, EndpointSpec, Hub, PathSpec, Received, SkewTracker};
+use crate::announce::AnnounceGate;
+use crate::config::AgentConfig;
+use crate::heartbeat::{Endpoint, Hub, Received, SkewTracker};
 use crate::ledger::VipLedger;
 use crate::metrics::PairMetrics;
-use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
-use crate::probes::{
-    FenceProbe, L2Port, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch, spawn_gateway_watch,
-    spawn_local_probes, spawn_traffic_sampler, tcp_probe,
-};
+use crate::netlink::Netlink;
+use crate::probes::L2Port;
 use crate::sm;
 use crate::state::StateFile;
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
