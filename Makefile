@@ -34,9 +34,16 @@ chart-check: ## helm lint and a drift check of the rendered chart
 	$(HELM) lint charts/havip -n havip-system
 	$(HELM) template havip charts/havip -n havip-system | diff -u charts/rendered/havip-default.yaml - || { echo "the rendered chart changed: run make chart"; exit 1; }
 
-lint: ## rustfmt and clippy, warnings are errors
+lint: ## rustfmt, clippy (warnings are errors), cargo-deny, unused dependencies, import cycles, MSRV
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	@tools=$$(bash hack/cargo-tools.sh) && \
+	  echo "cargo deny check licenses bans sources" && "$$tools/cargo-deny" --log-level error check licenses bans sources && \
+	  { "$$tools/cargo-deny" --log-level error check advisories || echo "cargo deny: advisories not checked (the RustSec database cannot be fetched here); not failing"; } && \
+	  echo "cargo machete" && "$$tools/cargo-machete"
+	python3 hack/import-cycles.py crds/src endpoints/src sm/src node-agent/src operator/src e2e/src
+	@tc=$$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml); rv=$$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml); \
+	  case "$$tc" in "$$rv"|"$$rv".*) ;; *) echo "rust-version $$rv (Cargo.toml) is not the toolchain CI builds with ($$tc, rust-toolchain.toml)"; exit 1;; esac
 
 test-unit: ## Unit, property and drift tests (no cluster, no root)
 	$(CARGO) test --workspace --exclude havip-e2e
