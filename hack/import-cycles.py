@@ -17,7 +17,8 @@ Ignored: comments, string and char literals, items under `#[cfg(test)]` (test mo
 inline or in files, and test-only `use`/`fn`/`impl`), and paths outside the crate
 (`std::`, other crates). Macro bodies are scanned like code. Each crate root found
 (`lib.rs`, `main.rs`, `bin/*.rs`) is analysed as a crate of its own, following its
-`mod` declarations to the files (`x.rs` or `x/mod.rs`).
+`mod` declarations to the files (`x.rs`, `x/mod.rs` or `#[path = ...]`). Glob imports
+(`use x::*`, test modules included) are listed as notes: they hide what they use.
 
 Python 3, standard library only.
 """
