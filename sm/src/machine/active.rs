@@ -2,7 +2,7 @@
 //! carrier and gateway moves (fencing), unhealthy VIPs and listeners, automatic failback.
 
 use super::partition::NewerLease;
-use super::{CasPurpose, Machine, Need, OpPhase, Origin};
+use super::state::{CasPurpose, Machine, Need, OpPhase, Origin};
 use crate::config::FailbackPolicy;
 use crate::io::{Action, Alarm, Reason};
 use crate::types::{AnnounceKind, Millis, Role};
@@ -450,12 +450,4 @@ impl Machine {
         }
         Some(pref)
     }
-}
-
-/// When the next heartbeat (advert) is due, and the last announcement burst.
-#[derive(Clone, Debug)]
-pub(super) struct AdvertPacing {
-    pub(super) next_advert_at: Option<Millis>,
-    pub(super) advert_now: bool,
-    pub(super) last_burst: Option<Millis>,
 }

@@ -22,31 +22,9 @@
 //! timeout later (its forwarder's copies would meet no address there; see the `nft`
 //! module on loops).
 
-use super::{Machine, OpPhase};
+use super::state::{Drain, Machine, OpPhase};
 use crate::io::{Action, Event, Reason};
 use crate::types::{Millis, NodeId, Role};
-
-/// A drain on the old holder.
-#[derive(Clone, Debug)]
-pub(super) struct Drain {
-    /// The new holder.
-    pub(super) to: NodeId,
-    /// When it ends.
-    pub(super) until: Millis,
-    /// The I/O layer keeps the addresses ([`crate::Input::DrainStarted`] said so).
-    pub(super) started: bool,
-}
-
-/// Both sides of draining.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Draining {
-    /// This member drains (old holder).
-    pub(super) drain: Option<Drain>,
-    /// This member forwards to that draining peer (new holder).
-    pub(super) forwarding: Option<NodeId>,
-    /// The agent stops: nothing drains or forwards any more, whatever is heard.
-    pub(super) stopping: bool,
-}
 
 impl Machine {
     /// Gives the VIPs up after a completed planned handover to `to`: drained when the

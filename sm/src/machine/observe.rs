@@ -1,13 +1,13 @@
 //! Folding inputs into the machine's state (decisions follow in `evaluate`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
-use super::{ListenerTrack, Machine};
+use super::state::{CasPurpose, ListenerTrack, Machine};
 use crate::advert::Advert;
-use crate::config::Config;
+use crate::config::{CARRIER_STABLE_MAX_FACTOR, Config};
 use crate::io::{Action, Alarm, CasResult, Command, Input, Reason, RejectReason};
 use crate::status::LeaseView;
-use crate::types::{MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
+use crate::types::{Link, MAX_EPOCH, Millis, NodeId, PathId, ProbeResult, Role, VipId};
 
 impl Machine {
     pub(super) fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Action>) {
@@ -253,7 +253,7 @@ impl Machine {
                         // The Lease is behind what we expected: retry against what it reads.
                         let retries = pending.map_or(0, |p| p.retries);
                         if retries < 3 {
-                            self.send_cas(c.epoch, epoch, super::CasPurpose::Claim, now, out);
+                            self.send_cas(c.epoch, epoch, CasPurpose::Claim, now, out);
                             if let Some(p) = self.store.cas.as_mut() {
                                 p.retries = retries + 1;
                             }
@@ -406,35 +406,29 @@ impl Machine {
         }
         self.pacing.advert_now = true;
     }
-}
 
-/// Flap suspension and failback quarantine: the automatic moves counted.
-#[derive(Clone, Debug)]
-pub(super) struct FlapGuard {
-    pub(super) auto_moves: VecDeque<Millis>,
-    pub(super) suspended: bool,
-    pub(super) quiet_from: Millis,
-    pub(super) nonpref_acq: VecDeque<Millis>,
-    pub(super) quarantined_until: Option<Millis>,
-}
-
-/// When the alarms that clear by themselves were last triggered.
-#[derive(Clone, Debug)]
-pub(super) struct AlarmTimers {
-    pub(super) key_mismatch_at: Option<Millis>,
-    /// Last conflict probe asked for because a peer's heartbeats fail verification while
-    /// this member holds the VIPs.
-    pub(super) unverified_probe_at: Option<Millis>,
-    pub(super) clock_skew_at: Option<Millis>,
-    pub(super) replay_at: Option<Millis>,
-}
-
-/// What the persisted state said at start, for adopting the VIPs after a restart.
-#[derive(Clone, Debug)]
-pub(super) struct Boot {
-    pub(super) boot_last_role: Role,
-    /// Epoch from the persisted state at start: what an adopting member can prove it held
-    /// the VIPs under (never an epoch it merely heard of since).
-    pub(super) boot_epoch: u64,
-    pub(super) adoption_decided: bool,
+    /// Folds a carrier observation into the dampening state.
+    pub(super) fn on_carrier(&mut self, now: Millis, link: Link, up: bool) {
+        let (was_lost, was_settling) = (self.carrier_lost(), self.carrier_settling(now));
+        match link {
+            Link::Data => self.link.carrier_data = Some(up),
+            Link::Vip => self.link.carrier_vip = Some(up),
+        }
+        let base = self.t().carrier_stable_ms;
+        if self.carrier_lost() && !was_lost {
+            // Lost again before the last return was stable: the link flaps, so it waits
+            // twice as long next time; lost after a stable stretch: the base time again.
+            self.link.carrier_required_ms = if was_settling {
+                let max = base.saturating_mul(CARRIER_STABLE_MAX_FACTOR);
+                self.link.carrier_required_ms.saturating_mul(2).min(max)
+            } else {
+                base
+            };
+            self.link.carrier_returned_at = None;
+            self.link.carrier_lost_at = Some(now);
+        } else if self.carrier_ok() && self.link.carrier_lost_at.is_some() {
+            self.link.carrier_returned_at = Some(now);
+            self.link.carrier_lost_at = None;
+        }
+    }
 }

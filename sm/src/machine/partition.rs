@@ -1,5 +1,6 @@
 //! A partition between the members while both still reach the Lease store (Kubernetes
-//! mode), and Lease writes that land late.
+//! mode), Lease writes that land late, and the alarms that tell of a partition or of the
+//! store (`PeerSilent`, `LeaseBehind`, `WitnessUnreachable`).
 //!
 //! Heartbeat silence cannot tell a dead holder from one cut off from this member only.
 //! The Lease can: a holder that cannot hear a peer renews the Lease (same holder and
@@ -13,7 +14,7 @@
 //! that gave the claim up. The holder, hearing that member act as a standby, takes the
 //! Lease back under a newer epoch instead of giving up the VIPs to nobody.
 
-use super::{CasPurpose, Machine};
+use super::state::{CasPurpose, Machine};
 use crate::io::{Action, Alarm};
 use crate::status::LeaseView;
 use crate::types::{Millis, NodeId, Role};
@@ -148,5 +149,95 @@ impl Machine {
         self.held_epoch = e;
         self.pacing.advert_now = true;
         self.send_cas(e, l.epoch, CasPurpose::Reconcile, now, out);
+    }
+
+    /// `PeerSilent`: some peer has been silent on every path for a heartbeat timeout (since
+    /// it was last heard, or since this agent started) after the init listen, while this
+    /// member's own links and gateway are fine — so the silence is not explained by this
+    /// member being cut off. Cleared when every peer is heard again, or when this member
+    /// itself is cut off (then its own role and reason tell), or while authentic heartbeats
+    /// arrive that are refused for clock skew (ClockSkew tells). Heartbeats that fail
+    /// verification do not clear it: anybody can send those from a member's address, so
+    /// they must not hide a silent peer; the detail says they arrive.
+    pub(super) fn check_peer_silent(&mut self, now: Millis, out: &mut Vec<Action>) {
+        let timeout = self.t().heartbeat_timeout_ms;
+        let started = self.started_at.unwrap_or(now);
+        // Authentic heartbeats refused for clock skew are no silence: ClockSkew tells.
+        let rejected = self.alarms.contains(&Alarm::ClockSkew);
+        let own_ok = self.carrier_ok() && self.gateway != Some(false) && !rejected;
+        let listening = matches!(self.role, Role::Init | Role::Unpaired);
+        let silent: Vec<(String, u64)> = if own_ok && !listening {
+            self.peers
+                .iter()
+                .filter_map(|p| {
+                    let last = p.last_heard.iter().flatten().max().copied().unwrap_or(started).max(started);
+                    let quiet = now.since(last);
+                    let unverified = p.key_mismatch_at.is_some_and(|t| now.since(t) < self.t().reject_alarm_clear_ms);
+                    let name = if unverified {
+                        format!("{} (its address sends heartbeats that fail verification)", p.node)
+                    } else {
+                        p.node.to_string()
+                    };
+                    (quiet >= timeout).then_some((name, quiet))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if silent.is_empty() {
+            self.clear_alarm(Alarm::PeerSilent, out);
+        } else {
+            let who: Vec<String> = silent.iter().map(|(n, q)| format!("{n} for {q} ms")).collect();
+            let detail = format!(
+                "silent on every heartbeat path while this member's links and gateway are fine: {} \
+                 (down, or partitioned from this member)",
+                who.join(", ")
+            );
+            self.raise(Alarm::PeerSilent, detail, out);
+        }
+    }
+
+    /// `LeaseBehind`: this member holds the VIPs under an epoch the store refuses to be
+    /// raised to in one write ([`Config::lease_max_step`]), so the Lease does not record
+    /// it. Cleared once the Lease is within reach (and caught up) or the member holds
+    /// nothing.
+    pub(super) fn check_lease_behind(&mut self, out: &mut Vec<Action>) {
+        let behind = match (self.cfg.lease_max_step, &self.store.lease) {
+            (Some(max), Some(l)) if self.holding && self.held_epoch > l.epoch.saturating_add(max) => {
+                Some((max, l.epoch))
+            }
+            _ => None,
+        };
+        match behind {
+            Some((max, lease)) => {
+                let detail = format!(
+                    "this member holds the VIPs under epoch {held}, {gap} above the pair Lease's {lease}: an agent \
+                     may raise the Lease's epoch by at most {max} in one write, so it is not recorded there \
+                     (heartbeats still settle who holds the VIPs; the Lease cannot arbitrate a partition between \
+                     the members meanwhile). If the epoch is genuine, record it in the Lease by hand \
+                     (leaseTransitions {held}, holderIdentity this node)",
+                    held = self.held_epoch,
+                    gap = self.held_epoch - lease,
+                );
+                self.raise(Alarm::LeaseBehind, detail, out);
+            }
+            None => self.clear_alarm(Alarm::LeaseBehind, out),
+        }
+    }
+
+    /// `WitnessUnreachable`: takeovers need the Lease store's vote and the store did not
+    /// answer its last read or write. Cleared by the next answer.
+    pub(super) fn check_witness(&mut self, out: &mut Vec<Action>) {
+        if self.cfg.lease_vote_required && self.store.lease_stale {
+            let detail = if self.holding {
+                "the witness does not answer: this member keeps the VIPs, but no member could take them \
+                 over if it failed now"
+            } else {
+                "the witness does not answer: this member takes no VIPs over until it answers again"
+            };
+            self.raise(Alarm::WitnessUnreachable, detail.to_owned(), out);
+        } else {
+            self.clear_alarm(Alarm::WitnessUnreachable, out);
+        }
     }
 }

@@ -11,11 +11,13 @@
 //! parallel, not waited for: the active's commit already serialises the move), add the
 //! VIPs, burst, Active, `Confirm`; `Abort` after accepting → give the VIPs back.
 
-use super::{Machine, Need, Op, OpPhase, Origin, TargetOp, TgtPhase};
+use super::state::{CasPurpose, Machine, Need, Op, OpPhase, Origin, TargetOp, TgtPhase};
 use crate::advert::{AUTO_OP_BIT, OpKind, OpMsg, RefuseReason};
-use crate::io::{Action, Reason};
+use crate::io::{Action, Event, Reason};
 use crate::types::{AnnounceKind, Millis, NodeId, Role};
-use std::collections::VecDeque;
+
+/// How many operator operation ids are remembered to ignore repeats.
+const REMEMBERED_IDS: usize = 256;
 
 impl Machine {
     fn next_auto_id(&mut self) -> u64 {
@@ -132,7 +134,7 @@ impl Machine {
         self.pacing.last_burst = Some(now);
         out.push(Action::Announce { kind: AnnounceKind::Burst });
         if self.store.cas.is_none() {
-            self.send_cas(e, expected, super::CasPurpose::Reconcile, now, out);
+            self.send_cas(e, expected, CasPurpose::Reconcile, now, out);
         }
     }
 
@@ -380,7 +382,7 @@ impl Machine {
         self.acquire(now, reason, out);
         if self.store.cas.is_none() {
             let expected = self.lease_expected(previous);
-            self.send_cas(epoch, expected, super::CasPurpose::Reconcile, now, out);
+            self.send_cas(epoch, expected, CasPurpose::Reconcile, now, out);
         }
     }
 
@@ -426,22 +428,26 @@ impl Machine {
         }
         self.start_op(now, Some(id), Origin::Operator { forced }, idx, forced, out);
     }
-}
 
-/// Planned operations: the one this member started or answers as a target, the last
-/// answer repeated in heartbeats, and the request ids already acted on.
-#[derive(Clone, Debug)]
-pub(super) struct Operations {
-    /// The operation this member started (initiator side).
-    pub(super) op: Option<Op>,
-    /// The operation this member takes part in as its target.
-    pub(super) tgt: Option<TargetOp>,
-    /// The last operation message, repeated in heartbeats for a while.
-    pub(super) sticky: Option<(OpMsg, Millis)>,
-    /// Request ids already acted on (each is acted on once).
-    pub(super) seen_ids: VecDeque<u64>,
-    /// Sequence of the operations this member started.
-    pub(super) op_seq: u16,
-    /// No automatic handover attempt before then.
-    pub(super) handover_retry_at: Option<Millis>,
+    pub(super) fn report_op(&mut self, id: u64, ok: bool, message: String, out: &mut Vec<Action>) {
+        if Self::is_operator_id(id) {
+            out.push(Action::Report(Event::OperationResult { id, ok, message }));
+        }
+    }
+
+    /// Remembers an operator id; false if it was seen before (the command is ignored).
+    pub(super) fn remember_id(&mut self, id: u64) -> bool {
+        if self.ops.seen_ids.contains(&id) {
+            return false;
+        }
+        if self.ops.seen_ids.len() >= REMEMBERED_IDS {
+            self.ops.seen_ids.pop_front();
+        }
+        self.ops.seen_ids.push_back(id);
+        true
+    }
+
+    pub(super) fn is_operator_id(id: u64) -> bool {
+        id & AUTO_OP_BIT == 0
+    }
 }

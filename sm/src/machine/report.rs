@@ -1,8 +1,9 @@
-//! Adverts and status snapshots.
+//! Adverts, status snapshots and the read-only accessors.
 
-use super::{Machine, OpPhase, TgtPhase};
+use super::state::{Machine, OpPhase, TgtPhase};
 use crate::advert::{Advert, OpKind, OpMsg};
-use crate::status::{OperationPhase, OperationStatus, PeerStatus, Status};
+use crate::config::Config;
+use crate::status::{OperationPhase, OperationStatus, PeerStatus, Status, Transition};
 use crate::types::Role;
 
 /// How long a data-plane result counts as current in the reported status: several of
@@ -146,5 +147,37 @@ impl Machine {
                 .as_ref()
                 .map(|s| s.iter().filter(|v| self.cfg.vips.iter().any(|c| &c.id == *v)).cloned().collect()),
         }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether this member holds the VIPs (added or adopted, not removed).
+    pub fn holds_vips(&self) -> bool {
+        self.holding
+    }
+
+    /// Highest pair epoch known (persisted; never goes backwards).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Epoch under which the VIPs are held or claimed (`None` when neither).
+    pub fn held_epoch(&self) -> Option<u64> {
+        let holds_or_claims =
+            self.holding || self.store.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
+        holds_or_claims.then_some(self.held_epoch)
+    }
+
+    /// Last role change, if any.
+    pub fn last_transition(&self) -> Option<&Transition> {
+        self.last_transition.as_ref()
     }
 }

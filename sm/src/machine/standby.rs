@@ -1,4 +1,5 @@
-//! Start-up, election and unplanned takeover (with the Lease claim).
+//! Start-up, election and unplanned takeover (with the Lease claim); the way back to
+//! Standby from Fenced and Maintenance.
 //!
 //! One rule set covers the election when nobody is active and the takeover of a lost
 //! active: a standby acquires the VIPs only if nobody is heard holding or claiming them, the
@@ -8,11 +9,9 @@
 //! listen, and no better candidate is heard (or that candidate had its priority-staggered
 //! turn). Heartbeat silence alone never suffices while a data-plane target exists.
 
-use super::{CasPending, CasPurpose, Claim, Machine};
+use super::state::{CasPending, CasPurpose, Claim, Machine};
 use crate::io::{Action, Reason};
-use crate::status::LeaseView;
 use crate::status::{Blocker, ProbeState};
-use crate::types::NodeId;
 use crate::types::{AnnounceKind, Millis, Role};
 
 impl Machine {
@@ -370,28 +369,18 @@ impl Machine {
         let to = if self.maintenance { Role::Maintenance } else { Role::Standby };
         self.set_role(to, reason, now, out);
     }
-}
 
-/// What the machine knows of the Lease store (or witness) and the claims and
-/// compare-and-swaps it has in flight there.
-#[derive(Clone, Debug)]
-pub(super) struct StoreTrack {
-    pub(super) lease: Option<LeaseView>,
-    pub(super) lease_stale: bool,
-    /// The Lease's holder and when it was last seen writing the Lease (a claim or a
-    /// renewal): proof through the API server that it is alive.
-    pub(super) lease_written: Option<(NodeId, Millis)>,
-    /// Last renewal this holder sent (while a peer was silent).
-    pub(super) last_renew: Option<Millis>,
-    /// Since when this holder has seen the Lease name a peer that is heard but does not
-    /// act as its holder (a claim that landed after its sender gave up).
-    pub(super) lease_disowned_since: Option<Millis>,
-    pub(super) cas: Option<CasPending>,
-    pub(super) claim: Option<Claim>,
-    pub(super) candidate_since: Option<Millis>,
-    /// No new claim before then (after losing a Lease CAS to another member).
-    pub(super) claim_backoff_until: Option<Millis>,
-    /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
-    /// local rules (`Some(false)`) during a catch-up: settled at its end.
-    pub(super) claim_granted: Option<bool>,
+    pub(super) fn eval_fenced(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.maintenance {
+            self.set_role(Role::Maintenance, Reason::MaintenanceOn, now, out);
+        } else if !self.cut_off() {
+            self.set_role(Role::Standby, Reason::Unfenced, now, out);
+        }
+    }
+
+    pub(super) fn eval_maintenance(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if !self.maintenance {
+            self.set_role(Role::Standby, Reason::MaintenanceOff, now, out);
+        }
+    }
 }

@@ -1,14 +1,22 @@
 //! The invariants, checked against the world's ground truth while a schedule runs.
 //! Bounds and their justification are documented in [`super`].
 //!
-//! Size: the invariants (a)–(l) side by side, each a short function over the same recorded
-//! history; they are read and reviewed together. It must never change the world.
+//! The checker is the world's [`Observer`]: the world tells it what happens as it happens
+//! and it reads the world, never changes it (the world does not know it; it only traces
+//! the violations reported back).
+//!
+//! Size: the invariants (a)–(m) side by side, each a short function over the same recorded
+//! history; they are read and reviewed together.
 
 use std::collections::VecDeque;
 
-use super::world::{GATEWAY_INTERVAL, Snap, World, node_name};
-use super::{Invariant, MAX_NODES, MAX_VIPS, TraceKind, Violation, bounds};
-use crate::{Alarm, Command, FailbackPolicy, MAX_EPOCH, Reason, Role};
+use super::bounds;
+use super::types::{Findings, Invariant, MAX_NODES, MAX_VIPS, Violation};
+use super::world::{CHECK_INTERVAL, GATEWAY_INTERVAL, Observation, Observer, PATHS, Snap, World, node_name};
+use crate::config::FailbackPolicy;
+use crate::io::{Alarm, Command, Reason};
+use crate::machine::UNVERIFIED_PROBE_MS;
+use crate::types::{MAX_EPOCH, Role};
 
 /// A pending check of invariant (d): a crashed sole holder must be replaced by `deadline`.
 #[derive(Clone, Debug)]
@@ -31,9 +39,12 @@ struct PendingI {
 
 /// Checker state: ground-truth timelines plus mirrors of the policy counters.
 pub(super) struct Checker {
-    pub violations: Vec<Violation>,
+    /// The violations and counters so far.
+    found: Findings,
+    /// Violations found while being told of the current observation (for the trace).
+    fresh: Vec<Violation>,
     /// Since when node `n` holds VIP `v` in its kernel.
-    pub hold_since: [[Option<u64>; MAX_VIPS]; MAX_NODES],
+    hold_since: [[Option<u64>; MAX_VIPS]; MAX_NODES],
     listener_since: [Option<u64>; MAX_NODES],
     data_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
     conn_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
@@ -84,7 +95,8 @@ fn held_for(since: Option<u64>, t: u64, w: u64) -> bool {
 impl Checker {
     pub(super) fn new(n: usize, nv: usize) -> Checker {
         Checker {
-            violations: Vec::new(),
+            found: Findings::default(),
+            fresh: Vec::new(),
             hold_since: [[None; MAX_VIPS]; MAX_NODES],
             listener_since: [None; MAX_NODES],
             data_since: [[None; MAX_NODES]; MAX_NODES],
@@ -113,73 +125,129 @@ impl Checker {
         }
     }
 
-    /// Records a violation (the first of each invariant per schedule).
-    pub(super) fn violate(&mut self, t: u64, invariant: Invariant, detail: String) {
-        if self.violations.iter().any(|v| v.invariant == invariant) {
+    /// Records a violation (the first of each invariant per schedule; the world traces it).
+    fn violate(&mut self, t: u64, invariant: Invariant, detail: String) {
+        if self.found.violations.iter().any(|v| v.invariant == invariant) {
             return;
         }
-        self.violations.push(Violation { invariant, at_ms: t, detail });
-    }
-
-    fn violate_w(w: &mut World, invariant: Invariant, detail: String) {
-        let t = w.t;
-        let fresh = !w.chk.violations.iter().any(|v| v.invariant == invariant);
-        w.chk.violate(t, invariant, detail.clone());
-        if fresh {
-            w.trace_push(TraceKind::Violation(invariant, detail));
-        }
+        let v = Violation { invariant, at_ms: t, detail };
+        self.found.violations.push(v.clone());
+        self.fresh.push(v);
     }
 
     /// Recomputes the ground-truth timelines after a world change.
-    pub(super) fn refresh_links(w: &mut World) {
+    fn refresh_links(&mut self, w: &World) {
         let t = w.t;
-        let n = w.chk.n;
+        let n = self.n;
         for i in 0..n {
             let l = w.nodes[i].powered && w.nodes[i].listener;
-            upd(&mut w.chk.listener_since[i], l, t);
+            upd(&mut self.listener_since[i], l, t);
             let node = &w.nodes[i];
             let gw_bad = w.p.gateway_configured && node.powered && !(node.gw && node.carrier);
-            upd(&mut w.chk.gw_bad_since[i], gw_bad, t);
+            upd(&mut self.gw_bad_since[i], gw_bad, t);
             for j in 0..n {
                 let d = w.data_reach(i, j);
-                upd(&mut w.chk.data_since[i][j], d, t);
-                let deaf = i != j && !(0..super::world::PATHS).any(|p| w.path_ok(p, j, i) && w.nodes[j].live());
-                upd(&mut w.chk.deaf_since[i][j], deaf, t);
+                upd(&mut self.data_since[i][j], d, t);
+                let deaf = i != j && !(0..PATHS).any(|p| w.path_ok(p, j, i) && w.nodes[j].live());
+                upd(&mut self.deaf_since[i][j], deaf, t);
                 if i < j {
                     let c = w.connected(i, j, false);
-                    upd(&mut w.chk.conn_since[i][j], c, t);
+                    upd(&mut self.conn_since[i][j], c, t);
                     let cl = w.connected(i, j, true);
-                    upd(&mut w.chk.conn_lossless_since[i][j], cl, t);
+                    upd(&mut self.conn_lossless_since[i][j], cl, t);
                 }
             }
         }
     }
 
-    pub(super) fn after_world_event(w: &mut World) {
-        Self::refresh_links(w);
-        match w.chk.pending_d.as_mut() {
+    /// The agents are about to boot: a warm start's holder has held the VIPs from time 0.
+    fn start(&mut self, w: &World) {
+        for n in 0..self.n {
+            for v in 0..self.nv {
+                if w.nodes[n].kernel & (1 << v) != 0 {
+                    self.hold_since[n][v] = Some(w.t);
+                }
+            }
+        }
+        self.refresh_links(w);
+    }
+
+    /// Node `n`'s kernel VIPs changed from `old` to `new`.
+    fn on_kernel(&mut self, w: &World, n: usize, old: u8, new: u8) {
+        for v in 0..self.nv {
+            let (was, is) = (old & (1 << v) != 0, new & (1 << v) != 0);
+            if was != is {
+                self.hold_since[n][v] = is.then_some(w.t);
+            }
+        }
+    }
+
+    /// (f): a Lease compare-and-swap raises the epoch, by a step the store accepts.
+    fn on_cas_sent(&mut self, w: &World, n: usize, expected: u64, new: u64) {
+        if new <= expected {
+            let d = format!("{} sent a Lease CAS from epoch {expected} to {new}", node_name(n));
+            self.violate(w.t, Invariant::EpochBackwards, d);
+        }
+        if let Some(max) = w.nodes[n].cfg.lease_max_step
+            && new > expected.saturating_add(max)
+        {
+            let d =
+                format!("{} sent a Lease CAS from epoch {expected} to {new}, a step the store refuses", node_name(n));
+            self.violate(w.t, Invariant::EpochBackwards, d);
+        }
+    }
+
+    /// (f), (g): the Lease's epoch never goes back nor leaves the domain.
+    fn on_lease_write(&mut self, w: &World, n: usize, old: u64, new: u64) {
+        if new > MAX_EPOCH {
+            let d = format!("Lease epoch {new} beyond the domain by {}", node_name(n));
+            self.violate(w.t, Invariant::StaleEpoch, d);
+        }
+        if new < old {
+            let d = format!("Lease epoch would go backwards: {old} -> {new} by {}", node_name(n));
+            self.violate(w.t, Invariant::EpochBackwards, d);
+        }
+    }
+
+    /// (f), (g): a persisted epoch never goes back nor leaves the domain (`w` still holds
+    /// the state file before the write).
+    fn on_persist(&mut self, w: &World, n: usize, epoch: u64) {
+        if epoch > MAX_EPOCH {
+            let d = format!("{} persisted epoch {epoch} beyond the domain", node_name(n));
+            self.violate(w.t, Invariant::StaleEpoch, d);
+        }
+        let was = w.nodes[n].persisted.epoch;
+        if epoch < was {
+            let d = format!("{} persisted epoch {epoch} after {was}", node_name(n));
+            self.violate(w.t, Invariant::EpochBackwards, d);
+        }
+    }
+
+    fn after_world_event(&mut self, w: &World) {
+        self.refresh_links(w);
+        match self.pending_d.as_mut() {
             // The power-off that registered the check.
             Some(p) if !p.armed && w.t == p.t0 => p.armed = true,
             // Another change during the window (also in the same millisecond, e.g. the
             // standby paused as the holder dies): the bound no longer applies.
-            Some(_) => w.chk.pending_d = None,
+            Some(_) => self.pending_d = None,
             None => {}
         }
         let t = w.t;
-        w.chk.pending_i.retain(|p| t <= p.t0);
-        w.chk.last_world = w.t;
+        self.pending_i.retain(|p| t <= p.t0);
+        self.last_world = w.t;
     }
 
     /// Evaluated every few virtual ms: (a), (k) and the deadlines of (d) and (i).
-    pub(super) fn periodic(w: &mut World) {
-        Self::check_dual(w);
-        Self::check_witness_dual(w);
-        Self::check_unverified_dual(w);
-        let due: Vec<PendingI> = w.chk.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
-        w.chk.pending_i.retain(|p| w.t < p.deadline);
+    fn periodic(&mut self, w: &World) {
+        self.check_dual(w);
+        self.check_witness_dual(w);
+        self.check_unverified_dual(w);
+        let due: Vec<PendingI> = self.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
+        self.pending_i.retain(|p| w.t < p.deadline);
         for p in due {
-            w.stats.restarts_checked += 1;
-            let all = (1u8 << w.chk.nv) - 1;
+            self.found.restarts_checked += 1;
+            let all = (1u8 << self.nv) - 1;
             let (full, any) = w.holders();
             let holds = w.nodes[p.n].machine.as_ref().is_some_and(|m| m.holds_vips());
             if !(full == vec![p.n] && any == 1 && holds) {
@@ -193,22 +261,22 @@ impl Checker {
                     full.iter().map(|&i| node_name(i)).collect::<Vec<_>>(),
                     w.nodes[p.n].kernel & all,
                 );
-                Self::violate_w(w, Invariant::RestartMovedVips, d);
+                self.violate(w.t, Invariant::RestartMovedVips, d);
             }
         }
-        if let Some(p) = w.chk.pending_d.clone()
+        if let Some(p) = self.pending_d.clone()
             && w.t < p.deadline
             && !w.holders().0.is_empty()
         {
-            w.chk.pending_d = None;
-            w.stats.d_checked += 1;
-            w.stats.replacement_ms.push(w.t - p.t0);
+            self.pending_d = None;
+            self.found.d_checked += 1;
+            self.found.replacement_ms.push(w.t - p.t0);
         }
-        if let Some(p) = w.chk.pending_d.clone()
+        if let Some(p) = self.pending_d.clone()
             && w.t >= p.deadline
         {
-            w.chk.pending_d = None;
-            w.stats.d_checked += 1;
+            self.pending_d = None;
+            self.found.d_checked += 1;
             let (full, _) = w.holders();
             if full.is_empty() {
                 let d = format!(
@@ -220,38 +288,38 @@ impl Checker {
                     w.t - p.t0,
                     p.deadline - p.t0
                 );
-                Self::violate_w(w, Invariant::SlowReplacement, d);
+                self.violate(w.t, Invariant::SlowReplacement, d);
             }
         }
     }
 
     /// (a): two holders of a VIP that the client reaches, while they have a working
     /// heartbeat path between them, for longer than the bound.
-    fn check_dual(w: &mut World) {
+    fn check_dual(&mut self, w: &World) {
         let t = w.t;
         let lossless_bound = bounds::dual_lossless(&w.p.timings, w.p.max_delay());
-        for v in 0..w.chk.nv {
-            for i in 0..w.chk.n {
+        for v in 0..self.nv {
+            for i in 0..self.n {
                 if !(w.nodes[i].powered && w.nodes[i].kernel & (1 << v) != 0 && w.client_reach(i)) {
                     continue;
                 }
-                for j in (i + 1)..w.chk.n {
+                for j in (i + 1)..self.n {
                     if !(w.nodes[j].powered && w.nodes[j].kernel & (1 << v) != 0 && w.client_reach(j)) {
                         continue;
                     }
-                    let both = w.chk.hold_since[i][v].max(w.chk.hold_since[j][v]);
+                    let both = self.hold_since[i][v].max(self.hold_since[j][v]);
                     let Some(both) = both else {
                         continue;
                     };
-                    if let Some(c) = w.chk.conn_since[i][j] {
-                        w.stats.dual_max_ms = w.stats.dual_max_ms.max(t.saturating_sub(both.max(c)));
+                    if let Some(c) = self.conn_since[i][j] {
+                        self.found.dual_max_ms = self.found.dual_max_ms.max(t.saturating_sub(both.max(c)));
                     }
                     let mut bad = None;
-                    if let Some(c) = w.chk.conn_lossless_since[i][j]
+                    if let Some(c) = self.conn_lossless_since[i][j]
                         && t.saturating_sub(both.max(c)) > lossless_bound
                     {
                         bad = Some(("a lossless", t - both.max(c), lossless_bound));
-                    } else if let Some(c) = w.chk.conn_since[i][j]
+                    } else if let Some(c) = self.conn_since[i][j]
                         && t.saturating_sub(both.max(c)) > bounds::DUAL_LOSSY
                     {
                         bad = Some(("a lossy", t - both.max(c), bounds::DUAL_LOSSY));
@@ -263,10 +331,10 @@ impl Checker {
                             node_name(i),
                             node_name(j)
                         );
-                        Self::violate_w(w, Invariant::DualHolders, d);
+                        self.violate(w.t, Invariant::DualHolders, d);
                     }
-                    Self::check_silent_dual(w, i, j, both);
-                    Self::check_silent_dual(w, j, i, both);
+                    self.check_silent_dual(w, i, j, both);
+                    self.check_silent_dual(w, j, i, both);
                 }
             }
         }
@@ -274,15 +342,15 @@ impl Checker {
 
     /// (l): with a witness, two members that both run and reach it never hold a VIP the
     /// client reaches at once for longer than a read of the witness and its latency.
-    fn check_witness_dual(w: &mut World) {
+    fn check_witness_dual(&mut self, w: &World) {
         if !w.p.witness {
             return;
         }
         let t = w.t;
-        for k in 0..w.chk.n {
+        for k in 0..self.n {
             let nd = &w.nodes[k];
             let ok = nd.live() && nd.store && nd.machine.as_ref().is_some_and(|m| m.holds_vips());
-            upd(&mut w.chk.witness_ok_since[k], ok, t);
+            upd(&mut self.witness_ok_since[k], ok, t);
         }
         // Plus a heartbeat timeout: a holder resumed after a stall may find queued adverts of
         // the new holder from before it took over, and gives a peer it hears as a standby
@@ -292,10 +360,10 @@ impl Checker {
             + 4 * w.p.store_lat.1
             + 2 * w.p.timings.tick_ms
             + w.p.max_delay()
-            + 2 * super::world::CHECK_INTERVAL
+            + 2 * CHECK_INTERVAL
             + 50;
-        for i in 0..w.chk.n {
-            for j in (i + 1)..w.chk.n {
+        for i in 0..self.n {
+            for j in (i + 1)..self.n {
                 // (A member in Demoting is in a planned handover's make-before-break overlap,
                 // bounded by the 1 s confirm timeout: not this rule's.)
                 let ok = |k: usize| {
@@ -305,7 +373,7 @@ impl Checker {
                 };
                 let shared = w.nodes[i].kernel & w.nodes[j].kernel != 0;
                 let on = shared && ok(i) && ok(j);
-                let since = &mut w.chk.witness_dual_since[i][j];
+                let since = &mut self.witness_dual_since[i][j];
                 match (on, *since) {
                     (false, _) => *since = None,
                     (true, None) => *since = Some(t),
@@ -318,7 +386,7 @@ impl Checker {
                             node_name(j),
                             t - s
                         );
-                        Self::violate_w(w, Invariant::WitnessDual, d);
+                        self.violate(w.t, Invariant::WitnessDual, d);
                     }
                     (true, Some(_)) => {}
                 }
@@ -331,31 +399,30 @@ impl Checker {
     /// sees the other answer for the VIP): the one of lower priority gives the VIPs up
     /// within a conflict probe period, the settling time after an acquisition and a few
     /// ticks and delays.
-    fn check_unverified_dual(w: &mut World) {
+    fn check_unverified_dual(&mut self, w: &World) {
         let t = w.t;
         let tm = &w.p.timings;
-        let bound = crate::UNVERIFIED_PROBE_MS
+        let bound = UNVERIFIED_PROBE_MS
             + tm.reannounce_min_ms
             + tm.heartbeat_interval_ms
             + 3 * tm.tick_ms
             + 2 * w.p.max_delay()
-            + 2 * super::world::CHECK_INTERVAL
+            + 2 * CHECK_INTERVAL
             + 200;
-        for i in 0..w.chk.n {
-            for j in (i + 1)..w.chk.n {
+        for i in 0..self.n {
+            for j in (i + 1)..self.n {
                 let holds = |k: usize| {
                     let nd = &w.nodes[k];
                     nd.live() && nd.machine.as_ref().is_some_and(|m| m.holds_vips() && m.role() == Role::Active)
                 };
-                let exchange =
-                    (0..super::world::PATHS).any(|p| w.path_ok(p, i, j) && w.path_ok(p, j, i) && w.path_loss(p) == 0);
+                let exchange = (0..PATHS).any(|p| w.path_ok(p, i, j) && w.path_ok(p, j, i) && w.path_loss(p) == 0);
                 let on = w.nodes[i].kernel & w.nodes[j].kernel != 0
                     && holds(i)
                     && holds(j)
                     && w.nodes[i].key != w.nodes[j].key
                     && exchange
                     && w.data_reach(i, j);
-                let since = &mut w.chk.unverified_dual_since[i][j];
+                let since = &mut self.unverified_dual_since[i][j];
                 match (on, *since) {
                     (false, _) => *since = None,
                     (true, None) => *since = Some(t),
@@ -368,10 +435,10 @@ impl Checker {
                             node_name(j),
                             t - s
                         );
-                        Self::violate_w(w, Invariant::UnverifiedDual, d);
+                        self.violate(w.t, Invariant::UnverifiedDual, d);
                     }
                     (true, Some(s)) => {
-                        w.stats.unverified_dual_max_ms = w.stats.unverified_dual_max_ms.max(t - s);
+                        self.found.unverified_dual_max_ms = self.found.unverified_dual_max_ms.max(t - s);
                     }
                 }
             }
@@ -381,9 +448,9 @@ impl Checker {
     /// (k): holder `i` has heard nothing from holder `j` for a second while both hold a VIP
     /// the client reaches: if its own links and gateway are fine (and no rejected heartbeats
     /// explain the silence), it raises `PeerSilent`.
-    fn check_silent_dual(w: &mut World, i: usize, j: usize, both_since: u64) {
+    fn check_silent_dual(&mut self, w: &World, i: usize, j: usize, both_since: u64) {
         let t = w.t;
-        let Some(deaf) = w.chk.deaf_since[i][j] else {
+        let Some(deaf) = self.deaf_since[i][j] else {
             return;
         };
         let node = &w.nodes[i];
@@ -393,7 +460,7 @@ impl Checker {
         {
             return;
         }
-        if w.chk.gw_bad_since[i].is_some() || t.saturating_sub(w.chk.last_world) < 1_000 {
+        if self.gw_bad_since[i].is_some() || t.saturating_sub(self.last_world) < 1_000 {
             return;
         }
         let Some(m) = node.machine.as_ref() else {
@@ -401,7 +468,7 @@ impl Checker {
         };
         let alarms = m.status().alarms;
         if alarms.contains(&Alarm::PeerSilent) {
-            w.stats.splits_checked += 1;
+            self.found.splits_checked += 1;
             return;
         }
         if alarms.contains(&Alarm::KeyMismatch) || alarms.contains(&Alarm::ClockSkew) {
@@ -415,14 +482,14 @@ impl Checker {
             node_name(i),
             node_name(j)
         );
-        Self::violate_w(w, Invariant::SilentDualHolder, d);
+        self.violate(w.t, Invariant::SilentDualHolder, d);
     }
 
     /// Registers the (d) check when a sole holder is powered off in a quiet moment with a
     /// ready standby.
-    pub(super) fn before_power_off(w: &mut World, h: usize) {
+    fn before_power_off(&mut self, w: &World, h: usize) {
         let t = w.t;
-        if t < 3_000 || t.saturating_sub(w.chk.last_world) < 2_000 {
+        if t < 3_000 || t.saturating_sub(self.last_world) < 2_000 {
             return;
         }
         // No loss, and no kernel refusing addresses (the best-ranked standby could win the
@@ -431,22 +498,22 @@ impl Checker {
         if w.loss.iter().any(|l| *l > 0) || w.nodes.iter().any(|n| n.add_fails) {
             return;
         }
-        let all = (1u8 << w.chk.nv) - 1;
+        let all = (1u8 << self.nv) - 1;
         if w.nodes[h].kernel != all {
             return;
         }
-        if (0..w.chk.n).any(|i| i != h && w.nodes[i].powered && w.nodes[i].kernel != 0) {
+        if (0..self.n).any(|i| i != h && w.nodes[i].powered && w.nodes[i].kernel != 0) {
             return;
         }
-        let Some(s) = (0..w.chk.n).find(|&s| s != h && Self::ready_standby(w, s)) else {
+        let Some(s) = (0..self.n).find(|&s| s != h && Self::ready_standby(w, s)) else {
             return;
         };
-        let store_down = (0..w.chk.n).any(|i| !w.nodes[i].store);
+        let store_down = (0..self.n).any(|i| !w.nodes[i].store);
         if store_down && w.p.witness {
             // No vote, no takeover: by design nobody replaces the holder meanwhile.
             return;
         }
-        let mut bound = bounds::takeover(&w.p.timings, w.p.max_delay(), w.chk.n, w.p.store_lat.1, store_down);
+        let mut bound = bounds::takeover(&w.p.timings, w.p.max_delay(), self.n, w.p.store_lat.1, store_down);
         // A standby partitioned from the holder that saw it renew the Lease waits, by
         // design, until the last renewal is lease_alive_ms old.
         if w.nodes[s].machine.as_ref().is_some_and(|m| m.status().alarms.contains(&Alarm::PeerPartition)) {
@@ -457,7 +524,7 @@ impl Checker {
             // heard: one refused claim, then a heartbeat timeout of back-off.
             bound += w.p.timings.heartbeat_timeout_ms + w.p.witness_poll();
         }
-        w.chk.pending_d = Some(PendingD { armed: false, t0: t, deadline: t + bound, dead: h, standby: s });
+        self.pending_d = Some(PendingD { armed: false, t0: t, deadline: t + bound, dead: h, standby: s });
     }
 
     /// A standby that must be able to take over at once: its agent runs (for a while),
@@ -495,30 +562,30 @@ impl Checker {
     }
 
     /// A carrier change of node `n` (for (h): a return its running agent observes).
-    pub(super) fn on_carrier(w: &mut World, n: usize, up: bool) {
-        w.chk.carrier_back_at[n] = (up && w.nodes[n].live()).then_some(w.t);
+    fn on_carrier(&mut self, w: &World, n: usize, up: bool) {
+        self.carrier_back_at[n] = (up && w.nodes[n].live()).then_some(w.t);
     }
 
     /// Node `n`'s agent resumed after a pause: carrier changes during the pause were not
     /// observed as such.
-    pub(super) fn on_resume(w: &mut World, n: usize) {
-        w.chk.carrier_back_at[n] = None;
+    fn on_resume(&mut self, n: usize) {
+        self.carrier_back_at[n] = None;
     }
 
     /// A state file was damaged or replaced: its epoch may go backwards (a lost file starts
     /// at 0) without that being the machine's fault.
-    pub(super) fn on_state_damage(w: &mut World, n: usize) {
-        w.chk.max_epoch[n] = w.nodes[n].persisted.epoch;
+    fn on_state_damage(&mut self, w: &World, n: usize) {
+        self.max_epoch[n] = w.nodes[n].persisted.epoch;
     }
 
     /// (j): the post-stall burst of node `n` begins.
-    pub(super) fn burst_begin(w: &mut World, n: usize) {
-        w.chk.burst = Some((n, false));
+    fn burst_begin(&mut self, n: usize) {
+        self.burst = Some((n, false));
     }
 
     /// (j): an `Announce` by node `n`.
-    pub(super) fn on_announce(w: &mut World, n: usize) {
-        if let Some((b, announced)) = w.chk.burst.as_mut()
+    fn on_announce(&mut self, n: usize) {
+        if let Some((b, announced)) = self.burst.as_mut()
             && *b == n
         {
             *announced = true;
@@ -526,69 +593,68 @@ impl Checker {
     }
 
     /// (j): the burst is processed; an announcement in it must have been for VIPs still held.
-    pub(super) fn burst_end(w: &mut World, n: usize) {
-        w.stats.bursts_checked += 1;
-        let announced = w.chk.burst.take().is_some_and(|(b, a)| b == n && a);
+    fn burst_end(&mut self, w: &World, n: usize) {
+        self.found.bursts_checked += 1;
+        let announced = self.burst.take().is_some_and(|(b, a)| b == n && a);
         let holds = w.nodes[n].machine.as_ref().is_some_and(|m| m.holds_vips());
         if announced && !holds {
             let d = format!(
                 "{} announced the VIPs while processing the inputs queued during its stall, then gave them up",
                 node_name(n)
             );
-            Self::violate_w(w, Invariant::AnnouncedStale, d);
+            self.violate(w.t, Invariant::AnnouncedStale, d);
         }
     }
 
     /// (i): registers the check that this restart moves nothing, when it must not.
-    fn register_restart_check(w: &mut World, n: usize) {
-        let all = (1u8 << w.chk.nv) - 1;
+    fn register_restart_check(&mut self, w: &World, n: usize) {
+        let all = (1u8 << self.nv) - 1;
         let node = &w.nodes[n];
-        let alone = node.kernel == all && (0..w.chk.n).all(|i| i == n || w.nodes[i].kernel == 0 || !w.nodes[i].powered);
+        let alone = node.kernel == all && (0..self.n).all(|i| i == n || w.nodes[i].kernel == 0 || !w.nodes[i].powered);
         let fine = node.listener && node.carrier && (!w.p.gateway_configured || node.gw) && !node.add_fails;
         let adopts = !node.persisted.maintenance || matches!(node.persisted.last_role, Role::Active | Role::Demoting);
         let lease_ok = w.store_holder == Some(n) || w.store_epoch == 0 || !node.store;
         // Every peer has reached the VIP for a while (its probes say "up"): a partition that
         // began just before the restart may rightly move the VIPs.
         let window = bounds::stale_evidence(&w.p.timings);
-        let reached = held_for(w.chk.listener_since[n], w.t, window)
-            && (0..w.chk.n).all(|j| j == n || !w.nodes[j].powered || held_for(w.chk.data_since[j][n], w.t, window));
-        let nobody_claims = (0..w.chk.n)
+        let reached = held_for(self.listener_since[n], w.t, window)
+            && (0..self.n).all(|j| j == n || !w.nodes[j].powered || held_for(self.data_since[j][n], w.t, window));
+        let nobody_claims = (0..self.n)
             .filter(|&i| i != n)
             .all(|i| w.nodes[i].machine.as_ref().is_none_or(|m| m.held_epoch().is_none()) && !w.nodes[i].add_fails);
         // Without a data-plane target a peer takes over an agent that is down for a heartbeat
         // timeout (heartbeat and gateway decide): then a restart may find a newer holder.
         if w.p.has_target && alone && fine && adopts && lease_ok && nobody_claims && reached {
             let deadline = w.t + w.p.timings.init_listen_ms + 500;
-            w.chk.pending_i.push(PendingI { t0: w.t, deadline, n });
+            self.pending_i.push(PendingI { t0: w.t, deadline, n });
         }
     }
 
-    pub(super) fn on_agent_start(w: &mut World, n: usize) {
-        w.chk.carrier_back_at[n] = None;
-        Self::register_restart_check(w, n);
+    fn on_agent_start(&mut self, w: &World, n: usize) {
+        self.carrier_back_at[n] = None;
+        self.register_restart_check(w, n);
         let e = w.nodes[n].persisted.epoch;
-        if e < w.chk.max_epoch[n] {
-            let d = format!("{} restarted with epoch {e} after having known {}", node_name(n), w.chk.max_epoch[n]);
-            Self::violate_w(w, Invariant::EpochBackwards, d);
+        if e < self.max_epoch[n] {
+            let d = format!("{} restarted with epoch {e} after having known {}", node_name(n), self.max_epoch[n]);
+            self.violate(w.t, Invariant::EpochBackwards, d);
         }
-        let c = &mut w.chk;
-        c.moves[n].clear();
-        c.nonpref[n].clear();
-        c.quarantined_until[n] = 0;
-        c.suspended[n] = w.nodes[n].persisted.suspended;
-        c.quiet_from[n] = w.t;
-        c.maintenance[n] = w.nodes[n].persisted.maintenance;
+        self.moves[n].clear();
+        self.nonpref[n].clear();
+        self.quarantined_until[n] = 0;
+        self.suspended[n] = w.nodes[n].persisted.suspended;
+        self.quiet_from[n] = w.t;
+        self.maintenance[n] = w.nodes[n].persisted.maintenance;
     }
 
-    pub(super) fn on_command(w: &mut World, n: usize, cmd: &Command) {
+    fn on_command(&mut self, n: usize, cmd: &Command) {
         match cmd {
             Command::Maintenance { on, .. } => {
-                w.chk.maintenance[n] = *on;
-                w.chk.any_maintenance |= *on;
+                self.maintenance[n] = *on;
+                self.any_maintenance |= *on;
             }
             Command::ClearSuspension => {
-                w.chk.suspended[n] = false;
-                w.chk.moves[n].clear();
+                self.suspended[n] = false;
+                self.moves[n].clear();
             }
             _ => {}
         }
@@ -603,19 +669,19 @@ impl Checker {
         self.suspended[n]
     }
 
-    fn record_move(w: &mut World, n: usize) {
+    fn record_move(&mut self, w: &World, n: usize) {
         let t = w.t;
         let quiet = 10_000;
         let window = 20_000;
-        w.chk.suspended_at(n, t, quiet);
-        let q = &mut w.chk.moves[n];
+        self.suspended_at(n, t, quiet);
+        let q = &mut self.moves[n];
         q.push_back(t);
         while q.front().is_some_and(|&m| t.saturating_sub(m) >= window) {
             q.pop_front();
         }
-        w.chk.quiet_from[n] = t;
-        if w.chk.moves[n].len() >= 3 {
-            w.chk.suspended[n] = true;
+        self.quiet_from[n] = t;
+        if self.moves[n].len() >= 3 {
+            self.suspended[n] = true;
         }
     }
 
@@ -624,34 +690,34 @@ impl Checker {
     }
 
     /// (e) at the moment an active commits a handover.
-    pub(super) fn on_handover_start(w: &mut World, n: usize, reason: Reason) {
+    fn on_handover_start(&mut self, w: &World, n: usize, reason: Reason) {
         if !reason.discretionary() {
             return;
         }
         let t = w.t;
-        if w.chk.suspended_at(n, t, 10_000) {
+        if self.suspended_at(n, t, 10_000) {
             let d = format!("{} started a discretionary handover ({reason:?}) while flap-suspended", node_name(n));
-            Self::violate_w(w, Invariant::PolicyViolated, d);
+            self.violate(w.t, Invariant::PolicyViolated, d);
         }
-        if reason == Reason::Failback && !w.chk.any_maintenance && t < w.chk.quarantined_until[n] {
+        if reason == Reason::Failback && !self.any_maintenance && t < self.quarantined_until[n] {
             let d =
-                format!("{} failed back while in quarantine (until {} ms)", node_name(n), w.chk.quarantined_until[n]);
-            Self::violate_w(w, Invariant::PolicyViolated, d);
+                format!("{} failed back while in quarantine (until {} ms)", node_name(n), self.quarantined_until[n]);
+            self.violate(w.t, Invariant::PolicyViolated, d);
         }
     }
 
     /// After every machine step: epochs (f), acquisitions (b, c, e) and the mirrors.
-    pub(super) fn after_step(w: &mut World, n: usize, before: Snap, after: Snap) {
-        if after.epoch < before.epoch || after.epoch < w.chk.max_epoch[n] {
+    fn after_step(&mut self, w: &World, n: usize, before: Snap, after: Snap) {
+        if after.epoch < before.epoch || after.epoch < self.max_epoch[n] {
             let d =
-                format!("{} epoch went from {} to {}", node_name(n), before.epoch.max(w.chk.max_epoch[n]), after.epoch);
-            Self::violate_w(w, Invariant::EpochBackwards, d);
+                format!("{} epoch went from {} to {}", node_name(n), before.epoch.max(self.max_epoch[n]), after.epoch);
+            self.violate(w.t, Invariant::EpochBackwards, d);
         }
-        w.chk.max_epoch[n] = w.chk.max_epoch[n].max(after.epoch);
+        self.max_epoch[n] = self.max_epoch[n].max(after.epoch);
         let reason = w.nodes[n].machine.as_ref().and_then(|m| m.last_transition().map(|t| t.reason));
         if after.epoch > MAX_EPOCH || after.held.is_some_and(|e| e > MAX_EPOCH) {
             let d = format!("{} knows epoch {} (held {:?}), beyond the domain", node_name(n), after.epoch, after.held);
-            Self::violate_w(w, Invariant::StaleEpoch, d);
+            self.violate(w.t, Invariant::StaleEpoch, d);
         }
         let fresh = matches!(
             reason,
@@ -669,29 +735,29 @@ impl Checker {
                 after.held,
                 before.epoch
             );
-            Self::violate_w(w, Invariant::StaleEpoch, d);
+            self.violate(w.t, Invariant::StaleEpoch, d);
         }
         if !before.holds && after.holds {
             if before.role == Role::Init || after.role == Role::Init {
                 return; // adoption after an agent restart: the kernel held them already
             }
             if let Some(r) = reason {
-                Self::on_acquire(w, n, r);
+                self.on_acquire(w, n, r);
             }
         } else if before.holds
             && !after.holds
             && let Some(r) = reason
             && r.automatic()
         {
-            Self::record_move(w, n);
+            self.record_move(w, n);
         }
     }
 
-    fn on_acquire(w: &mut World, n: usize, reason: Reason) {
+    fn on_acquire(&mut self, w: &World, n: usize, reason: Reason) {
         let t = w.t;
         let unplanned = matches!(reason, Reason::Takeover | Reason::Election);
         if unplanned {
-            w.stats.takeovers += 1;
+            self.found.takeovers += 1;
         }
         if unplanned && w.p.witness {
             // (l): the witness refuses a claim while it hears the holder holding; so nobody
@@ -701,9 +767,9 @@ impl Checker {
                 + w.p.witness_poll()
                 + w.p.timings.cas_timeout_ms
                 + 4 * w.p.store_lat.1
-                + 3 * super::world::CHECK_INTERVAL;
-            for h in (0..w.chk.n).filter(|&h| h != n) {
-                if let Some(s) = w.chk.witness_ok_since[h]
+                + 3 * CHECK_INTERVAL;
+            for h in (0..self.n).filter(|&h| h != n) {
+                if let Some(s) = self.witness_ok_since[h]
                     && t.saturating_sub(s) > window
                 {
                     let d = format!(
@@ -713,20 +779,20 @@ impl Checker {
                         node_name(h),
                         t - s
                     );
-                    Self::violate_w(w, Invariant::WitnessDual, d);
+                    self.violate(w.t, Invariant::WitnessDual, d);
                 }
             }
         }
-        if w.chk.maintenance[n] {
+        if self.maintenance[n] {
             let d = format!("{} took the VIPs ({reason:?}) while in maintenance", node_name(n));
-            Self::violate_w(w, Invariant::PolicyViolated, d);
+            self.violate(w.t, Invariant::PolicyViolated, d);
         }
         if !w.nodes[n].carrier {
             let d = format!("{} took the VIPs ({reason:?}) without carrier", node_name(n));
-            Self::violate_w(w, Invariant::IsolatedTakeover, d);
+            self.violate(w.t, Invariant::IsolatedTakeover, d);
         }
         let stable = w.p.timings.carrier_stable_ms;
-        if let Some(b) = w.chk.carrier_back_at[n]
+        if let Some(b) = self.carrier_back_at[n]
             && t.saturating_sub(b) < stable
         {
             let d = format!(
@@ -734,30 +800,30 @@ impl Checker {
                 node_name(n),
                 t - b
             );
-            Self::violate_w(w, Invariant::FlappingLinkAttracts, d);
+            self.violate(w.t, Invariant::FlappingLinkAttracts, d);
         }
-        if held_for(w.chk.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
+        if held_for(self.gw_bad_since[n], t, GATEWAY_INTERVAL + 50) {
             let d = format!(
                 "{} took the VIPs ({reason:?}) with its gateway unreachable since {} ms",
                 node_name(n),
-                w.chk.gw_bad_since[n].unwrap_or(0)
+                self.gw_bad_since[n].unwrap_or(0)
             );
-            Self::violate_w(w, Invariant::IsolatedTakeover, d);
+            self.violate(w.t, Invariant::IsolatedTakeover, d);
         }
         if unplanned && w.p.has_target {
-            w.stats.b_checked += 1;
+            self.found.b_checked += 1;
             let window = bounds::stale_evidence(&w.p.timings);
-            for h in 0..w.chk.n {
+            for h in 0..self.n {
                 if h == n {
                     continue;
                 }
-                for v in 0..w.chk.nv {
+                for v in 0..self.nv {
                     if w.p.vips[v].probe_ports.is_empty() {
                         continue;
                     }
-                    if held_for(w.chk.hold_since[h][v], t, window)
-                        && held_for(w.chk.listener_since[h], t, window)
-                        && held_for(w.chk.data_since[n][h], t, window)
+                    if held_for(self.hold_since[h][v], t, window)
+                        && held_for(self.listener_since[h], t, window)
+                        && held_for(self.data_since[n][h], t, window)
                     {
                         let d = format!(
                             "{} took the VIPs ({reason:?}) although {} served VIP #{v} with a \
@@ -765,50 +831,37 @@ impl Checker {
                             node_name(n),
                             node_name(h)
                         );
-                        Self::violate_w(w, Invariant::HeartbeatOnlyMove, d);
+                        self.violate(w.t, Invariant::HeartbeatOnlyMove, d);
                     }
                 }
             }
         }
-        if unplanned && !w.p.has_target && w.chk.suspended_at(n, t, 10_000) {
+        if unplanned && !w.p.has_target && self.suspended_at(n, t, 10_000) {
             let d = format!("{} took over with an unknown data plane while flap-suspended", node_name(n));
-            Self::violate_w(w, Invariant::PolicyViolated, d);
+            self.violate(w.t, Invariant::PolicyViolated, d);
         }
         if reason.automatic() {
-            Self::record_move(w, n);
+            self.record_move(w, n);
         }
         if let FailbackPolicy::Automatic(p) = &w.p.failback
             && matches!(reason, Reason::Takeover | Reason::AutoHandoverAccepted)
             && !Self::top_priority(w, n)
         {
             let (window, count, hold) = (p.quarantine_window_ms, p.quarantine_failovers, p.quarantine_hold_ms);
-            let q = &mut w.chk.nonpref[n];
+            let q = &mut self.nonpref[n];
             q.push_back(t);
             while q.front().is_some_and(|&m| t.saturating_sub(m) >= window) {
                 q.pop_front();
             }
             if q.len() >= usize::try_from(count).unwrap_or(usize::MAX) {
-                w.chk.quarantined_until[n] = t + hold;
+                self.quarantined_until[n] = t + hold;
             }
         }
     }
 
     /// After the heal and the settle time: exactly one member holds every VIP.
-    pub(super) fn final_ok(w: &World) -> bool {
-        let (full, any) = w.holders();
-        if any == 0 && Self::exhausted(w) {
-            return true;
-        }
-        full.len() == 1 && any == 1
-    }
-
-    /// Some running member reached the top of the epoch domain (nobody may take the VIPs).
-    fn exhausted(w: &World) -> bool {
-        w.nodes.iter().filter_map(|n| n.machine.as_ref()).any(|m| m.status().alarms.contains(&Alarm::EpochExhausted))
-    }
-
-    pub(super) fn final_check(w: &mut World) {
-        if !Self::final_ok(w) {
+    fn final_check(&mut self, w: &World) {
+        if !final_ok(w) {
             let (full, any) = w.holders();
             let d = format!(
                 "after the heal and {} ms: {} member(s) hold every VIP, {} hold some ({:?})",
@@ -817,7 +870,52 @@ impl Checker {
                 any,
                 full.iter().map(|&i| node_name(i)).collect::<Vec<_>>()
             );
-            Self::violate_w(w, Invariant::NoHolderAfterHeal, d);
+            self.violate(w.t, Invariant::NoHolderAfterHeal, d);
         }
     }
+}
+
+impl Observer for Checker {
+    fn observe(&mut self, w: &World, ev: Observation<'_>) -> Vec<Violation> {
+        match ev {
+            Observation::Start => self.start(w),
+            Observation::WorldChanged => self.after_world_event(w),
+            Observation::Periodic => self.periodic(w),
+            Observation::Stepped { n, before, after } => self.after_step(w, n, before, after),
+            Observation::Kernel { n, old, new } => self.on_kernel(w, n, old, new),
+            Observation::Announced { n } => self.on_announce(n),
+            Observation::CasSent { n, expected, new } => self.on_cas_sent(w, n, expected, new),
+            Observation::LeaseWrite { n, old, new } => self.on_lease_write(w, n, old, new),
+            Observation::Persist { n, epoch } => self.on_persist(w, n, epoch),
+            Observation::HandoverStarted { n, reason } => self.on_handover_start(w, n, reason),
+            Observation::AgentStarted { n } => self.on_agent_start(w, n),
+            Observation::PowerOff { n } => self.before_power_off(w, n),
+            Observation::StateReplaced { n } => self.on_state_damage(w, n),
+            Observation::Carrier { n, up } => self.on_carrier(w, n, up),
+            Observation::Resumed { n } => self.on_resume(n),
+            Observation::BurstBegins { n } => self.burst_begin(n),
+            Observation::BurstEnds { n } => self.burst_end(w, n),
+            Observation::Command { n, cmd } => self.on_command(n, cmd),
+            Observation::End => self.final_check(w),
+        }
+        std::mem::take(&mut self.fresh)
+    }
+
+    fn findings(&self) -> Findings {
+        self.found.clone()
+    }
+}
+
+/// After the heal and the settle time: exactly one member holds every VIP.
+pub(super) fn final_ok(w: &World) -> bool {
+    let (full, any) = w.holders();
+    if any == 0 && exhausted(w) {
+        return true;
+    }
+    full.len() == 1 && any == 1
+}
+
+/// Some running member reached the top of the epoch domain (nobody may take the VIPs).
+fn exhausted(w: &World) -> bool {
+    w.nodes.iter().filter_map(|n| n.machine.as_ref()).any(|m| m.status().alarms.contains(&Alarm::EpochExhausted))
 }

@@ -151,227 +151,22 @@
 //!   modelled per receiver, path and sender, with a sender's new session (a restarted
 //!   agent) resetting the window ([`world::World`]'s `replay_ok` is the hook).
 
+pub mod bounds;
 mod check;
 mod rng;
 mod schedule;
+mod types;
 mod world;
 
-use std::fmt;
 use std::fmt::Write as _;
 
 pub use rng::{SplitMix64, schedule_seed};
 pub use schedule::{sim_failback, sim_timings};
+pub use types::{Invariant, MAX_NODES, MAX_VIPS, TraceEntry, TraceKind, Violation};
 
-use crate::{Reason, Role};
-use world::{Fault, World};
-
-/// Most members simulated.
-pub const MAX_NODES: usize = 5;
-/// Most VIPs simulated.
-pub const MAX_VIPS: usize = 2;
-
-/// The bounds used by the checker (see the module documentation for the reasoning).
-pub mod bounds {
-    use crate::Timings;
-
-    /// (a) over a lossy path.
-    pub const DUAL_LOSSY: u64 = 3_000;
-
-    /// (a) over a lossless path: `2 × interval + tick + max delay`.
-    pub fn dual_lossless(t: &Timings, max_delay: u64) -> u64 {
-        2 * t.heartbeat_interval_ms + t.tick_ms + max_delay
-    }
-
-    /// (b) the window of continuous service that rules out usable down-evidence.
-    pub fn stale_evidence(t: &Timings) -> u64 {
-        t.probe_fresh_ms + super::world::PROBE_TIMEOUT + super::world::PROBE_INTERVAL + t.tick_ms
-    }
-
-    /// (d) the replacement bound for `n` members.
-    pub fn takeover(t: &Timings, max_delay: u64, n: usize, store_latency_max: u64, store_cut: bool) -> u64 {
-        let stagger = (n.saturating_sub(2) as u64) * t.heartbeat_interval_ms;
-        t.heartbeat_timeout_ms
-            + t.probe_span_ms
-            + t.tick_ms
-            + max_delay
-            + stagger
-            + 4 * store_latency_max
-            + if store_cut { t.cas_timeout_ms } else { 0 }
-    }
-}
-
-/// An invariant of the simulation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Invariant {
-    /// (a) two client-reachable holders beyond the bound.
-    DualHolders,
-    /// (b) a heartbeat-only problem moved the VIPs although the data plane worked.
-    HeartbeatOnlyMove,
-    /// (c) an isolated member took the VIPs.
-    IsolatedTakeover,
-    /// (d) a dead active was not replaced in time.
-    SlowReplacement,
-    /// (e) maintenance, quarantine or suspension violated.
-    PolicyViolated,
-    /// (f) an epoch went backwards, or a Lease compare-and-swap did not raise it, or raised
-    /// it by a step the store refuses ([`crate::Config::lease_max_step`]).
-    EpochBackwards,
-    /// (g) a claim under an epoch that is not newer than every epoch the member knew
-    /// (it would tie with its predecessor), or an epoch beyond the domain.
-    StaleEpoch,
-    /// (h) a member took the VIPs less than the link-dampening time after its carrier
-    /// returned.
-    FlappingLinkAttracts,
-    /// (i) an agent restart (also without its state file, or with one that says Standby)
-    /// moved the VIPs away from the member that held them alone.
-    RestartMovedVips,
-    /// (j) a member resumed after a stall announced the VIPs while processing the inputs
-    /// queued during the stall, and no longer held them once it had processed them.
-    AnnouncedStale,
-    /// (k) two members held a VIP the client reaches, not hearing each other, and one of
-    /// them (links and gateway fine) did not raise `PeerSilent`.
-    SilentDualHolder,
-    /// (l) with a witness, a member took the VIPs over from one that ran, reached the
-    /// witness and held them throughout the claim; or two members held a VIP the client
-    /// reaches while both were running and reached the witness, for longer than one witness
-    /// read, a heartbeat timeout and the store's latency.
-    WitnessDual,
-    /// (m) two members held a VIP while their heartbeats reached each other but failed
-    /// verification (different keys) and each saw the other answer for the VIP, for longer
-    /// than a conflict probe, the settling time and a few ticks: the one of lower priority
-    /// did not give it up.
-    UnverifiedDual,
-    /// After the final heal, not exactly one holder.
-    NoHolderAfterHeal,
-}
-
-impl Invariant {
-    /// Short code: "a".."k", or "heal".
-    pub fn code(self) -> &'static str {
-        match self {
-            Invariant::DualHolders => "a",
-            Invariant::HeartbeatOnlyMove => "b",
-            Invariant::IsolatedTakeover => "c",
-            Invariant::SlowReplacement => "d",
-            Invariant::PolicyViolated => "e",
-            Invariant::EpochBackwards => "f",
-            Invariant::StaleEpoch => "g",
-            Invariant::FlappingLinkAttracts => "h",
-            Invariant::RestartMovedVips => "i",
-            Invariant::AnnouncedStale => "j",
-            Invariant::SilentDualHolder => "k",
-            Invariant::WitnessDual => "l",
-            Invariant::UnverifiedDual => "m",
-            Invariant::NoHolderAfterHeal => "heal",
-        }
-    }
-}
-
-impl fmt::Display for Invariant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "({}) {:?}", self.code(), self)
-    }
-}
-
-/// One broken invariant.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// Which.
-    pub invariant: Invariant,
-    /// Virtual time.
-    pub at_ms: u64,
-    /// What happened.
-    pub detail: String,
-}
-
-/// One trace entry (role changes, kernel VIP changes, Lease writes, faults, results).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TraceEntry {
-    /// Virtual time.
-    pub t: u64,
-    /// What.
-    pub kind: TraceKind,
-}
-
-/// Kinds of trace entries.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TraceKind {
-    /// A world change.
-    Fault(String),
-    /// A member's role changed.
-    Role {
-        /// Member index.
-        n: usize,
-        /// From.
-        from: Role,
-        /// To.
-        to: Role,
-        /// Why.
-        reason: Reason,
-        /// Epoch.
-        epoch: u64,
-    },
-    /// A member's kernel VIPs changed (bit mask).
-    Kernel {
-        /// Member index.
-        n: usize,
-        /// VIP bits.
-        vips: u8,
-    },
-    /// The Lease was written.
-    Lease {
-        /// Holder index.
-        holder: usize,
-        /// Epoch.
-        epoch: u64,
-    },
-    /// An operator operation ended.
-    OpResult {
-        /// Member index.
-        n: usize,
-        /// Operation id.
-        id: u64,
-        /// Success.
-        ok: bool,
-    },
-    /// A violation was detected.
-    Violation(Invariant, String),
-}
-
-impl TraceEntry {
-    fn hash_key(&self) -> u64 {
-        let k = match &self.kind {
-            TraceKind::Fault(s) => s.len() as u64,
-            TraceKind::Role { n, from, to, reason, epoch } => {
-                (*n as u64)
-                    ^ (u64::from(from.code()) << 8)
-                    ^ (u64::from(to.code()) << 16)
-                    ^ ((*reason as u64) << 24)
-                    ^ (epoch << 32)
-            }
-            TraceKind::Kernel { n, vips } => 0x100 ^ (*n as u64) ^ (u64::from(*vips) << 8),
-            TraceKind::Lease { holder, epoch } => 0x200 ^ (*holder as u64) ^ (epoch << 8),
-            TraceKind::OpResult { n, id, ok } => 0x300 ^ (*n as u64) ^ (id << 8) ^ u64::from(*ok),
-            TraceKind::Violation(i, _) => 0x400 ^ (*i as u64),
-        };
-        self.t.wrapping_mul(0x9E37_79B9) ^ k
-    }
-
-    /// Human-readable line.
-    pub fn render(&self) -> String {
-        let body = match &self.kind {
-            TraceKind::Fault(s) => format!("world: {s}"),
-            TraceKind::Role { n, from, to, reason, epoch } => {
-                format!("n{n}: {from} -> {to} ({reason:?}, epoch {epoch})")
-            }
-            TraceKind::Kernel { n, vips } => format!("n{n}: kernel VIPs = {vips:#04b}"),
-            TraceKind::Lease { holder, epoch } => format!("lease: holder n{holder}, epoch {epoch}"),
-            TraceKind::OpResult { n, id, ok } => format!("n{n}: operation {id} ok={ok}"),
-            TraceKind::Violation(i, d) => format!("VIOLATION {i}: {d}"),
-        };
-        format!("{:>7} ms  {body}", self.t)
-    }
-}
+use crate::io::Reason;
+use check::Checker;
+use world::{Fault, Observation, World};
 
 /// Options of a run.
 #[derive(Clone, Debug, Default)]
@@ -439,7 +234,8 @@ pub struct Outcome {
 /// Runs the schedule drawn from `seed`.
 pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
     let (p, rng, faults) = schedule::generate(seed);
-    let mut w = World::new(p, rng, opts.full_trace);
+    let checker = Checker::new(p.n, p.vips.len());
+    let mut w = World::new(p, rng, opts.full_trace, Box::new(checker));
     #[cfg(test)]
     {
         w.break_probe = opts.break_probe;
@@ -453,12 +249,13 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
     let end = heal + w.p.settle;
     w.run_until(end);
     let mut virtual_ms = end;
-    if !check::Checker::final_ok(&w) {
+    if !check::final_ok(&w) {
         // Give an in-flight handover or conflict resolution time to land.
         virtual_ms = end + 3_000;
         w.run_until(virtual_ms);
     }
-    check::Checker::final_check(&mut w);
+    w.tell(Observation::End);
+    let found = w.findings();
     let trace: Vec<String> = match &w.full_trace {
         Some(ft) => ft.iter().map(TraceEntry::render).collect(),
         None => w.trace.iter().map(TraceEntry::render).collect(),
@@ -470,18 +267,18 @@ pub fn run_schedule(seed: u64, opts: &SimOptions) -> Outcome {
         virtual_ms,
         steps: w.stats.steps,
         events: w.stats.events,
-        takeovers: w.stats.takeovers,
+        takeovers: found.takeovers,
         planned_ok: w.stats.planned_ok,
-        d_checked: w.stats.d_checked,
-        b_checked: w.stats.b_checked,
-        dual_max_ms: w.stats.dual_max_ms,
-        restarts_checked: w.stats.restarts_checked,
-        bursts_checked: w.stats.bursts_checked,
-        splits_checked: w.stats.splits_checked,
-        unverified_dual_max_ms: w.stats.unverified_dual_max_ms,
-        replacement_ms: w.stats.replacement_ms.clone(),
+        d_checked: found.d_checked,
+        b_checked: found.b_checked,
+        dual_max_ms: found.dual_max_ms,
+        restarts_checked: found.restarts_checked,
+        bursts_checked: found.bursts_checked,
+        splits_checked: found.splits_checked,
+        unverified_dual_max_ms: found.unverified_dual_max_ms,
+        replacement_ms: found.replacement_ms,
         role_changes: Reason::ALL.iter().map(|r| (*r, w.stats.reasons[*r as usize])).filter(|(_, c)| *c > 0).collect(),
-        violations: w.chk.violations.clone(),
+        violations: found.violations,
         trace,
         digest: w.digest,
     }
@@ -504,7 +301,7 @@ pub fn report(o: &Outcome) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Invariant, SimOptions, report, run_schedule, schedule_seed};
 
     #[test]
     fn deliberately_broken_probe_rule_is_caught_with_a_replayable_seed() {

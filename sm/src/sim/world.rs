@@ -4,18 +4,21 @@
 //! Size: one discrete-event loop whose cases all act on the same world state (nodes,
 //! network, client, store); kept in one file so that the model of the network is read in
 //! one place. It must not contain checks (those are in `check`) or schedule generation.
+//!
+//! The world does not know its checker: it tells an [`Observer`] what happens as it
+//! happens ([`Observation`]), with itself to read but not to change, and traces the
+//! violations the observer reports.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use super::check::Checker;
 use super::rng::SplitMix64;
-use super::{MAX_NODES, TraceEntry, TraceKind};
+use super::types::{Findings, MAX_NODES, TraceEntry, TraceKind, Violation};
 use crate::{
     Action, Advert, CasResult, Command, Config, Event, FailbackPolicy, Input, Link, Machine, Millis, NodeId, Persisted,
-    ProbeResult, RejectReason, Role, Timings, VipId, VipSpec,
+    ProbeResult, Reason, RejectReason, Role, Timings, VipId, VipSpec,
 };
 
 /// Heartbeat paths: 0 = data network (shares the cable with the VIPs), 1 = management.
@@ -313,7 +316,7 @@ impl Ord for Sched {
 }
 
 /// Machine state before a step, to detect what the step changed.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Snap {
     pub holds: bool,
     pub epoch: u64,
@@ -321,31 +324,69 @@ pub(super) struct Snap {
     pub role: Role,
 }
 
-/// Counters of one schedule.
+/// Counters of one schedule (the checker keeps its own, in [`Findings`]).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Stats {
     pub steps: u64,
     pub events: u64,
-    pub takeovers: u64,
     pub planned_ok: u64,
-    /// (d) checks that ran to their deadline.
-    pub d_checked: u64,
-    /// Longest time two client-reachable, connected members both held a VIP.
-    pub dual_max_ms: u64,
-    /// Unplanned acquisitions checked against (b) with a data-plane target.
-    pub b_checked: u64,
-    /// Crash-to-replacement times of the (d) checks (to the check granularity).
-    pub replacement_ms: Vec<u64>,
-    /// (i) restart checks that ran to their deadline.
-    pub restarts_checked: u64,
-    /// (j) post-stall bursts checked.
-    pub bursts_checked: u64,
-    /// (k) split episodes checked (counted once per check that found the alarm raised).
-    pub splits_checked: u64,
-    /// (m) longest episode of two holders that cannot verify each other (ms).
-    pub unverified_dual_max_ms: u64,
     /// Role changes per reason (`Reason as usize`).
     pub reasons: [u64; 32],
+}
+
+/// What happens in the world, as its [`Observer`] is told: at the moment it happens,
+/// with the world in the state right after it (right before it where a variant says so).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Observation<'a> {
+    /// The agents are about to boot (virtual time 0; a warm start's holder has the VIPs).
+    Start,
+    /// A scheduled world change (a fault, a heal, a command) was applied.
+    WorldChanged,
+    /// Every [`CHECK_INTERVAL`] virtual ms.
+    Periodic,
+    /// Node `n`'s machine took one step (`before` and `after` it), its actions applied.
+    Stepped { n: usize, before: Snap, after: Snap },
+    /// Node `n`'s kernel VIPs changed (bit masks).
+    Kernel { n: usize, old: u8, new: u8 },
+    /// Node `n` announced the VIPs.
+    Announced { n: usize },
+    /// Node `n` sent a Lease compare-and-swap from `expected` to `new`.
+    CasSent { n: usize, expected: u64, new: u64 },
+    /// The store takes node `n`'s compare-and-swap: the Lease's epoch goes from `old` to
+    /// `new` (told before it is written).
+    LeaseWrite { n: usize, old: u64, new: u64 },
+    /// Node `n` persists `epoch` (told before the state file is written).
+    Persist { n: usize, epoch: u64 },
+    /// Node `n` committed a handover (it is Demoting) for `reason`.
+    HandoverStarted { n: usize, reason: Reason },
+    /// Node `n`'s agent started.
+    AgentStarted { n: usize },
+    /// Node `n` is about to be powered off (told before it is).
+    PowerOff { n: usize },
+    /// Node `n`'s state file was lost, replaced or repaired: its epoch may go back.
+    StateReplaced { n: usize },
+    /// Node `n`'s data-link carrier changed.
+    Carrier { n: usize, up: bool },
+    /// Node `n`'s agent resumed after a stop.
+    Resumed { n: usize },
+    /// Node `n`'s inputs queued during its stop are about to be fed.
+    BurstBegins { n: usize },
+    /// Node `n`'s queued inputs were fed.
+    BurstEnds { n: usize },
+    /// An operator command is delivered to node `n`.
+    Command { n: usize, cmd: &'a Command },
+    /// The schedule is over (after the heal and the settle time).
+    End,
+}
+
+/// Who watches the world (the checker). It reads the world; it cannot change it.
+pub(super) trait Observer {
+    /// `ev` happens in `w` now. Returns the invariants found broken for the first time
+    /// (the world traces them).
+    fn observe(&mut self, w: &World, ev: Observation<'_>) -> Vec<Violation>;
+
+    /// What it found so far.
+    fn findings(&self) -> Findings;
 }
 
 /// The simulated world of one schedule.
@@ -366,7 +407,8 @@ pub(super) struct World {
     pub store_epoch: u64,
     /// When the witness last heard each member (a read, a claim or a renewal).
     pub witness_heard: [u64; MAX_NODES],
-    pub chk: Checker,
+    /// Told of everything that happens (taken out while it is being told).
+    observer: Option<Box<dyn Observer>>,
     pub stats: Stats,
     pub trace: std::collections::VecDeque<TraceEntry>,
     pub full_trace: Option<Vec<TraceEntry>>,
@@ -378,7 +420,7 @@ pub(super) struct World {
 }
 
 impl World {
-    pub(super) fn new(p: Params, rng: SplitMix64, full_trace: bool) -> World {
+    pub(super) fn new(p: Params, rng: SplitMix64, full_trace: bool, observer: Box<dyn Observer>) -> World {
         let mut rng = rng;
         let members: Vec<crate::Member> = (0..p.n).map(|i| crate::Member { node: node_name(i), priority: 0 }).collect();
         // Distinct priorities in random order.
@@ -450,8 +492,7 @@ impl World {
             .collect();
         let store_holder = p.warm;
         let store_epoch = if p.warm.is_some() { p.base_epoch } else { 0 };
-        let nv = p.vips.len();
-        let mut w = World {
+        World {
             t: 0,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -463,7 +504,7 @@ impl World {
             store_holder,
             store_epoch,
             witness_heard: [0; MAX_NODES],
-            chk: Checker::new(p.n, nv),
+            observer: Some(observer),
             stats: Stats::default(),
             trace: std::collections::VecDeque::new(),
             full_trace: full_trace.then(Vec::new),
@@ -473,13 +514,24 @@ impl World {
             p,
             #[cfg(test)]
             break_probe: false,
-        };
-        if let Some(h) = w.p.warm {
-            for v in 0..nv {
-                w.chk.hold_since[h][v] = Some(0);
-            }
         }
-        w
+    }
+
+    /// Tells the observer that `ev` happens, and traces the violations it reports.
+    pub(super) fn tell(&mut self, ev: Observation<'_>) {
+        let Some(mut observer) = self.observer.take() else {
+            return;
+        };
+        let found = observer.observe(self, ev);
+        self.observer = Some(observer);
+        for v in found {
+            self.trace_push(TraceKind::Violation(v.invariant, v.detail));
+        }
+    }
+
+    /// What the observer found.
+    pub(super) fn findings(&self) -> Findings {
+        self.observer.as_ref().map(|o| o.findings()).unwrap_or_default()
     }
 
     fn push(&mut self, at: u64, ev: Ev) {
@@ -504,7 +556,7 @@ impl World {
             self.at(at, Fault::AgentStart(n));
         }
         self.push(CHECK_INTERVAL, Ev::Check);
-        Checker::refresh_links(self);
+        self.tell(Observation::Start);
     }
 
     /// Runs until `end` (virtual ms).
@@ -535,11 +587,11 @@ impl World {
             Ev::World(f) => {
                 self.trace_push(TraceKind::Fault(fault_label(&f)));
                 self.world(f);
-                Checker::after_world_event(self);
+                self.tell(Observation::WorldChanged);
             }
             Ev::Check => {
                 self.witness_reads();
-                Checker::periodic(self);
+                self.tell(Observation::Periodic);
                 self.push(self.t + CHECK_INTERVAL, Ev::Check);
             }
         }
@@ -869,15 +921,7 @@ impl World {
         let r = if let Some(h) = holding.filter(|_| self.store_epoch == expected) {
             CasResult::HolderAlive { holder: node_name(h), epoch: self.store_epoch }
         } else if self.store_epoch == expected {
-            if new_epoch > crate::MAX_EPOCH {
-                let d = format!("Lease epoch {new_epoch} beyond the domain by {}", node_name(n));
-                self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
-            }
-            if new_epoch < self.store_epoch {
-                let d =
-                    format!("Lease epoch would go backwards: {} -> {new_epoch} by {}", self.store_epoch, node_name(n));
-                self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
-            }
+            self.tell(Observation::LeaseWrite { n, old: self.store_epoch, new: new_epoch });
             self.store_holder = Some(n);
             self.store_epoch = new_epoch;
             self.trace_push(TraceKind::Lease { holder: n, epoch: new_epoch });
@@ -929,7 +973,7 @@ impl World {
             self.apply(n, a);
         }
         self.buf = buf;
-        Checker::after_step(self, n, before, after);
+        self.tell(Observation::Stepped { n, before, after });
         // The runtime re-arms its timer after every step: an input may bring the next
         // tick forward (never back: the one scheduled still fires).
         if let Some(want) = self.wanted_tick(n)
@@ -968,12 +1012,7 @@ impl World {
             return;
         }
         self.nodes[n].kernel = k;
-        for v in 0..self.p.vips.len() {
-            let (was, is) = (old & (1 << v) != 0, k & (1 << v) != 0);
-            if was != is {
-                self.chk.hold_since[n][v] = is.then_some(self.t);
-            }
-        }
+        self.tell(Observation::Kernel { n, old, new: k });
         self.trace_push(TraceKind::Kernel { n, vips: k });
     }
 
@@ -1001,25 +1040,13 @@ impl World {
                 self.push_node(n, 1, NodeEv::VipsFeed { periodic: false });
             }
             Action::Announce { .. } => {
-                Checker::on_announce(self, n);
+                self.tell(Observation::Announced { n });
                 let others: Vec<usize> = (0..self.p.n).collect();
                 self.conflicts_seen(&others, n);
             }
             Action::SendAdvert(adv) => self.broadcast(n, adv),
             Action::CasLease { new_epoch, expected_epoch, .. } => {
-                if new_epoch <= expected_epoch {
-                    let d = format!("{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}", node_name(n));
-                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
-                }
-                if let Some(max) = self.nodes[n].cfg.lease_max_step
-                    && new_epoch > expected_epoch.saturating_add(max)
-                {
-                    let d = format!(
-                        "{} sent a Lease CAS from epoch {expected_epoch} to {new_epoch}, a step the store refuses",
-                        node_name(n)
-                    );
-                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
-                }
+                self.tell(Observation::CasSent { n, expected: expected_epoch, new: new_epoch });
                 let inc = self.nodes[n].inc;
                 if self.nodes[n].store {
                     let d = self.store_delay();
@@ -1044,15 +1071,7 @@ impl World {
                 }
             }
             Action::Persist(p) => {
-                if p.epoch > crate::MAX_EPOCH {
-                    let d = format!("{} persisted epoch {} beyond the domain", node_name(n), p.epoch);
-                    self.chk.violate(self.t, super::Invariant::StaleEpoch, d);
-                }
-                if p.epoch < self.nodes[n].persisted.epoch {
-                    let d =
-                        format!("{} persisted epoch {} after {}", node_name(n), p.epoch, self.nodes[n].persisted.epoch);
-                    self.chk.violate(self.t, super::Invariant::EpochBackwards, d);
-                }
+                self.tell(Observation::Persist { n, epoch: p.epoch });
                 self.nodes[n].persisted = p;
             }
             Action::Report(Event::RoleChanged { from, to, reason, epoch }) => {
@@ -1061,7 +1080,7 @@ impl World {
                 }
                 self.trace_push(TraceKind::Role { n, from, to, reason, epoch });
                 if to == Role::Demoting {
-                    Checker::on_handover_start(self, n, reason);
+                    self.tell(Observation::HandoverStarted { n, reason });
                 }
             }
             Action::Report(Event::OperationResult { id, ok, .. }) => {
@@ -1102,7 +1121,7 @@ impl World {
         node.machine = Some(m);
         node.paused = false;
         node.agent_started = self.t;
-        Checker::on_agent_start(self, n);
+        self.tell(Observation::AgentStarted { n });
         let tick = self.p.timings.tick_ms;
         let phase = self.rng.range(2, 1 + tick);
         self.push_node(n, 1, NodeEv::InitFeed);
@@ -1129,7 +1148,7 @@ impl World {
                 if !self.nodes[n].powered {
                     return;
                 }
-                Checker::before_power_off(self, n);
+                self.tell(Observation::PowerOff { n });
                 let node = &mut self.nodes[n];
                 node.powered = false;
                 node.machine = None;
@@ -1173,7 +1192,7 @@ impl World {
                     StateDamage::SaysStandby => node.persisted.last_role = Role::Standby,
                     StateDamage::Corrupt => node.state_corrupt = true,
                 }
-                Checker::on_state_damage(self, n);
+                self.tell(Observation::StateReplaced { n });
             }
             Fault::StateRepair(n) => self.repair_state(n),
             Fault::Restart { node, damage, clock_step, after } => {
@@ -1214,7 +1233,7 @@ impl World {
             Fault::Carrier(n, up) => {
                 if self.nodes[n].carrier != up {
                     self.nodes[n].carrier = up;
-                    Checker::on_carrier(self, n, up);
+                    self.tell(Observation::Carrier { n, up });
                     self.feed(n, Input::Carrier { link: Link::Data, up });
                     self.feed(n, Input::Carrier { link: Link::Vip, up });
                 }
@@ -1282,14 +1301,14 @@ impl World {
             return;
         }
         self.nodes[n].paused = false;
-        Checker::on_resume(self, n);
+        self.tell(Observation::Resumed { n });
         let queued = std::mem::take(&mut self.nodes[n].stalled);
         if !queued.is_empty() {
-            Checker::burst_begin(self, n);
+            self.tell(Observation::BurstBegins { n });
             for input in queued {
                 self.feed(n, input);
             }
-            Checker::burst_end(self, n);
+            self.tell(Observation::BurstEnds { n });
         }
         self.push_node(n, 1, NodeEv::InitFeed);
         self.push_node(n, 1, NodeEv::LeaseFeed);
@@ -1302,7 +1321,7 @@ impl World {
         }
         self.nodes[n].state_corrupt = false;
         self.nodes[n].persisted = Persisted::default();
-        Checker::on_state_damage(self, n);
+        self.tell(Observation::StateReplaced { n });
         self.start_agent(n);
     }
 
@@ -1330,7 +1349,7 @@ impl World {
             if !self.nodes[n].live() {
                 continue;
             }
-            Checker::on_command(self, n, &cmd);
+            self.tell(Observation::Command { n, cmd: &cmd });
             self.feed(n, Input::Command(cmd.clone()));
         }
     }
@@ -1342,7 +1361,7 @@ impl World {
         for n in 0..self.p.n {
             if !self.nodes[n].carrier {
                 self.nodes[n].carrier = true;
-                Checker::on_carrier(self, n, true);
+                self.tell(Observation::Carrier { n, up: true });
                 self.feed(n, Input::Carrier { link: Link::Data, up: true });
                 self.feed(n, Input::Carrier { link: Link::Vip, up: true });
             }
