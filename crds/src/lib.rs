@@ -1,6 +1,10 @@
-//! Types shared by every havip binary: the `HAPair` and `FloatingIP` custom
-//! resources, their defaults, condition types and reasons, field managers and
-//! annotations, and CRD generation.
+//! The cluster API of havip and the contract between its binaries: the `HAPair`,
+//! `FloatingIP` and `VIPPool` custom resources ([`hapair`], [`floatingip`], [`vippool`])
+//! with their defaults and CRD generation, the typed agent–operator contract
+//! ([`contract`]), condition types and reasons, field managers, annotations and member
+//! labels ([`membership`]), durations and the configuration revision. The wire protocols
+//! (heartbeat and witness) live in the kube-free crate `havip-wire` and are re-exported
+//! here as [`wire`] and [`witness`].
 
 pub mod contract;
 pub mod duration;
@@ -9,8 +13,11 @@ pub mod hapair;
 pub mod membership;
 pub mod revision;
 pub mod vippool;
-pub mod wire;
-pub mod witness;
+
+/// The heartbeat wire format (crate `havip-wire`, which has no Kubernetes dependency).
+pub use havip_wire as wire;
+/// The witness protocol (in `havip-wire`).
+pub use havip_wire::witness;
 
 pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
 pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, HealthCheck, ProbeSpec, VipState};

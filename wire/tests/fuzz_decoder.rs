@@ -5,7 +5,7 @@
 //! field parser. Every input must decode or be refused — never panic, never loop.
 //! `HAVIP_FUZZ_CASES` sets the number of cases per strategy (default 20000).
 
-use havip_crds::wire::{self, Key, Keyring, MAC_LEN};
+use havip_wire::{self as wire, Key, Keyring, MAC_LEN};
 use hmac::{Hmac, Mac};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -1,4 +1,10 @@
-//! The heartbeat wire format, shared by the agent and the tests.
+//! havip's wire protocols, without Kubernetes: the heartbeat datagram (this module) and
+//! the witness protocol ([`witness`]), with their keys, MACs and replay windows. The
+//! agent, the witness and the tests speak them; `havip-crds` re-exports them as
+//! `havip_crds::wire` and `havip_crds::witness`.
+//!
+//! # The heartbeat
+//!
 //!
 //! One UDP datagram per heartbeat per path. Layout (all integers big-endian):
 //!
@@ -53,6 +59,7 @@ mod message;
 mod replay;
 #[cfg(test)]
 mod tests;
+pub mod witness;
 
 pub use codec::{DecodeError, decode, encode, peek_pair};
 pub use mac::{Key, Keyring, MAC_LEN};

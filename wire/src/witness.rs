@@ -14,7 +14,7 @@
 //!           holder name (empty: none) | epoch u64 | renewals u64 | MAC
 //! ```
 //!
-//! Names are a length byte and at most [`MAX_NAME`](crate::wire::MAX_NAME) bytes of UTF-8. For a compare-and-swap
+//! Names are a length byte and at most [`MAX_NAME`](crate::MAX_NAME) bytes of UTF-8. For a compare-and-swap
 //! `a` is the new epoch, `b` the expected one and `c` the claimer's grace in milliseconds;
 //! for a renewal `a` is the epoch; for a read `a` is 1 when the sender holds the VIPs, else
 //! 0; unused fields are zero.
@@ -51,7 +51,7 @@
 //! it was signed. A response echoes the request id (random per request), so a member never
 //! takes a recorded response for a fresh one.
 
-use crate::wire::{Key, Keyring, MAC_LEN, Reader, mac_of, put_name};
+use crate::{Key, Keyring, MAC_LEN, Reader, mac_of, put_name};
 
 const MAGIC: [u8; 2] = *b"HW";
 /// Version of the witness wire format (2: member keys, challenges on every request).
@@ -241,10 +241,10 @@ impl WitnessDecodeError {
     }
 }
 
-impl From<crate::wire::DecodeError> for WitnessDecodeError {
-    fn from(e: crate::wire::DecodeError) -> Self {
+impl From<crate::DecodeError> for WitnessDecodeError {
+    fn from(e: crate::DecodeError) -> Self {
         match e {
-            crate::wire::DecodeError::Malformed { field } => Self::Malformed { field },
+            crate::DecodeError::Malformed { field } => Self::Malformed { field },
             _ => Self::Malformed { field: "field" },
         }
     }
@@ -272,10 +272,10 @@ const MEMBER_KEY_LABEL: &[u8] = b"havip-witness-member-key-v2";
 /// key (the witness alone holds that one): HKDF-Expand with the witness key as the
 /// pseudo-random key and `label | 0 | pair | 0 | member` as the info, one block. It keeps
 /// the witness key's id. Names are taken as they are sent (at most
-/// [`MAX_NAME`](crate::wire::MAX_NAME) bytes).
+/// [`MAX_NAME`](crate::MAX_NAME) bytes).
 pub fn member_key(witness: &Key, pair: &str, member: &str) -> Key {
-    let cut = |s: &str| -> Vec<u8> { s.as_bytes().iter().take(crate::wire::MAX_NAME).copied().collect() };
-    let mut info = Vec::with_capacity(MEMBER_KEY_LABEL.len() + 2 * crate::wire::MAX_NAME + 3);
+    let cut = |s: &str| -> Vec<u8> { s.as_bytes().iter().take(crate::MAX_NAME).copied().collect() };
+    let mut info = Vec::with_capacity(MEMBER_KEY_LABEL.len() + 2 * crate::MAX_NAME + 3);
     info.extend_from_slice(MEMBER_KEY_LABEL);
     info.push(0);
     info.extend_from_slice(&cut(pair));
