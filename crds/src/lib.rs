@@ -6,6 +6,8 @@
 //! (heartbeat and witness) live in the kube-free crate `havip-wire` and are re-exported
 //! here as [`wire`] and [`witness`].
 
+#![deny(missing_docs)]
+
 pub mod contract;
 pub mod duration;
 pub mod floatingip;

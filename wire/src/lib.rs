@@ -53,6 +53,8 @@
 //! [`SenderWindow`]), `tests`. Every public item is re-exported here:
 //! `havip_crds::wire::X` is the path.
 
+#![deny(missing_docs)]
+
 mod codec;
 mod mac;
 mod message;
