@@ -1,7 +1,7 @@
 //! Layer-2 frames: the ARP and neighbour-discovery frames the agent sends, and the
 //! parsers of what its listeners receive. Pure: no sockets.
 
-use super::{ETH_P_ARP, ETH_P_IPV6};
+use super::iface::{ETH_P_ARP, ETH_P_IPV6};
 use pnet::datalink::MacAddr;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
