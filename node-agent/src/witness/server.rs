@@ -9,7 +9,7 @@
 //!
 //! Size: the witness server's request handling, persistence and its unit tests.
 
-use super::WitnessError;
+use super::error::WitnessError;
 use crate::sm::MAX_EPOCH;
 use crate::state::write_atomic;
 use havip_crds::wire::{Key, Keyring};
