@@ -201,6 +201,10 @@ fn member_table(pair: &HAPair, view: &ClusterView<'_>) -> BTreeMap<String, BTree
     out
 }
 
+/// A pair's configuration (or why it has none) and the FloatingIPs it skips, each with
+/// the reason.
+pub(super) type PairConfigs = (Result<AgentConfig, PairConfigError>, BTreeMap<String, String>);
+
 /// Builds the agent configuration of `pair` from the FloatingIPs naming it (less those
 /// [`skipped_floating_ips`] names) and the rest of `view`.
 pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig, PairConfigError> {
