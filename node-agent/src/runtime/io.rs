@@ -322,7 +322,8 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::probe_source;
+    use std::net::IpAddr;
 
     fn addr(a: &str, prefix: u8) -> crate::netlink::AddrInfo {
         crate::netlink::AddrInfo {

@@ -471,7 +471,9 @@ fn response_key(keys: &Keyring, request: &[u8], req: &Request) -> Key {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{DiskRecord, MEMBER_IDLE_MS, MEMBERS_PER_PAIR, OnDisk, Records, WitnessState};
+    use crate::sm::MAX_EPOCH;
+    use havip_crds::witness::{Op, Outcome, Request, Response};
 
     const READ: Op = Op::Read { holding: true };
     const GRACE: u64 = 300;

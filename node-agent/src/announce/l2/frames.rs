@@ -175,12 +175,14 @@ pub fn parse_na(icmp: &[u8]) -> Option<NaSeen> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{NaSeen, garp_frame, neighbor_solicitation_frame, parse_arp, parse_na, unsolicited_na_frame};
+    use pnet::datalink::MacAddr;
     use pnet::packet::Packet;
     use pnet::packet::arp::{ArpOperations, ArpPacket};
     use pnet::packet::ethernet::{EtherTypes, EthernetPacket};
     use pnet::packet::icmpv6::{Icmpv6Packet, Icmpv6Types};
     use pnet::packet::ipv6::Ipv6Packet;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     const MAC: MacAddr = MacAddr(0x02, 0, 0, 0, 0, 0x0a);
 
