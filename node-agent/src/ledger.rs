@@ -125,7 +125,8 @@ impl VipLedger {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::VipLedger;
+    use crate::netlink::Vip;
 
     fn vip(a: &str, ifname: &str) -> Vip {
         Vip { addr: a.parse().expect("ip"), prefix: 24, ifname: ifname.to_owned() }

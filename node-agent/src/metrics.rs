@@ -362,7 +362,8 @@ pub fn parse_address(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{AgentMetrics, parse_address};
+    use std::sync::Arc;
 
     #[test]
     fn encodes_every_family_with_the_pair_label() {

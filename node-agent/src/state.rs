@@ -161,7 +161,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::StateFile;
+    use crate::sm;
 
     #[test]
     fn roundtrip_and_epoch_never_goes_back() {

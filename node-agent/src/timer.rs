@@ -101,7 +101,8 @@ impl Default for Timer {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Timer;
+    use std::time::{Duration, Instant};
 
     #[tokio::test]
     async fn it_fires_at_the_deadline_not_before() {

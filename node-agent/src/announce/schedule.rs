@@ -131,8 +131,10 @@ pub fn spawn_schedule(
 
 #[cfg(test)]
 mod schedule_tests {
-    use super::*;
-    use std::sync::atomic::AtomicU32;
+    use super::{AnnounceGate, spawn_schedule};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::time::Duration;
 
     fn sched() -> crate::config::AnnounceSchedule {
         crate::config::AnnounceSchedule {

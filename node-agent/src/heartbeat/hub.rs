@@ -13,7 +13,7 @@
 //! leaves. The hub also owns the agent's heartbeat session id (random per start, see
 //! [`wire::SenderWindow`]) and the sequence counter shared by every pair.
 
-use super::{Endpoint, HeartbeatError};
+use super::types::{Bound, Endpoint, HeartbeatError, Hub, Route, Routes, SocketLease};
 use crate::metrics::AgentMetrics;
 use havip_crds::wire;
 use std::collections::HashMap;
@@ -23,45 +23,6 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-
-/// Which pair's endpoint receives the datagrams naming it, per socket.
-type Routes = Arc<RwLock<HashMap<String, Route>>>;
-
-struct Route {
-    endpoint: Weak<Endpoint>,
-    /// Leases of that endpoint on this socket (a reconfiguration briefly holds two).
-    leases: usize,
-}
-
-struct Bound {
-    sock: Arc<std::net::UdpSocket>,
-    routes: Routes,
-    users: usize,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// The heartbeat sockets of this agent (one per local address and port), demultiplexed
-/// by pair name.
-pub struct Hub {
-    session: u64,
-    seq: AtomicU64,
-    metrics: Arc<AgentMetrics>,
-    bound: Mutex<HashMap<SocketAddr, Bound>>,
-    /// Receivers of released sockets, aborted; the socket is closed once the task is
-    /// gone, so a new bind of the address waits for it.
-    closing: Mutex<HashMap<SocketAddr, tokio::task::JoinHandle<()>>>,
-}
-
-/// A socket held by an endpoint; released (and closed with its last user) on drop.
-pub(super) struct SocketLease {
-    hub: Arc<Hub>,
-    pub(super) addr: SocketAddr,
-    /// The sending side: the same socket, non-blocking, without the reactor (a send
-    /// never waits for readiness; a full buffer is an error that is counted).
-    pub(super) sock: Arc<std::net::UdpSocket>,
-    pair: String,
-    endpoint: Weak<Endpoint>,
-}
 
 impl Drop for SocketLease {
     fn drop(&mut self) {

@@ -7,131 +7,31 @@
 //! holds can crash the agent.
 
 mod hub;
+mod types;
 
-pub use hub::Hub;
 pub(crate) use hub::random_session;
+pub use types::{Endpoint, EndpointSpec, HeartbeatError, Hub, PathSpec, Received};
 
 use crate::metrics::PairMetrics;
 use crate::sm;
-use havip_crds::wire::{
-    self, Body, DecodeError, Heartbeat, Keyring, SenderWindow, Session, WireGateway, WireOp, WireRole,
-};
-use hub::SocketLease;
+use havip_crds::wire::{self, Body, DecodeError, Heartbeat, Keyring, Session, WireGateway, WireOp, WireRole};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
+use types::{Peer, SocketLease, State};
 
 /// Heartbeats whose timestamp is further than this from the local clock are dropped
 /// as stale (and reported as clock skew). Clocks must be NTP-synchronised to well
 /// within it.
 pub const MAX_CLOCK_DIFFERENCE: Duration = Duration::from_secs(60);
 
-/// A heartbeat path as the I/O layer runs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PathSpec {
-    /// Path name (metrics label).
-    pub name: String,
-    /// This node's address on the path (the socket binds it).
-    pub local: IpAddr,
-    /// The peers' addresses on the path: node name → address.
-    pub peers: Vec<(String, IpAddr)>,
-}
-
-/// What a pair's endpoint needs to know of its configuration.
-#[derive(Clone, Debug)]
-pub struct EndpointSpec {
-    /// The pair.
-    pub pair: String,
-    /// This node.
-    pub node: String,
-    /// UDP port of every path.
-    pub port: u16,
-    /// The paths, in the order of the state machine's path ids.
-    pub paths: Vec<PathSpec>,
-    /// Accepted and signing keys.
-    pub keys: Keyring,
-    /// After this long with every datagram of a member refused as a replay (and none
-    /// accepted), the refusal is reported to the state machine (an alarm).
-    pub heartbeat_timeout: Duration,
-}
-
-/// What the receivers hand to the runtime.
-#[derive(Debug)]
-pub enum Received {
-    /// An authentic, fresh heartbeat, mapped for the state machine.
-    Advert {
-        /// Path index.
-        path: sm::PathId,
-        /// Its content.
-        advert: sm::Advert,
-        /// Local clock minus the sender's clock, ms.
-        skew_ms: i64,
-    },
-    /// A datagram that was dropped and matters to the state machine (key mismatch,
-    /// clock skew, version mismatch, lasting replays …); the others are only counted.
-    Rejected {
-        /// Path index.
-        path: sm::PathId,
-        /// Why.
-        reason: sm::RejectReason,
-        /// The member whose address it came from.
-        from: Option<sm::NodeId>,
-    },
-}
-
-/// Errors of heartbeat sockets.
-#[derive(Debug, thiserror::Error)]
-pub enum HeartbeatError {
-    /// Another process (or socket) holds the address and port.
-    #[error(
-        "failed to bind heartbeat socket {addr}: the UDP port is in use by another process. One havip-agent \
-         serves every pair of a node (standalone: pass every pair's file to one agent with --config, or give \
-         this pair another heartbeat.port); two agents never share a port"
-    )]
-    PortInUse {
-        /// The address.
-        addr: SocketAddr,
-    },
-    /// A socket could not be bound for another reason.
-    #[error("failed to bind heartbeat socket {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Two runtimes of the same pair in one agent.
-    #[error("pair {pair} is already running on heartbeat socket {addr} in this agent")]
-    PairTwice {
-        /// The pair.
-        pair: String,
-        /// The address.
-        addr: SocketAddr,
-    },
-}
-
 /// A member's datagrams that fail verification (or are refused for clock skew) are
 /// reported to the state machine at most this often: the machine only needs to know that
 /// they keep coming (its alarms clear seconds after the last one), and a flood of them
 /// must not crowd the authentic heartbeats out of the queue they share.
 pub const REJECT_REPORT_EVERY: Duration = Duration::from_millis(250);
-
-/// What the endpoint knows of one peer.
-#[derive(Default)]
-struct Peer {
-    window: SenderWindow,
-    /// Per path: the replay window of the member's datagrams of another major version.
-    other_major: HashMap<String, wire::ReplayWindow>,
-    /// First refusal (as a replay) since the last accepted datagram.
-    refused_since: Option<Instant>,
-    /// Last time a lasting refusal was reported.
-    reported_at: Option<Instant>,
-    /// Last time a key mismatch or clock skew was reported.
-    rejection_reported_at: Option<Instant>,
-}
 
 impl Peer {
     /// Whether a key-mismatch or clock-skew rejection may be reported now (and notes it).
@@ -142,21 +42,6 @@ impl Peer {
         }
         due
     }
-}
-
-struct State {
-    spec: EndpointSpec,
-    /// One socket per path, in path order.
-    sockets: Vec<Arc<SocketLease>>,
-    peers: HashMap<String, Peer>,
-}
-
-/// One pair's heartbeat sender and receiver on the hub's sockets.
-pub struct Endpoint {
-    hub: Arc<Hub>,
-    metrics: PairMetrics,
-    tx: mpsc::Sender<Received>,
-    state: Mutex<State>,
 }
 
 fn unix_ms() -> u64 {

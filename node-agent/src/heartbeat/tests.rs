@@ -1,9 +1,13 @@
 //! The demultiplexer on loopback: several pairs on one socket, unknown pairs, forged
 //! and truncated datagrams, a restarted peer, and the exclusive bind.
 
-use super::*;
-use havip_crds::wire::Key;
-use std::net::Ipv4Addr;
+use super::{Endpoint, EndpointSpec, HeartbeatError, Hub, PathSpec, Received, to_wire, unix_ms};
+use crate::sm;
+use havip_crds::wire::{self, Heartbeat, Key, Keyring, Session};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 fn keys(b: u8) -> Keyring {
     Keyring { current: Key { id: 1, secret: vec![b; 32] }, previous: None }

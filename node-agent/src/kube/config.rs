@@ -201,6 +201,10 @@ fn member_table(pair: &HAPair, view: &ClusterView<'_>) -> BTreeMap<String, BTree
     out
 }
 
+/// A pair's configuration (or why it has none) and the FloatingIPs it skips, each with
+/// the reason.
+pub(super) type PairConfigs = (Result<AgentConfig, PairConfigError>, BTreeMap<String, String>);
+
 /// Builds the agent configuration of `pair` from the FloatingIPs naming it (less those
 /// [`skipped_floating_ips`] names) and the rest of `view`.
 pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig, PairConfigError> {
@@ -370,7 +374,14 @@ pub fn pick_path_address<'a>(addrs: impl Iterator<Item = &'a AddrInfo>) -> Optio
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{ClusterView, KeySecretError, PairConfigError, agent_config, pick_path_address, skipped_floating_ips};
+    use crate::config::AgentConfig;
+    use crate::netlink::AddrInfo;
+    use havip_crds::{FloatingIP, HAPair};
+    use k8s_openapi::api::core::v1::{Node, Secret};
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::Arc;
 
     const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

@@ -190,7 +190,8 @@ impl Drop for DaemonSetWatch {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{DaemonSetRead, Departure, Watched, decide, selects};
+    use std::collections::BTreeMap;
 
     const NAME: &str = "havip-agent";
 

@@ -19,8 +19,10 @@ mod commands;
 mod config;
 pub mod daemon;
 mod departure;
+mod interfaces;
 mod lease;
 mod leftovers;
+mod options;
 mod pairs;
 mod pass;
 mod plan;
@@ -28,6 +30,7 @@ mod report;
 mod snapshot;
 mod watches;
 
+use options::OFFLINE_AFTER;
 use pairs::{PairRun, rand_id, start_from_snapshots};
 use plan::Memory;
 use watches::{Stores, Watches};
@@ -38,9 +41,10 @@ pub use config::{
     ClusterView, KeySecretError, PairConfigError, agent_config, key_secret_name, keyring_from_secret,
     pick_path_address, skipped_floating_ips,
 };
+pub use interfaces::interface_addresses;
 pub use lease::{KubeLease, lease_name, lease_view};
+pub use options::{KubeAgentError, KubeAgentOptions};
 
-use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
 use crate::metrics::AgentMetrics;
 use crate::runtime::Request;
@@ -52,45 +56,9 @@ use kube::api::ListParams;
 use kube::core::DeserializeGuard;
 use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-
-/// How the Kubernetes agent runs.
-#[derive(Clone, Debug)]
-pub struct KubeAgentOptions {
-    /// This node.
-    pub node: String,
-    /// The operator namespace (pair Leases and key Secrets).
-    pub namespace: String,
-    /// Persisted state directory (a hostPath).
-    pub state_dir: PathBuf,
-    /// Hand the VIPs over before exiting when the node is cordoned.
-    pub handover_when_cordoned: bool,
-    /// The agent's DaemonSet in `namespace`: on SIGTERM, if it is gone, being deleted or
-    /// no longer selects this node, the VIPs are removed (an uninstall leaves none);
-    /// otherwise (a rolling update, a restarted pod) they stay. `None`: they always stay.
-    pub daemonset: Option<String>,
-}
-
-/// Why the Kubernetes agent could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeAgentError {
-    /// A watch ended before it listed its objects once.
-    #[error("failed to list {what}: the watch ended before its first list")]
-    InitialList {
-        /// The kind, plural.
-        what: &'static str,
-    },
-    /// The check for pairs the operator has not labelled yet could not list the pairs.
-    #[error("failed to list the HAPairs (to find those not labelled for this node yet): {0}")]
-    Unlabelled(#[source] kube::Error),
-    /// The SIGTERM/SIGINT handlers could not be installed.
-    #[error("failed to install the signal handlers: {0}")]
-    Signals(#[source] std::io::Error),
-}
 
 /// Runs the Kubernetes mode until SIGTERM/SIGINT.
 pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetrics>) -> Result<(), KubeAgentError> {
@@ -195,10 +163,6 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     Ok(())
 }
 
-/// How long the agent waits for its first lists before it resumes its pairs from their
-/// last applied configuration.
-const OFFLINE_AFTER: Duration = Duration::from_secs(10);
-
 /// The pairs naming `node` that do not carry its member label, from a paged list of
 /// every HAPair (pages of 100, so that a big cluster never arrives in one answer).
 /// Retries a failing list a few times before giving up.
@@ -235,10 +199,6 @@ async fn unlabelled_pairs(client: &Client, node: &str) -> Result<Vec<String>, ku
         }
     }
 }
-
-/// A pair's configuration (or why it has none) and the FloatingIPs it skips, each with
-/// the reason.
-type PairConfigs = (Result<AgentConfig, PairConfigError>, BTreeMap<String, String>);
 
 /// The loop's state: the stores and the pairs running.
 struct Agent {
@@ -321,36 +281,4 @@ impl Agent {
             }
         }
     }
-}
-
-/// This node's address on each of `names` (interfaces of `interface:` heartbeat paths),
-/// read from the kernel; see [`pick_path_address`]. Interfaces that do not exist or
-/// have no usable address are left out (the pair then waits, saying why).
-pub async fn interface_addresses(names: &[String]) -> BTreeMap<String, IpAddr> {
-    let mut out = BTreeMap::new();
-    if names.is_empty() {
-        return out;
-    }
-    let nl = match crate::netlink::Netlink::new() {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
-            return out;
-        }
-    };
-    let (links, addrs) = match (nl.links().await, nl.addresses().await) {
-        (Ok(l), Ok(a)) => (l, a),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(error = %e, "cannot read interface addresses for interface heartbeat paths");
-            return out;
-        }
-    };
-    for name in names {
-        if let Some(link) = links.iter().find(|l| &l.name == name)
-            && let Some(a) = pick_path_address(addrs.iter().filter(|a| a.ifindex == link.index))
-        {
-            out.insert(name.clone(), a);
-        }
-    }
-    out
 }

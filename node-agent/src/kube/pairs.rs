@@ -3,10 +3,12 @@
 //! stopping one.
 
 use super::config::{ClusterView, agent_config};
+use super::interfaces::interface_addresses;
 use super::lease::KubeLease;
+use super::options::{KubeAgentOptions, OFFLINE_AFTER};
 use super::plan::{Memory, RunMemory};
 use super::report::{self, KubeReporter};
-use super::{KubeAgentOptions, OFFLINE_AFTER, interface_addresses, leftovers, snapshot};
+use super::{leftovers, snapshot};
 use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
 use crate::metrics::AgentMetrics;

@@ -6,10 +6,11 @@
 
 use super::Agent;
 use super::commands::dispatch;
+use super::interfaces::interface_addresses;
+use super::leftovers;
 use super::pairs::start_pair;
 use super::plan::{self, Membership, Note, Observed, PairObserved, Step};
 use super::watches::Watches;
-use super::{interface_addresses, leftovers};
 use crate::lease::LeaseInput;
 use crate::sm;
 use havip_crds::HAPair;

@@ -637,7 +637,12 @@ async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Held, action, api_alarm, api_gateway, api_reason, api_role, event_of, fip_release, fip_status};
+    use crate::config::VipConfig;
+    use crate::runtime::VipLink;
+    use crate::sm;
+    use havip_crds::{GatewayState, MemberAlarm, TransitionReason, VipState};
+    use kube::runtime::events::EventType;
 
     #[test]
     fn role_change_reasons_reach_the_api_in_the_pairs_terms() {

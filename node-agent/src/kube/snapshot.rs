@@ -158,7 +158,10 @@ impl PairSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::PairSnapshot;
+    use havip_crds::HAPair;
+    use k8s_openapi::api::core::v1::Node;
+    use std::sync::Arc;
 
     fn pair() -> HAPair {
         serde_json::from_value(serde_json::json!({

@@ -2,9 +2,10 @@
 //! window, everything), slimmed before caching, and the views its reconcile reads
 //! (pairs naming the node, unreadable objects, Leases, the Node's labels, configurations).
 
-use super::config::{self, ClusterView, agent_config, skipped_floating_ips};
+use super::config::{self, ClusterView, PairConfigs, agent_config, skipped_floating_ips};
 use super::lease::lease_name;
-use super::{KubeAgentError, PairConfigs, snapshot};
+use super::options::KubeAgentError;
+use super::snapshot;
 use crate::lease::LeaseSnapshot;
 use crate::metrics::AgentMetrics;
 use futures::StreamExt;

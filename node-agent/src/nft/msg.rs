@@ -334,7 +334,10 @@ impl<'a> Iterator for Attrs<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        Ack, Attr, NLA_F_NESTED, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_REQUEST, Writer, attrs, messages, nfgen,
+        parse_ack, u16_ne, u32_ne,
+    };
 
     #[test]
     fn writer_pads_and_patches_lengths() {

@@ -1,11 +1,11 @@
 //! The `NETLINK_NETFILTER` socket: atomic batches with every answer read back, and
 //! dumps, each bounded by a deadline.
 
+use super::error::{NftError, Op};
 use super::msg::{
     self, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
     NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, ParseError, Writer,
 };
-use super::{NftError, Op};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, setsockopt, sockopt};

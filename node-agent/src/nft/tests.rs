@@ -2,8 +2,14 @@
 //! `e2e/tests/netns_drain_rules.rs`.
 
 use super::msg::{self, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NLM_F_ACK, NLM_F_REQUEST};
-use super::*;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use super::sock::{self, Batch};
+use super::{
+    Counter, Family, ForwardRule, GuardRule, KEPT_PAIR, MAX_NAME, MAX_PLAIN_PAIR, Nft, NftError, Op, QuietRule,
+    TableKind, TableRef, expr, fnv1a64, replace_table, table_name,
+};
+use nix::errno::Errno;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 #[test]
 fn short_pair_names_are_used_as_they_are() {

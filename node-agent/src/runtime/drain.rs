@@ -30,30 +30,16 @@
 //! removes the guard last; a starting one deletes its pair's drain tables and (through the
 //! ledger) drained addresses.
 
-use super::Runtime;
-use super::io::ResolvedVip;
+use super::task::Runtime;
+use super::types::ResolvedVip;
 use crate::ledger::LedgerError;
 use crate::metrics::PairMetrics;
 use crate::netlink::{Netlink, NetlinkError, Vip};
 use crate::nft::{ForwardRule, GuardRule, Nft, NftError, QuietRule};
 use crate::sm;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// What this member's drain holds now.
-#[derive(Default)]
-pub(super) struct DrainIo {
-    /// Old holder: the VIPs kept on `lo` (their `lo` form).
-    kept: Vec<Vip>,
-    /// New holder: the member forwarded to.
-    forwarding: Option<sm::NodeId>,
-    /// Reads the forwarded counters or the drained connections once a second.
-    monitor: Option<tokio::task::JoinHandle<()>>,
-    /// The forwarder's counters last read (packets, bytes), for the metric deltas.
-    counted: Arc<std::sync::Mutex<(u64, u64)>>,
-}
 
 /// The `lo` form of a VIP during a drain.
 fn on_lo(v: &Vip) -> Vip {

@@ -2,8 +2,8 @@
 //! Lease compare-and-swap, persistence and reports; and reading the VIPs back from
 //! the kernel. What to do is the machine's; how is here.
 
-use super::io::ResolvedVip;
-use super::{Event, LATE_CAS_LIMIT, Reply, Runtime, VIP_ADD_RETRY};
+use super::task::Runtime;
+use super::types::{Event, Reply, ResolvedVip};
 use crate::announce::spawn_schedule;
 use crate::netlink::{Netlink, Vip};
 use crate::probes::{L2Port, tcp_probe};
@@ -13,6 +13,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// A VIP the kernel refused to add is retried this often.
+const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
+
+/// How long a Lease write that timed out (for the machine) is still awaited, for the log.
+const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
 impl Runtime {
     /// Executes one action; returns whether it changed the kernel's VIPs.

@@ -2,8 +2,9 @@
 //! ports, fence targets, heartbeat paths), the stale VIPs of an earlier configuration,
 //! and the observers started for it. Resolving and wiring only: no decision.
 
-use super::{Runtime, RuntimeError, VipLink};
-use crate::config::{AgentConfig, AnnounceSchedule};
+use super::task::Runtime;
+use super::types::{ResolvedVip, RuntimeError};
+use crate::config::AgentConfig;
 use crate::heartbeat::{EndpointSpec, PathSpec};
 use crate::ledger::VipLedger;
 use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
@@ -16,25 +17,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A VIP of the configuration with its interface resolved.
-#[derive(Clone)]
-pub(super) struct ResolvedVip {
-    pub(super) id: sm::VipId,
-    pub(super) vip: Vip,
-    pub(super) ports: Vec<u16>,
-    pub(super) health_checks: Vec<(u16, String)>,
-    pub(super) announce: AnnounceSchedule,
-    /// The interface's MAC address (`None`: not an Ethernet address).
-    pub(super) mac: Option<[u8; 6]>,
-}
-
-impl ResolvedVip {
-    /// What the reporter is told of it.
-    pub(super) fn link(&self) -> VipLink {
-        VipLink { id: self.id.as_str().to_owned(), ifname: self.vip.ifname.clone(), mac: self.mac }
-    }
-}
 
 /// A gateway or fence target: probed on `ifname` from `source`.
 #[derive(Clone, Debug)]
@@ -340,7 +322,8 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::probe_source;
+    use std::net::IpAddr;
 
     fn addr(a: &str, prefix: u8) -> crate::netlink::AddrInfo {
         crate::netlink::AddrInfo {

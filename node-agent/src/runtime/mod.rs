@@ -13,7 +13,6 @@ use crate::heartbeat::{Endpoint, Hub, Received, SkewTracker};
 use crate::ledger::VipLedger;
 use crate::metrics::PairMetrics;
 use crate::netlink::Netlink;
-use crate::probes::L2Port;
 use crate::sm;
 use crate::state::StateFile;
 use std::collections::{HashMap, VecDeque};
@@ -25,45 +24,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 mod drain;
 mod execute;
 mod io;
+mod task;
+mod types;
 
-use io::{Io, ResolvedVip, build_io, remove_stale_vips};
+pub use types::{LeaseStore, Reply, Reporter, Request, RuntimeError, VipLink};
 
-/// The Lease as a fencing record (Kubernetes mode); standalone mode has none and
-/// answers every compare-and-swap with `Unavailable` at once.
-#[async_trait::async_trait]
-pub trait LeaseStore: Send + Sync + 'static {
-    /// Compare-and-swap: set holder and epoch if the Lease's epoch is `expected_epoch`.
-    async fn cas(&self, holder: &str, new_epoch: u64, expected_epoch: u64) -> sm::CasResult;
-
-    /// Renews the Lease (a fresh renew time, same holder and epoch) if it still names
-    /// `holder` under `epoch`; returns the Lease's holder and epoch as read, `None` when
-    /// the store could not be read.
-    async fn renew(&self, _holder: &str, _epoch: u64) -> Option<(Option<sm::NodeId>, u64)> {
-        None
-    }
-}
-
-/// Receives what the runtime reports (Kubernetes mode writes status and Events).
-pub trait Reporter: Send + Sync + 'static {
-    /// A state machine event, with the status after it.
-    fn event(&self, event: &sm::Event, status: &sm::Status);
-    /// The status changed (called after every step that changed it).
-    fn status(&self, status: &sm::Status);
-    /// The interfaces the configuration's VIPs resolved to (after a start or a
-    /// reconfiguration, before the machine acts on it).
-    fn links(&self, _links: &[VipLink]) {}
-}
-
-/// A VIP's interface, as resolved from the configuration and the kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VipLink {
-    /// The VIP id (the FloatingIP's name in Kubernetes mode).
-    pub id: String,
-    /// The interface that carries it.
-    pub ifname: String,
-    /// That interface's MAC address.
-    pub mac: Option<[u8; 6]>,
-}
+use io::{Io, build_io, remove_stale_vips};
+use task::{DrainIo, Runtime};
+use types::{Event, ResolvedVip};
 
 /// A reporter that only logs (standalone mode).
 pub struct LogReporter;
@@ -91,46 +59,6 @@ pub fn log_event(event: &sm::Event) {
         sm::Event::Drain { started, peer, detail } => {
             tracing::info!(started, peer = peer.as_str(), detail = %detail, "drain")
         }
-    }
-}
-
-/// A request from the admin socket (or the Kubernetes command watcher).
-#[derive(Debug)]
-pub enum Request {
-    /// A command for the machine; operations answer when their result is reported.
-    Command(sm::Command),
-    /// A snapshot of the status.
-    Status,
-}
-
-/// The answer to a [`Request`].
-#[derive(Debug, Clone)]
-pub enum Reply {
-    /// The operation finished (or the command was accepted, for commands without a result).
-    Done {
-        /// Success.
-        ok: bool,
-        /// Details.
-        message: String,
-    },
-    /// The status.
-    Status(Box<sm::Status>),
-}
-
-enum Event {
-    Input(sm::Input),
-    ObserveVips,
-    SetKeys(havip_crds::wire::Keyring),
-    Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
-    Release,
-    Received(Received),
-    Request(Request, oneshot::Sender<Reply>),
-    Stop,
-}
-
-impl From<sm::Input> for Event {
-    fn from(i: sm::Input) -> Self {
-        Event::Input(i)
     }
 }
 
@@ -180,29 +108,6 @@ impl Handle {
     pub async fn release(&self) {
         let _ = self.tx.send(Event::Release).await;
     }
-}
-
-/// Errors that stop the agent from starting.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    /// The state file is unreadable.
-    #[error(transparent)]
-    State(#[from] crate::state::StateError),
-    /// Netlink could not be opened.
-    #[error(transparent)]
-    Netlink(#[from] crate::netlink::NetlinkError),
-    /// Heartbeat sockets could not be bound.
-    #[error(transparent)]
-    Heartbeat(#[from] crate::heartbeat::HeartbeatError),
-    /// A layer-2 socket could not be opened.
-    #[error(transparent)]
-    Announce(#[from] crate::announce::AnnounceError),
-    /// Something in the configuration does not match this node.
-    #[error("invalid configuration for this node: {0}")]
-    Config(String),
-    /// The runtime is not running any more.
-    #[error("the pair's runtime has stopped")]
-    Stopped,
 }
 
 /// What the runtime needs besides the configuration.
@@ -268,7 +173,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     Runtime::drain_cleanup_at_start(&cfg.pair).await;
     let mut rt = Runtime {
         timer,
-        drain: drain::DrainIo::default(),
+        drain: DrainIo::default(),
         cfg,
         machine,
         origin,
@@ -300,49 +205,6 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let task = tokio::spawn(async move { rt.run(rx).await });
     Ok((handle, task))
 }
-
-struct Runtime {
-    /// The tick timer.
-    timer: crate::timer::Timer,
-    /// A drain's addresses and rules on this node.
-    drain: drain::DrainIo,
-    cfg: AgentConfig,
-    machine: sm::Machine,
-    origin: Instant,
-    nl: Netlink,
-    vips: Vec<ResolvedVip>,
-    l2: HashMap<String, Arc<L2Port>>,
-    hb: Arc<Endpoint>,
-    state: StateFile,
-    lease: Option<Arc<dyn LeaseStore>>,
-    reporter: Arc<dyn Reporter>,
-    metrics: PairMetrics,
-    tx: mpsc::Sender<Event>,
-    status_tx: watch::Sender<Arc<sm::Status>>,
-    holding: Arc<AtomicBool>,
-    /// Set while the machine needs a data-plane verdict now (the peer probes run fast).
-    probes_urgent: Arc<AtomicBool>,
-    /// Wakes the peer probes when they must start (urgent, or the VIPs were given up).
-    probes_wake: Arc<tokio::sync::Notify>,
-    waiters: HashMap<u64, oneshot::Sender<Reply>>,
-    announcer: Option<tokio::task::JoinHandle<()>>,
-    skew: Arc<SkewTracker>,
-    queue: VecDeque<sm::Input>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
-    relay: tokio::task::JoinHandle<()>,
-    /// The VIPs this pair added on this node.
-    ledger: VipLedger,
-    /// Holds announcements back after a stall.
-    gate: Arc<AnnounceGate>,
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-/// A VIP the kernel refused to add is retried this often.
-const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
-
-/// How long a Lease write that timed out (for the machine) is still awaited, for the log.
-const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
 impl Runtime {
     fn now(&self) -> sm::Millis {

@@ -259,8 +259,12 @@ pub async fn call(path: &Path, req: &AdminRequest) -> std::io::Result<AdminReply
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::os::unix::fs::FileTypeExt;
+    use super::{AdminReply, AdminRequest, call, serve_with};
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::path::Path;
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::net::UnixStream;
 
     fn serve_status(path: &Path) -> tokio::task::JoinHandle<()> {
         serve_with(path, |_req| async { AdminReply { ok: true, message: "ok".into(), status: None } }).expect("serve")

@@ -141,7 +141,10 @@ pub async fn sweep(configured: &Configured) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Configured, Source, Verdict, canonical, record_source, source_path, sweep, verdict};
+    use crate::state::StateFile;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
 
     #[test]
     fn the_source_rule() {

@@ -1,7 +1,7 @@
 //! A member's side of the witness: the pair's [`LeaseStore`] in standalone mode, and the
 //! poll that shows the machine the record (holder, epoch, renewals) a few times a second.
 
-use super::WitnessError;
+use super::error::WitnessError;
 use crate::lease::{LeaseFeed, LeaseSnapshot};
 use crate::runtime::{Handle, LeaseStore};
 use crate::sm;

@@ -9,7 +9,7 @@
 //!
 //! Size: the witness server's request handling, persistence and its unit tests.
 
-use super::WitnessError;
+use super::error::WitnessError;
 use crate::sm::MAX_EPOCH;
 use crate::state::write_atomic;
 use havip_crds::wire::{Key, Keyring};
@@ -471,7 +471,9 @@ fn response_key(keys: &Keyring, request: &[u8], req: &Request) -> Key {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{DiskRecord, MEMBER_IDLE_MS, MEMBERS_PER_PAIR, OnDisk, Records, WitnessState};
+    use crate::sm::MAX_EPOCH;
+    use havip_crds::witness::{Op, Outcome, Request, Response};
 
     const READ: Op = Op::Read { holding: true };
     const GRACE: u64 = 300;

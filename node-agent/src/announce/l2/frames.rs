@@ -1,7 +1,7 @@
 //! Layer-2 frames: the ARP and neighbour-discovery frames the agent sends, and the
 //! parsers of what its listeners receive. Pure: no sockets.
 
-use super::{ETH_P_ARP, ETH_P_IPV6};
+use super::iface::{ETH_P_ARP, ETH_P_IPV6};
 use pnet::datalink::MacAddr;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -175,12 +175,14 @@ pub fn parse_na(icmp: &[u8]) -> Option<NaSeen> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{NaSeen, garp_frame, neighbor_solicitation_frame, parse_arp, parse_na, unsolicited_na_frame};
+    use pnet::datalink::MacAddr;
     use pnet::packet::Packet;
     use pnet::packet::arp::{ArpOperations, ArpPacket};
     use pnet::packet::ethernet::{EtherTypes, EthernetPacket};
     use pnet::packet::icmpv6::{Icmpv6Packet, Icmpv6Types};
     use pnet::packet::ipv6::Ipv6Packet;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     const MAC: MacAddr = MacAddr(0x02, 0, 0, 0, 0, 0x0a);
 

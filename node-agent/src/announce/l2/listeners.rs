@@ -1,9 +1,9 @@
 //! Listeners for the ARP and neighbour-advertisement traffic that answers the agent's
 //! probes, each on a thread of its own.
 
-use super::super::AnnounceError;
+use super::super::transport::AnnounceError;
 use super::frames::{ArpSeen, NaSeen, parse_arp, parse_na};
-use super::{ETH_P_ARP, find_interface};
+use super::iface::{ETH_P_ARP, find_interface};
 use pnet::datalink::{self, Channel, ChannelType};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

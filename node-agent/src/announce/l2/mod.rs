@@ -26,31 +26,17 @@
 //! only ICMPv6 (after netfilter's input hook, like any packet for this host).
 
 pub mod frames;
+mod iface;
 pub mod listeners;
 
-use super::{AnnounceError, Transport};
+use super::transport::{AnnounceError, Transport};
 use frames::{arp_request_frame, garp_frame, neighbor_solicitation_frame, unsolicited_na_frame};
-use pnet::datalink::{self, Channel, ChannelType, DataLinkSender, MacAddr, NetworkInterface};
+use iface::find_interface;
+use pnet::datalink::{self, Channel, ChannelType, DataLinkSender, MacAddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::IntoRawFd;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// EtherType of ARP.
-pub(crate) const ETH_P_ARP: u16 = 0x0806;
-/// EtherType of IPv6.
-pub(crate) const ETH_P_IPV6: u16 = 0x86dd;
-
-/// The interface named `ifname` and its MAC address.
-pub(crate) fn find_interface(ifname: &str) -> Result<(NetworkInterface, MacAddr), AnnounceError> {
-    let iface = datalink::interfaces()
-        .into_iter()
-        .find(|i| i.name == ifname)
-        .ok_or_else(|| AnnounceError::NoInterface(ifname.to_owned()))?;
-    let mac =
-        iface.mac.filter(|m| *m != MacAddr::zero()).ok_or_else(|| AnnounceError::NoInterface(ifname.to_owned()))?;
-    Ok((iface, mac))
-}
 
 /// A transmit-only layer-2 socket on one interface.
 pub struct L2Sender {

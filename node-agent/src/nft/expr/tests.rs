@@ -8,8 +8,15 @@
 //! [`forward_rule`], [`forward_unowned_rule`], [`forward_close_rule`], [`guard_rule`],
 //! [`quiet_input_rule`] and [`quiet_output_rule`] document.
 
-use super::*;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use super::{
+    BASE_NETWORK, Counter, FWD_PREROUTING, GUARD_PREROUTING, IPPROTO_TCP, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6,
+    NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
+    NFTA_TABLE_FLAGS, Program, QUIET_ARP_INPUT, QUIET_ARP_OUTPUT, QUIET_IP6_INPUT, QUIET_IP6_OUTPUT, REG_1,
+    chain_attrs, daddr_offset, forward_close_rule, forward_rule, forward_unowned_rule, guard_rule, octets,
+    parse_forward_rule, parse_table_name, quiet_input_rule, quiet_output_rule, table_attrs,
+};
+use crate::nft::msg::{self, Writer};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const GOLDEN: &str = include_str!("../testdata/golden.hex");
 /// A forwarder rule dump as Linux 6.18 sends it (`NFT_MSG_NEWRULE`, the attributes

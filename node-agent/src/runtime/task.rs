@@ -1,0 +1,71 @@
+//! The state of a pair's runtime task ([`Runtime`], with a drain's part, [`DrainIo`]):
+//! definitions only, in a leaf module; the task's behaviour is in [`super`] (the loop,
+//! reconfiguration, stepping the machine), `super::execute` (the actions), `super::io`
+//! (the observers) and `super::drain` (a drain and the guard).
+
+use super::types::{Event, LeaseStore, Reply, Reporter, ResolvedVip};
+use crate::announce::AnnounceGate;
+use crate::config::AgentConfig;
+use crate::heartbeat::{Endpoint, SkewTracker};
+use crate::ledger::VipLedger;
+use crate::metrics::PairMetrics;
+use crate::netlink::{Netlink, Vip};
+use crate::probes::L2Port;
+use crate::sm;
+use crate::state::StateFile;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// One pair's runtime: the task that owns the machine, and what it drives.
+pub(super) struct Runtime {
+    /// The tick timer.
+    pub(super) timer: crate::timer::Timer,
+    /// A drain's addresses and rules on this node.
+    pub(super) drain: DrainIo,
+    pub(super) cfg: AgentConfig,
+    pub(super) machine: sm::Machine,
+    pub(super) origin: Instant,
+    pub(super) nl: Netlink,
+    pub(super) vips: Vec<ResolvedVip>,
+    pub(super) l2: HashMap<String, Arc<L2Port>>,
+    pub(super) hb: Arc<Endpoint>,
+    pub(super) state: StateFile,
+    pub(super) lease: Option<Arc<dyn LeaseStore>>,
+    pub(super) reporter: Arc<dyn Reporter>,
+    pub(super) metrics: PairMetrics,
+    pub(super) tx: mpsc::Sender<Event>,
+    pub(super) status_tx: watch::Sender<Arc<sm::Status>>,
+    pub(super) holding: Arc<AtomicBool>,
+    /// Set while the machine needs a data-plane verdict now (the peer probes run fast).
+    pub(super) probes_urgent: Arc<AtomicBool>,
+    /// Wakes the peer probes when they must start (urgent, or the VIPs were given up).
+    pub(super) probes_wake: Arc<tokio::sync::Notify>,
+    pub(super) waiters: HashMap<u64, oneshot::Sender<Reply>>,
+    pub(super) announcer: Option<tokio::task::JoinHandle<()>>,
+    pub(super) skew: Arc<SkewTracker>,
+    pub(super) queue: VecDeque<sm::Input>,
+    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Relays the endpoint's heartbeats into the queue (lives as long as the runtime).
+    pub(super) relay: tokio::task::JoinHandle<()>,
+    /// The VIPs this pair added on this node.
+    pub(super) ledger: VipLedger,
+    /// Holds announcements back after a stall.
+    pub(super) gate: Arc<AnnounceGate>,
+    pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// What this member's drain holds now.
+#[derive(Default)]
+pub(super) struct DrainIo {
+    /// Old holder: the VIPs kept on `lo` (their `lo` form).
+    pub(super) kept: Vec<Vip>,
+    /// New holder: the member forwarded to.
+    pub(super) forwarding: Option<sm::NodeId>,
+    /// Reads the forwarded counters or the drained connections once a second.
+    pub(super) monitor: Option<tokio::task::JoinHandle<()>>,
+    /// The forwarder's counters last read (packets, bytes), for the metric deltas.
+    pub(super) counted: Arc<std::sync::Mutex<(u64, u64)>>,
+}
