@@ -41,7 +41,7 @@ lint: ## rustfmt, clippy (warnings are errors), cargo-deny, unused dependencies,
 	  echo "cargo deny check licenses bans sources" && "$$tools/cargo-deny" --log-level error check licenses bans sources && \
 	  { "$$tools/cargo-deny" --log-level error check advisories || echo "cargo deny: advisories not checked (the RustSec database cannot be fetched here); not failing"; } && \
 	  echo "cargo machete" && "$$tools/cargo-machete"
-	python3 hack/import-cycles.py crds/src endpoints/src sm/src node-agent/src operator/src e2e/src
+	for d in wire/src crds/src endpoints/src sm/src node-agent/src operator/src kubectl-havip/src e2e/src; do python3 hack/import-cycles.py $$d || exit 1; done
 	@tc=$$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml); rv=$$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml); \
 	  case "$$tc" in "$$rv"|"$$rv".*) ;; *) echo "rust-version $$rv (Cargo.toml) is not the toolchain CI builds with ($$tc, rust-toolchain.toml)"; exit 1;; esac
 
