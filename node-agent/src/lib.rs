@@ -1,9 +1,23 @@
-//! havip node agent library: the pure HA state machine ([`sm`]) and its deterministic
-//! simulator ([`sim`]), and the agent's I/O around it: VIP addresses through
-//! rtnetlink ([`netlink`]), the drain's nftables rules ([`nft`]), announcements and ARP
-//! probes ([`announce`]), the heartbeat ([`heartbeat`]), probes ([`probes`]), persisted state ([`state`]), configuration
-//! ([`config`]), the runtime that ties them together ([`runtime`]), the Kubernetes mode
-//! around the runtimes ([`kube`]), standalone mode with its admin socket ([`standalone`]), what gone pairs leave behind ([`leftovers`]) and metrics ([`metrics`]).
+//! The havip node agent, in rooms.
+//!
+//! - Modes, siblings around one runtime per pair: Kubernetes ([`kube`]: the loop as
+//!   observe → pure plan → apply), standalone from local files ([`standalone`]: daemon,
+//!   pair files, admin socket, start-up sweep) and the witness that arbitrates standalone
+//!   takeovers ([`witness`]).
+//! - [`runtime`]: feeds the pure state machine ([`sm`], crate `havip-sm`, with its
+//!   simulator [`sim`]) from sockets, netlink and timers and executes its actions, drains
+//!   included; [`config`]: the configuration every mode builds.
+//! - Transports, which make a held VIP known: [`announce`] (the `Transport` trait, its
+//!   layer-2 implementation and the announcement schedule).
+//! - Observation: [`heartbeat`] (authenticated multi-path heartbeats on sockets shared by
+//!   every pair), [`probes`] (TCP through the VIPs and of the own listeners, gateway,
+//!   conflicts, traffic), [`netlink`] (addresses and carrier), [`lease`] (the fencing
+//!   record's reads).
+//! - The kernel's other state: [`nft`] (the drain's forwarder and quieter and every
+//!   member's guard, through nf_tables netlink); what must be cleaned up later:
+//!   [`ledger`] (VIPs added), [`state`] (the persisted epoch and role), [`leftovers`]
+//!   (what gone pairs left behind).
+//! - [`metrics`] (served by `havip-endpoints` with the health endpoints) and [`timer`].
 
 pub mod announce;
 pub mod config;

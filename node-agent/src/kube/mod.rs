@@ -1,15 +1,23 @@
-//! The agent in Kubernetes mode: one [`runtime`] per HAPair that names this node.
+//! The agent in Kubernetes mode: one [`crate::runtime`] per HAPair that names this node.
 //!
 //! This module is the loop: it watches this node's HAPairs, FloatingIPs, key Secrets and
 //! pair Leases (selected by its member label, see [`havip_crds::membership`]) and its own
-//! Node into [`Stores`], and on every change starts, reconfigures or releases the
-//! pairs' runtimes and feeds them what the objects say. Until the operator has labelled
-//! every object of this node's pairs (the first start after an upgrade from a release
-//! without member labels), it watches every object of those kinds, as before. The rooms around it: [`config`] turns
-//! the objects into an agent configuration (pure), [`lease`] is the fencing record's
-//! compare-and-swap, [`report`] writes the member entry, the FloatingIP status and the
-//! Events, [`commands`] hands maintenance, pause and the operator's commands to the
-//! machine. See docs/kubernetes.md for the contract.
+//! Node into stores (`watches.rs`), and on every change runs one pass (`pass.rs`):
+//! observe the stores and the runtimes, decide with the pure `plan.rs` (start,
+//! reconfigure or release the pairs' runtimes, switch keys, save snapshots, feed the
+//! Lease, maintenance, pause and the operator's commands — each rule with its table
+//! test, and a property test that planning again after applying plans nothing), then
+//! apply, which only executes. Until the operator has labelled every object of this
+//! node's pairs (the first start after an upgrade from a release without member labels),
+//! it watches every object of those kinds, as before.
+//!
+//! The rooms around it: `config.rs` turns the objects into an agent configuration
+//! (pure), `lease.rs` is the fencing record's compare-and-swap, `report.rs` writes the
+//! member entry, the FloatingIP status and the Events, `commands.rs` hands an operator
+//! command to the machine, `departure.rs` decides at SIGTERM whether this is an
+//! uninstall, `snapshot.rs` keeps what a restart without the API server resumes from,
+//! `pairs.rs` starts and stops runtimes, [`daemon`] is the process. See
+//! docs/kubernetes.md for the contract.
 //!
 //! When the API server is unreachable the pair runtimes keep running on the last
 //! configuration: the compare-and-swap times out (200 ms) and the standalone rules
