@@ -6,11 +6,11 @@
 //!
 //! Used by `lab up --nodes N` and by the end-to-end suite.
 
-use crate::agent::{SERVICE_PORT, agent_binary};
-pub use crate::api::NAMESPACE;
-use crate::controlplane::{ControlPlane, ControlPlaneOptions};
-use crate::netns::{self, Topology};
-use crate::process::{ManagedProcess, tail};
+use crate::harness::agent::{SERVICE_PORT, agent_binary};
+pub use crate::harness::api::NAMESPACE;
+use crate::harness::controlplane::{ControlPlane, ControlPlaneOptions};
+use crate::host::netns::{self, Topology};
+use crate::host::process::{ManagedProcess, tail};
 use crate::traffic::Listener;
 use havip_crds::HAPair;
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -35,16 +35,16 @@ pub enum KubeLabError {
     Netns(#[from] netns::NetnsError),
     /// Control plane.
     #[error(transparent)]
-    ControlPlane(#[from] crate::controlplane::ControlPlaneError),
+    ControlPlane(#[from] crate::harness::controlplane::ControlPlaneError),
     /// Agent binary or listeners.
     #[error(transparent)]
-    Lab(#[from] crate::agent::LabError),
+    Lab(#[from] crate::harness::agent::LabError),
     /// Listener.
     #[error(transparent)]
     Traffic(#[from] crate::traffic::TrafficError),
     /// A process.
     #[error(transparent)]
-    Process(#[from] crate::process::ProcessError),
+    Process(#[from] crate::host::process::ProcessError),
     /// An API call.
     #[error("failed to {op}: {source}")]
     Kube {
@@ -419,7 +419,7 @@ impl KubeLab {
     /// Applies YAML documents (server-side apply, field manager `havip-e2e`).
     pub async fn apply(&self, yaml: &str) -> Result<()> {
         let client = self.client().await?;
-        crate::api::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
+        crate::harness::api::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
     }
 
     /// The lab's standard pair over all nodes: paths data (InternalIP) and mgmt
@@ -504,7 +504,7 @@ impl KubeLab {
 
     /// Node `i`'s agent's Prometheus metrics (empty when it does not answer).
     pub fn agent_metrics(&self, i: usize) -> String {
-        crate::agent::metrics_in(&self.topo.node(i).ns, AGENT_METRICS_PORT)
+        crate::harness::agent::metrics_in(&self.topo.node(i).ns, AGENT_METRICS_PORT)
     }
 
     /// The sum of the samples of metric `name` of node `i`'s agent whose line contains
@@ -524,12 +524,12 @@ impl KubeLab {
 
     /// The pair.
     pub async fn pair(&self, name: &str) -> Result<HAPair> {
-        crate::api::get_pair(&self.client().await?, name).await.map_err(kerr(format!("get HAPair {name}")))
+        crate::harness::api::get_pair(&self.client().await?, name).await.map_err(kerr(format!("get HAPair {name}")))
     }
 
     /// The pair's Lease: (holder, epoch).
     pub async fn lease(&self, pair: &str) -> Result<(Option<String>, i64)> {
-        crate::api::get_lease(&self.client().await?, pair).await.map_err(kerr("get the pair Lease"))
+        crate::harness::api::get_lease(&self.client().await?, pair).await.map_err(kerr("get the pair Lease"))
     }
 
     /// Polls `cond` on the pair until it holds or `timeout` passes.
@@ -582,7 +582,7 @@ impl KubeLab {
             Ok(a) => a.with_file_name("kubectl-havip"),
             Err(e) => return (false, e.to_string()),
         };
-        crate::api::run_plugin(&bin, &self.cp.kubeconfig(), args)
+        crate::harness::api::run_plugin(&bin, &self.cp.kubeconfig(), args)
     }
 
     /// `kubectl <args>` against the lab; (success, stdout).

@@ -15,9 +15,9 @@
 //! processes are tied to the starting thread (`--pdeathsig`), so that they die even
 //! when the harness is killed.
 
-use crate::certs::{self, Ca, CertError};
-use crate::process::{ManagedProcess, ProcessError, free_port, tail};
-use crate::testbin::{NotFound, TestBin};
+use crate::harness::certs::{self, Ca, CertError};
+use crate::harness::testbin::{NotFound, TestBin};
+use crate::host::process::{ManagedProcess, ProcessError, free_port, tail};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -7,8 +7,8 @@
 //! `agent_restart_on_the_active_loses_no_connect_and_moves_nothing` (on kind, an agent
 //! restart is exactly that).
 
-use crate::cluster::Cluster;
-use crate::kind::{KindCluster, NAMESPACE};
+use crate::harness::cluster::Cluster;
+use crate::harness::kind::{KindCluster, NAMESPACE};
 use crate::scenarios::{self, PAIR};
 use havip_crds::{HAPair, MemberRole, Phase};
 use std::net::{Ipv4Addr, SocketAddr};

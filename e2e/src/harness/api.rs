@@ -1,5 +1,5 @@
-//! Kubernetes API helpers shared by the local lab ([`crate::kubelab`]) and the cluster
-//! providers ([`crate::cluster`]): applying manifests, reading a pair and its Lease, and
+//! Kubernetes API helpers shared by the local lab ([`crate::harness::kubelab`]) and the cluster
+//! providers ([`crate::harness::cluster`]): applying manifests, reading a pair and its Lease, and
 //! running the `kubectl-havip` plugin. Nothing here knows how a cluster is run.
 
 use havip_crds::{FloatingIP, HAPair};

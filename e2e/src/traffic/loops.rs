@@ -16,7 +16,7 @@
 //!
 //! The table is only an observer (priority -400, no verdicts).
 
-use crate::netns::{self, NetnsError, Topology};
+use crate::host::netns::{self, NetnsError, Topology};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;

@@ -3,7 +3,9 @@
 //! (`kind-e2e run`) on a kind cluster. A scenario panics with a message (the pair's
 //! status and the logs) when something is wrong.
 
-use crate::cluster::Cluster;
+pub mod kind;
+
+use crate::harness::cluster::Cluster;
 use havip_crds::{HAPair, MemberRole, OperationResult, Phase};
 use std::time::{Duration, Instant};
 

@@ -13,9 +13,9 @@
 //!
 //! # What runs where
 //!
-//! - The topology is built with [`crate::netns::TopologyBuilder::host_port`]: etcd and
+//! - The topology is built with [`crate::host::netns::TopologyBuilder::host_port`]: etcd and
 //!   kube-apiserver run on the host, listening on the management bridge (`10.k.1.1`), as in
-//!   [`crate::kubelab`]; each node reaches the API server over its management cable only.
+//!   [`crate::harness::kubelab`]; each node reaches the API server over its management cable only.
 //! - The MetalLB **controller** (IP allocation) runs on the host with the admin
 //!   kubeconfig, `--webhook-mode=disabled` (the lab has no webhook Service for the API
 //!   server to call) and no `--ml-secret-name` (the lab creates the memberlist Secret).
@@ -85,11 +85,11 @@
 //! own view is the MAC its ARP entry for the VIP resolves to
 //! ([`MetalLbLab::wait_client_arp`]).
 
-use crate::agent::SERVICE_PORT;
-use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, client_from_kubeconfig};
-use crate::netns::{self, DATA_IF, NetnsError, Topology};
-use crate::process::{ManagedProcess, ProcessError, free_port};
-use crate::testbin::{MetalLbBin, MetalLbNotFound};
+use crate::harness::agent::SERVICE_PORT;
+use crate::harness::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, client_from_kubeconfig};
+use crate::harness::testbin::{MetalLbBin, MetalLbNotFound};
+use crate::host::netns::{self, DATA_IF, NetnsError, Topology};
+use crate::host::process::{ManagedProcess, ProcessError, free_port};
 use crate::traffic::{Listener, ProberConfig, TrafficError, probe_once};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -502,7 +502,7 @@ impl MetalLbLab {
                     "spec": {
                         "nodeName": n.name, "hostNetwork": true, "serviceAccountName": "speaker",
                         "containers": [{"name": "speaker",
-                                        "image": format!("quay.io/metallb/speaker:v{}", crate::testbin::METALLB_VERSION)}],
+                                        "image": format!("quay.io/metallb/speaker:v{}", crate::harness::testbin::METALLB_VERSION)}],
                     },
                 }),
             )
@@ -611,7 +611,7 @@ impl MetalLbLab {
                 names.push(name);
             }
         }
-        crate::kubelab::wait_crds_established(client, &names, Duration::from_secs(30))
+        crate::harness::kubelab::wait_crds_established(client, &names, Duration::from_secs(30))
             .await
             .map_err(MetalLbError::Invalid)
     }
@@ -924,7 +924,7 @@ impl MetalLbLab {
     /// Node `node`'s speaker's `metallb_layer2_gratuitous_sent` for the VIP (its metrics
     /// inside the node's namespace); `None` when it cannot be read or has no such sample.
     pub fn gratuitous_sent(&self, node: usize) -> Option<f64> {
-        let text = crate::agent::metrics_in(&self.topo.node(node).ns, SPEAKER_METRICS_PORT);
+        let text = crate::harness::agent::metrics_in(&self.topo.node(node).ns, SPEAKER_METRICS_PORT);
         metric_value(&text, "metallb_layer2_gratuitous_sent", &format!("ip=\"{}\"", self.vip))
     }
 
@@ -973,12 +973,13 @@ impl MetalLbLab {
 
     /// The controller's and the speakers' last `lines` log lines, for failure reports.
     pub fn logs_tail(&self, lines: usize) -> String {
-        let mut out = format!("--- metallb controller ---\n{}\n", crate::process::tail(&self.controller_log(), lines));
+        let mut out =
+            format!("--- metallb controller ---\n{}\n", crate::host::process::tail(&self.controller_log(), lines));
         for i in 0..self.topo.nodes().len() {
             out.push_str(&format!(
                 "--- metallb speaker {} ---\n{}\n",
                 self.topo.node(i).name,
-                crate::process::tail(&self.speaker_log(i), lines)
+                crate::host::process::tail(&self.speaker_log(i), lines)
             ));
         }
         out

@@ -21,9 +21,11 @@
 //! ```
 //!
 //! Both run on threads that joined the namespace with
-//! [`crate::netns::run_in_netns`]; no process is started.
+//! [`crate::host::netns::run_in_netns`]; no process is started.
 
-use crate::netns::{NetnsError, NetnsThread, Topology, run_in_netns};
+pub mod loops;
+
+use crate::host::netns::{NetnsError, NetnsThread, Topology, run_in_netns};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -1576,14 +1578,14 @@ impl HalfOpen {
         let table = format!("hvhalfopen_{}_{}", ports.start, ports.end);
         let range = format!("{}-{}", ports.start, ports.end - 1);
         let nft = |args: &[&str]| -> Result<()> {
-            crate::netns::exec(ns, "nft", args).map(|_| ()).map_err(TrafficError::Netns)
+            crate::host::netns::exec(ns, "nft", args).map(|_| ()).map_err(TrafficError::Netns)
         };
         nft(&["add", "table", "inet", &table])?;
         let mut h = Self { ns: ns.to_owned(), table: table.clone(), conns: Vec::new(), read_timeout: timeout };
         nft(&["add", "chain", "inet", &table, "out", "{ type filter hook output priority 0 ; policy accept ; }"])?;
         nft(&["add", "rule", "inet", &table, "out", "tcp", "sport", &range, "tcp", "flags", "==", "ack", "drop"])?;
         let ports_v: Vec<u16> = ports.collect();
-        let conns = crate::netns::in_netns(ns, move || -> std::result::Result<Vec<(u16, TcpStream)>, String> {
+        let conns = crate::host::netns::in_netns(ns, move || -> std::result::Result<Vec<(u16, TcpStream)>, String> {
             ports_v.into_iter().map(|p| half_connect(target, p, timeout).map(|s| (p, s))).collect()
         })?
         .map_err(|e| TrafficError::Invalid(format!("half-open connections from {ns} to {target}: {e}")))?;
@@ -1653,7 +1655,7 @@ impl HalfOpen {
         if self.table.is_empty() {
             return;
         }
-        if let Err(e) = crate::netns::exec(&self.ns, "nft", &["delete", "table", "inet", &self.table]) {
+        if let Err(e) = crate::host::netns::exec(&self.ns, "nft", &["delete", "table", "inet", &self.table]) {
             tracing::warn!(ns = %self.ns, table = %self.table, error = %e, "could not remove the half-open rule");
         }
         self.table.clear();

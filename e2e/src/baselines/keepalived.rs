@@ -35,8 +35,8 @@
 //!   adds it too (a duplicate VIP until someone removes it);
 //! - a new instance removes stale VIPs of its configuration when it starts.
 
-use crate::netns::{self, NetnsError, Topology};
-use crate::process::{ManagedProcess, ProcessError};
+use crate::host::netns::{self, NetnsError, Topology};
+use crate::host::process::{ManagedProcess, ProcessError};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::fmt::Write as _;
@@ -451,7 +451,7 @@ impl Keepalived {
 
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
-        crate::process::tail(&self.log, lines)
+        crate::host::process::tail(&self.log, lines)
     }
 }
 

@@ -1,14 +1,14 @@
 //! The cluster-provider interface the end-to-end scenarios ([`crate::scenarios`]) run
 //! against, and its local implementation on [`KubeLab`] (a real kube-apiserver and
 //! etcd, one network namespace per node). The kind implementation is
-//! [`crate::kind::KindCluster`]: a provider only knows how to cut a node, restart an
+//! [`crate::harness::kind::KindCluster`]: a provider only knows how to cut a node, restart an
 //! agent, stop the operator, cut the nodes off the API server, run a client and say
 //! which nodes hold the VIP; everything that talks to Kubernetes is shared here.
 
-use crate::api::{apply_documents, get_lease, get_pair, run_plugin};
-use crate::controlplane::client_from_kubeconfig;
-use crate::kubelab::{KubeLab, KubeLabError};
-use crate::netns::{self, Link};
+use crate::harness::api::{apply_documents, get_lease, get_pair, run_plugin};
+use crate::harness::controlplane::client_from_kubeconfig;
+use crate::harness::kubelab::{KubeLab, KubeLabError};
+use crate::host::netns::{self, Link};
 use crate::traffic::{ProbeReport, Prober};
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::core::v1::Event;
@@ -28,8 +28,8 @@ impl From<KubeLabError> for ClusterError {
     }
 }
 
-impl From<crate::api::ApplyError> for ClusterError {
-    fn from(e: crate::api::ApplyError) -> Self {
+impl From<crate::harness::api::ApplyError> for ClusterError {
+    fn from(e: crate::harness::api::ApplyError) -> Self {
         Self(e.0)
     }
 }
@@ -71,7 +71,7 @@ pub trait Cluster {
     /// The `kubectl-havip` plugin binary: next to the agent binary (as cargo builds
     /// them), else from `PATH`.
     fn plugin_binary(&self) -> PathBuf {
-        crate::agent::agent_binary()
+        crate::harness::agent::agent_binary()
             .map(|a| a.with_file_name("kubectl-havip"))
             .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
     }

@@ -10,7 +10,7 @@
 //! scale the Deployment to 0 · API outage = drop the nodes' TCP to the API server
 //! port · client = a container on the kind network running `e2e-tool probe`.
 
-use crate::cluster::{Cluster, ClusterError, Result, TrafficClient};
+use crate::harness::cluster::{Cluster, ClusterError, Result, TrafficClient};
 use crate::traffic::{Probe, ProbeReport};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};

@@ -4,8 +4,8 @@
 //!
 //! Shared by the agent scenario tests and the failover benchmark.
 
-use crate::netns::{self, Link, Topology};
-use crate::process::ManagedProcess;
+use crate::host::netns::{self, Link, Topology};
+use crate::host::process::ManagedProcess;
 use crate::traffic::Listener;
 use nix::sys::signal::Signal;
 use std::net::{IpAddr, SocketAddr};
@@ -657,7 +657,7 @@ impl AgentLab {
         let mut out = String::new();
         for i in 0..self.opts.members {
             let log = self.topo.dir().join(format!("agent-{i}.log"));
-            out.push_str(&format!("--- agent n{i} ---\n{}\n", crate::process::tail(&log, lines)));
+            out.push_str(&format!("--- agent n{i} ---\n{}\n", crate::host::process::tail(&log, lines)));
         }
         out
     }
@@ -669,7 +669,7 @@ pub fn lab_for_test(module: &str, opts: PairOptions) -> Option<AgentLab> {
     if !netns::skip_unless_root(module) {
         return None;
     }
-    crate::init_tracing();
+    crate::host::logging::init_tracing();
     match AgentLab::start(opts) {
         Ok(lab) => Some(lab),
         Err(e) => panic!("agent lab starts: {e}"),

@@ -87,7 +87,7 @@
 //! namespace has IPv6 disabled, and its bridges have multicast snooping off (VRRP
 //! and NDP multicast is simply flooded, like a dumb switch).
 
-use crate::process::{ManagedProcess, ProcessError};
+use crate::host::process::{ManagedProcess, ProcessError};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sched::{CloneFlags, setns};
 use nix::sys::signal::{Signal, kill};
@@ -675,7 +675,7 @@ impl<T> NetnsThread<T> {
 /// created elsewhere does *not* run in it: async code must build its own runtime
 /// (e.g. `tokio::runtime::Builder::new_current_thread().enable_all().build()`)
 /// inside `f`. Processes started from such a thread with `std::process::Command`
-/// inherit the namespace, but beware `--pdeathsig` (see [`crate::process`]): they
+/// inherit the namespace, but beware `--pdeathsig` (see [`crate::host::process`]): they
 /// die when that thread ends; prefer [`spawn_in`].
 pub fn run_in_netns<T, F>(ns: &str, f: F) -> Result<NetnsThread<T>>
 where

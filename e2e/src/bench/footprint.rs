@@ -133,7 +133,7 @@ pub fn usage(a: &Snapshot, b: &Snapshot) -> Usage {
 /// Packets sent by every interface but `lo` of network namespace `ns` so far (from
 /// `/proc/thread-self/net/dev` read inside it: heartbeats, probes, ARP, everything).
 pub fn tx_packets(ns: &str) -> Option<u64> {
-    let dev = crate::netns::in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/dev").ok()).ok()??;
+    let dev = crate::host::netns::in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/dev").ok()).ok()??;
     let mut sum = 0u64;
     // "  eth0: rx_bytes rx_packets (6 more rx fields) tx_bytes tx_packets ..."
     for line in dev.lines().skip(2) {
