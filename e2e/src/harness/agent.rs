@@ -4,6 +4,7 @@
 //!
 //! Shared by the agent scenario tests and the failover benchmark.
 
+use crate::harness::metrics::{metric_sum, metrics_in};
 use crate::host::netns::{self, Link, Topology};
 use crate::host::process::ManagedProcess;
 use crate::traffic::Listener;
@@ -32,21 +33,6 @@ pub fn witness_member_key_hex(pair: &str, member: &str) -> String {
     let secret = havip_node_agent::config::parse_hex_key(WITNESS_KEY_HEX).unwrap_or_default();
     let key = havip_crds::witness::member_key(&havip_crds::wire::Key { id: 1, secret }, pair, member);
     key.secret.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `GET /metrics` on 127.0.0.1:`port` inside `ns` (empty when nothing answers).
-pub fn metrics_in(ns: &str, port: u16) -> String {
-    netns::in_netns(ns, move || {
-        use std::io::{Read, Write};
-        let mut out = String::new();
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-            let _ = s.read_to_string(&mut out);
-        }
-        out
-    })
-    .unwrap_or_default()
 }
 
 /// Errors of the agent lab.
@@ -575,11 +561,7 @@ impl AgentLab {
 
     /// The sum of a metric's samples whose line contains every `filters` substring.
     pub fn metric_sum(&self, i: usize, name: &str, filters: &[&str]) -> f64 {
-        self.metrics(i)
-            .lines()
-            .filter(|l| l.starts_with(name) && filters.iter().all(|f| l.contains(f)))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
+        metric_sum(&self.metrics(i), name, filters)
     }
 
     /// The VIP:port the client connects to.

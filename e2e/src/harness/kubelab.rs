@@ -9,6 +9,7 @@
 use crate::harness::agent::{SERVICE_PORT, agent_binary};
 pub use crate::harness::api::NAMESPACE;
 use crate::harness::controlplane::{ControlPlane, ControlPlaneOptions};
+use crate::harness::metrics::{metric_sum, metrics_in};
 use crate::host::netns::{self, Topology};
 use crate::host::process::{ManagedProcess, tail};
 use crate::traffic::Listener;
@@ -504,7 +505,7 @@ impl KubeLab {
 
     /// Node `i`'s agent's Prometheus metrics (empty when it does not answer).
     pub fn agent_metrics(&self, i: usize) -> String {
-        crate::harness::agent::metrics_in(&self.topo.node(i).ns, AGENT_METRICS_PORT)
+        metrics_in(&self.topo.node(i).ns, AGENT_METRICS_PORT)
     }
 
     /// The sum of the samples of metric `name` of node `i`'s agent whose line contains
@@ -514,12 +515,7 @@ impl KubeLab {
         if text.is_empty() {
             return None;
         }
-        Some(
-            text.lines()
-                .filter(|l| l.starts_with(name) && filters.iter().all(|f| l.contains(f)))
-                .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-                .sum(),
-        )
+        Some(metric_sum(&text, name, filters))
     }
 
     /// The pair.

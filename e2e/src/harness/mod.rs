@@ -2,7 +2,7 @@
 //! ([`testbin`]), a real control plane of etcd and kube-apiserver with its certificates
 //! ([`certs`], [`controlplane`]), Kubernetes API helpers ([`api`]), havip agents in
 //! standalone mode on a namespace topology ([`agent`]), the Kubernetes lab with agents and
-//! the operator on that control plane ([`kubelab`]), and the cluster providers the
+//! the operator on that control plane ([`kubelab`]), their Prometheus metrics ([`metrics`]), and the cluster providers the
 //! end-to-end scenarios run against: the local one on the lab and kind ([`cluster`],
 //! [`kind`]).
 //!
@@ -16,4 +16,5 @@ pub mod cluster;
 pub mod controlplane;
 pub mod kind;
 pub mod kubelab;
+pub mod metrics;
 pub mod testbin;
