@@ -470,7 +470,8 @@ impl Drop for Keepalived {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::KeepalivedConfig;
+    use std::time::Duration;
 
     #[test]
     fn renders_v3_fast() {

@@ -164,7 +164,8 @@ pub fn measure(roots: &[u32], window: Duration) -> Vec<(Usage, u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{private_kib, process_tree, rss_kib, snapshot, usage};
+    use std::time::{Duration, Instant};
 
     #[test]
     fn a_busy_thread_is_counted_and_an_idle_one_is_not() {

@@ -743,7 +743,9 @@ impl KindCluster {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{KindConfig, host_link_name, vip_in_subnet};
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::path::PathBuf;
 
     fn cfg() -> KindConfig {
         KindConfig {
