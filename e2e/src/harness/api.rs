@@ -13,14 +13,31 @@ pub const NAMESPACE: &str = "havip-system";
 
 /// A manifest that could not be applied.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ApplyError(pub String);
+pub enum ApplyError {
+    /// A document is not YAML.
+    #[error("invalid manifest: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// A kind [`apply_documents`] does not apply.
+    #[error("unsupported kind {0}")]
+    UnsupportedKind(String),
+    /// The API server refused it.
+    #[error("apply {kind}/{name}: {source}")]
+    Api {
+        /// The object's kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
 
 /// Applies HAPair/FloatingIP/VIPPool YAML documents server-side (field manager `havip-e2e`).
 pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<(), ApplyError> {
     use serde::Deserialize;
     for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v = serde_json::Value::deserialize(doc).map_err(|e| ApplyError(e.to_string()))?;
+        let v = serde_json::Value::deserialize(doc)?;
         if v.is_null() {
             continue;
         }
@@ -33,9 +50,9 @@ pub async fn apply_documents(client: &kube::Client, yaml: &str) -> Result<(), Ap
             "VIPPool" => {
                 Api::<havip_crds::VIPPool>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&v)).await.map(drop)
             }
-            other => return Err(ApplyError(format!("unsupported kind {other}"))),
+            other => return Err(ApplyError::UnsupportedKind(other.to_owned())),
         }
-        .map_err(|e| ApplyError(format!("apply {kind}/{name}: {e}")))?;
+        .map_err(|source| ApplyError::Api { kind, name, source })?;
     }
     Ok(())
 }

@@ -5,11 +5,12 @@
 //! agent, stop the operator, cut the nodes off the API server, run a client and say
 //! which nodes hold the VIP; everything that talks to Kubernetes is shared here.
 
-use crate::harness::api::{apply_documents, get_lease, get_pair, run_plugin};
-use crate::harness::controlplane::client_from_kubeconfig;
+use crate::harness::agent::agent_binary;
+use crate::harness::api::{ApplyError, apply_documents, get_lease, get_pair, run_plugin};
+use crate::harness::controlplane::{ControlPlaneError, client_from_kubeconfig};
 use crate::harness::kubelab::{KubeLab, KubeLabError};
-use crate::host::netns::{self, Link};
-use crate::traffic::{ProbeReport, Prober};
+use crate::host::netns::{Link, NetnsError};
+use crate::traffic::{ProbeReport, Prober, TrafficError};
 use havip_crds::{FloatingIP, HAPair};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -17,33 +18,116 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A provider error (a message: providers shell out, talk to kube, manage netns).
+/// What a provider failed at, with its cause.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ClusterError(pub String);
-
-impl From<KubeLabError> for ClusterError {
-    fn from(e: KubeLabError) -> Self {
-        Self(e.to_string())
-    }
-}
-
-impl From<crate::harness::api::ApplyError> for ClusterError {
-    fn from(e: crate::harness::api::ApplyError) -> Self {
-        Self(e.0)
-    }
-}
-
-impl From<netns::NetnsError> for ClusterError {
-    fn from(e: netns::NetnsError) -> Self {
-        Self(e.to_string())
-    }
-}
-
-impl From<crate::traffic::TrafficError> for ClusterError {
-    fn from(e: crate::traffic::TrafficError) -> Self {
-        Self(e.to_string())
-    }
+pub enum ClusterError {
+    /// The local lab failed (an agent or the operator started, a listener).
+    #[error(transparent)]
+    Lab(#[from] KubeLabError),
+    /// The control plane failed (a client from the kubeconfig, the API server restarted).
+    #[error(transparent)]
+    ControlPlane(#[from] ControlPlaneError),
+    /// A manifest could not be applied.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// A namespace operation failed (a cable cut or plugged in again).
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// The client failed.
+    #[error(transparent)]
+    Traffic(#[from] TrafficError),
+    /// An API call failed.
+    #[error("failed to {op}: {source}")]
+    Kube {
+        /// What was attempted.
+        op: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A command could not be started.
+    #[error("failed to run `{cmd}`: {source}")]
+    Spawn {
+        /// The command line.
+        cmd: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Feeding or waiting for a running command failed.
+    #[error("failed to {op} `{cmd}`: {source}")]
+    Io {
+        /// What was attempted.
+        op: &'static str,
+        /// The command line.
+        cmd: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command exited unsuccessfully.
+    #[error("`{cmd}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// Its exit status.
+        status: String,
+        /// Its standard error.
+        stderr: String,
+    },
+    /// A command to run was empty.
+    #[error("an empty command")]
+    EmptyCommand,
+    /// A command started with its output piped has none to read.
+    #[error("`{cmd}` has no standard output to read")]
+    NoOutput {
+        /// The command line.
+        cmd: String,
+    },
+    /// A condition did not come true in time.
+    #[error("timed out after {timeout:?} waiting for {what}; {state}")]
+    Timeout {
+        /// The condition.
+        what: String,
+        /// How long we waited.
+        timeout: Duration,
+        /// What there was instead (for a pair: its status and the logs).
+        state: String,
+    },
+    /// The VIP stayed on nodes after its pair was deleted (a reset between scenarios).
+    #[error("the VIP is still held by nodes {nodes:?} {waited:?} after the pair was deleted")]
+    VipStillHeld {
+        /// The nodes that hold it.
+        nodes: Vec<usize>,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The cluster has no node with this index.
+    #[error("the cluster has no node {0}")]
+    NoNode(usize),
+    /// A kind node's cable (the host end of its `eth0`) was not found.
+    #[error("no host link with index {index} (the peer of {node}'s eth0)")]
+    NoCable {
+        /// The node.
+        node: String,
+        /// The `iflink` its `eth0` names.
+        index: String,
+    },
+    /// The kind network has no subnet the suite can take a VIP from.
+    #[error("no IPv4 subnet of /8../24 in the kind network: {subnets:?}")]
+    NoSubnet {
+        /// The network's subnets.
+        subnets: String,
+    },
+    /// Node `node`'s agent does not serve its metrics.
+    #[error("the agent of node {node} does not serve its metrics")]
+    NoMetrics {
+        /// The node's index.
+        node: usize,
+    },
+    /// The provider cannot do this (several pairs, services stopped, agent metrics).
+    #[error("this provider {0}")]
+    Unsupported(&'static str),
 }
 
 /// Provider results.
@@ -71,9 +155,7 @@ pub trait Cluster {
     /// The `kubectl-havip` plugin binary: next to the agent binary (as cargo builds
     /// them), else from `PATH`.
     fn plugin_binary(&self) -> PathBuf {
-        crate::harness::agent::agent_binary()
-            .map(|a| a.with_file_name("kubectl-havip"))
-            .unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
+        agent_binary().map(|a| a.with_file_name("kubectl-havip")).unwrap_or_else(|_| PathBuf::from("kubectl-havip"))
     }
     /// The standard pair `name` over the first `members` nodes with one VIP (its
     /// FloatingIP is `<name>-vip`), probed on the port the cluster's responders use.
@@ -106,28 +188,28 @@ pub trait Cluster {
     /// own VIPs and ports say so.
     fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String> {
         let _ = (name, members, vip, port);
-        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+        Err(ClusterError::Unsupported("runs one pair at a time"))
     }
     /// The nodes whose kernel holds VIP number `vip`.
     fn holders_of(&self, vip: u8) -> Result<Vec<usize>> {
         let _ = vip;
-        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+        Err(ClusterError::Unsupported("runs one pair at a time"))
     }
     /// A client against VIP number `vip` on `port`.
     fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>> {
         let _ = (vip, port);
-        Err(ClusterError("this provider runs one pair at a time".to_owned()))
+        Err(ClusterError::Unsupported("runs one pair at a time"))
     }
     /// Stops (false) or restarts (true) node `i`'s service on `port`.
     fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()> {
         let _ = (i, port, up);
-        Err(ClusterError("this provider cannot stop a service".to_owned()))
+        Err(ClusterError::Unsupported("cannot stop a service"))
     }
     /// The sum of the samples of node `i`'s agent metric `name` whose line contains
     /// every `filters` substring.
     fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
         let _ = (i, name, filters);
-        Err(ClusterError("this provider does not read agent metrics".to_owned()))
+        Err(ClusterError::Unsupported("does not read agent metrics"))
     }
 
     /// Runs a future on a fresh current-thread runtime (scenarios are synchronous).
@@ -147,7 +229,7 @@ pub trait Cluster {
         Self: Sized,
     {
         let path = self.kubeconfig();
-        async move { client_from_kubeconfig(&path).await.map_err(|e| ClusterError(e.to_string())) }
+        async move { Ok(client_from_kubeconfig(&path).await?) }
     }
 
     /// Applies HAPair/FloatingIP YAML documents server-side (field manager `havip-e2e`).
@@ -186,7 +268,7 @@ pub trait Cluster {
                 match r {
                     Ok(()) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(ClusterError(format!("delete pair {name}: {e}"))),
+                    Err(source) => return Err(ClusterError::Kube { op: format!("delete pair {name}"), source }),
                 }
             }
             Ok(())
@@ -201,7 +283,7 @@ pub trait Cluster {
         self.block_on(async {
             get_pair(&self.kube_client().await?, name)
                 .await
-                .map_err(|e| ClusterError(format!("get HAPair {name}: {e}")))
+                .map_err(|source| ClusterError::Kube { op: format!("get HAPair {name}"), source })
         })
     }
 
@@ -213,7 +295,7 @@ pub trait Cluster {
         self.block_on(async {
             get_lease(&self.kube_client().await?, pair)
                 .await
-                .map_err(|e| ClusterError(format!("get the Lease of {pair}: {e}")))
+                .map_err(|source| ClusterError::Kube { op: format!("get the Lease of {pair}"), source })
         })
     }
 
@@ -237,10 +319,11 @@ pub trait Cluster {
                     .and_then(|p| p.status)
                     .map(|s| serde_json::to_string(&s).unwrap_or_default())
                     .unwrap_or_default();
-                return Err(ClusterError(format!(
-                    "timed out after {timeout:?} waiting for {what}; pair status: {status}\n{}",
-                    self.logs_tail(25)
-                )));
+                return Err(ClusterError::Timeout {
+                    what: what.to_owned(),
+                    timeout,
+                    state: format!("pair status: {status}\n{}", self.logs_tail(25)),
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -268,7 +351,7 @@ pub trait Cluster {
             Api::<FloatingIP>::all(self.kube_client().await?)
                 .get(name)
                 .await
-                .map_err(|e| ClusterError(format!("get FloatingIP {name}: {e}")))
+                .map_err(|source| ClusterError::Kube { op: format!("get FloatingIP {name}"), source })
         })
     }
 
@@ -281,7 +364,7 @@ pub trait Cluster {
             match Api::<FloatingIP>::all(self.kube_client().await?).delete(name, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(ClusterError(format!("delete FloatingIP {name}: {e}"))),
+                Err(source) => Err(ClusterError::Kube { op: format!("delete FloatingIP {name}"), source }),
             }
         })
     }
@@ -380,7 +463,7 @@ impl Cluster for LocalCluster {
     }
     fn api_outage_end(&mut self) -> Result<()> {
         if self.api_down {
-            self.lab.cp.start_apiserver().map_err(|e| ClusterError(e.to_string()))?;
+            self.lab.cp.start_apiserver()?;
             self.api_down = false;
         }
         Ok(())
@@ -416,8 +499,6 @@ impl Cluster for LocalCluster {
         Ok(())
     }
     fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
-        self.lab
-            .agent_metric_sum(i, name, filters)
-            .ok_or_else(|| ClusterError(format!("the agent of node {i} does not serve its metrics")))
+        self.lab.agent_metric_sum(i, name, filters).ok_or(ClusterError::NoMetrics { node: i })
     }
 }

@@ -376,12 +376,18 @@ fn host_link_name(links: &str, index: &str) -> Option<String> {
 
 /// Runs argv; stdout on success, else an error with stderr.
 pub fn run(argv: &[String]) -> Result<String> {
-    let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
-    let out = Command::new(bin).args(args).output().map_err(|e| ClusterError(format!("{bin}: {e}")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(ClusterError(format!("`{}` failed: {}", argv.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+    let (bin, args) = argv.split_first().ok_or(ClusterError::EmptyCommand)?;
+    let out =
+        Command::new(bin).args(args).output().map_err(|source| ClusterError::Spawn { cmd: argv.join(" "), source })?;
+    if out.status.success() { Ok(String::from_utf8_lossy(&out.stdout).into_owned()) } else { Err(failed(argv, &out)) }
+}
+
+/// The error of a command that exited unsuccessfully.
+fn failed(argv: &[String], out: &std::process::Output) -> ClusterError {
+    ClusterError::Command {
+        cmd: argv.join(" "),
+        status: out.status.to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
     }
 }
 
@@ -421,21 +427,26 @@ impl KindCluster {
     /// Applies YAML with `kubectl apply -f -`.
     pub fn kubectl_apply(cfg: &KindConfig, yaml: &str) -> Result<()> {
         let argv = cfg.kubectl(&["apply", "-f", "-"]);
-        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+        let (bin, args) = argv.split_first().ok_or(ClusterError::EmptyCommand)?;
+        let cmd = || argv.join(" ");
         let mut child = Command::new(bin)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
+            .map_err(|source| ClusterError::Spawn { cmd: cmd(), source })?;
         if let Some(mut stdin) = child.stdin.take() {
             use std::io::Write;
-            stdin.write_all(yaml.as_bytes()).map_err(|e| ClusterError(e.to_string()))?;
+            stdin.write_all(yaml.as_bytes()).map_err(|source| ClusterError::Io {
+                op: "write the manifest to",
+                cmd: cmd(),
+                source,
+            })?;
         }
-        let out = child.wait_with_output().map_err(|e| ClusterError(e.to_string()))?;
+        let out = child.wait_with_output().map_err(|source| ClusterError::Io { op: "wait for", cmd: cmd(), source })?;
         if !out.status.success() {
-            return Err(ClusterError(format!("kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+            return Err(failed(&argv, &out));
         }
         Ok(())
     }
@@ -453,7 +464,7 @@ impl KindCluster {
         let vip = subnets
             .split_whitespace()
             .find_map(vip_in_subnet)
-            .ok_or_else(|| ClusterError(format!("no IPv4 subnet of /8../24 in the kind network: {subnets:?}")))?;
+            .ok_or_else(|| ClusterError::NoSubnet { subnets: subnets.clone() })?;
         Ok(Self { cfg, vip, api_blocked: false, chart_changed: false })
     }
 
@@ -463,8 +474,7 @@ impl KindCluster {
         let index = run(&KindConfig::eth0_peer_index(&node))?;
         let index = index.trim();
         let links = run(&KindConfig::host_links())?;
-        host_link_name(&links, index)
-            .ok_or_else(|| ClusterError(format!("no host link with index {index} (the peer of {node}'s eth0)")))
+        host_link_name(&links, index).ok_or_else(|| ClusterError::NoCable { node, index: index.to_owned() })
     }
 
     /// Deletes the cluster.
@@ -493,7 +503,11 @@ impl TrafficClient for KindClient {
                 return Ok(start.elapsed());
             }
             if start.elapsed() >= timeout {
-                return Err(ClusterError(format!("no probe answered by {name} within {timeout:?} (last: {last:?})")));
+                return Err(ClusterError::Timeout {
+                    what: format!("a probe answered by {name}"),
+                    timeout,
+                    state: format!("the last answer was {last:?}"),
+                });
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -616,21 +630,21 @@ impl Cluster for KindCluster {
 
 impl KindCluster {
     fn node_name(&self, i: usize) -> Result<String> {
-        self.cfg.worker_nodes().get(i).cloned().ok_or_else(|| ClusterError(format!("no worker {i}")))
+        self.cfg.worker_nodes().get(i).cloned().ok_or(ClusterError::NoNode(i))
     }
 
     /// A client container probing `target` (`e2e-tool probe`).
     pub fn client_for(&self, target: SocketAddr) -> Result<Box<dyn TrafficClient>> {
         let argv = self.cfg.client(target);
         let _ = run(&self.cfg.client_rm());
-        let (bin, args) = argv.split_first().ok_or_else(|| ClusterError("empty command".to_owned()))?;
+        let (bin, args) = argv.split_first().ok_or(ClusterError::EmptyCommand)?;
         let mut child = Command::new(bin)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| ClusterError(format!("{bin}: {e}")))?;
-        let stdout = child.stdout.take().ok_or_else(|| ClusterError("client has no stdout".to_owned()))?;
+            .map_err(|source| ClusterError::Spawn { cmd: argv.join(" "), source })?;
+        let stdout = child.stdout.take().ok_or_else(|| ClusterError::NoOutput { cmd: argv.join(" ") })?;
         let timeline: Arc<Mutex<Vec<Probe>>> = Arc::default();
         let t2 = timeline.clone();
         let reader = std::thread::spawn(move || {

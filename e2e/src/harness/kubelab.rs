@@ -7,6 +7,7 @@
 //! Used by `lab up --nodes N` and by the end-to-end suite.
 
 use crate::harness::agent::{SERVICE_PORT, agent_binary};
+use crate::harness::api::ApplyError;
 pub use crate::harness::api::NAMESPACE;
 use crate::harness::controlplane::{ControlPlane, ControlPlaneOptions};
 use crate::harness::metrics::{metric_sum, metrics_in};
@@ -55,9 +56,79 @@ pub enum KubeLabError {
         #[source]
         source: kube::Error,
     },
-    /// Something else.
-    #[error("{0}")]
-    Other(String),
+    /// A manifest could not be applied.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// A CRD could not be read or did not become Established.
+    #[error(transparent)]
+    Crds(#[from] CrdError),
+    /// A file or directory operation failed.
+    #[error("failed to {op}: {source}")]
+    Io {
+        /// What was attempted.
+        op: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An object built by the lab does not deserialize (a bug of the lab).
+    #[error("invalid object: {0}")]
+    Object(#[from] serde_json::Error),
+    /// A manifest file is not YAML.
+    #[error("invalid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// kubectl could not be started.
+    #[error("failed to run kubectl to {what}: {source}")]
+    KubectlSpawn {
+        /// What kubectl was to do.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// kubectl exited unsuccessfully.
+    #[error("kubectl failed to {what}: {stderr}")]
+    Kubectl {
+        /// What kubectl was to do.
+        what: &'static str,
+        /// Its standard error.
+        stderr: String,
+    },
+    /// A binary of the workspace is not built.
+    #[error("{} not found: run `cargo build --workspace --bins`", .0.display())]
+    NotBuilt(PathBuf),
+    /// A condition did not come true in time.
+    #[error("timed out after {timeout:?} waiting for {what}; {state}")]
+    Timeout {
+        /// The condition.
+        what: String,
+        /// How long we waited.
+        timeout: Duration,
+        /// What there was instead (the pair's status, the logs).
+        state: String,
+    },
+}
+
+/// A CRD that could not be read, or did not become Established in time.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    /// Reading it failed.
+    #[error("read CRD {name}: {source}")]
+    Read {
+        /// The CRD.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// It was not Established in time.
+    #[error("CRD {name} not Established within {timeout:?}")]
+    NotEstablished {
+        /// The CRD.
+        name: String,
+        /// How long we waited.
+        timeout: Duration,
+    },
 }
 
 type Result<T, E = KubeLabError> = std::result::Result<T, E>;
@@ -115,11 +186,7 @@ pub fn operator_binary() -> Result<PathBuf> {
     }
     let agent = agent_binary()?;
     let p = agent.with_file_name("havip-operator");
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(KubeLabError::Other(format!("{} not found: run `cargo build --workspace --bins`", p.display())))
-    }
+    if p.is_file() { Ok(p) } else { Err(KubeLabError::NotBuilt(p)) }
 }
 
 impl KubeLab {
@@ -133,14 +200,15 @@ impl KubeLab {
             .or_else(|| std::env::var_os("HAVIP_E2E_KEEP").map(|d| PathBuf::from(d).join(topo.prefix())));
         let (dir, tmp) = match &kept {
             Some(d) => {
-                std::fs::create_dir_all(d).map_err(|e| KubeLabError::Other(format!("create {}: {e}", d.display())))?;
+                std::fs::create_dir_all(d)
+                    .map_err(|source| KubeLabError::Io { op: format!("create {}", d.display()), source })?;
                 (d.clone(), None)
             }
             None => {
                 let t = tempfile::Builder::new()
                     .prefix("havip-kubelab-")
                     .tempdir()
-                    .map_err(|e| KubeLabError::Other(e.to_string()))?;
+                    .map_err(|source| KubeLabError::Io { op: "create a temporary directory".into(), source })?;
                 (t.path().to_owned(), Some(t))
             }
         };
@@ -200,8 +268,7 @@ impl KubeLab {
         let client = self.client().await?;
         install_crds(&client).await?;
         let ns: Api<Namespace> = Api::all(client.clone());
-        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))
-            .map_err(|e| KubeLabError::Other(e.to_string()))?;
+        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?;
         match ns.create(&PostParams::default(), &obj).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => return Err(kerr("create the namespace")(e)),
@@ -210,8 +277,7 @@ impl KubeLab {
         for n in self.topo.nodes() {
             let node: Node = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}},
-            }))
-            .map_err(|e| KubeLabError::Other(e.to_string()))?;
+            }))?;
             nodes.create(&PostParams::default(), &node).await.map_err(kerr(format!("register node {}", n.name)))?;
             let status = serde_json::json!({
                 "status": {"addresses": [
@@ -244,8 +310,7 @@ impl KubeLab {
                     "spec": {"containers": [{"name": "agent", "image": "havip/havip-agent:lab"}]},
                 },
             },
-        }))
-        .map_err(|e| KubeLabError::Other(e.to_string()))?;
+        }))?;
         api.create(&PostParams::default(), &ds).await.map_err(kerr("create the agents' DaemonSet"))?;
         Ok(())
     }
@@ -269,12 +334,10 @@ impl KubeLab {
             .args(["apply", "--server-side", "--field-manager=helm", "-f"])
             .arg(&rendered)
             .output()
-            .map_err(|e| KubeLabError::Other(format!("kubectl apply: {e}")))?;
+            .map_err(|source| KubeLabError::KubectlSpawn { what: "apply the rendered chart", source })?;
         if !out.status.success() {
-            return Err(KubeLabError::Other(format!(
-                "applying the rendered chart failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            return Err(KubeLabError::Kubectl { what: "apply the rendered chart", stderr });
         }
         let token = |args: Vec<String>| -> Result<String> {
             let out = self
@@ -282,9 +345,10 @@ impl KubeLab {
                 .kubectl()
                 .args(&args)
                 .output()
-                .map_err(|e| KubeLabError::Other(format!("kubectl create token: {e}")))?;
+                .map_err(|source| KubeLabError::KubectlSpawn { what: "create a token", source })?;
             if !out.status.success() {
-                return Err(KubeLabError::Other(format!("create token: {}", String::from_utf8_lossy(&out.stderr))));
+                let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+                return Err(KubeLabError::Kubectl { what: "create a token", stderr });
             }
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         };
@@ -308,16 +372,18 @@ impl KubeLab {
                          "containers": [{"name": "agent", "image": "ghcr.io/havip/havip-agent:0.1.0"}]},
             });
             let path = self.dir.join(format!("{pod}.json"));
-            std::fs::write(&path, manifest.to_string()).map_err(|e| KubeLabError::Other(e.to_string()))?;
+            std::fs::write(&path, manifest.to_string())
+                .map_err(|source| KubeLabError::Io { op: format!("write {}", path.display()), source })?;
             let out = self
                 .cp
                 .kubectl()
                 .args(["apply", "-f"])
                 .arg(&path)
                 .output()
-                .map_err(|e| KubeLabError::Other(e.to_string()))?;
+                .map_err(|source| KubeLabError::KubectlSpawn { what: "create a pod", source })?;
             if !out.status.success() {
-                return Err(KubeLabError::Other(format!("create pod: {}", String::from_utf8_lossy(&out.stderr))));
+                let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+                return Err(KubeLabError::Kubectl { what: "create a pod", stderr });
             }
             let t = token(vec![
                 "-n".into(),
@@ -420,7 +486,7 @@ impl KubeLab {
     /// Applies YAML documents (server-side apply, field manager `havip-e2e`).
     pub async fn apply(&self, yaml: &str) -> Result<()> {
         let client = self.client().await?;
-        crate::harness::api::apply_documents(&client, yaml).await.map_err(|e| KubeLabError::Other(e.0))
+        crate::harness::api::apply_documents(&client, yaml).await.map_err(KubeLabError::Apply)
     }
 
     /// The lab's standard pair over all nodes: paths data (InternalIP) and mgmt
@@ -545,11 +611,13 @@ impl KubeLab {
             }
             if start.elapsed() > timeout {
                 let p = self.pair(name).await.ok();
-                return Err(KubeLabError::Other(format!(
-                    "timed out after {timeout:?} waiting for {what}; pair status: {}\n{}",
-                    p.and_then(|p| p.status).map(|s| serde_json::to_string(&s).unwrap_or_default()).unwrap_or_default(),
-                    self.logs_tail(25)
-                )));
+                let status =
+                    p.and_then(|p| p.status).map(|s| serde_json::to_string(&s).unwrap_or_default()).unwrap_or_default();
+                return Err(KubeLabError::Timeout {
+                    what: what.to_owned(),
+                    timeout,
+                    state: format!("pair status: {status}\n{}", self.logs_tail(25)),
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -624,24 +692,23 @@ pub async fn install_crds(client: &Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use serde::Deserialize;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(havip_crds::CRDS_PATH);
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| KubeLabError::Other(format!("read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|source| KubeLabError::Io { op: format!("read {}", path.display()), source })?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_json::Value::deserialize(doc).map_err(|e| KubeLabError::Other(e.to_string()))?;
+        let v = serde_json::Value::deserialize(doc)?;
         if v.is_null() {
             continue;
         }
-        let crd: CustomResourceDefinition =
-            serde_json::from_value(v).map_err(|e| KubeLabError::Other(e.to_string()))?;
+        let crd: CustomResourceDefinition = serde_json::from_value(v)?;
         let name = crd.name_any();
         crds.patch(&name, &PatchParams::apply("havip-e2e").force(), &Patch::Apply(&crd))
             .await
             .map_err(kerr(format!("install CRD {name}")))?;
         names.push(name);
     }
-    wait_crds_established(client, &names, Duration::from_secs(30)).await.map_err(KubeLabError::Other)
+    Ok(wait_crds_established(client, &names, Duration::from_secs(30)).await?)
 }
 
 /// Waits until every CRD in `names` is Established; the error names the first that is
@@ -650,13 +717,13 @@ pub async fn wait_crds_established(
     client: &Client,
     names: &[String],
     timeout: Duration,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), CrdError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let deadline = Instant::now() + timeout;
     for name in names {
         loop {
-            let crd = crds.get(name).await.map_err(|e| format!("read CRD {name}: {e}"))?;
+            let crd = crds.get(name).await.map_err(|source| CrdError::Read { name: name.clone(), source })?;
             let established = crd
                 .status
                 .and_then(|s| s.conditions)
@@ -667,7 +734,7 @@ pub async fn wait_crds_established(
                 break;
             }
             if Instant::now() > deadline {
-                return Err(format!("CRD {name} not Established within {timeout:?}"));
+                return Err(CrdError::NotEstablished { name: name.clone(), timeout });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -7,7 +7,7 @@
 //! `agent_restart_on_the_active_loses_no_connect_and_moves_nothing` (on kind, an agent
 //! restart is exactly that).
 
-use crate::harness::cluster::Cluster;
+use crate::harness::cluster::{Cluster, Result};
 use crate::harness::kind::{KindCluster, NAMESPACE};
 use crate::scenarios::{self, PAIR};
 use havip_crds::{HAPair, MemberRole, Phase};
@@ -68,8 +68,8 @@ pub fn all() -> Vec<KindScenario> {
 }
 
 /// The shared reset plus what these scenarios change: cordons and chart values.
-pub fn reset(c: &mut KindCluster) -> Result<(), String> {
-    c.restore_baseline().map_err(|e| e.to_string())?;
+pub fn reset(c: &mut KindCluster) -> Result<()> {
+    c.restore_baseline()?;
     scenarios::reset(c)
 }
 

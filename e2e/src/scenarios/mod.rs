@@ -5,7 +5,7 @@
 
 pub mod kind;
 
-use crate::harness::cluster::Cluster;
+use crate::harness::cluster::{Cluster, ClusterError, Result};
 use havip_crds::{HAPair, MemberRole, OperationResult, Phase};
 use std::time::{Duration, Instant};
 
@@ -90,23 +90,23 @@ pub fn shared_nodes<C: Cluster>() -> Vec<Scenario<C>> {
 
 /// Brings a shared cluster back to a clean slate between scenarios: every node
 /// connected, the API reachable, the operator running, no pair, no VIP anywhere.
-pub fn reset<C: Cluster>(c: &mut C) -> Result<(), String> {
+pub fn reset<C: Cluster>(c: &mut C) -> Result<()> {
     for i in 0..c.nodes().len() {
-        c.restore_node(i).map_err(|e| e.to_string())?;
+        c.restore_node(i)?;
     }
-    c.api_outage_end().map_err(|e| e.to_string())?;
-    c.start_operator().map_err(|e| e.to_string())?;
-    c.delete_pair(PAIR).map_err(|e| e.to_string())?;
+    c.api_outage_end()?;
+    c.start_operator()?;
+    c.delete_pair(PAIR)?;
     let start = Instant::now();
     loop {
-        match c.holders() {
-            Ok(h) if h.is_empty() => return Ok(()),
-            Ok(h) if start.elapsed() > Duration::from_secs(30) => {
-                return Err(format!("the VIP is still held by nodes {h:?} after the pair was deleted"));
-            }
-            Ok(_) => std::thread::sleep(Duration::from_millis(200)),
-            Err(e) => return Err(e.to_string()),
+        let h = c.holders()?;
+        if h.is_empty() {
+            return Ok(());
         }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(ClusterError::VipStillHeld { nodes: h, waited: start.elapsed() });
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

@@ -1,6 +1,7 @@
 //! The errors of the MetalLB lab.
 
 use crate::harness::controlplane::ControlPlaneError;
+use crate::harness::kubelab::CrdError;
 use crate::harness::testbin::MetalLbNotFound;
 use crate::host::netns::NetnsError;
 use crate::host::process::ProcessError;
@@ -18,6 +19,9 @@ pub enum MetalLbError {
     /// The control plane failed.
     #[error(transparent)]
     ControlPlane(#[from] ControlPlaneError),
+    /// MetalLB's CRDs could not be read or did not become Established.
+    #[error(transparent)]
+    Crds(#[from] CrdError),
     /// A listener or probe failed.
     #[error(transparent)]
     Traffic(#[from] TrafficError),

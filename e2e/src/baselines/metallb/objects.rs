@@ -212,7 +212,7 @@ async fn apply_crds(client: &Client, bin: &MetalLbBin) -> Result<()> {
             names.push(name);
         }
     }
-    wait_crds_established(client, &names, Duration::from_secs(30)).await.map_err(MetalLbError::Invalid)
+    Ok(wait_crds_established(client, &names, Duration::from_secs(30)).await?)
 }
 
 /// Server-side apply of `obj` (`metadata` at least; `apiVersion` and `kind` are filled in).
