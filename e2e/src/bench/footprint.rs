@@ -68,6 +68,13 @@ pub fn snapshot(pids: &[u32]) -> Snapshot {
     Snapshot { threads, at: Some(Instant::now()) }
 }
 
+/// User + system CPU time of `pid` in seconds, from the clock ticks in its `stat` (at
+/// 100 ticks a second: coarse, for processes that run for minutes; 0 when it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let ticks = |n: usize| stat_field(pid, None, n).unwrap_or(0) as f64;
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Resident set size of `pids` together, KiB.
 pub fn rss_kib(pids: &[u32]) -> u64 {
     pids.iter()

@@ -24,7 +24,8 @@
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use havip_crds::{HAPair, Phase, manager};
-use havip_e2e::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
+use havip_e2e::bench::footprint;
+use havip_e2e::harness::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -63,14 +64,7 @@ struct Args {
 
 /// VmRSS of a process, in KiB (0 when it is gone).
 fn rss_kib(pid: Option<u32>) -> u64 {
-    let Some(pid) = pid else { return 0 };
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    pid.map_or(0, |p| footprint::rss_kib(&[p]))
 }
 
 /// "release" or "debug", from where the binary lives.

@@ -10,7 +10,7 @@ use crate::harness::agent::{SERVICE_PORT, agent_binary};
 use crate::harness::api::ApplyError;
 pub use crate::harness::api::NAMESPACE;
 use crate::harness::controlplane::{ControlPlane, ControlPlaneOptions};
-use crate::harness::metrics::{metric_sum, metrics_in};
+use crate::harness::metrics::{apiserver_requests, metric_sum, metrics_in};
 use crate::host::netns::{self, Topology};
 use crate::host::process::{ManagedProcess, tail};
 use crate::traffic::Listener;
@@ -661,15 +661,7 @@ impl KubeLab {
     /// (verb, resource), for request-rate measurements.
     pub fn apiserver_requests(&self) -> BTreeMap<(String, String), f64> {
         let (_, text) = self.kubectl(&["get", "--raw", "/metrics"]);
-        let mut out = BTreeMap::new();
-        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
-            let label = |k: &str| {
-                line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_owned()
-            };
-            let v: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            *out.entry((label("verb"), label("resource"))).or_insert(0.0) += v;
-        }
-        out
+        apiserver_requests(&text)
     }
 
     /// The lab directory.

@@ -2,6 +2,7 @@
 //! namespace, and reading samples out of the text exposition.
 
 use crate::host::netns;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// `GET /metrics` on 127.0.0.1:`port` inside `ns` (empty when nothing answers).
@@ -38,9 +39,22 @@ pub fn metric_value(text: &str, name: &str, label: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The API server's request counters (`apiserver_request_total`) summed by
+/// (verb, resource).
+pub fn apiserver_requests(text: &str) -> BTreeMap<(String, String), f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let label =
+            |k: &str| line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_owned();
+        let v: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        *out.entry((label("verb"), label("resource"))).or_insert(0.0) += v;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{metric_sum, metric_value};
+    use super::{apiserver_requests, metric_sum, metric_value};
 
     #[test]
     fn reads_a_metric_sample() {
@@ -63,5 +77,17 @@ mod tests {
         assert_eq!(metric_sum(text, name, &["reason=\"stranger\""]), 5.0);
         assert_eq!(metric_sum(text, name, &["pair=\"a\"", "stranger"]), 2.0);
         assert_eq!(metric_sum(text, "havip_operator", &[]), 0.0);
+    }
+
+    #[test]
+    fn counts_api_requests_by_verb_and_resource() {
+        let text = "apiserver_request_total{code=\"200\",resource=\"leases\",subresource=\"\",verb=\"PUT\"} 3\n\
+                    apiserver_request_total{code=\"409\",resource=\"leases\",subresource=\"\",verb=\"PUT\"} 1\n\
+                    apiserver_request_total{code=\"200\",resource=\"hapairs\",subresource=\"status\",verb=\"PATCH\"} 2\n\
+                    apiserver_request_duration_seconds_count{resource=\"leases\",verb=\"PUT\"} 9\n";
+        let m = apiserver_requests(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[&("PUT".to_owned(), "leases".to_owned())], 4.0);
+        assert_eq!(m[&("PATCH".to_owned(), "hapairs".to_owned())], 2.0);
     }
 }
