@@ -1,173 +1,77 @@
-//! `lab`: a local havip lab on this machine.
-//!
-//! `lab up` starts a real control plane (etcd + kube-apiserver) in the background
-//! and prints the line to `export KUBECONFIG=…`; `lab down` stops and removes
-//! everything; `lab status` tells whether one runs; `lab demo` is the guided tour that
-//! `make demo` runs (see `demo.rs`).
+//! A lab's life: `serve` runs it in the foreground and writes its [`State`], `start` runs
+//! `serve` in the background and waits for that file, `down` stops it and removes what
+//! it left.
 
-use clap::{Parser, Subcommand};
 use havip_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A local havip lab: a real kube-apiserver and etcd on this machine.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// Directory holding the lab's state, certificates, data and logs.
-    #[arg(long, env = "HAVIP_LAB_DIR", default_value = "/tmp/havip-lab", global = true)]
-    dir: PathBuf,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Start the lab in the background and print the `export KUBECONFIG=…` line.
-    Up {
-        /// How long to wait for the control plane to become ready, in seconds.
-        #[arg(long, default_value_t = 120)]
-        timeout: u64,
-        /// Also create N node namespaces (plus a client namespace) with registered Node
-        /// objects, an agent each, and the operator (root only; 0 = control plane only).
-        #[arg(long, default_value_t = 0)]
-        nodes: usize,
-    },
-    /// Stop the lab and remove everything it created.
-    Down,
-    /// Print whether a lab runs, and its KUBECONFIG.
-    Status,
-    /// The guided tour `make demo` runs after building havip (its step 1): builds or
-    /// reuses the test binaries, starts a lab with two nodes, applies
-    /// examples/hapair.yaml adapted to the lab, cuts the active node, fails back with a
-    /// planned failover, and leaves the lab running (root only).
-    Demo {
-        /// How long to wait for the lab to start, in seconds.
-        #[arg(long, default_value_t = 180)]
-        timeout: u64,
-    },
-    /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
-    #[command(hide = true)]
-    Serve {
-        /// Node namespaces.
-        #[arg(long, default_value_t = 0)]
-        nodes: usize,
-    },
-}
 
 /// What `serve` writes once the lab is ready.
 #[derive(Serialize, Deserialize, Debug)]
-struct State {
+pub(crate) struct State {
     /// The serving process.
-    pid: u32,
+    pub(crate) pid: u32,
     /// The admin kubeconfig.
-    kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     /// The API server URL.
-    server: String,
+    pub(crate) server: String,
     /// Child process ids (killed by `down` if `serve` died without cleaning up).
-    children: Vec<u32>,
+    pub(crate) children: Vec<u32>,
     /// Node namespaces, in order (n0, n1, …), when started with `--nodes`.
     #[serde(default)]
-    nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// The client namespace.
     #[serde(default)]
-    client: Option<String>,
+    pub(crate) client: Option<String>,
     /// The switch namespace (cut a node's cable: `ip -n <switch> link set n0-data down`).
     #[serde(default)]
-    switch: Option<String>,
+    pub(crate) switch: Option<String>,
     /// Node names, in the order of `nodes` (`n0`, `n1`, …).
     #[serde(default)]
-    node_names: Vec<String>,
+    pub(crate) node_names: Vec<String>,
     /// The nodes' addresses on the data network, in the order of `nodes`.
     #[serde(default)]
-    node_ips: Vec<Ipv4Addr>,
+    pub(crate) node_ips: Vec<Ipv4Addr>,
     /// The client's address on the data network.
     #[serde(default)]
-    client_ip: Option<Ipv4Addr>,
+    pub(crate) client_ip: Option<Ipv4Addr>,
     /// Free addresses on the data network for VIPs (`10.<k>.0.50` …).
     #[serde(default)]
-    vips: Vec<Ipv4Addr>,
+    pub(crate) vips: Vec<Ipv4Addr>,
     /// The TCP port on which every node's server answers with the node's name.
     #[serde(default)]
-    service_port: Option<u16>,
+    pub(crate) service_port: Option<u16>,
     /// The kubectl the lab uses.
     #[serde(default)]
-    kubectl: Option<PathBuf>,
+    pub(crate) kubectl: Option<PathBuf>,
     /// The directory of the operator's and the agents' logs.
     #[serde(default)]
-    logs: Option<PathBuf>,
+    pub(crate) logs: Option<PathBuf>,
 }
 
 fn state_path(dir: &Path) -> PathBuf {
     dir.join("state.json")
 }
 
-fn read_state(dir: &Path) -> Option<State> {
+pub(crate) fn read_state(dir: &Path) -> Option<State> {
     let text = std::fs::read_to_string(state_path(dir)).ok()?;
     serde_json::from_str(&text).ok()
 }
 
-#[path = "lab/demo.rs"]
-mod demo;
-
-fn alive(pid: u32) -> bool {
+/// Whether process `pid` lives.
+pub(crate) fn alive(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(|p| kill(Pid::from_raw(p), None).is_ok())
-}
-
-fn main() -> ExitCode {
-    let args = Args::parse();
-    if matches!(args.command, Cmd::Demo { .. }) {
-        demo::init_tracing();
-    } else {
-        havip_e2e::init_tracing();
-    }
-    let result = match args.command {
-        Cmd::Up { timeout, nodes } => up(&args.dir, Duration::from_secs(timeout), nodes),
-        Cmd::Down => down(&args.dir),
-        Cmd::Status => status(&args.dir),
-        Cmd::Demo { timeout } => demo::run(&args.dir, Duration::from_secs(timeout)),
-        Cmd::Serve { nodes } => serve(&args.dir, nodes),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lab: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
-    if let Some(state) = read_state(dir).filter(|s| alive(s.pid)) {
-        println!("# a lab is already running (pid {})", state.pid);
-        println!("export KUBECONFIG={}", state.kubeconfig.display());
-        return Ok(());
-    }
-    eprintln!("starting etcd and kube-apiserver (log: {}) …", dir.join("lab.log").display());
-    let state = start(dir, timeout, nodes, None)?;
-    println!("export KUBECONFIG={}", state.kubeconfig.display());
-    eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
-    for (i, ns) in state.nodes.iter().enumerate() {
-        eprintln!(
-            "  node n{i}: ip netns exec {ns} …   (cut its cables: ip -n {} link set n{i}-data down)",
-            state.switch.as_deref().unwrap_or("?")
-        );
-    }
-    if let Some(c) = &state.client {
-        eprintln!("  client: ip netns exec {c} …");
-    }
-    Ok(())
 }
 
 /// Starts `lab serve` in the background (no lab may be running in `dir`) and waits until
 /// it has written its state file. `testbin`: the directory of kube-apiserver, etcd and
 /// kubectl, when the caller knows it (`HAVIP_TESTBIN_DIR` for the lab).
-fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option<&Path>) -> Result<State, String> {
+pub(crate) fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option<&Path>) -> Result<State, String> {
     // Leftovers of a lab that died: clean them first.
     if dir.exists() {
         down(dir)?;
@@ -216,7 +120,9 @@ fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option<&Path>) ->
     }
 }
 
-fn down(dir: &Path) -> Result<(), String> {
+/// Stops the lab of `dir` (SIGTERM, then SIGKILL to what is left of it), removes its
+/// namespaces and the directory.
+pub(crate) fn down(dir: &Path) -> Result<(), String> {
     let state = read_state(dir);
     let mut pids = Vec::new();
     if let Some(state) = &state {
@@ -273,19 +179,10 @@ fn down(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn status(dir: &Path) -> Result<(), String> {
-    match read_state(dir) {
-        Some(s) if alive(s.pid) => {
-            println!("running (pid {}), API server {}", s.pid, s.server);
-            println!("export KUBECONFIG={}", s.kubeconfig.display());
-            Ok(())
-        }
-        Some(_) => Err("a lab state file exists but its process is gone: run `lab down`".to_owned()),
-        None => Err("no lab is running: run `lab up`".to_owned()),
-    }
-}
-
-fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
+/// Runs the lab in the foreground (a bare control plane, or with `nodes` node
+/// namespaces the whole Kubernetes lab), writes its [`State`] once ready, and stops it
+/// on SIGTERM or SIGINT.
+pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
     // Either a bare control plane, or the whole Kubernetes lab with node namespaces.
     let (cp_holder, kube_lab);
     let state = if nodes == 0 {
