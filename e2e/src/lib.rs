@@ -14,7 +14,7 @@
 //! - [`baselines`]: keepalived and MetalLB, run in the same topologies;
 //! - [`scenarios`]: the end-to-end scenarios, written once against
 //!   [`harness::cluster::Cluster`];
-//! - [`bench`]: what the benchmark binaries share.
+//! - [`bench`](mod@bench): what the benchmark binaries share.
 //!
 //! The modules are also re-exported here under their former flat names
 //! (`havip_e2e::netns`, `havip_e2e::agent`, …), which the tests use. `e2e/README.md`

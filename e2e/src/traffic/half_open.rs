@@ -80,7 +80,7 @@ impl HalfOpen {
     }
 
     /// Sends `half <port>\n` on every connection and reads the greeting and the echo
-    /// (see [`Listener::echo`]); removes the drop rule. Returns, per connection in
+    /// (see [`Listener::echo`](super::Listener::echo)); removes the drop rule. Returns, per connection in
     /// order, the server that answered or why none did.
     pub fn complete(self) -> Vec<Completed> {
         self.complete_and_keep().0

@@ -1,5 +1,5 @@
 //! The line protocol of the echo listeners and the connections that talk to them: a
-//! name or an answer is one `\n`-terminated line of at most [`MAX_LINE`] bytes.
+//! name or an answer is one `\n`-terminated line of at most `MAX_LINE` (4096) bytes.
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;

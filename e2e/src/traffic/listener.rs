@@ -77,8 +77,8 @@ impl Listener {
     }
 
     /// An echo server on `bind` in `ns`: it greets every connection with `<name>\n` (so
-    /// a [`Prober`] sees who answered, as with [`Listener::start`]), then answers every
-    /// line it reads with `<name> <line>\n` until the peer closes, so a [`LongLived`]
+    /// a [`Prober`](super::Prober) sees who answered, as with [`Listener::start`]), then answers every
+    /// line it reads with `<name> <line>\n` until the peer closes, so a [`LongLived`](super::LongLived)
     /// connection learns with every message which node still serves it. One thread
     /// serves every connection (poll); `TCP_NODELAY` on each, so an answer never waits
     /// for the client's delayed ACK of the one before.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// Settings of [`LongLived`] connections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LongLivedConfig {
-    /// Where to connect, usually `VIP:port` of [`Listener::echo`]s.
+    /// Where to connect, usually `VIP:port` of [`Listener::echo`](super::Listener::echo)s.
     pub target: SocketAddr,
     /// How many connections (20).
     pub connections: usize,
@@ -198,7 +198,7 @@ struct LiveConn {
     outstanding: Option<(String, Instant)>,
 }
 
-/// Long-lived TCP connections from a namespace to [`Listener::echo`]s: each sends
+/// Long-lived TCP connections from a namespace to [`Listener::echo`](super::Listener::echo)s: each sends
 /// `<index> <seq>\n` every [`LongLivedConfig::interval`] and expects `<server> <index>
 /// <seq>\n` back, where `<server>` is the node that greeted it when it connected. A
 /// connection that is reset, closed, answered wrongly or not within the reply timeout

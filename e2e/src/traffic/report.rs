@@ -123,7 +123,7 @@ impl Gap {
     }
 }
 
-/// What a [`Prober`] saw.
+/// What a [`Prober`](super::Prober) saw.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     /// What was probed.

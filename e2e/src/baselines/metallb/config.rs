@@ -57,7 +57,7 @@ pub struct MetalLbConfig {
     pub traffic_policy: TrafficPolicy,
     /// The controller's and speakers' `--log-level` (`info`).
     pub log_level: String,
-    /// How long [`MetalLbLab::start`] waits for each step (60 s).
+    /// How long [`MetalLbLab::start`](super::MetalLbLab::start) waits for each step (60 s).
     pub timeout: Duration,
 }
 

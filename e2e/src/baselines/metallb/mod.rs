@@ -47,7 +47,7 @@
 //!   `status.podIP` = the node's data address, labels `app=metallb,component=speaker`:
 //!   each speaker reads its own Pod (it owns the `ServiceL2Status` objects) and lists the
 //!   speaker Pods' IPs to join memberlist.
-//! - An **IPAddressPool** holding exactly the VIP ([`Topology::vip`]`(0)/32`) and an
+//! - An **IPAddressPool** holding exactly the VIP ([`Topology::vip`](crate::host::netns::Topology::vip)`(0)/32`) and an
 //!   **L2Advertisement** for it (defaults: every node, every interface).
 //! - The **Service** `havip-bench` (`type: LoadBalancer`, TCP 8080, no selector) with a
 //!   hand-made **EndpointSlice** listing both nodes' listeners (address = the node's data

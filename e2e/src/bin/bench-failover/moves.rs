@@ -55,7 +55,7 @@ pub(crate) struct Outcome {
 pub(crate) struct Kept {
     /// Long-lived connections open at the move.
     pub(crate) longlived: usize,
-    /// Of those, broken within [`MOVE_WINDOW`](crate::drain::MOVE_WINDOW) of the move.
+    /// Of those, broken within `MOVE_WINDOW` (2 s) of the move.
     pub(crate) broken_in_move: usize,
     /// havip: broken when the drain ended (still open then).
     pub(crate) cut_at_drain_end: Option<usize>,

@@ -15,7 +15,7 @@
 //!
 //! The report's sections live next to this file: [`runs`] (files and lines),
 //! [`markdown`], one module per section ([`failover`], [`timeline`], [`idle`], [`api`],
-//! [`operator`], [`scale`]) and [`render`], which puts them together.
+//! [`operator`], [`scale`]) and [`render`](mod@render), which puts them together.
 
 mod api;
 mod failover;

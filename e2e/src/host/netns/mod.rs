@@ -72,7 +72,7 @@
 //!
 //! # Running code in a namespace
 //!
-//! [`spawn_in`] starts a program under `ip netns exec` as a [`ManagedProcess`];
+//! [`spawn_in`] starts a program under `ip netns exec` as a [`ManagedProcess`](crate::host::process::ManagedProcess);
 //! [`run_in_netns`] runs a closure on a thread that `setns`'d into the namespace
 //! (sockets it opens live there; a tokio runtime must be created on that thread).
 //!

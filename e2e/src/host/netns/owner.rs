@@ -75,7 +75,7 @@ fn parse_owner(ns: &str) -> Option<(String, u32)> {
 /// `hve2e-<pid>-` whose pid is dead, or whose owner lock is no longer held (pid
 /// reused), with their temporary directories (`$TMPDIR/hve2e-<pid>-…`) and
 /// lock files. Live topologies, also of this process, are left alone. Returns the
-/// namespaces deleted. Called by every [`TopologyBuilder::build`].
+/// namespaces deleted. Called by every [`TopologyBuilder::build`](super::TopologyBuilder::build).
 pub fn cleanup_stale() -> Result<Vec<String>> {
     let mut deleted = Vec::new();
     let mut owners_done = Vec::new();
