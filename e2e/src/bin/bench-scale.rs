@@ -162,7 +162,7 @@ fn synthetic(i: usize, nodes: usize) -> (String, String, String, String) {
 }
 
 async fn create_pairs(client: &Client, args: &Args, real_yaml: &str, synthetic_pairs: usize) -> Result<(), BoxError> {
-    havip_e2e::api::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
+    havip_e2e::harness::api::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
     let pairs: Api<HAPair> = Api::all(client.clone());
     let fips: Api<havip_crds::FloatingIP> = Api::all(client.clone());
     futures::stream::iter(0..synthetic_pairs)
@@ -289,11 +289,11 @@ fn phase(p: &HAPair) -> Option<Phase> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if let Err(why) = havip_e2e::netns::require_root() {
+    if let Err(why) = havip_e2e::host::netns::require_root() {
         eprintln!("bench-scale needs root: {why}");
         return std::process::ExitCode::FAILURE;
     }
-    havip_e2e::init_tracing();
+    havip_e2e::host::logging::init_tracing();
     match run(&args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -307,8 +307,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false })?;
     let rt = tokio::runtime::Runtime::new()?;
     let client = rt.block_on(lab.client())?;
-    let agent_build = build_of(havip_e2e::agent::agent_binary().ok());
-    let operator_build = build_of(havip_e2e::kubelab::operator_binary().ok());
+    let agent_build = build_of(havip_e2e::harness::agent::agent_binary().ok());
+    let operator_build = build_of(havip_e2e::harness::kubelab::operator_binary().ok());
 
     // The cluster: synthetic Nodes, then the operator (its first list is the big one).
     let t = Instant::now();

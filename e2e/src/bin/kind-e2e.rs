@@ -8,10 +8,10 @@
 //! does all three. Needs Docker and the node image `hack/kind-node-image.sh` builds.
 
 use clap::{Parser, Subcommand};
-use havip_e2e::cluster::{Cluster, ClusterError};
-use havip_e2e::kind::{KindCluster, KindConfig};
-use havip_e2e::kind_scenarios::{self, Expect};
+use havip_e2e::harness::cluster::{Cluster, ClusterError};
+use havip_e2e::harness::kind::{KindCluster, KindConfig};
 use havip_e2e::scenarios;
+use havip_e2e::scenarios::kind::{self as kind_scenarios, Expect};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,9 +3,9 @@
 
 use crate::moves::{Kept, Outcome, complete, finish, half_open};
 use crate::systems::{echo_listeners, havip_failover};
-use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
-use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
-use havip_e2e::netns::Topology;
+use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
+use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
+use havip_e2e::host::netns::Topology;
 use havip_e2e::traffic::{HalfOpen, LongLived, Prober};
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -1,10 +1,10 @@
 //! The idle measurement: what each system costs holding VIPs on two nodes.
 
 use crate::systems::keepalived_config;
-use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
-use havip_e2e::footprint;
-use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
-use havip_e2e::netns::Topology;
+use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
+use havip_e2e::bench::footprint;
+use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
+use havip_e2e::host::netns::Topology;
 use havip_e2e::traffic::Listener;
 use serde_json::json;
 use std::time::Duration;

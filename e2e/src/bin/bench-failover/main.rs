@@ -10,7 +10,7 @@
 //! speaker, which leaves memberlist). Systems: `havip` (defaults), `keepalived-v2` (Debian
 //! keepalived, VRRPv2 defaults), `keepalived-v3` (VRRPv3, `advert_int 0.1`) and
 //! `metallb-l2` (MetalLB v0.15.2 in layer-2 mode with its defaults, on a local control
-//! plane: see `havip_e2e::metallb`; the active is whichever node MetalLB elects to
+//! plane: see `havip_e2e::baselines::metallb`; the active is whichever node MetalLB elects to
 //! announce). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
 //! `hack/testbin.sh control-plane` have built its binaries; otherwise it prints a
 //! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
@@ -101,7 +101,7 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if let Err(why) = havip_e2e::netns::require_root() {
+    if let Err(why) = havip_e2e::host::netns::require_root() {
         eprintln!("bench-failover needs root (network namespaces): {why}");
         return std::process::ExitCode::FAILURE;
     }

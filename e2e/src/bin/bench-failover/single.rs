@@ -3,10 +3,10 @@
 
 use crate::moves::{Outcome, Scenario, finish};
 use crate::systems::cut_node;
-use havip_e2e::agent::{AgentLab, PairOptions, SERVICE_PORT};
-use havip_e2e::keepalived::{Keepalived, KeepalivedConfig};
-use havip_e2e::metallb::{MetalLbConfig, MetalLbLab};
-use havip_e2e::netns::Topology;
+use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
+use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab};
+use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
+use havip_e2e::host::netns::Topology;
 use havip_e2e::traffic::{Listener, Prober};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;

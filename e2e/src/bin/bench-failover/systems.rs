@@ -1,9 +1,9 @@
 //! How each system is set up and moved: keepalived's configurations, whether MetalLB can
 //! run here, a node cut, havip's planned failover, echo listeners for keepalived.
 
-use havip_e2e::agent::{AgentLab, SERVICE_PORT};
-use havip_e2e::keepalived::KeepalivedConfig;
-use havip_e2e::netns::{Link, Topology};
+use havip_e2e::baselines::keepalived::KeepalivedConfig;
+use havip_e2e::harness::agent::{AgentLab, SERVICE_PORT};
+use havip_e2e::host::netns::{Link, Topology};
 use havip_e2e::traffic::Listener;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -59,10 +59,10 @@ pub(crate) fn echo_listeners(topo: &Topology) -> Result<Vec<Listener>, String> {
 
 /// Why `metallb-l2` cannot run here, if it cannot: MetalLB or the control plane not built.
 pub(crate) fn metallb_missing() -> Option<String> {
-    if let Err(e) = havip_e2e::testbin::MetalLbBin::find() {
+    if let Err(e) = havip_e2e::harness::testbin::MetalLbBin::find() {
         return Some(e.to_string());
     }
-    havip_e2e::testbin::TestBin::find()
+    havip_e2e::harness::testbin::TestBin::find()
         .err()
         .map(|e| format!("{e} (build it with `bash hack/testbin.sh control-plane`)"))
 }

@@ -10,7 +10,7 @@
 
 use crate::lifecycle::{State, alive, down, read_state, start};
 use havip_crds::{FloatingIP, HAPair, MemberRole, Phase, VipState};
-use havip_e2e::controlplane::client_from_kubeconfig;
+use havip_e2e::harness::controlplane::client_from_kubeconfig;
 use havip_e2e::traffic::{ProbeReport, Prober, ProberConfig};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
@@ -128,9 +128,9 @@ pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
 
 fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     let started = Instant::now();
-    havip_e2e::netns::require_root().map_err(|e| format!("the demo needs root (network namespaces): {e}"))?;
-    let agent = havip_e2e::agent::agent_binary().map_err(|e| e.to_string())?;
-    havip_e2e::kubelab::operator_binary().map_err(|e| e.to_string())?;
+    havip_e2e::host::netns::require_root().map_err(|e| format!("the demo needs root (network namespaces): {e}"))?;
+    let agent = havip_e2e::harness::agent::agent_binary().map_err(|e| e.to_string())?;
+    havip_e2e::harness::kubelab::operator_binary().map_err(|e| e.to_string())?;
     let plugin = agent.with_file_name("kubectl-havip");
     if !plugin.is_file() {
         return Err(format!("{} not found: run `cargo build --workspace --bins`", plugin.display()));
@@ -304,7 +304,7 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
 
 /// Step 2: `hack/testbin.sh control-plane`, its progress shown; returns the directory.
 fn test_binaries(out: &mut Out) -> Result<PathBuf, String> {
-    use havip_e2e::testbin::{ETCD_VERSION, K8S_VERSION};
+    use havip_e2e::harness::testbin::{ETCD_VERSION, K8S_VERSION};
     out.step(
         2,
         &format!(

@@ -2,7 +2,7 @@
 //! `serve` in the background and waits for that file, `down` stops it and removes what
 //! it left.
 
-use havip_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use havip_e2e::harness::controlplane::{ControlPlane, ControlPlaneOptions};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -104,7 +104,7 @@ pub(crate) fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option
             return Ok(state);
         }
         if let Ok(Some(status)) = child.try_wait() {
-            let tail = havip_e2e::process::tail(&log, 30);
+            let tail = havip_e2e::host::process::tail(&log, 30);
             let _ = down(dir);
             return Err(format!("the lab exited during start-up ({status}):\n{tail}"));
         }
@@ -148,7 +148,7 @@ pub(crate) fn down(dir: &Path) -> Result<(), String> {
     // A lab whose `serve` was killed leaves its namespaces behind; their owner is dead,
     // so this removes them (namespaces of live labs and test runs are left alone).
     if nix::unistd::geteuid().is_root()
-        && let Err(e) = havip_e2e::netns::cleanup_stale()
+        && let Err(e) = havip_e2e::host::netns::cleanup_stale()
     {
         eprintln!("warning: cleaning up stale namespaces failed: {e}");
     }
@@ -159,7 +159,7 @@ pub(crate) fn down(dir: &Path) -> Result<(), String> {
     let leftovers = loop {
         let mut left: Vec<String> = pids.iter().filter(|p| alive(**p)).map(|p| format!("process {p}")).collect();
         if let Some(prefix) = prefix {
-            let names = havip_e2e::netns::list_namespaces().map_err(|e| e.to_string())?;
+            let names = havip_e2e::host::netns::list_namespaces().map_err(|e| e.to_string())?;
             left.extend(names.into_iter().filter(|n| n.starts_with(prefix)).map(|n| format!("namespace {n}")));
         }
         if left.is_empty() || Instant::now() > deadline {
@@ -208,11 +208,11 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
         kube_lab = None;
         state
     } else {
-        let operator = havip_e2e::kubelab::operator_binary().is_ok();
+        let operator = havip_e2e::harness::kubelab::operator_binary().is_ok();
         if !operator {
             eprintln!("note: havip-operator is not built; the lab runs without it");
         }
-        let lab = havip_e2e::kubelab::KubeLab::start(havip_e2e::kubelab::KubeLabOptions {
+        let lab = havip_e2e::harness::kubelab::KubeLab::start(havip_e2e::harness::kubelab::KubeLabOptions {
             nodes,
             operator,
             dir: Some(dir.join("kubelab")),
@@ -234,7 +234,7 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             node_ips: lab.topo.nodes().iter().map(|n| n.data_ip).collect(),
             client_ip: Some(lab.topo.client().ip),
             vips: (0..4).map(|j| lab.topo.vip(j)).collect(),
-            service_port: Some(havip_e2e::agent::SERVICE_PORT),
+            service_port: Some(havip_e2e::harness::agent::SERVICE_PORT),
             kubectl: Some(lab.cp.testbin().kubectl()),
             logs: Some(lab.dir().to_owned()),
         };

@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     if matches!(args.command, Cmd::Demo { .. }) {
         demo::init_tracing();
     } else {
-        havip_e2e::init_tracing();
+        havip_e2e::host::logging::init_tracing();
     }
     let result = match args.command {
         Cmd::Up { timeout, nodes } => up(&args.dir, Duration::from_secs(timeout), nodes),
