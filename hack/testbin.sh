@@ -22,7 +22,7 @@ K8S_VERSION="${HAVIP_K8S_VERSION:-1.37.2}"
 ETCD_VERSION="${HAVIP_ETCD_VERSION:-3.7.0}"
 HELM_VERSION="${HAVIP_HELM_VERSION:-3.22.0}"
 KIND_VERSION="${HAVIP_KIND_VERSION:-0.33.0}"
-# Must match e2e/src/testbin.rs (METALLB_VERSION).
+# Must match e2e/src/harness/testbin.rs (METALLB_VERSION).
 METALLB_VERSION="${HAVIP_METALLB_VERSION:-0.15.2}"
 CACHE="${HAVIP_CACHE:-$HOME/.cache/havip}"
 what="${1:-control-plane}"

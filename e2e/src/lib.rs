@@ -1,32 +1,36 @@
-//! The havip end-to-end harness: a real local control plane (etcd and
-//! kube-apiserver processes with generated certificates and RBAC), helpers that
-//! always clean up, and the `lab` binary built on them.
+//! The havip end-to-end harness: a real local control plane (etcd and kube-apiserver
+//! processes with generated certificates and RBAC), network-namespace topologies as nodes,
+//! test traffic, the baselines havip is measured against, the end-to-end scenarios, and
+//! the `lab`, `kind-e2e` and `bench-*` binaries built on them.
+//!
+//! Rooms, bottom up (a room uses only the rooms above it in this list):
+//!
+//! - [`host`]: child processes that never outlive the test, network namespaces and
+//!   topologies, tracing;
+//! - [`traffic`]: listeners, probers, long-lived and half-open connections, and the
+//!   counters of looping packets;
+//! - [`harness`]: the systems under test: test binaries, the control plane, the
+//!   standalone agent lab, the Kubernetes lab, and the cluster providers (local, kind);
+//! - [`baselines`]: keepalived and MetalLB, run in the same topologies;
+//! - [`scenarios`]: the end-to-end scenarios, written once against
+//!   [`harness::cluster::Cluster`];
+//! - [`bench`](mod@bench): what the benchmark binaries share.
+//!
+//! The modules are also re-exported here under their former flat names
+//! (`havip_e2e::netns`, `havip_e2e::agent`, …), which the tests use. `e2e/README.md`
+//! says which test layer to pick for what.
 
-pub mod agent;
-pub mod api;
-pub mod certs;
-pub mod cluster;
-pub mod controlplane;
-pub mod footprint;
-pub mod keepalived;
-pub mod kind;
-pub mod kind_scenarios;
-pub mod kubelab;
-pub mod loops;
-pub mod metallb;
-pub mod netns;
-pub mod process;
+pub mod baselines;
+pub mod bench;
+pub mod harness;
+pub mod host;
 pub mod scenarios;
-pub mod testbin;
 pub mod traffic;
 
-/// Initialises `tracing` for tests and binaries (idempotent); `RUST_LOG` filters.
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_test_writer()
-        .try_init();
-}
+pub use baselines::{keepalived, metallb};
+pub use bench::footprint;
+pub use harness::{agent, api, certs, cluster, controlplane, kind, kubelab, testbin};
+pub use host::logging::init_tracing;
+pub use host::{netns, process};
+pub use scenarios::kind as kind_scenarios;
+pub use traffic::loops;

@@ -2,7 +2,7 @@
 //! can be pulled): kind builds from Go modules and runs; the chart renders with the
 //! exact values the kind provider installs it with (its own images, never pulled);
 //! the suite's kind config parses. The provider's commands are unit-tested in
-//! `e2e/src/kind.rs`; the scenarios are the ones `make e2e` runs.
+//! `e2e/src/harness/kind/commands.rs`; the scenarios are the ones `make e2e` runs.
 
 use havip_e2e::kind::KindConfig;
 use std::path::PathBuf;

@@ -12,8 +12,8 @@
 
 use clap::Parser;
 use havip_crds::Phase;
-use havip_e2e::kubelab::{KubeLab, KubeLabOptions};
-use havip_e2e::netns::Link;
+use havip_e2e::harness::kubelab::{KubeLab, KubeLabOptions};
+use havip_e2e::host::netns::Link;
 use havip_e2e::traffic::Prober;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -58,7 +58,7 @@ fn havip_requests(d: &Counts) -> (f64, f64, BTreeMap<String, f64>) {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if let Err(why) = havip_e2e::netns::require_root() {
+    if let Err(why) = havip_e2e::host::netns::require_root() {
         eprintln!("bench-k8s needs root: {why}");
         return std::process::ExitCode::FAILURE;
     }

@@ -15,7 +15,9 @@
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use havip_crds::{FloatingIP, HAPair, Phase, manager};
-use havip_e2e::controlplane::ControlPlane;
+use havip_e2e::bench::footprint;
+use havip_e2e::harness::controlplane::ControlPlane;
+use havip_e2e::harness::metrics::{self, metric_sum};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -78,31 +80,18 @@ impl Operator {
     }
 
     fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        footprint::rss_kib(&[self.child.id()])
     }
 
     /// User + system CPU seconds.
     fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which may contain spaces) start after ')'.
-        let rest = stat.rsplit(')').next().unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (ticks(11) + ticks(12)) / 100.0
+        footprint::cpu_seconds(self.child.id())
     }
 }
 
+/// The sum of the samples whose line starts with `prefix` (a name, or a name and labels).
 fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |a, b| a + b)
+    metric_sum(text, prefix, &[])
 }
 
 /// (count, mean ms, p50 ms, p99 ms) of the hapair reconcile histogram (quantiles are
@@ -152,12 +141,9 @@ async fn apiserver_requests(client: &Client) -> Result<serde_json::Value, BoxErr
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(req).await?;
     let mut by_verb = std::collections::BTreeMap::<String, f64>::new();
-    for l in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for ((verb, resource), v) in metrics::apiserver_requests(&text) {
         // Only requests to our resources and the objects the operator writes.
-        let verb = l.split("verb=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("?").to_owned();
-        let resource = l.split("resource=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("");
-        if ["hapairs", "floatingips", "leases", "secrets", "events", "nodes"].contains(&resource) {
-            let v: f64 = l.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        if ["hapairs", "floatingips", "leases", "secrets", "events", "nodes"].contains(&resource.as_str()) {
             *by_verb.entry(format!("{resource}:{verb}")).or_default() += v;
         }
     }

@@ -24,7 +24,8 @@
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use havip_crds::{HAPair, Phase, manager};
-use havip_e2e::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
+use havip_e2e::bench::footprint;
+use havip_e2e::harness::kubelab::{KubeLab, KubeLabOptions, NAMESPACE};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -63,14 +64,7 @@ struct Args {
 
 /// VmRSS of a process, in KiB (0 when it is gone).
 fn rss_kib(pid: Option<u32>) -> u64 {
-    let Some(pid) = pid else { return 0 };
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    pid.map_or(0, |p| footprint::rss_kib(&[p]))
 }
 
 /// "release" or "debug", from where the binary lives.
@@ -168,7 +162,7 @@ fn synthetic(i: usize, nodes: usize) -> (String, String, String, String) {
 }
 
 async fn create_pairs(client: &Client, args: &Args, real_yaml: &str, synthetic_pairs: usize) -> Result<(), BoxError> {
-    havip_e2e::api::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
+    havip_e2e::harness::api::apply_documents(client, real_yaml).await.map_err(|e| e.to_string())?;
     let pairs: Api<HAPair> = Api::all(client.clone());
     let fips: Api<havip_crds::FloatingIP> = Api::all(client.clone());
     futures::stream::iter(0..synthetic_pairs)
@@ -295,11 +289,11 @@ fn phase(p: &HAPair) -> Option<Phase> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if let Err(why) = havip_e2e::netns::require_root() {
+    if let Err(why) = havip_e2e::host::netns::require_root() {
         eprintln!("bench-scale needs root: {why}");
         return std::process::ExitCode::FAILURE;
     }
-    havip_e2e::init_tracing();
+    havip_e2e::host::logging::init_tracing();
     match run(&args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -313,8 +307,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false })?;
     let rt = tokio::runtime::Runtime::new()?;
     let client = rt.block_on(lab.client())?;
-    let agent_build = build_of(havip_e2e::agent::agent_binary().ok());
-    let operator_build = build_of(havip_e2e::kubelab::operator_binary().ok());
+    let agent_build = build_of(havip_e2e::harness::agent::agent_binary().ok());
+    let operator_build = build_of(havip_e2e::harness::kubelab::operator_binary().ok());
 
     // The cluster: synthetic Nodes, then the operator (its first list is the big one).
     let t = Instant::now();

@@ -8,10 +8,10 @@
 //! does all three. Needs Docker and the node image `hack/kind-node-image.sh` builds.
 
 use clap::{Parser, Subcommand};
-use havip_e2e::cluster::Cluster;
-use havip_e2e::kind::{KindCluster, KindConfig};
-use havip_e2e::kind_scenarios::{self, Expect};
+use havip_e2e::harness::cluster::{Cluster, ClusterError};
+use havip_e2e::harness::kind::{KindCluster, KindConfig};
 use havip_e2e::scenarios;
+use havip_e2e::scenarios::kind::{self as kind_scenarios, Expect};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,9 +114,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The outcome of one scenario: Ok, or the panic message.
-fn outcome(reset: Result<(), String>, f: impl FnOnce()) -> Result<(), String> {
-    reset.and_then(|()| {
+/// The outcome of one scenario: Ok, or why the reset before it failed, or the panic message.
+fn outcome(reset: Result<(), ClusterError>, f: impl FnOnce()) -> Result<(), String> {
+    reset.map_err(|e| e.to_string()).and_then(|()| {
         std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
             p.downcast_ref::<String>()
                 .cloned()

@@ -8,9 +8,9 @@
 //! prints how to explore the lab. Every step is one numbered line; any failure ends the
 //! demo with an error (the lab stays up for a post-mortem).
 
-use crate::State;
+use crate::lifecycle::{State, alive, down, read_state, start};
 use havip_crds::{FloatingIP, HAPair, MemberRole, Phase, VipState};
-use havip_e2e::controlplane::client_from_kubeconfig;
+use havip_e2e::harness::controlplane::client_from_kubeconfig;
 use havip_e2e::traffic::{ProbeReport, Prober, ProberConfig};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
@@ -99,7 +99,7 @@ fn secs(d: Duration) -> String {
 
 /// Runs the demo against a new lab in `dir`.
 pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
-    if let Some(s) = crate::read_state(dir).filter(|s| crate::alive(s.pid)) {
+    if let Some(s) = read_state(dir).filter(|s| alive(s.pid)) {
         return Err(format!(
             "a lab is already running in {} (pid {}): `make demo-down` removes it, then run `make demo` again",
             dir.display(),
@@ -112,7 +112,7 @@ pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
         if out.open {
             println!("FAILED");
         }
-        let running = crate::read_state(dir).is_some_and(|s| crate::alive(s.pid));
+        let running = read_state(dir).is_some_and(|s| alive(s.pid));
         let hint = if running {
             format!(
                 "\nthe lab is still running for a post-mortem (logs in {}); `make demo-down` removes it",
@@ -128,9 +128,9 @@ pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
 
 fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     let started = Instant::now();
-    havip_e2e::netns::require_root().map_err(|e| format!("the demo needs root (network namespaces): {e}"))?;
-    let agent = havip_e2e::agent::agent_binary().map_err(|e| e.to_string())?;
-    havip_e2e::kubelab::operator_binary().map_err(|e| e.to_string())?;
+    havip_e2e::host::netns::require_root().map_err(|e| format!("the demo needs root (network namespaces): {e}"))?;
+    let agent = havip_e2e::harness::agent::agent_binary().map_err(|e| e.to_string())?;
+    havip_e2e::harness::kubelab::operator_binary().map_err(|e| e.to_string())?;
     let plugin = agent.with_file_name("kubectl-havip");
     if !plugin.is_file() {
         return Err(format!("{} not found: run `cargo build --workspace --bins`", plugin.display()));
@@ -138,7 +138,7 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     let bin_dir = agent.parent().map(Path::to_path_buf).unwrap_or_default();
     // What a lab that died left behind (`lab down` says what it removed).
     if dir.exists() {
-        crate::down(dir)?;
+        down(dir)?;
     }
 
     // 2. kube-apiserver, etcd, kubectl.
@@ -147,7 +147,7 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     // 3. The lab.
     out.step(3, "starting the lab");
     let t = Instant::now();
-    let state = crate::start(dir, timeout, 2, Some(&testbin))?;
+    let state = start(dir, timeout, 2, Some(&testbin))?;
     let lab = Lab::from_state(state)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -304,7 +304,7 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
 
 /// Step 2: `hack/testbin.sh control-plane`, its progress shown; returns the directory.
 fn test_binaries(out: &mut Out) -> Result<PathBuf, String> {
-    use havip_e2e::testbin::{ETCD_VERSION, K8S_VERSION};
+    use havip_e2e::harness::testbin::{ETCD_VERSION, K8S_VERSION};
     out.step(
         2,
         &format!(
@@ -730,9 +730,14 @@ fn pair_list(what: &str, pairs: &[(String, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Adapted, adapt_example, cable_command, failures_around_takeover, repo, secs};
     use havip_crds::NodeAddressType;
+    use havip_crds::{FloatingIP, HAPair};
+    use havip_e2e::traffic::ProbeReport;
     use havip_e2e::traffic::{Probe, ProbeError};
+    use serde::Deserialize;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
 
     fn lab_adapt() -> Adapted {
         let text = std::fs::read_to_string(repo().join("examples/hapair.yaml")).expect("example");

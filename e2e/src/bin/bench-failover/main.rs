@@ -1,0 +1,163 @@
+//! `bench-failover`: failover gaps of havip, keepalived and MetalLB (layer 2), side by
+//! side, in the same network-namespace topology, as JSON lines.
+//!
+//! A client in its own namespace connects to VIP:8080 every 5 ms with a 50 ms timeout
+//! (each member runs a listener that names itself) and records the longest gap between
+//! successful connects and the number of failed connects, for three scenarios:
+//! `cut` (the active's cables are pulled), `kill-then-cut` (the active's HA daemon is
+//! SIGKILLed, then its cables pulled 2 s later) and `planned` (havip: `admin failover`;
+//! keepalived: SIGTERM, its priority-0 handover; MetalLB: SIGTERM to the announcing node's
+//! speaker, which leaves memberlist). Systems: `havip` (defaults), `keepalived-v2` (Debian
+//! keepalived, VRRPv2 defaults), `keepalived-v3` (VRRPv3, `advert_int 0.1`) and
+//! `metallb-l2` (MetalLB v0.15.2 in layer-2 mode with its defaults, on a local control
+//! plane: see `havip_e2e::baselines::metallb`; the active is whichever node MetalLB elects to
+//! announce). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
+//! `hack/testbin.sh control-plane` have built its binaries; otherwise it prints a
+//! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
+//! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
+//!
+//! Two scenarios measure planned moves that should keep connections (issue 17 §3,
+//! issue 18), for `havip` (its default `drainTimeout`) and `keepalived-v3` only (other
+//! systems are skipped for them; the members' listeners echo, see
+//! `havip_e2e::traffic::Listener::echo`):
+//! - `planned-drain`: as `planned`, with 20 long-lived connections (a message every
+//!   50 ms each) and 4 connections held in the middle of their handshake (the SYN
+//!   answered by the old holder, the ACK sent once the new holder has answered 20 new
+//!   connections, about 100 ms after the move; `traffic::HalfOpen`) besides the 5 ms
+//!   stream: how many long-lived connections break within 2 s of the
+//!   move (keepalived: all of them, its new holder resets them), how many handshakes
+//!   fail, and for havip how many were still open, and cut, when the drain ended.
+//! - `planned-200`: 200 planned moves back and forth in one lab (`--moves`), a move at
+//!   most every `--move-interval-ms` (default 1200: beyond the client's 1 s neighbour
+//!   locktime) and no sooner than the system accepts it (havip: `admin failover` is
+//!   retried until the target is a ready standby; keepalived, `nopreempt`: SIGTERM to the
+//!   master, then started again as backup), with 4 concurrent streams of new connections
+//!   (every 5 ms each) and 2 mid-handshake connections per move (their ACK sent as soon
+//!   as every stream has seen the new holder: right after the flip): failed connects and
+//!   resets over all moves (goal 0 each) and the per-move gap (the longest of the 4
+//!   streams' gaps around the move) p50/p99. `--runs` does not apply: one lab each.
+//!
+//! For each (system, scenario) the median run's client probes around the move are
+//! printed too (`"bench": "timeline"`: each probe's start and end relative to the last
+//! answer of the old holder, and who answered); `bench-report` draws them as an SVG.
+//!
+//! Root only. `make bench-failover` and `make bench` run it; `--runs N` sets the runs per
+//! scenario.
+
+mod drain;
+mod idle;
+mod many;
+mod moves;
+mod runs;
+mod single;
+mod systems;
+
+use clap::Parser;
+use moves::Scenario;
+use runs::Summary;
+use serde_json::json;
+use std::time::Duration;
+use systems::metallb_missing;
+
+/// Failover benchmark: havip against keepalived and MetalLB.
+#[derive(Parser, Debug)]
+#[command(about)]
+struct Args {
+    /// Runs per (system, scenario).
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
+    /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
+    /// 0.03`), metallb-l2. Default: all of them, metallb-l2 only when its binaries are built
+    /// (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh control-plane`).
+    #[arg(long)]
+    systems: Option<String>,
+    /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
+    /// planned-200 (the last two for havip and keepalived-v3 only).
+    #[arg(long, default_value = "cut,kill-then-cut,planned,planned-drain,planned-200")]
+    scenarios: String,
+    /// Moves of `planned-200`.
+    #[arg(long, default_value_t = 200)]
+    moves: usize,
+    /// `planned-200`: a move starts no sooner than this after the one before was
+    /// accepted (ms; the client's neighbour locktime is 1 s).
+    #[arg(long, default_value_t = 1200)]
+    move_interval_ms: u64,
+    /// Skip the idle footprint measurement.
+    #[arg(long)]
+    no_footprint: bool,
+    /// VIP counts of the idle footprint measurement, one pair per count (comma separated,
+    /// 1 to 109 each: the topology's VIP range).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100", value_parser = clap::value_parser!(u8).range(1..=109))]
+    footprint_vips: Vec<u8>,
+    /// Seconds of idle for the footprint measurement.
+    #[arg(long, default_value_t = 30)]
+    idle_seconds: u64,
+    /// Systems of the idle measurement (comma separated): havip, havip-fast and the
+    /// keepalived systems of `--systems`.
+    #[arg(long, default_value = "havip,havip-fast,keepalived-v3,keepalived-v3-30ms")]
+    idle_systems: String,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if let Err(why) = havip_e2e::host::netns::require_root() {
+        eprintln!("bench-failover needs root (network namespaces): {why}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let metallb_missing = metallb_missing();
+    let asked = args
+        .systems
+        .clone()
+        .unwrap_or_else(|| "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2".to_owned());
+    let mut systems: Vec<&str> = asked.split(',').collect();
+    if let Some(why) = &metallb_missing
+        && systems.contains(&"metallb-l2")
+    {
+        eprintln!("metallb-l2: skipped: {why}");
+        println!("{}", json!({"system": "metallb-l2", "skipped": why}));
+        systems.retain(|s| *s != "metallb-l2");
+    }
+    let scenarios: Vec<Scenario> = args
+        .scenarios
+        .split(',')
+        .filter_map(|s| match s {
+            "cut" => Some(Scenario::Cut),
+            "kill-then-cut" => Some(Scenario::KillThenCut),
+            "planned" => Some(Scenario::Planned),
+            "planned-drain" => Some(Scenario::PlannedDrain),
+            "planned-200" => Some(Scenario::Planned200),
+            _ => None,
+        })
+        .collect();
+    let mut results: Vec<Summary> = Vec::new();
+    let mut failed_runs = 0;
+    for scenario in &scenarios {
+        for system in &systems {
+            if let Some(only) = scenario.systems()
+                && !only.contains(system)
+            {
+                eprintln!("{system} {}: not measured (only {})", scenario.name(), only.join(", "));
+                continue;
+            }
+            if *scenario == Scenario::Planned200 {
+                let interval = Duration::from_millis(args.move_interval_ms);
+                results.extend(runs::many(system, args.moves, interval, &mut failed_runs));
+                continue;
+            }
+            results.push(runs::repeated(*scenario, system, args.runs, &mut failed_runs));
+        }
+        // Ratios of each havip profile to each other system, for this scenario.
+        runs::print_ratios(&results, *scenario);
+    }
+    if !args.no_footprint {
+        for &vips in &args.footprint_vips {
+            idle::idle_lines(vips, &args.idle_systems, Duration::from_secs(args.idle_seconds), &mut failed_runs);
+        }
+    }
+    if failed_runs > 0 {
+        eprintln!("{failed_runs} runs failed");
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,110 @@
+//! The scenarios of one move per lab (`cut`, `kill-then-cut`, `planned`) for havip,
+//! keepalived and MetalLB.
+
+use crate::moves::{Outcome, Scenario, finish};
+use crate::systems::cut_node;
+use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
+use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab};
+use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
+use havip_e2e::host::netns::Topology;
+use havip_e2e::traffic::{Listener, Prober};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// One move of havip (the Standard or the Fast profile).
+pub(crate) fn run_havip(scenario: Scenario, fast_profile: bool) -> Result<Outcome, String> {
+    let mut lab = AgentLab::start(PairOptions { fast_profile, ..Default::default() }).map_err(|e| e.to_string())?;
+    lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    // The standby must be steady (heard, ready) before any scenario.
+    std::thread::sleep(Duration::from_millis(1200));
+    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    match scenario {
+        // The node dies: management first, so that the data-link carrier loss cannot
+        // trigger a (faster) planned handover over the still-connected management path.
+        Scenario::Cut => cut_node(&lab.topo, 0)?,
+        Scenario::KillThenCut => {
+            lab.kill_agent(0);
+            std::thread::sleep(Duration::from_secs(2));
+            cut_node(&lab.topo, 0)?;
+        }
+        Scenario::Planned => {
+            let (ok, out) = lab.admin(0, &["failover"]);
+            if !ok {
+                return Err(format!("planned failover refused: {out}"));
+            }
+        }
+        Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
+    }
+    let out = finish(prober, "n1", Duration::from_secs(15));
+    if std::env::var_os("BENCH_VERBOSE").is_some() && out.gap_ms > 600.0 {
+        eprintln!("{}", lab.logs_tail(40));
+    }
+    Ok(out)
+}
+
+/// One move of keepalived with `config`.
+pub(crate) fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Result<Outcome, String> {
+    let topo = Topology::builder().nodes(2).build().map_err(|e| e.to_string())?;
+    let _l0 = Listener::on_node(&topo, 0, SERVICE_PORT).map_err(|e| e.to_string())?;
+    let _l1 = Listener::on_node(&topo, 1, SERVICE_PORT).map_err(|e| e.to_string())?;
+    let cfg = || config.clone();
+    let vip = topo.vip(0);
+    let mut k0 = Keepalived::start(&topo, 0, cfg().vip(vip, 24)).map_err(|e| e.to_string())?;
+    let k1 = Keepalived::start(&topo, 1, cfg().vip(vip, 24)).map_err(|e| e.to_string())?;
+    k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let target = SocketAddr::new(IpAddr::V4(vip), SERVICE_PORT);
+    let prober = Prober::on_client(&topo, target).map_err(|e| e.to_string())?;
+    prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    match scenario {
+        Scenario::Cut => cut_node(&topo, 0)?,
+        Scenario::KillThenCut => {
+            k0.kill();
+            std::thread::sleep(Duration::from_secs(2));
+            cut_node(&topo, 0)?;
+        }
+        Scenario::Planned => k0.stop_graceful(),
+        Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
+    }
+    let out = finish(prober, "n1", Duration::from_secs(20));
+    drop(k1);
+    Ok(out)
+}
+
+/// MetalLB layer 2: the active is the node MetalLB elected to announce the Service's
+/// address; `planned` is a SIGTERM to its speaker.
+pub(crate) fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
+    let mut lab = MetalLbLab::start(MetalLbConfig::default()).map_err(|e| e.to_string())?;
+    let holder = lab.announcer_index().map_err(|e| e.to_string())?;
+    let Some(other) = (0..lab.topo.nodes().len()).find(|i| *i != holder) else {
+        return Err("no second node".into());
+    };
+    let (old, new) = (lab.topo.node(holder).name.clone(), lab.topo.node(other).name.clone());
+    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    prober.wait_for_responder(&old, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    match scenario {
+        Scenario::Cut => cut_node(&lab.topo, holder)?,
+        Scenario::KillThenCut => {
+            lab.kill_speaker(holder);
+            std::thread::sleep(Duration::from_secs(2));
+            cut_node(&lab.topo, holder)?;
+        }
+        Scenario::Planned => lab.terminate_speaker(holder).map_err(|e| e.to_string())?,
+        Scenario::PlannedDrain | Scenario::Planned200 => {
+            return Err(format!("{} is not measured for MetalLB", scenario.name()));
+        }
+    }
+    // memberlist's failure detection takes seconds by design: a generous deadline.
+    let out = finish(prober, &new, Duration::from_secs(30));
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        eprintln!("  metallb-l2: {old} announced first, {new} took over; announcers now {:?}", lab.announcers());
+        if !out.new_holder_reached {
+            eprintln!("{}", lab.logs_tail(40));
+        }
+    }
+    Ok(out)
+}

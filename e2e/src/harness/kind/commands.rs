@@ -1,0 +1,478 @@
+//! The kind suite's command lines and manifests, as pure functions of a [`KindConfig`]:
+//! unit-tested here, since kind cannot create a cluster where no image can be pulled.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+/// The port the responders answer on (and the pair's probe port).
+pub const SERVICE_PORT: u16 = 8080;
+/// The chart's namespace.
+pub const NAMESPACE: &str = "havip-system";
+/// The kind network.
+pub const NETWORK: &str = "kind";
+/// The API server's port inside the kind network.
+pub const API_PORT: u16 = 6443;
+
+/// Names and paths of one kind suite run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindConfig {
+    /// The kind cluster's name.
+    pub cluster: String,
+    /// Worker nodes (kind names them `<cluster>-worker`, `<cluster>-worker2`, …).
+    pub workers: usize,
+    /// Image prefix and tag (`<prefix>/havip-operator:<tag>`, …).
+    pub image_prefix: String,
+    /// Image tag.
+    pub tag: String,
+    /// Where the cluster's kubeconfig is written.
+    pub kubeconfig: PathBuf,
+    /// The kind binary.
+    pub kind: PathBuf,
+    /// The helm binary.
+    pub helm: PathBuf,
+    /// The kubectl binary.
+    pub kubectl: PathBuf,
+    /// The repository root (chart and kind config).
+    pub repo: PathBuf,
+    /// The kind node image (`hack/kind-node-image.sh` builds `havip/kind-node:v1.37.2`);
+    /// `None`: kind's default image.
+    pub node_image: Option<String>,
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+impl KindConfig {
+    /// The node containers that run workloads (pair members), in order.
+    pub fn worker_nodes(&self) -> Vec<String> {
+        (1..=self.workers)
+            .map(|i| if i == 1 { format!("{}-worker", self.cluster) } else { format!("{}-worker{i}", self.cluster) })
+            .collect()
+    }
+
+    /// An image reference.
+    pub fn image(&self, name: &str) -> String {
+        format!("{}/{name}:{}", self.image_prefix, self.tag)
+    }
+
+    /// The images the suite loads into the cluster.
+    pub fn images(&self) -> Vec<String> {
+        ["havip-operator", "havip-agent", "havip-e2e-tools"].iter().map(|n| self.image(n)).collect()
+    }
+
+    /// `kind create cluster`.
+    pub fn create_cluster(&self) -> Vec<String> {
+        let mut v = vec![
+            self.kind.display().to_string(),
+            s("create"),
+            s("cluster"),
+            s("--name"),
+            self.cluster.clone(),
+            s("--config"),
+            self.repo.join("e2e/kind/cluster.yaml").display().to_string(),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
+            s("--wait"),
+            s("300s"),
+        ];
+        if let Some(image) = &self.node_image {
+            v.extend([s("--image"), image.clone()]);
+        }
+        v
+    }
+
+    /// `kind delete cluster`.
+    pub fn delete_cluster(&self) -> Vec<String> {
+        vec![self.kind.display().to_string(), s("delete"), s("cluster"), s("--name"), self.cluster.clone()]
+    }
+
+    /// `kind load docker-image` of every image.
+    pub fn load_images(&self) -> Vec<String> {
+        let mut v = vec![self.kind.display().to_string(), s("load"), s("docker-image")];
+        v.extend(self.images());
+        v.extend([s("--name"), self.cluster.clone()]);
+        v
+    }
+
+    /// `helm upgrade --install` of the chart with the suite's images.
+    pub fn install_chart(&self) -> Vec<String> {
+        vec![
+            self.helm.display().to_string(),
+            s("upgrade"),
+            s("--install"),
+            s("havip"),
+            self.repo.join("charts/havip").display().to_string(),
+            s("--namespace"),
+            s(NAMESPACE),
+            s("--create-namespace"),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
+            s("--set"),
+            format!("image.repository={}", self.image_prefix),
+            s("--set"),
+            format!("image.tag={}", self.tag),
+            s("--set"),
+            s("image.pullPolicy=Never"),
+            // The operator on the control-plane node, off the pair's members: a cut member
+            // must not also cut the operator's leader off the API server (that is its own
+            // scenario, the leader pod deleted), or every status the scenarios wait for
+            // would trail by a leader election.
+            s("--set-string"),
+            s(r"operator.nodeSelector.node-role\.kubernetes\.io/control-plane="),
+            s("--set"),
+            s("operator.tolerations[0].key=node-role.kubernetes.io/control-plane"),
+            s("--set"),
+            s("operator.tolerations[0].operator=Exists"),
+            s("--set"),
+            s("operator.tolerations[0].effect=NoSchedule"),
+            s("--wait"),
+            s("--timeout"),
+            s("180s"),
+        ]
+    }
+
+    /// `helm uninstall` of the chart.
+    pub fn uninstall_chart(&self) -> Vec<String> {
+        vec![
+            self.helm.display().to_string(),
+            s("uninstall"),
+            s("havip"),
+            s("--namespace"),
+            s(NAMESPACE),
+            s("--kubeconfig"),
+            self.kubeconfig.display().to_string(),
+            s("--wait"),
+            s("--timeout"),
+            s("180s"),
+        ]
+    }
+
+    /// kubectl with the suite's kubeconfig and `args`.
+    pub fn kubectl(&self, args: &[&str]) -> Vec<String> {
+        let mut v = vec![self.kubectl.display().to_string(), s("--kubeconfig"), self.kubeconfig.display().to_string()];
+        v.extend(args.iter().map(|a| (*a).to_owned()));
+        v
+    }
+
+    /// The responders: a hostNetwork DaemonSet answering its node's name on
+    /// [`SERVICE_PORT`] (what the VIP serves, and what the agents probe).
+    pub fn responders_yaml(&self) -> String {
+        format!(
+            r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: havip-e2e-responder
+  namespace: {NAMESPACE}
+spec:
+  selector:
+    matchLabels: {{app: havip-e2e-responder}}
+  template:
+    metadata:
+      labels: {{app: havip-e2e-responder}}
+    spec:
+      hostNetwork: true
+      tolerations: [{{operator: Exists}}]
+      containers:
+        - name: responder
+          image: {image}
+          imagePullPolicy: Never
+          args: ["respond", "--port", "{SERVICE_PORT}", "--name", "$(NODE_NAME)"]
+          env:
+            - name: NODE_NAME
+              valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+"#,
+            image = self.image("havip-e2e-tools")
+        )
+    }
+
+    /// The standard pair over the first `members` workers: one heartbeat path (kind
+    /// nodes have one address), one VIP in the kind network.
+    pub fn pair_yaml(&self, name: &str, members: usize, vip: Ipv4Addr, prefix: u8) -> String {
+        let mut y =
+            format!("apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: {name}\nspec:\n  members:\n");
+        for (i, n) in self.worker_nodes().iter().take(members).enumerate() {
+            y.push_str(&format!("    - node: {n}\n      priority: {}\n", 200 - 10 * i));
+        }
+        y.push_str("  heartbeat:\n    paths:\n      - name: kind\n        addressType: InternalIP\n");
+        y.push_str(&format!(
+            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {vip}/{prefix}\n  interface: eth0\n  probe:\n    ports: [{SERVICE_PORT}]\n"
+        ));
+        y
+    }
+
+    /// The index of the host end of the node container's `eth0` (its `iflink`).
+    pub fn eth0_peer_index(node: &str) -> Vec<String> {
+        vec![s("docker"), s("exec"), node.to_owned(), s("cat"), s("/sys/class/net/eth0/iflink")]
+    }
+
+    /// The host's links, one per line (`<index>: <name>@…: …`).
+    pub fn host_links() -> Vec<String> {
+        vec![s("ip"), s("-o"), s("link"), s("show")]
+    }
+
+    /// Sets a host link (the node's cable on the kind bridge) down (node cut) or up
+    /// (restore). Like pulling the node's cable: the node's `eth0` loses carrier and keeps
+    /// its name, addresses and routes, so the restore is the cable plugged in again.
+    pub fn host_link(name: &str, up: bool) -> Vec<String> {
+        vec![s("ip"), s("link"), s("set"), s("dev"), name.to_owned(), s(if up { "up" } else { "down" })]
+    }
+
+    /// The kind network's subnets.
+    pub fn inspect_subnets() -> Vec<String> {
+        vec![
+            s("docker"),
+            s("network"),
+            s("inspect"),
+            s(NETWORK),
+            s("-f"),
+            s("{{range .IPAM.Config}}{{.Subnet}} {{end}}"),
+        ]
+    }
+
+    /// Inserts (`insert`) or deletes the rules that cut a node off the API server:
+    /// its own TCP to the API port (hostNetwork agents; after kube-proxy's DNAT) and
+    /// forwarded TCP from its pods (the operator).
+    pub fn api_block(node: &str, insert: bool) -> Vec<Vec<String>> {
+        let op = if insert { "-I" } else { "-D" };
+        ["OUTPUT", "FORWARD"]
+            .iter()
+            .map(|chain| {
+                vec![
+                    s("docker"),
+                    s("exec"),
+                    node.to_owned(),
+                    s("iptables"),
+                    s(op),
+                    s(chain),
+                    s("-p"),
+                    s("tcp"),
+                    s("--dport"),
+                    API_PORT.to_string(),
+                    s("-m"),
+                    s("comment"),
+                    s("--comment"),
+                    s("havip-e2e-api-outage"),
+                    s("-j"),
+                    s("DROP"),
+                ]
+            })
+            .collect()
+    }
+
+    /// Removes an address from the node's eth0.
+    pub fn addr_del(node: &str, addr: Ipv4Addr, prefix: u8) -> Vec<String> {
+        vec![
+            s("docker"),
+            s("exec"),
+            node.to_owned(),
+            s("ip"),
+            s("addr"),
+            s("del"),
+            format!("{addr}/{prefix}"),
+            s("dev"),
+            s("eth0"),
+        ]
+    }
+
+    /// The node's addresses on eth0 (who holds the VIP).
+    pub fn addresses(node: &str) -> Vec<String> {
+        vec![s("docker"), s("exec"), node.to_owned(), s("ip"), s("-o"), s("addr"), s("show"), s("dev"), s("eth0")]
+    }
+
+    /// The client container: `e2e-tool probe` against `target`, one JSON line per probe.
+    pub fn client(&self, target: SocketAddr) -> Vec<String> {
+        vec![
+            s("docker"),
+            s("run"),
+            s("--rm"),
+            s("--name"),
+            format!("{}-client", self.cluster),
+            s("--network"),
+            s(NETWORK),
+            self.image("havip-e2e-tools"),
+            s("probe"),
+            s("--target"),
+            target.to_string(),
+            s("--interval-ms"),
+            s("20"),
+            // The responders are containers on kind nodes that share this machine's cores
+            // with four kubelets and the control plane: an accepted connection may wait
+            // for its one-line answer longer than on the local lab. A connect that fails
+            // (refused, reset, no SYN-ACK within 50 ms) still counts at once.
+            s("--read-timeout-ms"),
+            s("250"),
+        ]
+    }
+
+    /// Removes the client container.
+    pub fn client_rm(&self) -> Vec<String> {
+        vec![s("docker"), s("rm"), s("-f"), format!("{}-client", self.cluster)]
+    }
+
+    /// Deletes node `node`'s agent pod (SIGTERM: a rolling upgrade of one node).
+    pub fn delete_agent_pod(&self, node: &str) -> Vec<String> {
+        self.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/component=agent",
+            "--field-selector",
+            &format!("spec.nodeName={node}"),
+            "--wait=true",
+        ])
+    }
+
+    /// Scales the operator Deployment.
+    pub fn scale_operator(&self, replicas: u8) -> Vec<String> {
+        self.kubectl(&["-n", NAMESPACE, "scale", "deployment/havip-operator", &format!("--replicas={replicas}")])
+    }
+
+    /// Waits for a rollout (`deployment/havip-operator`, `daemonset/havip-agent`, …).
+    pub fn rollout_status(&self, what: &str) -> Vec<String> {
+        self.kubectl(&["-n", NAMESPACE, "rollout", "status", what, "--timeout=120s"])
+    }
+}
+
+/// The VIP the suite uses in an IPv4 subnet: 55 below the broadcast address (far
+/// from the addresses Docker hands out from the bottom), with the subnet's prefix.
+pub fn vip_in_subnet(cidr: &str) -> Option<(Ipv4Addr, u8)> {
+    let (net, prefix) = cidr.trim().split_once('/')?;
+    let net: Ipv4Addr = net.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok()?;
+    if !(8..=24).contains(&prefix) {
+        return None;
+    }
+    let host_bits = 32 - u32::from(prefix);
+    let broadcast = u32::from(net) | ((1u32 << host_bits) - 1);
+    Some((Ipv4Addr::from(broadcast - 55), prefix))
+}
+
+/// The name of the link with `index` in `ip -o link show` output (`42: veth1a2b@if41: …`).
+pub(super) fn host_link_name(links: &str, index: &str) -> Option<String> {
+    links.lines().find_map(|l| {
+        let (i, rest) = l.split_once(": ")?;
+        let name = rest.split(':').next()?.split('@').next()?;
+        (i.trim() == index).then(|| name.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KindConfig, host_link_name, vip_in_subnet};
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::path::PathBuf;
+
+    fn cfg() -> KindConfig {
+        KindConfig {
+            cluster: "havip-e2e".to_owned(),
+            workers: 3,
+            image_prefix: "havip".to_owned(),
+            tag: "dev".to_owned(),
+            kubeconfig: PathBuf::from("/tmp/k/kubeconfig"),
+            kind: PathBuf::from("/c/kind"),
+            helm: PathBuf::from("/c/helm"),
+            kubectl: PathBuf::from("/c/kubectl"),
+            repo: PathBuf::from("/src/havip"),
+            node_image: Some("havip/kind-node:v1.37.2".to_owned()),
+        }
+    }
+
+    #[test]
+    fn workers_are_named_as_kind_names_them() {
+        assert_eq!(cfg().worker_nodes(), ["havip-e2e-worker", "havip-e2e-worker2", "havip-e2e-worker3"]);
+    }
+
+    #[test]
+    fn cluster_lifecycle_commands() {
+        let c = cfg();
+        assert_eq!(
+            c.create_cluster().join(" "),
+            "/c/kind create cluster --name havip-e2e --config /src/havip/e2e/kind/cluster.yaml --kubeconfig /tmp/k/kubeconfig --wait 300s --image havip/kind-node:v1.37.2"
+        );
+        assert_eq!(c.delete_cluster().join(" "), "/c/kind delete cluster --name havip-e2e");
+        assert_eq!(
+            c.load_images().join(" "),
+            "/c/kind load docker-image havip/havip-operator:dev havip/havip-agent:dev havip/havip-e2e-tools:dev --name havip-e2e"
+        );
+        let helm = c.install_chart().join(" ");
+        assert!(helm.starts_with("/c/helm upgrade --install havip /src/havip/charts/havip --namespace havip-system"));
+        assert!(helm.contains("--set image.repository=havip --set image.tag=dev --set image.pullPolicy=Never"));
+    }
+
+    #[test]
+    fn node_cut_is_the_nodes_cable_on_the_kind_bridge_down_and_up() {
+        assert_eq!(
+            KindConfig::eth0_peer_index("havip-e2e-worker").join(" "),
+            "docker exec havip-e2e-worker cat /sys/class/net/eth0/iflink"
+        );
+        assert_eq!(KindConfig::host_link("veth1a2b", false).join(" "), "ip link set dev veth1a2b down");
+        assert_eq!(KindConfig::host_link("veth1a2b", true).join(" "), "ip link set dev veth1a2b up");
+        let links = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\n41: br-1234: <BROADCAST> mtu 1500\n43: veth1a2b@if42: <BROADCAST,MULTICAST,UP> mtu 1500 master br-1234\n";
+        assert_eq!(host_link_name(links, "43").as_deref(), Some("veth1a2b"));
+        assert_eq!(host_link_name(links, "41").as_deref(), Some("br-1234"));
+        assert_eq!(host_link_name(links, "4"), None);
+    }
+
+    #[test]
+    fn api_outage_drops_the_api_port_in_output_and_forward_and_is_undone_symmetrically() {
+        let on = KindConfig::api_block("w", true);
+        let off = KindConfig::api_block("w", false);
+        assert_eq!(on.len(), 2);
+        assert_eq!(
+            on[0].join(" "),
+            "docker exec w iptables -I OUTPUT -p tcp --dport 6443 -m comment --comment havip-e2e-api-outage -j DROP"
+        );
+        assert!(on[1].join(" ").contains("-I FORWARD"));
+        for (a, b) in on.iter().zip(&off) {
+            assert_eq!(a.join(" ").replace(" -I ", " -D "), b.join(" "));
+        }
+    }
+
+    #[test]
+    fn agent_restart_deletes_only_that_nodes_agent_pod() {
+        let c = cfg();
+        assert_eq!(
+            c.delete_agent_pod("havip-e2e-worker2").join(" "),
+            "/c/kubectl --kubeconfig /tmp/k/kubeconfig -n havip-system delete pod -l app.kubernetes.io/component=agent --field-selector spec.nodeName=havip-e2e-worker2 --wait=true"
+        );
+        assert!(c.scale_operator(0).join(" ").ends_with("scale deployment/havip-operator --replicas=0"));
+    }
+
+    #[test]
+    fn client_is_a_container_on_the_kind_network() {
+        let c = cfg();
+        assert_eq!(
+            c.client(SocketAddr::from((Ipv4Addr::new(172, 18, 255, 200), 8080))).join(" "),
+            "docker run --rm --name havip-e2e-client --network kind havip/havip-e2e-tools:dev probe --target 172.18.255.200:8080 --interval-ms 20 --read-timeout-ms 250"
+        );
+        assert_eq!(c.client_rm().join(" "), "docker rm -f havip-e2e-client");
+    }
+
+    #[test]
+    fn vip_sits_near_the_top_of_the_kind_subnet() {
+        assert_eq!(vip_in_subnet("172.18.0.0/16"), Some((Ipv4Addr::new(172, 18, 255, 200), 16)));
+        assert_eq!(vip_in_subnet("192.168.5.0/24"), Some((Ipv4Addr::new(192, 168, 5, 200), 24)));
+        assert_eq!(vip_in_subnet("fc00:f853:ccd:e793::/64"), None);
+        assert_eq!(vip_in_subnet("10.0.0.0/30"), None);
+    }
+
+    #[test]
+    fn pair_and_responders_manifests_parse_and_name_the_workers() {
+        let c = cfg();
+        let y = c.pair_yaml("web", 2, Ipv4Addr::new(172, 18, 255, 200), 16);
+        let docs: Vec<serde_yaml::Value> =
+            serde_yaml::Deserializer::from_str(&y).map(|d| serde::Deserialize::deserialize(d).expect("yaml")).collect();
+        assert_eq!(docs.len(), 2);
+        let pair: havip_crds::HAPair = serde_yaml::from_value(docs[0].clone()).expect("HAPair");
+        let nodes: Vec<&str> = pair.spec.members.iter().map(|m| m.node.as_str()).collect();
+        assert_eq!(nodes, ["havip-e2e-worker", "havip-e2e-worker2"]);
+        let fip: havip_crds::FloatingIP = serde_yaml::from_value(docs[1].clone()).expect("FloatingIP");
+        assert_eq!(fip.spec.address, "172.18.255.200/16");
+        let ds: serde_yaml::Value = serde_yaml::from_str(&c.responders_yaml()).expect("DaemonSet");
+        assert_eq!(ds["spec"]["template"]["spec"]["hostNetwork"], serde_yaml::Value::Bool(true));
+        assert!(c.responders_yaml().contains("havip/havip-e2e-tools:dev"));
+    }
+}

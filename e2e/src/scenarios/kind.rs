@@ -1,0 +1,346 @@
+//! Scenarios only a real kubelet can run, on the kind provider after the shared
+//! [`crate::scenarios`]: the agent DaemonSet rolled, the operator's leader pod deleted,
+//! a node drained, the chart upgraded with a changed value and uninstalled, and a
+//! Service of type LoadBalancer with a Deployment behind kube-proxy.
+//!
+//! The agent pod deleted on the active is the shared scenario
+//! `agent_restart_on_the_active_loses_no_connect_and_moves_nothing` (on kind, an agent
+//! restart is exactly that).
+
+use crate::harness::cluster::{Cluster, Result};
+use crate::harness::kind::{KindCluster, NAMESPACE};
+use crate::scenarios::{self, PAIR};
+use havip_crds::{HAPair, MemberRole, Phase};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// What a scenario is expected to do today.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// It passes.
+    Pass,
+    /// It fails until the named behaviour is implemented; the suite reports it as
+    /// `xfail` and does not fail for it, and fails when it passes (`xpass`: remove the
+    /// marker).
+    FailUntilImplemented(&'static str),
+}
+
+/// A kubelet-level scenario.
+pub struct KindScenario {
+    /// Its name.
+    pub name: &'static str,
+    /// What it is expected to do.
+    pub expect: Expect,
+    /// Runs it (panics with a message when something is wrong).
+    pub run: fn(&mut KindCluster),
+}
+
+/// Every kubelet-level scenario, in the order the suite runs them (the uninstall last).
+pub fn all() -> Vec<KindScenario> {
+    vec![
+        KindScenario {
+            name: "agent_daemonset_rollout_restart_loses_no_connect_and_moves_nothing",
+            expect: Expect::Pass,
+            run: rollout_restart,
+        },
+        KindScenario {
+            name: "operator_leader_pod_deleted_a_follower_leads_and_a_failover_still_works",
+            expect: Expect::Pass,
+            run: operator_leader_deleted,
+        },
+        KindScenario {
+            name: "drained_active_hands_over_before_its_agent_stops",
+            expect: Expect::Pass,
+            run: drain_active,
+        },
+        KindScenario {
+            name: "helm_upgrade_with_a_changed_value_rolls_without_a_failed_connect",
+            expect: Expect::Pass,
+            run: helm_upgrade,
+        },
+        KindScenario {
+            name: "load_balancer_service_with_external_traffic_policy_local_follows_its_endpoint",
+            expect: Expect::Pass,
+            run: load_balancer_local,
+        },
+        KindScenario { name: "helm_uninstall_leaves_no_vip_on_any_node", expect: Expect::Pass, run: helm_uninstall },
+    ]
+}
+
+/// The shared reset plus what these scenarios change: cordons and chart values.
+pub fn reset(c: &mut KindCluster) -> Result<()> {
+    c.restore_baseline()?;
+    scenarios::reset(c)
+}
+
+fn node(c: &KindCluster, i: usize) -> String {
+    c.nodes().get(i).cloned().unwrap_or_else(|| panic!("the cluster has no node {i}"))
+}
+
+fn active(p: &HAPair) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.active.clone())
+}
+
+fn member_active_under(p: &HAPair, node: &str, epoch: i64) -> bool {
+    p.status.as_ref().is_some_and(|s| {
+        s.members.iter().any(|m| m.node == node && m.role == Some(MemberRole::Active) && m.epoch == Some(epoch))
+    })
+}
+
+/// `kubectl rollout restart daemonset/havip-agent`: every agent replaced, one node at a
+/// time; the VIP stays where it is and no client connect fails.
+fn rollout_restart(c: &mut KindCluster) {
+    let (_, e) = scenarios::live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let before = c.agent_pods().expect("agent pods");
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "restart", "daemonset/havip-agent"]).expect("rollout restart");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
+        .expect("rollout finished");
+    // `rollout status` returns once every new pod is available; the last old pod's
+    // object may still be terminating (its container already stopped): wait for it.
+    let start = Instant::now();
+    let after = loop {
+        let after = c.agent_pods().expect("agent pods");
+        if after.iter().all(|p| !before.contains(p)) {
+            break after;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "every agent pod replaced: before {before:?}, after {after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(after.len(), before.len(), "one agent per node: {after:?}");
+    c.wait_pair(PAIR, Duration::from_secs(30), &format!("n0 Active under epoch {e}"), |p| {
+        member_active_under(p, &n0, e)
+    })
+    .expect("n0 still active");
+    // Keep probing a little after the rollout: late failures count too.
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+    assert_eq!(c.lease(PAIR).expect("lease"), (Some(n0), e));
+}
+
+/// The operator's leader pod deleted: it releases the leader Lease on SIGTERM, a
+/// follower takes it, and a planned failover right after works (0 failed connects).
+fn operator_leader_deleted(c: &mut KindCluster) {
+    scenarios::live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let leader = c.operator_leader().expect("leader Lease").expect("a leader");
+    c.kubectl_run(&["-n", NAMESPACE, "delete", "pod", &leader, "--wait=true"]).expect("delete the leader pod");
+    let start = Instant::now();
+    let new_leader = loop {
+        match c.operator_leader() {
+            Ok(Some(l)) if l != leader => break l,
+            other => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "no new leader 30 s after {leader} was deleted: {other:?}\n{}",
+                    c.logs_tail(30)
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    tracing::info!(%leader, %new_leader, seconds = start.elapsed().as_secs_f64(), "a follower leads");
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let (ok, out) = c.plugin(&["failover", PAIR]);
+    assert!(ok, "plugin failover under the new leader: {out}\n{}", c.logs_tail(30));
+    client.wait_for_responder(&n1, Duration::from_secs(5)).expect("n1 answers");
+    c.wait_pair(PAIR, Duration::from_secs(15), "FailedOver with n1 active", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::FailedOver) && active(p).as_deref() == Some(n1.as_str())
+    })
+    .expect("failed over");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop().expect("report");
+    // A planned move: no failed connect but at most one whose handshake straddled the
+    // flip (README: a planned move does not drain connections).
+    assert!(report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(), "{}", report.summary());
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "deployment/havip-operator", "--timeout=120s"])
+        .expect("the Deployment replaced the deleted replica");
+}
+
+/// `kubectl drain` of the active's node: the drain itself leaves the agent (a DaemonSet
+/// pod) and the VIP alone; when the agent then stops (the node shuts down: SIGTERM) on
+/// the cordoned node, it hands the VIP over first — make-before-break, no failed connect.
+fn drain_active(c: &mut KindCluster) {
+    scenarios::live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.kubectl_run(&["drain", &n0, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s"]).expect("drain");
+    assert_eq!(c.holders().expect("holders"), vec![0], "the drain alone moves nothing");
+    c.restart_agent(0).expect("stop the drained node's agent (SIGTERM)");
+    c.wait_pair(PAIR, Duration::from_secs(15), "FailedOver with n1 active", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::FailedOver) && active(p).as_deref() == Some(n1.as_str())
+    })
+    .expect("handed over");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop().expect("report");
+    // A planned move: no failed connect but at most one whose handshake straddled the
+    // flip (README: a planned move does not drain connections).
+    assert!(report.failed <= 1 && report.failures_beyond_the_flip(20.0).is_empty(), "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str(), n1.as_str()], "{}", report.summary());
+    assert_eq!(c.holders().expect("holders"), vec![1]);
+}
+
+/// `helm upgrade` with a changed value (the log format of both components: new pod
+/// templates, so both roll): the VIP stays, no connect fails, the new value is live.
+fn helm_upgrade(c: &mut KindCluster) {
+    let (_, e) = scenarios::live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    c.helm_upgrade(&["agent.logFormat=text", "operator.logFormat=text"]).expect("helm upgrade");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
+        .expect("agents rolled");
+    let env = c
+        .kubectl_run(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "daemonset/havip-agent",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"HAVIP_LOG_FORMAT\")].value}",
+        ])
+        .expect("agent env");
+    assert_eq!(env.trim(), "text", "the new value reached the DaemonSet");
+    c.wait_pair(PAIR, Duration::from_secs(30), &format!("n0 Active under epoch {e}"), |p| {
+        member_active_under(p, &n0, e)
+    })
+    .expect("n0 still active");
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+}
+
+/// `helm uninstall`: within 30 s no node holds the VIP any more.
+fn helm_uninstall(c: &mut KindCluster) {
+    scenarios::live_pair(c, 2, "");
+    assert_eq!(c.holders().expect("holders"), vec![0]);
+    c.helm_uninstall().expect("helm uninstall");
+    let start = Instant::now();
+    loop {
+        let h = c.holders().expect("holders");
+        if h.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "30 s after helm uninstall the VIP {} is still on nodes {:?}",
+            c.vip().0,
+            h.iter().map(|i| node(c, *i)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The objects of [`load_balancer_local`], for its cleanup.
+const LB_OBJECTS: [&str; 3] = ["service/echo", "deployment/echo", "vippool.havip.io/kind-lb"];
+
+fn echo_yaml(c: &KindCluster, node: &str, pool_address: Ipv4Addr) -> String {
+    format!(
+        r#"apiVersion: havip.io/v1alpha1
+kind: VIPPool
+metadata: {{name: kind-lb}}
+spec:
+  pair: {PAIR}
+  addresses: ["{pool_address}/32"]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo, namespace: default}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: echo}}}}
+  template:
+    metadata: {{labels: {{app: echo}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {node}}}
+      containers:
+        - name: echo
+          image: {image}
+          imagePullPolicy: Never
+          args: ["respond", "--port", "8080", "--name", "$(NODE_NAME)"]
+          env:
+            - name: NODE_NAME
+              valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+          readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: default}}
+spec:
+  type: LoadBalancer
+  loadBalancerClass: havip.io/l2
+  externalTrafficPolicy: Local
+  selector: {{app: echo}}
+  ports: [{{port: 80, targetPort: 8080, protocol: TCP}}]
+"#,
+        image = c.tools_image()
+    )
+}
+
+/// A Service of type LoadBalancer (class havip.io/l2, `externalTrafficPolicy: Local`)
+/// with a real Deployment behind kube-proxy: the address from a VIPPool of the pair is
+/// the Service's EXTERNAL-IP and answers through kube-proxy from the pod on the active's
+/// node; the pod moved to the standby's node, the active's kube-proxy health check fails
+/// (no local endpoint) and the pair hands the address over to the node with the pod.
+fn load_balancer_local(c: &mut KindCluster) {
+    scenarios::live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let cleanup = |c: &KindCluster| {
+        for o in LB_OBJECTS {
+            let _ = c.kubectl_run(&["-n", "default", "delete", o, "--ignore-not-found", "--wait=true"]);
+        }
+    };
+    cleanup(c);
+    let (vip, _) = c.vip();
+    let address = Ipv4Addr::from(u32::from(vip) + 1);
+    c.apply_yaml(&echo_yaml(c, &n0, address)).expect("pool, Deployment and Service");
+    c.kubectl_run(&["-n", "default", "rollout", "status", "deployment/echo", "--timeout=120s"]).expect("echo runs");
+    let start = Instant::now();
+    loop {
+        let ip = c
+            .kubectl_run(&[
+                "-n",
+                "default",
+                "get",
+                "service/echo",
+                "-o",
+                "jsonpath={.status.loadBalancer.ingress[0].ip}",
+            ])
+            .unwrap_or_default();
+        if ip.trim() == address.to_string() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no EXTERNAL-IP {address} (have {ip:?})\n{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tracing::info!(%address, seconds = start.elapsed().as_secs_f64(), "EXTERNAL-IP");
+    // Through kube-proxy to the pod on n0, from a client on the kind network.
+    let client = c.client_for(SocketAddr::from((address, 80))).expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(15)).expect("the pod on n0 answers on the EXTERNAL-IP");
+    // The pod moves to n1: n0 keeps no local endpoint, kube-proxy's health check on n0
+    // answers 503, and after the listener-down time the pair moves to n1.
+    let patch =
+        format!(r#"{{"spec":{{"template":{{"spec":{{"nodeSelector":{{"kubernetes.io/hostname":"{n1}"}}}}}}}}}}"#);
+    c.kubectl_run(&["-n", "default", "patch", "deployment/echo", "-p", &patch]).expect("move the pod");
+    c.kubectl_run(&["-n", "default", "rollout", "status", "deployment/echo", "--timeout=120s"]).expect("echo moved");
+    client.wait_for_responder(&n1, Duration::from_secs(40)).expect("the address follows the pod to n1");
+    let report = client.stop().expect("report");
+    tracing::info!(summary = %report.summary(), "endpoint moved");
+    c.wait_pair(PAIR, Duration::from_secs(15), "n1 active", |p| active(p).as_deref() == Some(n1.as_str()))
+        .expect("n1 active");
+    cleanup(c);
+}
