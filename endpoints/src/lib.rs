@@ -109,7 +109,7 @@ fn respond(endpoints: &dyn Endpoints, method: &Method, path: &str) -> Response<F
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Arc, Duration, Endpoints, OPENMETRICS, SocketAddr, serve};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     struct Fixed(bool);

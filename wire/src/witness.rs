@@ -423,7 +423,10 @@ pub fn decode_response(buf: &[u8], keys: &Keyring) -> Result<Response, WitnessDe
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        Key, Keyring, Op, Outcome, RESPONSE_KIND, Request, Response, VERSION, WitnessDecodeError, decode_request,
+        decode_response, encode_request, encode_response, member_key, member_keyring, put_name, request_key_id, sign,
+    };
 
     /// The witness's keyring.
     fn ring() -> Keyring {
