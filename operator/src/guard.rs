@@ -6,7 +6,7 @@
 
 use crate::Error;
 use crate::context::{Context, Ev, ReconcileTimer, backoff};
-use crate::status::apply_invalid_condition;
+use crate::pair::status::apply_invalid_condition;
 use havip_crds::{FloatingIP, HAPair, reason};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;

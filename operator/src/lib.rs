@@ -4,11 +4,17 @@
 //!   conditions, last transition, requests and their preconditions, command answers,
 //!   key rotation, the configuration revision).
 //! - [`controller`]: the kube-runtime controllers' wiring (watches, caches, which
-//!   change triggers which reconcile); [`hapair`], [`floatingip`]: the two reconciles;
-//!   [`guard`]: the reconcile guard and error policy both share; [`context`]: what
-//!   every reconcile reads (client, caches, memory, Events); [`status`]: the
-//!   `InvalidSpec` condition and member labels; [`reserved`]: the addresses that are
-//!   never a VIP (every Node's, the API server's), kept from the watches.
+//!   change triggers which reconcile).
+//! - [`pair`]: the HAPair controller's rooms — the pair reconcile
+//!   ([`pair::hapair`]), the key Secret ([`pair::keysecret`]), the `InvalidSpec`
+//!   condition, FloatingIP status and member labels ([`pair::status`]) and the
+//!   FloatingIP reconcile ([`pair::floatingip`]).
+//! - [`loadbalancer`]: Services of type LoadBalancer — the allocator, the Service
+//!   and VIPPool reconciles.
+//! - [`guard`]: the reconcile guard and error policy every reconcile shares;
+//!   [`context`]: what every reconcile reads (client, caches, memory, Events);
+//!   [`reserved`]: the addresses that are never a VIP (every Node's, the API
+//!   server's), kept from the watches.
 //! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
 //! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
 //! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
@@ -39,17 +45,14 @@
 pub mod context;
 pub mod controller;
 pub mod error;
-pub mod floatingip;
 pub mod guard;
-pub mod hapair;
-pub mod keysecret;
 pub mod leader;
 pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
+pub mod pair;
 pub mod plugin;
 pub mod reserved;
-pub mod status;
 pub mod triggers;
 
 pub use error::Error;

@@ -2,7 +2,7 @@
 //! and the configuration revision, phase and conditions, the pair's last transition,
 //! imperative requests (annotation → refusal or command), command answers and key
 //! rotation. No I/O and no clock reads: `now` is an input. The controller
-//! ([`crate::hapair`]) gathers the inputs from its caches and applies the outputs.
+//! ([`crate::pair::hapair`]) gathers the inputs from its caches and applies the outputs.
 //!
 //! Here: the observation ([`Observed`] and its parts) and the constants; the decisions
 //! are in [`spec`], [`assess`], [`status`], [`requests`], [`keys`], [`fip`] and

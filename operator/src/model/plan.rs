@@ -1,6 +1,6 @@
 //! The HAPair reconcile as one pure function: [`plan`] takes what the operator observed
 //! ([`PairInputs`]) and what it remembers ([`PairMemo`]) and returns every write the
-//! reconcile makes ([`Plan`]), in the order the controller ([`crate::hapair`]) applies
+//! reconcile makes ([`Plan`]), in the order the controller ([`crate::pair::hapair`]) applies
 //! them. Where the plan creates or changes an object (the Lease, the key Secret), it goes
 //! on from the object as that write leaves it, so one plan covers a whole reconcile.
 //! Applying a plan to the observation and planning again yields no writes (tested).

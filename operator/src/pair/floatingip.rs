@@ -71,10 +71,10 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
     // it named before (the pair's reconcile sets them while the pair exists).
     if !found {
         let api: Api<FloatingIP> = Api::all(ctx.client.clone());
-        crate::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
+        crate::pair::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
         // Not accepted, not ready: the conditions the pair's reconcile writes while the
         // pair exists.
-        crate::status::apply_fip_status(ctx, fip, model::orphan_verdict(fip)).await?;
+        crate::pair::status::apply_fip_status(ctx, fip, model::orphan_verdict(fip)).await?;
     }
     Ok(Action::requeue(ctx.settings.resync * 5))
 }
