@@ -279,7 +279,12 @@ pub fn lease_info(l: &Lease) -> model::LeaseInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::ReconcileTimer;
+    use super::all_ready;
+    use super::backoff;
+    use crate::metrics::Metrics;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn backoff_doubles_and_caps() {

@@ -360,7 +360,10 @@ pub fn stop_future(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::slim_node;
+    use crate::reserved::node_addresses;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
 
     #[test]
     fn slim_node_keeps_only_addresses() {

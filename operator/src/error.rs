@@ -256,7 +256,7 @@ pub fn is_status(e: &kube::Error, code: u16) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Error;
 
     #[test]
     fn categories_are_bounded_and_messages_name_the_operation() {

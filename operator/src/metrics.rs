@@ -123,7 +123,8 @@ impl havip_endpoints::Endpoints for Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Metrics;
+    use std::time::Duration;
 
     #[test]
     fn encodes_every_family() {

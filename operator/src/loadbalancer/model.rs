@@ -420,7 +420,23 @@ pub fn probe_ports(svc: &Service) -> BTreeSet<i32> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::PoolProblem;
+    use super::eligible;
+    use super::holdings;
+    use super::pool_states;
+    use super::probe_ports;
+    use super::request_of;
+    use crate::loadbalancer::alloc::Holding;
+    use crate::loadbalancer::alloc::Refused;
+    use crate::model::AddressIndex;
+    use havip_crds::FloatingIP;
+    use havip_crds::VIPPool;
+    use havip_crds::vippool::Family;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::Arc;
 
     fn svc(v: serde_json::Value) -> Service {
         serde_json::from_value(v).expect("service")

@@ -2,8 +2,14 @@
 //! change, a role change, a member's role change, a missing Node and an invalid spec
 //! say. Pure: the controller publishes them ([`crate::context::Context::event`]).
 
-use super::*;
-
+use super::Observed;
+use super::assess::Assessment;
+use havip_crds::{
+    HAPairStatus, MemberRole, Operation, OperationResult, PairCommand, Phase, TransitionReason, condition, reason,
+};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
 /// An Event to publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ev {

@@ -8,14 +8,9 @@
 //! are in [`spec`], [`assess`], [`status`], [`requests`], [`keys`], [`fip`] and
 //! [`events`], and [`plan`] composes them into every write of one HAPair reconcile.
 
-use havip_crds::hapair::{MemberStatus, NodeAddressType};
-use havip_crds::revision::{config_revision, format_revision};
-use havip_crds::{
-    FloatingIPSpec, HAPairSpec, HAPairStatus, KeyRotation, MemberAlarm, MemberRole, Operation, OperationKind,
-    OperationResult, PairCommand, Phase, TransitionReason, VipState,
-};
-use havip_crds::{annotation, condition, reason};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use havip_crds::hapair::MemberStatus;
+use havip_crds::{FloatingIPSpec, HAPairSpec, HAPairStatus, VipState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,30 +27,16 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// to it triggers a reconcile at once).
 pub const INVALID_REQUEUE: Duration = Duration::from_secs(600);
 
-/// Reasons the operator adds to those of [`havip_crds::reason`].
-pub mod local_reason {
-    /// No member is a ready standby.
-    pub const NO_READY_STANDBY: &str = "NoReadyStandby";
-    /// A member has no address on a heartbeat path (its peers cannot reach it there).
-    pub const ADDRESS_MISSING: &str = "AddressMissing";
-    /// A member raises an alarm the other reasons do not cover.
-    pub const MEMBER_ALARM: &str = "MemberAlarm";
-    /// Nobody holds the VIPs.
-    pub const NO_ACTIVE: &str = "NoActive";
-    /// The pair is waiting for its first report or election.
-    pub const PENDING: &str = "Pending";
-    /// The FloatingIP names a pair that does not exist.
-    pub const PAIR_NOT_FOUND: &str = "PairNotFound";
-    /// The FloatingIP's pair exists.
-    pub const PAIR_FOUND: &str = "PairFound";
+/// A member's own status entry.
+pub fn member_status<'a>(status: &'a HAPairStatus, node: &str) -> Option<&'a MemberStatus> {
+    status.members.iter().find(|m| m.node == node)
 }
 
-/// Condition type of a FloatingIP that says whether its pair exists.
-pub const CONDITION_PAIR_FOUND: &str = "PairFound";
-
-/// Annotation on the HAPair (owned by the operator) that remembers, per request
-/// annotation, the last request id acted on: `{"failover":"<id>",…}`.
-pub const HANDLED_ANNOTATION: &str = "havip.io/handled";
+/// How long ago `t` was, at `now` (zero when `t` is later).
+pub(super) fn age(now: Timestamp, t: &Time) -> Duration {
+    let ms = now.as_millisecond().saturating_sub(t.0.as_millisecond());
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
 
 /// One member Node as the operator sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -141,15 +122,26 @@ mod requests;
 mod spec;
 mod status;
 
-pub use addresses::*;
-pub use assess::*;
-pub use events::*;
-pub use fip::*;
-pub use keys::*;
-pub use plan::*;
-pub use requests::*;
-pub use spec::*;
-pub use status::*;
+pub use addresses::{AddressIndex, ApiServerSource, Reserved};
+pub use assess::{Assessment, Cause, assess, is_reporting, next_settle, standby_problem};
+pub use events::{
+    Announcement, Ev, ROLE_CHANGE_GRACE, command_event, invalid_spec_event, is_warning_transition, member_lost_event,
+    member_role_events, operation_event, phase_event, role_change_announcement,
+};
+pub use fip::{FipVerdict, Verdict, fip_conditions, fip_conditions_current, fip_verdict, orphan_verdict};
+pub use keys::{KeyAction, key_action, key_progress, random_key_hex};
+pub use plan::{
+    KeyChange, LabelPatch, LabelTarget, LeaseSeed, MEMBER_REMOVAL, PairInputs, PairMemo, Plan, SharedSecret,
+    fip_refusals, fip_status_current, key_after, new_key, plan, spec_member_set,
+};
+pub use requests::{Decision, command_answer, command_deadline, decide, next_request};
+pub use spec::{
+    Refusal, is_dns1123_subdomain, lease_name, member_addresses, member_label_patch, member_labels, member_nodes,
+    member_patch, pair_of_lease, published_addresses, refusal, revision, secret_name, validate_spec,
+};
+pub use status::{
+    condition, conditions, departed_members, last_transition, next_staleness, operator_status, without_timestamps,
+};
 
 #[cfg(test)]
 mod plan_tests;

@@ -5,8 +5,27 @@
 //! on from the object as that write leaves it, so one plan covers a whole reconcile.
 //! Applying a plan to the observation and planning again yields no writes (tested).
 
-use super::*;
+use super::assess::assess;
+use super::assess::next_settle;
+use super::events::{
+    Announcement, Ev, command_event, invalid_spec_event, member_lost_event, member_role_events, operation_event,
+    phase_event, role_change_announcement,
+};
+use super::fip::{FipVerdict, fip_conditions_current, fip_verdict};
+use super::keys::{KeyAction, key_action};
+use super::requests::{Decision, command_answer, command_deadline, decide, next_request};
+use super::spec::{
+    Refusal, lease_name, member_label_patch, member_labels, member_nodes, member_patch, revision, secret_name,
+};
+use super::status::{departed_members, last_transition, next_staleness, operator_status, without_timestamps};
+use super::{COMMAND_TIMEOUT, INVALID_REQUEUE, KeyInfo, LeaseInfo, Observed};
 use havip_crds::FloatingIP;
+use havip_crds::request::{RequestKind, annotation, handled_ids};
+use havip_crds::{HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// Prefix of the rotation ids the operator starts itself when members leave.
 pub const MEMBER_REMOVAL: &str = "member-removal-";
@@ -262,7 +281,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
     if !memory.handled.is_empty() {
         let mut ids = handled_ids(&o.annotations);
         ids.extend(memory.handled.iter().map(|(k, v)| (k.clone(), v.clone())));
-        o.annotations.insert(HANDLED_ANNOTATION.to_owned(), serde_json::to_string(&ids).unwrap_or_default());
+        o.annotations.insert(annotation::HANDLED.to_owned(), serde_json::to_string(&ids).unwrap_or_default());
     }
 
     // Member labels: accepted FloatingIPs carry them, refused ones none; the Lease and

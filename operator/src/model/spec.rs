@@ -3,8 +3,14 @@
 //! objects the operator creates, member addresses per heartbeat path and the
 //! configuration revision. Pure.
 
-use super::*;
-
+use super::addresses::{ApiServerSource, Reserved};
+use super::member_status;
+use super::{NodeInfo, Observed};
+use havip_crds::hapair::NodeAddressType;
+use havip_crds::revision::{config_revision, format_revision};
+use havip_crds::{FloatingIPSpec, HAPairSpec, reason};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 /// Why the operator refuses a FloatingIP: it gets `Accepted=False` and an Event, and no
 /// agent ever configures it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,9 +10,10 @@ use crate::Error;
 use crate::context::{Context, lease_info, owned_meta};
 use crate::error::is_status;
 use crate::guard::guarded_reconcile;
-use crate::model::{self, KeyChange, KeyInfo, LabelTarget, Observed, RequestKind};
+use crate::model::{self, KeyChange, KeyInfo, LabelTarget, Observed};
 use crate::pair::keysecret::{create_secret, finish_rotation, key_info, record_members, start_rotation};
 use crate::pair::status::patch_member_labels;
+use havip_crds::request::{RequestKind, annotation, handled_ids};
 use havip_crds::{HAPair, HAPairStatus, manager};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
@@ -485,14 +486,14 @@ async fn apply_status(ctx: &Context, name: &str, status: &HAPairStatus) -> Resul
 
 async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &str) -> Result<(), Error> {
     ctx.guard("annotation")?;
-    let mut handled = model::handled_ids(pair.annotations());
+    let mut handled = handled_ids(pair.annotations());
     handled.insert(kind.key().to_owned(), id.to_owned());
     let value = serde_json::to_string(&handled).unwrap_or_default();
     let api: Api<HAPair> = Api::all(ctx.client.clone());
     let patch = serde_json::json!({
         "apiVersion": HAPair::api_version(&()),
         "kind": HAPair::kind(&()),
-        "metadata": {"name": pair.name_any(), "annotations": {model::HANDLED_ANNOTATION: value}},
+        "metadata": {"name": pair.name_any(), "annotations": {annotation::HANDLED: value}},
     });
     api.patch(&pair.name_any(), &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
         .await
@@ -503,7 +504,12 @@ async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &st
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
+    use super::lease_seed;
+    use super::of_an_earlier_pair;
+    use crate::model;
+    use havip_crds::HAPair;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     fn pair(uid: &str) -> HAPair {

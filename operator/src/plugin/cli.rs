@@ -4,8 +4,8 @@ use super::config::{ClientOptions, Target};
 use super::error::{Action, PluginError, Unanswered, exit};
 use super::render::{self, Format};
 use super::{DEFAULT_NAMESPACE, Waited, Withdrawal, liveness};
-use crate::model::RequestKind;
 use clap::{Parser, Subcommand, ValueEnum, ValueHint};
+use havip_crds::request::RequestKind;
 use havip_crds::{HAPair, Operation, OperationResult};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -404,7 +404,17 @@ pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::Args;
+    use super::Command;
+    use super::EXIT_CODES_HELP;
+    use super::ListOutput;
+    use super::Outcome;
+    use super::StatusOutput;
+    use super::completion_script;
+    use crate::plugin::DEFAULT_NAMESPACE;
+    use crate::plugin::error::exit;
+    use clap::Parser;
+    use std::time::Duration;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("kubectl-havip").chain(args.iter().copied()))

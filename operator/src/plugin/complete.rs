@@ -323,7 +323,12 @@ pub async fn complete(words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::Analysis;
+    use super::NO_FILE_COMP;
+    use super::Need;
+    use super::analyse;
+    use super::{complete, format};
+    use crate::plugin::cli::Args;
 
     fn at(words: &[&str]) -> Analysis {
         let words: Vec<String> = words.iter().map(|s| (*s).to_owned()).collect();

@@ -161,7 +161,12 @@ pub async fn client(opts: &ClientOptions) -> Result<(kube::Client, Target), Plug
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::ClientOptions;
+    use super::config;
+    use super::load_kubeconfig;
+    use super::pick_context;
+    use std::ffi::OsString;
+    use std::time::Duration;
 
     fn kubeconfig(current: &str, contexts: &[(&str, &str)]) -> String {
         let mut s = String::from("apiVersion: v1\nkind: Config\nclusters:\n");

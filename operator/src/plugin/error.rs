@@ -345,7 +345,10 @@ impl PluginError {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::Action;
+    use super::Identity;
+    use super::PluginError;
+    use super::exit;
     use kube::core::Status;
 
     fn status(code: u16, name: &str) -> kube::Error {

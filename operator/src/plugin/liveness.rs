@@ -153,7 +153,11 @@ pub async fn precheck(client: &kube::Client, namespace: &str, grace: Duration) -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::LEADER_LEASE;
+    use super::OperatorState;
+    use super::classify;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::jiff::Timestamp;
 
     fn lease(holder: Option<&str>, renewed: Option<&str>, duration: i32) -> Lease {
         serde_json::from_value(serde_json::json!({

@@ -14,8 +14,8 @@ pub mod render;
 pub use error::{Action, PluginError, exit};
 pub use render::render_status;
 
-use crate::model::{self, RequestKind};
 use futures::StreamExt;
+use havip_crds::request::{RequestKind, handled_ids};
 use havip_crds::{HAPair, Operation, OperationResult, manager};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -133,7 +133,7 @@ pub fn taken_up(pair: &HAPair, kind: RequestKind, id: &str) -> bool {
     st.command.as_ref().is_some_and(|c| c.id == id)
         || st.last_operation.as_ref().is_some_and(|o| o.id == id)
         || st.key_rotation.as_ref().is_some_and(|k| k.id == id)
-        || model::handled_ids(pair.annotations()).get(kind.key()).is_some_and(|h| h == id)
+        || handled_ids(pair.annotations()).get(kind.key()).is_some_and(|h| h == id)
 }
 
 /// What became of an unanswered request.
@@ -237,15 +237,18 @@ pub async fn who_am_i(client: &kube::Client) -> Option<error::Identity> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
-    use render::sample_pair as pair;
+    use super::maintenance_patch;
+    use super::render::sample_pair as pair;
+    use super::request_id;
+    use super::taken_up;
+    use havip_crds::request::RequestKind;
 
     #[test]
     fn request_ids_are_fresh_and_valid() {
         let a = request_id().unwrap();
         let b = request_id().unwrap();
         assert_ne!(a, b);
-        assert!(model::parse_request(RequestKind::Failover, &a).is_ok(), "{a}");
+        assert!(havip_crds::request::parse_request(RequestKind::Failover, &a).is_ok(), "{a}");
     }
 
     #[test]
@@ -264,8 +267,11 @@ mod tests {
     fn a_request_is_taken_up_once_the_operator_records_it() {
         let mut p = pair();
         assert!(!taken_up(&p, RequestKind::Failover, "x1"));
-        p.metadata.annotations =
-            Some([(model::HANDLED_ANNOTATION.to_owned(), r#"{"failover":"x1"}"#.to_owned())].into_iter().collect());
+        p.metadata.annotations = Some(
+            [(havip_crds::request::annotation::HANDLED.to_owned(), r#"{"failover":"x1"}"#.to_owned())]
+                .into_iter()
+                .collect(),
+        );
         assert!(taken_up(&p, RequestKind::Failover, "x1"));
         assert!(!taken_up(&p, RequestKind::Clear, "x1"), "handled per kind");
         assert!(taken_up(&pair(), RequestKind::Clear, "r1"), "the last answer's id");
