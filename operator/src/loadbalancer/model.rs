@@ -5,7 +5,7 @@
 use super::alloc::{Allocation, Holding, PoolView, PortKey, Refused, Request, ServiceKey};
 use crate::model::{AddressIndex, Refusal, Reserved};
 use havip_crds::vippool::{Block, BlockError, Family, pool_blocks, service};
-use havip_crds::{FloatingIP, FloatingIPSpec, HealthCheck, ProbeSpec, VIPPool};
+use havip_crds::{FloatingIP, FloatingIPSpec, HealthCheck, ProbeSpec, VIPPool, reason};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
@@ -140,9 +140,9 @@ impl PoolProblem {
     /// The condition reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            PoolProblem::Invalid(_) | PoolProblem::Selector(..) => havip_crds::reason::INVALID_SPEC,
-            PoolProblem::SelfOverlap(..) | PoolProblem::Overlap(_) => "Overlap",
-            PoolProblem::PairNotFound(_) => "PairNotFound",
+            PoolProblem::Invalid(_) | PoolProblem::Selector(..) => reason::INVALID_SPEC,
+            PoolProblem::SelfOverlap(..) | PoolProblem::Overlap(_) => reason::OVERLAP,
+            PoolProblem::PairNotFound(_) => reason::PAIR_NOT_FOUND,
         }
     }
 }

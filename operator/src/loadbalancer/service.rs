@@ -14,7 +14,7 @@ use crate::context::LbStores;
 use crate::context::{Context, Ev, ReconcileTimer, backoff};
 use crate::error::is_status;
 use havip_crds::vippool::service as contract;
-use havip_crds::{FloatingIP, manager};
+use havip_crds::{FloatingIP, manager, reason};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -23,25 +23,6 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Event reasons on Services.
-pub mod reason {
-    /// An address was allocated (or joined) for the Service.
-    pub const ALLOCATED: &str = "AddressAllocated";
-    /// The Service gets no address; the note says why.
-    pub const FAILED: &str = "AllocationFailed";
-    /// An address was released.
-    pub const RELEASED: &str = "AddressReleased";
-    /// The address is announced by a node: the Service's EXTERNAL-IP.
-    pub const ANNOUNCED: &str = "Announced";
-    /// The address moved to another node (a failover).
-    pub const HOLDER_CHANGED: &str = "HolderChanged";
-    /// An annotation of the Service cannot be read.
-    pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
-    /// An address of the Service can no longer be served (it became the API server's or
-    /// a Node's, or the operator refused its FloatingIP): released; the note says why.
-    pub const ADDRESS_REFUSED: &str = "AddressRefused";
-}
 
 /// Reconciles one Service.
 pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -74,7 +55,7 @@ pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Context>) -> Action
     if failures == 1 || failures.is_multiple_of(10) {
         let note = format!("{err} (attempt {failures}, retrying in {}s)", delay.as_secs());
         tokio::spawn(async move {
-            ctx.event(svc.as_ref(), Ev::warning("ReconcileError", "Reconcile", note)).await;
+            ctx.event(svc.as_ref(), Ev::warning(reason::RECONCILE_ERROR, "Reconcile", note)).await;
         });
     }
     Action::requeue(delay)
@@ -172,7 +153,7 @@ async fn apply(
             None if deleted.is_some() => {
                 ctx.event(
                     svc,
-                    Ev::normal(reason::RELEASED, "Release", format!("{address} released (FloatingIP {name})")),
+                    Ev::normal(reason::ADDRESS_RELEASED, "Release", format!("{address} released (FloatingIP {name})")),
                 )
                 .await;
             }
@@ -197,7 +178,7 @@ async fn apply(
                     services.insert(key.clone());
                     rewrite(ctx, f, &services, sharing_key(f).as_deref(), states).await?;
                     let note = format!("{address} shared with {} (FloatingIP {fip})", others(&services, key));
-                    ctx.event(svc, Ev::normal(reason::ALLOCATED, "Allocate", note)).await;
+                    ctx.event(svc, Ev::normal(reason::ADDRESS_ALLOCATED, "Allocate", note)).await;
                 }
                 held.push(*address);
             }
@@ -231,7 +212,7 @@ async fn apply(
                             "{address} allocated from VIPPool {pool}, held by HAPair {} (FloatingIP {name})",
                             state.pair
                         );
-                        ctx.event(svc, Ev::normal(reason::ALLOCATED, "Allocate", note)).await;
+                        ctx.event(svc, Ev::normal(reason::ADDRESS_ALLOCATED, "Allocate", note)).await;
                         held.push(*address);
                     }
                     // Claimed meanwhile (the cache did not show it yet): plan again soon.
@@ -250,7 +231,7 @@ async fn apply(
     } else {
         let why = plan.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
         ctx.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { category: "allocation" }).inc();
-        warn_once(ctx, svc, key, reason::FAILED, why).await;
+        warn_once(ctx, svc, key, reason::ALLOCATION_FAILED, why).await;
     }
     // The status lists an address once a node announces it, and keeps it while it is
     // allocated (a failover's moment without a holder does not blank the EXTERNAL-IP).

@@ -139,7 +139,7 @@ pub fn member_role_events(o: &Observed, roles: &mut BTreeMap<String, MemberRole>
             && old != role
         {
             out.push(Ev::normal(
-                "MemberRoleChanged",
+                reason::MEMBER_ROLE_CHANGED,
                 "ObserveRoleChange",
                 format!("{}: {old} → {role} (epoch {})", s.node, s.epoch.unwrap_or(0)),
             ));

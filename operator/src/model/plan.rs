@@ -21,7 +21,7 @@ use super::status::{departed_members, last_transition, next_staleness, operator_
 use super::{COMMAND_TIMEOUT, INVALID_REQUEUE, KeyInfo, LeaseInfo, Observed};
 use havip_crds::FloatingIP;
 use havip_crds::request::{RequestKind, annotation, handled_ids};
-use havip_crds::{HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult};
+use havip_crds::{HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult, reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
@@ -264,7 +264,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
             transitions: i64::from(seed.epoch),
             renew_time: None,
         });
-        create_lease = Some((seed, Ev::normal("LeaseCreated", "Create", note)));
+        create_lease = Some((seed, Ev::normal(reason::LEASE_CREATED, "Create", note)));
     }
 
     // The key Secret, unless the spec names one.
@@ -272,7 +272,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
     let mut create_secret = None;
     if own_secret && o.key.is_none() {
         let note = format!("created heartbeat key Secret {ns}/{} (key 1)", secret_name(&name));
-        create_secret = Some(Ev::normal("KeySecretCreated", "Create", note));
+        create_secret = Some(Ev::normal(reason::KEY_SECRET_CREATED, "Create", note));
         o.key = Some(new_key(&o.spec));
     }
 
@@ -361,7 +361,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
                     k.key_id,
                     k.previous_key_id.unwrap_or(0)
                 );
-                events.push(Ev::normal("KeyRotated", "Rotate", format!("rotation {id}: {note}")));
+                events.push(Ev::normal(reason::KEY_ROTATED, "Rotate", format!("rotation {id}: {note}")));
                 // Answer a requested rotation (not one for a member removal), even if
                 // another answer came in between: its requester is still waiting.
                 if !id.is_empty() && !id.starts_with(MEMBER_REMOVAL) {
@@ -382,7 +382,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
                     removed.join(", "),
                     if removed.len() == 1 { "it" } else { "they" }
                 );
-                events.push(Ev::normal("KeyRotationStarted", "Rotate", note));
+                events.push(Ev::normal(reason::KEY_ROTATION_STARTED, "Rotate", note));
                 Some(KeyChange::StartRotation { id })
             }
             KeyAction::RecordMembers => Some(KeyChange::RecordMembers),

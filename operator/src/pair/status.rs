@@ -146,7 +146,7 @@ pub async fn apply_fip_status(
         tracing::warn!(floatingip = %name, reason = accepted.reason, message = %accepted.message, "FloatingIP refused");
         ctx.event(fip, Ev::warning(accepted.reason, "Validate", accepted.message.clone())).await;
     } else if accepted.status == "True" && was == Some("False") {
-        ctx.event(fip, Ev::normal("Accepted", "Validate", accepted.message.clone())).await;
+        ctx.event(fip, Ev::normal(reason::ACCEPTED, "Validate", accepted.message.clone())).await;
     }
     Ok(())
 }
