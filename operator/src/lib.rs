@@ -1,4 +1,6 @@
-//! The havip operator (`havip-operator`) and the `kubectl-havip` plugin.
+//! The havip operator (`havip-operator`). The `kubectl havip` plugin is a crate of its
+//! own (`kubectl-havip/`); the two share the CRD types and the request grammar of
+//! `havip-crds` ([`havip_crds::request`]).
 //!
 //! - [`model`]: the decisions, as pure functions of one observation (phase,
 //!   conditions, last transition, requests and their preconditions, command answers,
@@ -17,7 +19,6 @@
 //!   server's), kept from the watches.
 //! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
 //! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
-//! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
 //!
 //! The contract with the agents is `docs/kubernetes.md`. How the operator keeps it:
 //!
@@ -51,7 +52,6 @@ pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
 pub mod pair;
-pub mod plugin;
 pub mod reserved;
 pub mod triggers;
 
