@@ -16,8 +16,7 @@ use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,12 +76,10 @@ impl LbStores {
 /// needed for correctness).
 #[derive(Default, Debug)]
 pub struct ServiceMemory {
+    /// What the Service plan reads and returns (the last warning, the holders seen).
+    pub service: crate::loadbalancer::plan::ServiceMemo,
     /// Consecutive failed reconciles.
     pub failures: u32,
-    /// The warning last published (not repeated while it holds).
-    pub warned: Option<String>,
-    /// The last holder seen of each address (`None`: seen, never held yet).
-    pub holders: BTreeMap<IpAddr, Option<String>>,
 }
 
 /// Everything a reconcile needs.
