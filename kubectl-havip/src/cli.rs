@@ -407,13 +407,7 @@ pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::Args;
-    use super::Command;
-    use super::EXIT_CODES_HELP;
-    use super::ListOutput;
-    use super::Outcome;
-    use super::StatusOutput;
-    use super::completion_script;
+    use super::{Args, Command, EXIT_CODES_HELP, ListOutput, Outcome, StatusOutput, completion_script};
     use crate::error::exit;
     use crate::target::DEFAULT_NAMESPACE;
     use clap::Parser;

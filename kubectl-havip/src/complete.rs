@@ -323,11 +323,7 @@ pub async fn complete(words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::Analysis;
-    use super::NO_FILE_COMP;
-    use super::Need;
-    use super::analyse;
-    use super::{complete, format};
+    use super::{Analysis, NO_FILE_COMP, Need, analyse, complete, format};
     use crate::cli::Args;
 
     fn at(words: &[&str]) -> Analysis {

@@ -155,10 +155,7 @@ pub async fn who_am_i(client: &kube::Client) -> Option<Identity> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::ClientOptions;
-    use super::config;
-    use super::load_kubeconfig;
-    use super::pick_context;
+    use super::{ClientOptions, config, load_kubeconfig, pick_context};
     use std::ffi::OsString;
     use std::time::Duration;
 

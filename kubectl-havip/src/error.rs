@@ -351,10 +351,7 @@ pub fn is_status(e: &kube::Error, code: u16) -> bool {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::Action;
-    use super::Identity;
-    use super::PluginError;
-    use super::exit;
+    use super::{Action, Identity, PluginError, exit};
     use kube::core::Status;
 
     fn status(code: u16, name: &str) -> kube::Error {

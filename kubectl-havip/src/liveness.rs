@@ -153,9 +153,7 @@ pub async fn precheck(client: &kube::Client, namespace: &str, grace: Duration) -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::LEADER_LEASE;
-    use super::OperatorState;
-    use super::classify;
+    use super::{LEADER_LEASE, OperatorState, classify};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::jiff::Timestamp;
 

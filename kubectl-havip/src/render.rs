@@ -415,14 +415,7 @@ pub(crate) fn sample_pair() -> HAPair {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::Format;
-    use super::PairList;
-    use super::encode;
-    use super::list_value;
-    use super::render_list;
-    use super::render_status;
-    use super::sample_pair;
-    use super::status_value;
+    use super::{Format, PairList, encode, list_value, render_list, render_status, sample_pair, status_value};
     use havip_crds::HAPair;
     use k8s_openapi::jiff::Timestamp;
 

@@ -4,14 +4,12 @@
 //! and writes nothing but Events.
 
 use crate::metrics::Metrics;
-use crate::model;
-use crate::{Error, Settings};
+use crate::{Error, Settings, model};
 use havip_crds::{FloatingIP, HAPair, VIPPool};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
@@ -276,9 +274,7 @@ pub fn lease_info(l: &Lease) -> model::LeaseInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::ReconcileTimer;
-    use super::all_ready;
-    use super::backoff;
+    use super::{ReconcileTimer, all_ready, backoff};
     use crate::metrics::Metrics;
     use std::sync::Arc;
     use std::time::Duration;

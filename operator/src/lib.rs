@@ -2,17 +2,20 @@
 //! own (`kubectl-havip/`); the two share the CRD types and the request grammar of
 //! `havip-crds` ([`havip_crds::request`]).
 //!
-//! - [`model`]: the decisions, as pure functions of one observation (phase,
+//! Each reconcile is observe → plan (pure, tested for convergence) → apply:
+//!
+//! - [`model`]: the HAPair decisions, as pure functions of one observation (phase,
 //!   conditions, last transition, requests and their preconditions, command answers,
-//!   key rotation, the configuration revision).
+//!   key rotation, the configuration revision), composed by [`model::plan`].
+//! - [`pair`]: the HAPair controller's room — the pair reconcile ([`pair::hapair`]),
+//!   the key Secret ([`pair::keysecret`]), the `InvalidSpec` condition, FloatingIP
+//!   status and member labels ([`pair::status`]) and the FloatingIP reconcile
+//!   ([`pair::floatingip`]).
+//! - [`loadbalancer`]: Services of type LoadBalancer and VIPPools — the allocator
+//!   ([`loadbalancer::alloc`]), the Service plan ([`loadbalancer::plan`]) and its
+//!   apply ([`loadbalancer::service`]), the VIPPool reconcile ([`loadbalancer::pool`]).
 //! - [`controller`]: the kube-runtime controllers' wiring (watches, caches, which
-//!   change triggers which reconcile).
-//! - [`pair`]: the HAPair controller's rooms — the pair reconcile
-//!   ([`pair::hapair`]), the key Secret ([`pair::keysecret`]), the `InvalidSpec`
-//!   condition, FloatingIP status and member labels ([`pair::status`]) and the
-//!   FloatingIP reconcile ([`pair::floatingip`]).
-//! - [`loadbalancer`]: Services of type LoadBalancer — the allocator, the Service
-//!   and VIPPool reconciles.
+//!   change triggers which reconcile); [`triggers`]: the watch plumbing.
 //! - [`guard`]: the reconcile guard and error policy every reconcile shares;
 //!   [`context`]: what every reconcile reads (client, caches, memory, Events);
 //!   [`reserved`]: the addresses that are never a VIP (every Node's, the API

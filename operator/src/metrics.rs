@@ -1,5 +1,5 @@
 //! Prometheus metrics of the operator, served with `/healthz` and `/readyz` by
-//! [`havip_crds::httpd`].
+//! [`havip_endpoints::serve`].
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

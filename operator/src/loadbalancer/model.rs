@@ -440,18 +440,11 @@ pub fn probe_ports(svc: &Service) -> BTreeSet<i32> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::PoolProblem;
-    use super::eligible;
-    use super::holdings;
-    use super::pool_states;
-    use super::probe_ports;
-    use super::request_of;
-    use crate::loadbalancer::alloc::Holding;
-    use crate::loadbalancer::alloc::Refused;
+    use super::{PoolProblem, eligible, holdings, pool_states, probe_ports, request_of};
+    use crate::loadbalancer::alloc::{Holding, Refused};
     use crate::model::AddressIndex;
-    use havip_crds::FloatingIP;
-    use havip_crds::VIPPool;
     use havip_crds::vippool::Family;
+    use havip_crds::{FloatingIP, VIPPool};
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use std::collections::BTreeMap;

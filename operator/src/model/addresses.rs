@@ -188,9 +188,7 @@ fn changed(before: impl Iterator<Item = IpAddr>, now: impl Iterator<Item = IpAdd
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::AddressIndex;
-    use super::ApiServerSource;
-    use super::Reserved;
+    use super::{AddressIndex, ApiServerSource, Reserved};
     use std::collections::BTreeSet;
     use std::net::IpAddr;
 

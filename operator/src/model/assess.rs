@@ -3,8 +3,7 @@
 //! decision. Pure.
 
 use super::spec::member_addresses;
-use super::{HANDOVER_SETTLE, age, member_status};
-use super::{NOT_REPORTING_AFTER, Observed};
+use super::{HANDOVER_SETTLE, NOT_REPORTING_AFTER, Observed, age, member_status};
 use havip_crds::hapair::MemberStatus;
 use havip_crds::{MemberAlarm, MemberRole, Phase, VipState, reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -10,12 +10,10 @@
 //! cut off from the API server may still hold the VIP, so a silent holder keeps its
 //! fields and `Ready` reads `Unknown`.
 
-use super::Observed;
 use super::assess::{Assessment, is_reporting};
-use super::member_status;
 use super::spec::Refusal;
-use havip_crds::FloatingIP;
-use havip_crds::{MemberRole, Phase, VipState, reason};
+use super::{Observed, member_status};
+use havip_crds::{FloatingIP, MemberRole, Phase, VipState, reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 

@@ -5,8 +5,9 @@
 //! ([`crate::pair::hapair`]) gathers the inputs from its caches and applies the outputs.
 //!
 //! Here: the observation ([`Observed`] and its parts) and the constants; the decisions
-//! are in [`spec`], [`assess`], [`status`], [`requests`], [`keys`], [`fip`] and
-//! [`events`], and [`plan`] composes them into every write of one HAPair reconcile.
+//! are in `spec`, `assess`, `status`, `requests`, `keys`, `fip` and `events` (their
+//! items are re-exported here), and [`plan()`] composes them into every write of one
+//! HAPair reconcile.
 
 use havip_crds::hapair::MemberStatus;
 use havip_crds::{FloatingIPSpec, HAPairSpec, HAPairStatus, VipState};

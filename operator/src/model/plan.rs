@@ -5,8 +5,7 @@
 //! on from the object as that write leaves it, so one plan covers a whole reconcile.
 //! Applying a plan to the observation and planning again yields no writes (tested).
 
-use super::assess::assess;
-use super::assess::next_settle;
+use super::assess::{assess, next_settle};
 use super::events::{
     Announcement, Ev, command_event, invalid_spec_event, member_lost_event, member_role_events, operation_event,
     phase_event, role_change_announcement,
@@ -19,9 +18,8 @@ use super::spec::{
 };
 use super::status::{departed_members, last_transition, next_staleness, operator_status, without_timestamps};
 use super::{COMMAND_TIMEOUT, INVALID_REQUEUE, KeyInfo, LeaseInfo, Observed};
-use havip_crds::FloatingIP;
 use havip_crds::request::{RequestKind, annotation, handled_ids};
-use havip_crds::{HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult, reason};
+use havip_crds::{FloatingIP, HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult, reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};

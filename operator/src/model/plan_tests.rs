@@ -12,9 +12,8 @@ use super::plan::{
 use super::spec::{Refusal, member_labels, member_nodes};
 use super::tests::{apply_revision, fip, healthy, member, node};
 use super::{KeyInfo, LeaseInfo, Observed, VipInfo};
-use havip_crds::FloatingIP;
 use havip_crds::request::{RequestKind, annotation, handled_ids};
-use havip_crds::{FloatingIPSpec, MemberRole, OperationResult, Phase, VipState};
+use havip_crds::{FloatingIP, FloatingIPSpec, MemberRole, OperationResult, Phase, VipState};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Duration;

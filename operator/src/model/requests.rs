@@ -4,8 +4,7 @@
 
 use super::assess::{Assessment, is_reporting, protocol_major, standby_problem};
 use super::keys::key_progress;
-use super::{COMMAND_TIMEOUT, Observed};
-use super::{age, member_status};
+use super::{COMMAND_TIMEOUT, Observed, age, member_status};
 use havip_crds::request::{Request, RequestKind, handled_ids, parse_request, raw_id};
 use havip_crds::{Operation, OperationResult, PairCommand};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -4,8 +4,7 @@
 //! configuration revision. Pure.
 
 use super::addresses::{ApiServerSource, Reserved};
-use super::member_status;
-use super::{NodeInfo, Observed};
+use super::{NodeInfo, Observed, member_status};
 use havip_crds::hapair::NodeAddressType;
 use havip_crds::revision::{config_revision, format_revision};
 use havip_crds::{FloatingIPSpec, HAPairSpec, reason};
@@ -74,7 +73,7 @@ impl Refusal {
         }
     }
 
-    /// The refusal of a reserved address (see [`AddressIndex`]), for a pair whose
+    /// The refusal of a reserved address (see [`crate::model::AddressIndex`]), for a pair whose
     /// member Nodes are `members`.
     pub fn of_reserved(why: &Reserved, members: &BTreeMap<String, Option<NodeInfo>>) -> Refusal {
         match why {
@@ -88,7 +87,7 @@ impl Refusal {
 
 /// Whether the operator refuses FloatingIP `name` (address `address`) of a pair whose
 /// member Nodes are `nodes`: its address is reserved (`reserved` looks it up in the
-/// [`AddressIndex`] of every Node's and the API server's addresses), or a member Node
+/// [`crate::model::AddressIndex`] of every Node's and the API server's addresses), or a member Node
 /// reports it, or an older FloatingIP has it. `conflicts` comes from
 /// [`havip_crds::floatingip::address_conflicts`] over every FloatingIP; `pair_of` names
 /// the pair of another FloatingIP.

@@ -3,8 +3,7 @@
 
 use super::assess::Assessment;
 use super::spec::published_addresses;
-use super::{NOT_REPORTING_AFTER, Observed};
-use super::{age, member_status};
+use super::{NOT_REPORTING_AFTER, Observed, age, member_status};
 use havip_crds::{
     HAPairStatus, KeyRotation, MemberRole, Operation, PairCommand, Phase, TransitionReason, condition, reason,
 };

@@ -15,8 +15,7 @@ use super::spec::{
 };
 use super::status::{conditions, last_transition, next_staleness, operator_status, without_timestamps};
 use super::{HANDOVER_SETTLE, KeyInfo, LeaseInfo, NodeInfo, Observed, VipInfo};
-use havip_crds::hapair::MemberStatus;
-use havip_crds::hapair::{PathHeard, VipReadiness};
+use havip_crds::hapair::{MemberStatus, PathHeard, VipReadiness};
 use havip_crds::request::{Request, RequestKind, annotation, parse_request};
 use havip_crds::revision::{config_revision, format_revision};
 use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};

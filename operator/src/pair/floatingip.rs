@@ -3,12 +3,10 @@
 //! pair exists its reconcile writes `Accepted`, `Ready` and `Conflict`, and here, when the
 //! pair is missing, they say so. The holder's agent owns the holder fields.
 
-use crate::Error;
 use crate::context::{Context, Ev};
 use crate::guard::guarded_reconcile;
-use crate::model;
-use havip_crds::{FloatingIP, manager};
-use havip_crds::{condition, reason};
+use crate::{Error, model};
+use havip_crds::{FloatingIP, condition, manager, reason};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DeserializeGuard;

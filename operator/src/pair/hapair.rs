@@ -504,12 +504,10 @@ async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &st
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::lease_seed;
-    use super::of_an_earlier_pair;
+    use super::{lease_seed, of_an_earlier_pair};
     use crate::model;
     use havip_crds::HAPair;
-    use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     fn pair(uid: &str) -> HAPair {

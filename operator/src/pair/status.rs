@@ -4,10 +4,9 @@
 //! it), and the member labels (`member.havip.io/<node>`) that let each agent watch only
 //! its own objects.
 
-use crate::Error;
 use crate::context::{Context, Ev};
 use crate::error::is_status;
-use crate::model;
+use crate::{Error, model};
 use havip_crds::{manager, reason};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};

@@ -1,22 +1,10 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-use super::AllocError;
-use super::Allocation;
-use super::Choice;
-use super::Holding;
-use super::Plan;
-use super::PoolView;
-use super::PortKey;
-use super::Refused;
-use super::Release;
-use super::ReleaseWhy;
-use super::Request;
+use super::{AllocError, Allocation, Choice, Holding, Plan, PoolView, PortKey, Refused, Release, ReleaseWhy, Request};
 use crate::model::Reserved;
 use havip_crds::SharingScope;
-use havip_crds::vippool::Block;
-use havip_crds::vippool::Family;
+use havip_crds::vippool::{Block, Family};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 fn ip(s: &str) -> IpAddr {
