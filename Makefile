@@ -146,11 +146,11 @@ kind-node-image: ## Build (or reuse) the offline kind node image havip/kind-node
 	@$(WITH_DOCKER) bash hack/kind-node-image.sh
 
 kind-up: ## Create the kind cluster of the e2e suite, load the images, install the chart (needs the node image)
-	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p kubectl-havip
 	@$(WITH_DOCKER) $(KIND_E2E) up
 
 kind-run: ## Run the e2e scenarios on the kind cluster (JSON line per scenario); ONLY=name runs one
-	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p kubectl-havip
 	@$(WITH_DOCKER) $(KIND_E2E) run $(if $(ONLY),--only $(ONLY))
 
 kind-down: ## Delete the kind cluster of the e2e suite

@@ -42,7 +42,7 @@ kubectl="$(bash hack/testbin.sh control-plane 2>/dev/null | tail -1)/kubectl"
 phase images nice -n 10 bash hack/images.sh
 phase node-image bash hack/kind-node-image.sh >/dev/null
 node_image=$(bash hack/kind-node-image.sh image)
-phase build-suite nice -n 10 cargo build -q -p havip-e2e --bin kind-e2e -p havip-operator --bin kubectl-havip
+phase build-suite nice -n 10 cargo build -q -p havip-e2e --bin kind-e2e -p kubectl-havip
 suite=(./target/debug/kind-e2e --kind "$kind" --helm "$helm" --kubectl "$kubectl" --node-image "$node_image")
 
 down() {

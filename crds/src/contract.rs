@@ -267,7 +267,10 @@ string_enum! {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{
+        Deserialize, GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, Serialize,
+        TransitionReason, fmt,
+    };
 
     #[test]
     fn every_known_value_round_trips_through_its_wire_name() {

@@ -115,7 +115,7 @@ pub fn format_duration(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Duration, format_duration, parse_duration};
 
     #[test]
     fn parses_common_forms() {

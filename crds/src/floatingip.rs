@@ -262,7 +262,7 @@ pub fn address_conflicts<'a>(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{FloatingIP, address_conflicts, vip_address};
 
     fn fip(name: &str, address: &str, created: Option<&str>) -> FloatingIP {
         let mut v = serde_json::json!({

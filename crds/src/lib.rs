@@ -1,10 +1,12 @@
 //! The cluster API of havip and the contract between its binaries: the `HAPair`,
 //! `FloatingIP` and `VIPPool` custom resources ([`hapair`], [`floatingip`], [`vippool`])
 //! with their defaults and CRD generation, the typed agent–operator contract
-//! ([`contract`]), condition types and reasons, field managers, annotations and member
-//! labels ([`membership`]), durations and the configuration revision. The wire protocols
-//! (heartbeat and witness) live in the kube-free crate `havip-wire` and are re-exported
-//! here as [`wire`] and [`witness`].
+//! ([`contract`]), condition types and every condition and Event reason ([`reason`]),
+//! the request-annotation grammar the operator and the kubectl plugin share
+//! ([`request`]), field managers, annotations and member labels ([`membership`]),
+//! durations and the configuration revision. The wire protocols (heartbeat and witness)
+//! live in the kube-free crate `havip-wire` and are re-exported here as [`wire`] and
+//! [`witness`].
 
 #![deny(missing_docs)]
 
@@ -13,6 +15,8 @@ pub mod duration;
 pub mod floatingip;
 pub mod hapair;
 pub mod membership;
+pub mod reason;
+pub mod request;
 pub mod revision;
 pub mod vippool;
 
@@ -135,68 +139,8 @@ pub mod condition {
     /// The operator accepted the FloatingIP: it is handed to the pair's agents (False:
     /// refused, the message says why, and no agent configures it).
     pub const ACCEPTED: &str = "Accepted";
-}
-
-/// CamelCase reasons for conditions, Events and transitions.
-pub mod reason {
-    /// The operator took over the Lease and key Secret an earlier pair of the same name
-    /// left (an Event on the HAPair).
-    pub const EARLIER_PAIR_ADOPTED: &str = "EarlierPairAdopted";
-    /// Initial assignment to the highest-priority member.
-    pub const ELECTED: &str = "Elected";
-    /// A standby took the VIPs of a lost active.
-    pub const PEER_LOST: &str = "PeerLost";
-    /// Planned failover completed.
-    pub const PLANNED_FAILOVER: &str = "PlannedFailover";
-    /// Forced failover completed.
-    pub const FORCED_FAILOVER: &str = "ForcedFailover";
-    /// The active handed over because of carrier loss.
-    pub const CARRIER_LOST: &str = "CarrierLost";
-    /// The active handed over because it lost its gateway.
-    pub const GATEWAY_LOST: &str = "GatewayLost";
-    /// The active handed over because a VIP or listener stayed unhealthy.
-    pub const VIP_UNHEALTHY: &str = "VipUnhealthy";
-    /// Automatic failback to the preferred member.
-    pub const FAILBACK: &str = "Failback";
-    /// A member entered maintenance.
-    pub const MAINTENANCE: &str = "Maintenance";
-    /// Two actives met; the older epoch gave up.
-    pub const DUAL_ACTIVE_RESOLVED: &str = "DualActiveResolved";
-    /// A member found itself cut off and gave up the VIPs.
-    pub const FENCED: &str = "Fenced";
-    /// Flap suspension.
-    pub const SUSPENDED: &str = "Suspended";
-    /// Members run different protocol major versions.
-    pub const VERSION_MISMATCH: &str = "VersionMismatch";
-    /// Members run different agent versions.
-    pub const VERSION_SKEW: &str = "VersionSkew";
-    /// A heartbeat with a key the member does not know arrived.
-    pub const KEY_MISMATCH: &str = "KeyMismatch";
-    /// A member is not reporting.
-    pub const MEMBER_NOT_REPORTING: &str = "MemberNotReporting";
-    /// A member node is missing.
-    pub const MEMBER_LOST: &str = "MemberLost";
-    /// A member has not applied the current configuration.
-    pub const CONFIG_PENDING: &str = "ConfigPending";
-    /// A foreign MAC answers for a VIP.
-    pub const VIP_CONFLICT: &str = "VipConflict";
-    /// The spec cannot be acted on.
-    pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// Everything is as it should be.
-    pub const AS_EXPECTED: &str = "AsExpected";
-    /// A FloatingIP's address is already used by an older FloatingIP.
-    pub const ADDRESS_IN_USE: &str = "AddressInUse";
-    /// A FloatingIP's address is an address of a Node (a member of its pair or not).
-    pub const NODE_ADDRESS: &str = "NodeAddress";
-    /// A FloatingIP's address is an address of the API server (the ClusterIP of the
-    /// Service `default/kubernetes`, or an address of its EndpointSlice).
-    pub const API_SERVER_ADDRESS: &str = "ApiServerAddress";
-    /// A VIPPool holds addresses it never hands out: the API server's or Nodes' own.
-    pub const RESERVED_ADDRESS: &str = "ReservedAddress";
-    /// The old holder of a planned move keeps the VIPs for its established connections.
-    pub const DRAIN_STARTED: &str = "DrainStarted";
-    /// A drain ended (its time was over, or the VIPs were taken back).
-    pub const DRAIN_ENDED: &str = "DrainEnded";
+    /// The FloatingIP's pair exists (the operator's own condition of a FloatingIP).
+    pub const PAIR_FOUND: &str = "PairFound";
 }
 
 pub mod reporting {
@@ -283,7 +227,7 @@ pub mod lease {
 
     #[cfg(test)]
     mod tests {
-        use super::*;
+        use super::{PAIR_PREFIX, is_pair_lease, legacy_pair_lease_name, pair_lease_name, pair_of_lease};
 
         #[test]
         fn pair_leases_never_share_a_name_with_the_leader_lease() {
@@ -305,21 +249,6 @@ pub mod lease {
             assert!(pair_lease_name(&"a".repeat(63)).len() <= 253);
         }
     }
-}
-
-/// Annotations on an HAPair that request imperative actions. Each value is a request
-/// id; the operator acts on a given id once and answers in `status.lastOperation`.
-pub mod annotation {
-    /// Planned failover; value `<id>` or `<id>:<target node>`.
-    pub const FAILOVER: &str = "havip.io/failover";
-    /// Forced failover (skips readiness checks); value as for [`FAILOVER`].
-    pub const FORCE_FAILOVER: &str = "havip.io/force-failover";
-    /// Clear a flap suspension.
-    pub const CLEAR: &str = "havip.io/clear";
-    /// Rotate the heartbeat key.
-    pub const ROTATE_KEY: &str = "havip.io/rotate-key";
-    /// Resume automatic failback after a manual move paused it.
-    pub const RESUME_FAILBACK: &str = "havip.io/resume-failback";
 }
 
 /// Every CRD, as YAML documents separated by `---`, exactly as `crdgen` writes them.

@@ -90,7 +90,7 @@ pub fn label_keys<'a>(nodes: impl IntoIterator<Item = &'a str>) -> std::collecti
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{is_label_name, is_member_label, label_key, label_keys, label_name, nodes_value, selector};
 
     #[test]
     fn a_node_name_that_is_a_label_name_is_used_as_is() {

@@ -44,7 +44,7 @@ pub fn parse_revision(s: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{BTreeMap, HAPairSpec, config_revision, fnv1a, format_revision, parse_revision};
 
     fn spec() -> HAPairSpec {
         serde_json::from_value(serde_json::json!({

@@ -116,6 +116,11 @@ pub struct VIPPoolStatus {
     /// `Ready` condition's message names them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<i64>,
+    /// Addresses of the pool held by FloatingIPs written by hand (counted in `used`;
+    /// never handed out while they hold them; the `Ready` condition's message names
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by_hand: Option<i64>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -297,7 +302,7 @@ pub fn pool_blocks(spec: &VIPPoolSpec) -> Result<Vec<Block>, BlockError> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{Block, BlockError, IpAddr, service};
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")

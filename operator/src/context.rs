@@ -4,28 +4,22 @@
 //! and writes nothing but Events.
 
 use crate::metrics::Metrics;
-use crate::model;
-use crate::{Error, Settings};
+use crate::{Error, Settings, model};
 use havip_crds::{FloatingIP, HAPair, VIPPool};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Label on every object the operator creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "havip-operator");
-/// Label naming the pair a Lease or Secret belongs to.
-pub const PAIR_LABEL: &str = "havip.io/pair";
+pub use crate::labels::{MANAGED_BY, PAIR_LABEL};
 
 /// What the operator remembers about a pair between reconciles (lost on restart:
 /// nothing here is needed for correctness).
@@ -77,12 +71,10 @@ impl LbStores {
 /// needed for correctness).
 #[derive(Default, Debug)]
 pub struct ServiceMemory {
+    /// What the Service plan reads and returns (the last warning, the holders seen).
+    pub service: crate::loadbalancer::plan::ServiceMemo,
     /// Consecutive failed reconciles.
     pub failures: u32,
-    /// The warning last published (not repeated while it holds).
-    pub warned: Option<String>,
-    /// The last holder seen of each address (`None`: seen, never held yet).
-    pub holders: BTreeMap<IpAddr, Option<String>>,
 }
 
 /// Everything a reconcile needs.
@@ -279,7 +271,10 @@ pub fn lease_info(l: &Lease) -> model::LeaseInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{ReconcileTimer, all_ready, backoff};
+    use crate::metrics::Metrics;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn backoff_doubles_and_caps() {

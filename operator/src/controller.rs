@@ -321,13 +321,13 @@ pub async fn run_controllers(
         .watches_stream(secret_stream, secret_mapper)
         .reconcile_on(reserved_stream)
         .graceful_shutdown_on(stop.clone())
-        .run(crate::hapair::reconcile, error_policy::<HAPair>, ctx.clone())
+        .run(crate::pair::hapair::reconcile, error_policy::<HAPair>, ctx.clone())
         .for_each(|res| async move { log_result("hapair", res) });
     let fip = fip_ctrl
         .with_config(config)
         .watches_stream(pair_stream, pair_mapper)
         .graceful_shutdown_on(stop)
-        .run(crate::floatingip::reconcile, error_policy::<FloatingIP>, ctx.clone())
+        .run(crate::pair::floatingip::reconcile, error_policy::<FloatingIP>, ctx.clone())
         .for_each(|res| async move { log_result("floatingip", res) });
     let lb = crate::loadbalancer::run(
         ctx.clone(),
@@ -360,7 +360,10 @@ pub fn stop_future(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::slim_node;
+    use crate::reserved::node_addresses;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
 
     #[test]
     fn slim_node_keeps_only_addresses() {

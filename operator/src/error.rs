@@ -1,7 +1,7 @@
 //! The operator's errors: each variant names the operation that failed; `category()`
 //! gives a bounded label for metrics.
 
-/// Everything that can go wrong in the operator and the plugin.
+/// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Building a Kubernetes client (kubeconfig or in-cluster config) failed.
@@ -79,17 +79,6 @@ pub enum Error {
     /// Writing an annotation failed.
     #[error("failed to annotate {kind} {name}: {source}")]
     Annotate {
-        /// HAPair.
-        kind: &'static str,
-        /// Its name.
-        name: String,
-        /// The API error.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// Patching a spec (the plugin's maintenance verb) failed.
-    #[error("failed to patch {kind} {name}: {source}")]
-    PatchSpec {
         /// HAPair.
         kind: &'static str,
         /// Its name.
@@ -194,9 +183,6 @@ pub enum Error {
     /// The random number generator failed.
     #[error("failed to generate random bytes: {0}")]
     Random(String),
-    /// A plugin request was not answered in time, or answered negatively.
-    #[error("{0}")]
-    Request(String),
     /// Bad command-line input.
     #[error("{0}")]
     Usage(String),
@@ -214,7 +200,6 @@ impl Error {
             Error::MalformedSecret { .. } => "malformed_secret",
             Error::ApplyStatus { .. } => "apply_status",
             Error::Annotate { .. } => "annotate",
-            Error::PatchSpec { .. } => "patch_spec",
             Error::Label { .. } => "label",
             Error::Get { .. } => "get",
             Error::FloatingIp { .. } => "floating_ip",
@@ -227,7 +212,6 @@ impl Error {
             Error::Metrics { .. } => "metrics",
             Error::Signals(_) => "signals",
             Error::Random(_) => "random",
-            Error::Request(_) => "request",
             Error::Usage(_) => "usage",
         }
     }
@@ -256,7 +240,7 @@ pub fn is_status(e: &kube::Error, code: u16) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Error;
 
     #[test]
     fn categories_are_bounded_and_messages_name_the_operation() {

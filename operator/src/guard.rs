@@ -6,7 +6,7 @@
 
 use crate::Error;
 use crate::context::{Context, Ev, ReconcileTimer, backoff};
-use crate::status::apply_invalid_condition;
+use crate::pair::status::apply_invalid_condition;
 use havip_crds::{FloatingIP, HAPair, reason};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
@@ -137,7 +137,7 @@ pub fn error_policy<K: Reconciled>(obj: Arc<DeserializeGuard<K>>, err: &Error, c
     if failures == 1 || failures.is_multiple_of(10) {
         let note = format!("{err} (attempt {failures}, retrying in {}s)", delay.as_secs());
         tokio::spawn(async move {
-            ctx.event(obj.as_ref(), Ev::warning("ReconcileError", "Reconcile", note)).await;
+            ctx.event(obj.as_ref(), Ev::warning(reason::RECONCILE_ERROR, "Reconcile", note)).await;
         });
     }
     Action::requeue(delay)

@@ -8,6 +8,10 @@
 //! duration) or finds another holder, it stops its controllers at once — before a
 //! follower may take over. On shutdown it releases the Lease so that a follower
 //! takes over without waiting.
+//!
+//! By hand, not a kube-rs community crate: `kube-leader-election` (which also takes the
+//! Lease with a merge patch no `resourceVersion` guards) and `kube-lease-manager` (with a
+//! tolerated skew) judge expiry by comparing the Lease's `renewTime` with the local clock.
 
 use crate::Error;
 use crate::metrics::Metrics;

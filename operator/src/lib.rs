@@ -1,17 +1,27 @@
-//! The havip operator (`havip-operator`) and the `kubectl-havip` plugin.
+//! The havip operator (`havip-operator`). The `kubectl havip` plugin is a crate of its
+//! own (`kubectl-havip/`); the two share the CRD types and the request grammar of
+//! `havip-crds` ([`havip_crds::request`]).
 //!
-//! - [`model`]: the decisions, as pure functions of one observation (phase,
+//! Each reconcile is observe → plan (pure, tested for convergence) → apply:
+//!
+//! - [`model`]: the HAPair decisions, as pure functions of one observation (phase,
 //!   conditions, last transition, requests and their preconditions, command answers,
-//!   key rotation, the configuration revision).
+//!   key rotation, the configuration revision), composed by [`model::plan`].
+//! - [`pair`]: the HAPair controller's room — the pair reconcile ([`pair::hapair`]),
+//!   the key Secret ([`pair::keysecret`]), the `InvalidSpec` condition, FloatingIP
+//!   status and member labels ([`pair::status`]) and the FloatingIP reconcile
+//!   ([`pair::floatingip`]).
+//! - [`loadbalancer`]: Services of type LoadBalancer and VIPPools — the allocator
+//!   ([`loadbalancer::alloc`]), the Service plan ([`loadbalancer::plan`]) and its
+//!   apply ([`loadbalancer::service`]), the VIPPool reconcile ([`loadbalancer::pool`]).
 //! - [`controller`]: the kube-runtime controllers' wiring (watches, caches, which
-//!   change triggers which reconcile); [`hapair`], [`floatingip`]: the two reconciles;
-//!   [`guard`]: the reconcile guard and error policy both share; [`context`]: what
-//!   every reconcile reads (client, caches, memory, Events); [`status`]: the
-//!   `InvalidSpec` condition and member labels; [`reserved`]: the addresses that are
-//!   never a VIP (every Node's, the API server's), kept from the watches.
+//!   change triggers which reconcile); [`triggers`]: the watch plumbing.
+//! - [`guard`]: the reconcile guard and error policy every reconcile shares;
+//!   [`context`]: what every reconcile reads (client, caches, memory, Events);
+//!   [`reserved`]: the addresses that are never a VIP (every Node's, the API
+//!   server's), kept from the watches.
 //! - [`leader`]: leader election on a Lease; only the leader runs the controllers.
 //! - [`metrics`]: Prometheus metrics (served with `/healthz`, `/readyz`).
-//! - [`plugin`]: the plugin's request ids, waiting, maintenance patch and status view.
 //!
 //! The contract with the agents is `docs/kubernetes.md`. How the operator keeps it:
 //!
@@ -39,17 +49,14 @@
 pub mod context;
 pub mod controller;
 pub mod error;
-pub mod floatingip;
 pub mod guard;
-pub mod hapair;
-pub mod keysecret;
+pub mod labels;
 pub mod leader;
 pub mod loadbalancer;
 pub mod metrics;
 pub mod model;
-pub mod plugin;
+pub mod pair;
 pub mod reserved;
-pub mod status;
 pub mod triggers;
 
 pub use error::Error;

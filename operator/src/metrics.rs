@@ -1,5 +1,5 @@
 //! Prometheus metrics of the operator, served with `/healthz` and `/readyz` by
-//! [`havip_crds::httpd`].
+//! [`havip_endpoints::serve`].
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -123,7 +123,8 @@ impl havip_endpoints::Endpoints for Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Metrics;
+    use std::time::Duration;
 
     #[test]
     fn encodes_every_family() {

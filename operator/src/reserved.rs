@@ -188,7 +188,13 @@ pub fn node_addresses(n: &Node) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{ReservedAddresses, batched};
+    use crate::model::{ApiServerSource, Reserved};
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::runtime::watcher::Event;
+    use std::net::IpAddr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")

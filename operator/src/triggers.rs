@@ -1,5 +1,5 @@
 //! Watch plumbing the controllers share: one watch per kind feeding its store and
-//! fanning out trigger streams through filters ([`drive`]), the managed-fields trim of
+//! fanning out trigger streams through filters (`drive`), the managed-fields trim of
 //! cached objects, and the logging of a controller's results. Decides nothing about
 //! any object.
 

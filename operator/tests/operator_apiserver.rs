@@ -632,7 +632,7 @@ async fn reserved_addresses(client: &Client) {
 }
 
 fn plugin(cp: &ControlPlane, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-havip"))
+    let out = std::process::Command::new(plugin_binary())
         .env("KUBECONFIG", cp.kubeconfig())
         .args(args)
         .output()
@@ -672,7 +672,7 @@ async fn plugin_end_to_end(client: &Client, cp: &ControlPlane) {
     let (code, out, err) = tokio::task::spawn_blocking({
         let kc = cp_kube.clone();
         move || {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-havip"))
+            let out = std::process::Command::new(plugin_binary())
                 .env("KUBECONFIG", kc)
                 .args(["failover", "s1"])
                 .output()

@@ -606,7 +606,7 @@ fn event_of(node: &str, ev: &sm::Event) -> Option<KEvent> {
         sm::Event::AlarmCleared { .. } => return None,
         sm::Event::OperationResult { ok, message, .. } => (
             if *ok { EventType::Normal } else { EventType::Warning },
-            "OperationResult".to_owned(),
+            havip_crds::reason::OPERATION_RESULT.to_owned(),
             action::OPERATION,
             format!("{node}: {message}"),
         ),

@@ -1,8 +1,10 @@
 //! havip as the load-balancer provider of Services of type LoadBalancer
 //! (`spec.loadBalancerClass: havip.io/l2`): address pools ([`havip_crds::VIPPool`]),
-//! the allocator ([`alloc`], pure), the Service reconcile ([`service`]: allocation →
-//! FloatingIPs, `status.loadBalancer`, Events, release) and the pool reconcile
-//! ([`pool`]: size, used, free, `Ready`).
+//! the allocator ([`alloc`], pure), the pure decisions around it ([`model`]: which
+//! Services, what they ask for, which pools, the FloatingIP an allocation is written
+//! as), the Service reconcile's plan ([`plan`], pure: allocation → FloatingIPs,
+//! `status.loadBalancer`, Events, release) and its apply ([`service`]), and the pool
+//! reconcile ([`pool`]: size, used, reserved, held by hand, free, `Ready`).
 //!
 //! The source of truth of every allocation is in the API, never only in memory: a
 //! FloatingIP named after its address (`lb-192-0-2-10`) carries the pool (label
@@ -14,8 +16,8 @@
 //! deletion and in a periodic sweep.
 
 pub mod alloc;
-
 pub mod model;
+pub mod plan;
 pub mod pool;
 pub mod service;
 

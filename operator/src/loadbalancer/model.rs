@@ -5,7 +5,7 @@
 use super::alloc::{Allocation, Holding, PoolView, PortKey, Refused, Request, ServiceKey};
 use crate::model::{AddressIndex, Refusal, Reserved};
 use havip_crds::vippool::{Block, BlockError, Family, pool_blocks, service};
-use havip_crds::{FloatingIP, FloatingIPSpec, HealthCheck, ProbeSpec, VIPPool};
+use havip_crds::{FloatingIP, FloatingIPSpec, HealthCheck, ProbeSpec, VIPPool, reason};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Label on every FloatingIP the operator allocated for Services (with
-/// [`crate::context::MANAGED_BY`]), so that `kubectl get fip -l havip.io/load-balancer`
+/// [`crate::labels::MANAGED_BY`]), so that `kubectl get fip -l havip.io/load-balancer`
 /// lists them and the operator never mistakes one written by hand for its own.
 pub const LB_LABEL: (&str, &str) = ("havip.io/load-balancer", "true");
 
@@ -140,9 +140,9 @@ impl PoolProblem {
     /// The condition reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            PoolProblem::Invalid(_) | PoolProblem::Selector(..) => havip_crds::reason::INVALID_SPEC,
-            PoolProblem::SelfOverlap(..) | PoolProblem::Overlap(_) => "Overlap",
-            PoolProblem::PairNotFound(_) => "PairNotFound",
+            PoolProblem::Invalid(_) | PoolProblem::Selector(..) => reason::INVALID_SPEC,
+            PoolProblem::SelfOverlap(..) | PoolProblem::Overlap(_) => reason::OVERLAP,
+            PoolProblem::PairNotFound(_) => reason::PAIR_NOT_FOUND,
         }
     }
 }
@@ -353,12 +353,32 @@ pub fn refused(f: &FloatingIP) -> Option<Refused> {
         .then(|| Refused { reason: c.reason.clone(), message: c.message.clone() })
 }
 
-/// The FloatingIP that holds `address` from `pool` for `services` (sorted), probing
-/// `probe_ports` (at most [`MAX_PROBE_PORTS`], lowest first; see [`probe_ports`]) and checking the health
-/// of each member's node for those with `externalTrafficPolicy: Local`.
+/// Where an allocated address lives: its pool, and the pair and interface that pool
+/// gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement<'a> {
+    /// The pool (label [`service::POOL_LABEL`]).
+    pub pool: &'a str,
+    /// The HAPair that holds it.
+    pub pair: &'a str,
+    /// The interface it goes on (None: the one whose subnet contains it).
+    pub interface: Option<&'a str>,
+}
+
+impl PoolState {
+    /// Where the pool puts its addresses.
+    pub fn placement(&self) -> Placement<'_> {
+        Placement { pool: &self.name, pair: &self.pair, interface: self.spec.interface.as_deref() }
+    }
+}
+
+/// The FloatingIP that holds `address` where `placement` says for `services` (sorted),
+/// probing `probe_ports` (at most [`MAX_PROBE_PORTS`], lowest first; see [`probe_ports`])
+/// and checking the health of each member's node for those with
+/// `externalTrafficPolicy: Local`.
 pub fn desired_fip(
     address: IpAddr,
-    pool: &PoolState,
+    placement: Placement<'_>,
     services: &BTreeSet<ServiceKey>,
     sharing_key: Option<&str>,
     probe_ports: &BTreeSet<i32>,
@@ -368,9 +388,9 @@ pub fn desired_fip(
     let mut fip = FloatingIP::new(
         &service::fip_name(address),
         FloatingIPSpec {
-            pair: pool.pair.clone(),
+            pair: placement.pair.to_owned(),
             address: format!("{address}/{prefix}"),
-            interface: pool.spec.interface.clone(),
+            interface: placement.interface.map(str::to_owned),
             probe: ProbeSpec {
                 ports: probe_ports.iter().copied().take(MAX_PROBE_PORTS).collect(),
                 health_checks: health_checks.iter().take(MAX_HEALTH_CHECKS).cloned().collect(),
@@ -379,9 +399,9 @@ pub fn desired_fip(
         },
     );
     let labels = fip.labels_mut();
-    labels.insert(crate::context::MANAGED_BY.0.to_owned(), crate::context::MANAGED_BY.1.to_owned());
+    labels.insert(crate::labels::MANAGED_BY.0.to_owned(), crate::labels::MANAGED_BY.1.to_owned());
     labels.insert(LB_LABEL.0.to_owned(), LB_LABEL.1.to_owned());
-    labels.insert(service::POOL_LABEL.to_owned(), pool.name.clone());
+    labels.insert(service::POOL_LABEL.to_owned(), placement.pool.to_owned());
     let annotations = fip.annotations_mut();
     annotations.insert(service::SERVICES.to_owned(), services.iter().cloned().collect::<Vec<_>>().join(","));
     if let Some(k) = sharing_key {
@@ -420,7 +440,16 @@ pub fn probe_ports(svc: &Service) -> BTreeSet<i32> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{PoolProblem, eligible, holdings, pool_states, probe_ports, request_of};
+    use crate::loadbalancer::alloc::{Holding, Refused};
+    use crate::model::AddressIndex;
+    use havip_crds::vippool::Family;
+    use havip_crds::{FloatingIP, VIPPool};
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::Arc;
 
     fn svc(v: serde_json::Value) -> Service {
         serde_json::from_value(v).expect("service")

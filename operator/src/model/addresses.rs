@@ -188,7 +188,9 @@ fn changed(before: impl Iterator<Item = IpAddr>, now: impl Iterator<Item = IpAdd
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::*;
+    use super::{AddressIndex, ApiServerSource, Reserved};
+    use std::collections::BTreeSet;
+    use std::net::IpAddr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")

@@ -2,18 +2,14 @@
 //! members report and what is wrong — the basis of the phase, the conditions and every
 //! decision. Pure.
 
-use super::*;
-
-/// A member's own status entry.
-pub fn member_status<'a>(status: &'a HAPairStatus, node: &str) -> Option<&'a MemberStatus> {
-    status.members.iter().find(|m| m.node == node)
-}
-
-pub(super) fn age(now: Timestamp, t: &Time) -> Duration {
-    let ms = now.as_millisecond().saturating_sub(t.0.as_millisecond());
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
+use super::observed::{HANDOVER_SETTLE, NOT_REPORTING_AFTER, Observed, age, member_status};
+use super::spec::member_addresses;
+use havip_crds::hapair::MemberStatus;
+use havip_crds::{MemberAlarm, MemberRole, Phase, VipState, reason};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
 /// Whether a member reports: it has an entry whose `lastSeen` is recent (an entry
 /// without `lastSeen` counts as reporting: its age cannot be told).
 pub fn is_reporting(s: Option<&MemberStatus>, now: Timestamp) -> bool {
@@ -22,6 +18,14 @@ pub fn is_reporting(s: Option<&MemberStatus>, now: Timestamp) -> bool {
 
 pub(super) fn protocol_major(v: &str) -> &str {
     v.split('.').next().unwrap_or(v)
+}
+
+/// While the pair's Lease changed less than [`HANDOVER_SETTLE`] ago: how long until
+/// that has passed (a reconcile is due then, in case the new holder never reports).
+pub fn next_settle(o: &Observed) -> Option<Duration> {
+    let t = o.lease.as_ref()?.renew_time?;
+    let since = age(o.now, &Time(t));
+    HANDOVER_SETTLE.checked_sub(since).filter(|d| !d.is_zero())
 }
 
 /// One cause of degradation.
@@ -127,7 +131,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     }
     let (_, missing_addresses) = member_addresses(o);
     for missing in missing_addresses {
-        push(local_reason::ADDRESS_MISSING, missing);
+        push(reason::ADDRESS_MISSING, missing);
     }
     for m in &members {
         match member_status(&o.status, &m.node) {
@@ -217,7 +221,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
     // VIPs, then Standby: not a missing standby.
     let demoting = reporting.iter().any(|s| s.role == Some(MemberRole::Demoting));
     if active.is_some() && standbys.is_empty() && !demoting {
-        push(local_reason::NO_READY_STANDBY, format!("no ready standby: {}", not_ready.join("; ")));
+        push(reason::NO_READY_STANDBY, format!("no ready standby: {}", not_ready.join("; ")));
     }
     let unhealthy: Vec<String> = o
         .vips
@@ -258,7 +262,7 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
                     | MemberAlarm::VipConflict
             );
             if !covered {
-                push(local_reason::MEMBER_ALARM, format!("{} raises alarm {a}", s.node));
+                push(reason::MEMBER_ALARM, format!("{} raises alarm {a}", s.node));
             }
         }
     }

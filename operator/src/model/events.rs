@@ -2,8 +2,14 @@
 //! change, a role change, a member's role change, a missing Node and an invalid spec
 //! say. Pure: the controller publishes them ([`crate::context::Context::event`]).
 
-use super::*;
-
+use super::assess::Assessment;
+use super::observed::Observed;
+use havip_crds::{
+    HAPairStatus, MemberRole, Operation, OperationResult, PairCommand, Phase, TransitionReason, condition, reason,
+};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
 /// An Event to publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ev {
@@ -133,7 +139,7 @@ pub fn member_role_events(o: &Observed, roles: &mut BTreeMap<String, MemberRole>
             && old != role
         {
             out.push(Ev::normal(
-                "MemberRoleChanged",
+                reason::MEMBER_ROLE_CHANGED,
                 "ObserveRoleChange",
                 format!("{}: {old} → {role} (epoch {})", s.node, s.epoch.unwrap_or(0)),
             ));

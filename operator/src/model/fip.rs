@@ -10,8 +10,11 @@
 //! cut off from the API server may still hold the VIP, so a silent holder keeps its
 //! fields and `Ready` reads `Unknown`.
 
-use super::*;
-use havip_crds::FloatingIP;
+use super::assess::{Assessment, is_reporting};
+use super::observed::{Observed, Refusal, member_status};
+use havip_crds::{FloatingIP, MemberRole, Phase, VipState, reason};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 
 /// A condition's status and reason, and its message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,23 +47,6 @@ pub struct FipVerdict {
     pub pending: bool,
 }
 
-/// Reasons of the FloatingIP conditions (besides those of [`reason`] and
-/// [`local_reason`]).
-pub mod fip_reason {
-    /// Held by the pair's active, announced, its self-check passing.
-    pub const ANNOUNCED: &str = "Announced";
-    /// Nobody holds the VIP.
-    pub const NOT_HELD: &str = "NotHeld";
-    /// The member named as holder is not the pair's active (a move in progress, or a
-    /// stale holder).
-    pub const HOLDER_NOT_ACTIVE: &str = "HolderNotActive";
-    /// The holder has not reported for a while: it may still hold the VIP (an agent cut
-    /// off from the API server keeps serving), or be gone.
-    pub const HOLDER_NOT_REPORTING: &str = "HolderNotReporting";
-    /// No foreign host answers for the address.
-    pub const NO_CONFLICT: &str = "NoConflict";
-}
-
 /// The verdict on `fip`, a FloatingIP of the pair `o` describes (`refusal`: why the
 /// operator refused it, if it did).
 pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Option<&Refusal>) -> FipVerdict {
@@ -86,7 +72,7 @@ pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Opti
         };
         later && !matches!(s.role, Some(MemberRole::Active | MemberRole::Demoting))
     });
-    let nobody = |why: String| Verdict::new("False", fip_reason::NOT_HELD, why);
+    let nobody = |why: String| Verdict::new("False", reason::NOT_HELD, why);
     let ready = if let Some(r) = refusal {
         Verdict::new("False", r.reason(), r.message(address))
     } else if holder.is_none() || holds_nothing {
@@ -107,7 +93,7 @@ pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Opti
             .unwrap_or_else(|| "it started".to_owned());
         Verdict::new(
             "Unknown",
-            fip_reason::HOLDER_NOT_REPORTING,
+            reason::HOLDER_NOT_REPORTING,
             format!("{h} held {address} when it last reported ({since}); it may still hold it"),
         )
     } else if let Some(h) = holder.as_deref()
@@ -115,7 +101,7 @@ pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Opti
     {
         Verdict::new(
             "False",
-            fip_reason::HOLDER_NOT_ACTIVE,
+            reason::HOLDER_NOT_ACTIVE,
             format!(
                 "{h} is named as holder of {address}, but the pair's active is {}",
                 a.active.as_deref().unwrap_or("nobody")
@@ -139,7 +125,7 @@ pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Opti
             ),
             Some(VipState::Announced) => Verdict::new(
                 "True",
-                fip_reason::ANNOUNCED,
+                reason::ANNOUNCED,
                 format!("{address} is announced by {h} (epoch {})", status.epoch.unwrap_or_default()),
             ),
             Some(VipState::Pending) | None => {
@@ -156,7 +142,7 @@ pub fn fip_verdict(o: &Observed, a: &Assessment, fip: &FloatingIP, refusal: Opti
                 status.conflict_mac.as_deref().unwrap_or("MAC unknown")
             ),
         ),
-        _ => Verdict::new("False", fip_reason::NO_CONFLICT, String::new()),
+        _ => Verdict::new("False", reason::NO_CONFLICT, String::new()),
     };
     let pending = if holder.is_some() { holds_nothing } else { status.state != Some(VipState::Pending) };
     FipVerdict { accepted, ready, conflict, pending }
@@ -167,9 +153,9 @@ pub fn orphan_verdict(fip: &FloatingIP) -> FipVerdict {
     let message = format!("HAPair {} does not exist: no member will hold this VIP", fip.spec.pair);
     let status = fip.status.clone().unwrap_or_default();
     FipVerdict {
-        accepted: Verdict::new("False", local_reason::PAIR_NOT_FOUND, message.clone()),
-        ready: Verdict::new("False", local_reason::PAIR_NOT_FOUND, message),
-        conflict: Verdict::new("False", fip_reason::NO_CONFLICT, String::new()),
+        accepted: Verdict::new("False", reason::PAIR_NOT_FOUND, message.clone()),
+        ready: Verdict::new("False", reason::PAIR_NOT_FOUND, message),
+        conflict: Verdict::new("False", reason::NO_CONFLICT, String::new()),
         pending: status.holder.is_none() && status.state != Some(VipState::Pending),
     }
 }

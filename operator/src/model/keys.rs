@@ -1,8 +1,8 @@
 //! Heartbeat key rotation: how far the members are and what to do with the Secret.
 //! Pure, except [`random_key_hex`] (the operating system's random source).
 
-use super::*;
-
+use super::observed::{KeyInfo, Observed, member_status};
+use std::collections::BTreeSet;
 /// The members that do not report the current key id yet (empty: the rotation is done).
 pub fn key_progress(o: &Observed, k: &KeyInfo) -> Vec<String> {
     o.spec

@@ -1,12 +1,27 @@
 //! The HAPair reconcile as one pure function: [`plan`] takes what the operator observed
 //! ([`PairInputs`]) and what it remembers ([`PairMemo`]) and returns every write the
-//! reconcile makes ([`Plan`]), in the order the controller ([`crate::hapair`]) applies
+//! reconcile makes ([`Plan`]), in the order the controller ([`crate::pair::hapair`]) applies
 //! them. Where the plan creates or changes an object (the Lease, the key Secret), it goes
 //! on from the object as that write leaves it, so one plan covers a whole reconcile.
 //! Applying a plan to the observation and planning again yields no writes (tested).
 
-use super::*;
-use havip_crds::FloatingIP;
+use super::assess::{assess, next_settle};
+use super::events::{
+    Announcement, Ev, command_event, invalid_spec_event, member_lost_event, member_role_events, operation_event,
+    phase_event, role_change_announcement,
+};
+use super::fip::{FipVerdict, fip_conditions_current, fip_verdict};
+use super::keys::{KeyAction, key_action};
+use super::observed::{COMMAND_TIMEOUT, INVALID_REQUEUE, KeyInfo, LeaseInfo, Observed, Refusal};
+use super::requests::{Decision, command_answer, command_deadline, decide, next_request};
+use super::spec::{lease_name, member_label_patch, member_labels, member_nodes, member_patch, revision, secret_name};
+use super::status::{departed_members, last_transition, next_staleness, operator_status, without_timestamps};
+use havip_crds::request::{RequestKind, annotation, handled_ids};
+use havip_crds::{FloatingIP, HAPairSpec, HAPairStatus, KeyRotation, MemberRole, Operation, OperationResult, reason};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// Prefix of the rotation ids the operator starts itself when members leave.
 pub const MEMBER_REMOVAL: &str = "member-removal-";
@@ -245,7 +260,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
             transitions: i64::from(seed.epoch),
             renew_time: None,
         });
-        create_lease = Some((seed, Ev::normal("LeaseCreated", "Create", note)));
+        create_lease = Some((seed, Ev::normal(reason::LEASE_CREATED, "Create", note)));
     }
 
     // The key Secret, unless the spec names one.
@@ -253,7 +268,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
     let mut create_secret = None;
     if own_secret && o.key.is_none() {
         let note = format!("created heartbeat key Secret {ns}/{} (key 1)", secret_name(&name));
-        create_secret = Some(Ev::normal("KeySecretCreated", "Create", note));
+        create_secret = Some(Ev::normal(reason::KEY_SECRET_CREATED, "Create", note));
         o.key = Some(new_key(&o.spec));
     }
 
@@ -262,7 +277,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
     if !memory.handled.is_empty() {
         let mut ids = handled_ids(&o.annotations);
         ids.extend(memory.handled.iter().map(|(k, v)| (k.clone(), v.clone())));
-        o.annotations.insert(HANDLED_ANNOTATION.to_owned(), serde_json::to_string(&ids).unwrap_or_default());
+        o.annotations.insert(annotation::HANDLED.to_owned(), serde_json::to_string(&ids).unwrap_or_default());
     }
 
     // Member labels: accepted FloatingIPs carry them, refused ones none; the Lease and
@@ -342,7 +357,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
                     k.key_id,
                     k.previous_key_id.unwrap_or(0)
                 );
-                events.push(Ev::normal("KeyRotated", "Rotate", format!("rotation {id}: {note}")));
+                events.push(Ev::normal(reason::KEY_ROTATED, "Rotate", format!("rotation {id}: {note}")));
                 // Answer a requested rotation (not one for a member removal), even if
                 // another answer came in between: its requester is still waiting.
                 if !id.is_empty() && !id.starts_with(MEMBER_REMOVAL) {
@@ -363,7 +378,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
                     removed.join(", "),
                     if removed.len() == 1 { "it" } else { "they" }
                 );
-                events.push(Ev::normal("KeyRotationStarted", "Rotate", note));
+                events.push(Ev::normal(reason::KEY_ROTATION_STARTED, "Rotate", note));
                 Some(KeyChange::StartRotation { id })
             }
             KeyAction::RecordMembers => Some(KeyChange::RecordMembers),

@@ -4,10 +4,19 @@
 //! observations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::fip::fip_conditions;
+use super::observed::{KeyInfo, LeaseInfo, Observed, Refusal, VipInfo};
+use super::plan::{
+    KeyChange, LabelTarget, LeaseSeed, MEMBER_REMOVAL, PairInputs, PairMemo, Plan, fip_status_current, key_after,
+    new_key, plan,
+};
+use super::spec::{member_labels, member_nodes};
 use super::tests::{apply_revision, fip, healthy, member, node};
-use super::*;
-use havip_crds::FloatingIP;
+use havip_crds::request::{RequestKind, annotation, handled_ids};
+use havip_crds::{FloatingIP, FloatingIPSpec, MemberRole, OperationResult, Phase, VipState};
 use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 fn fip_object(name: &str, spec: &FloatingIPSpec) -> FloatingIP {
     let mut f = FloatingIP::new(name, spec.clone());
@@ -144,7 +153,7 @@ fn applied(i: &PairInputs, p: &Plan) -> PairInputs {
     if let Some((kind, id)) = &p.handled {
         let mut ids = handled_ids(&i.observed.annotations);
         ids.insert(kind.key().to_owned(), id.clone());
-        i.observed.annotations.insert(HANDLED_ANNOTATION.to_owned(), serde_json::to_string(&ids).unwrap());
+        i.observed.annotations.insert(annotation::HANDLED.to_owned(), serde_json::to_string(&ids).unwrap());
     }
     if let Some(patch) = &p.pair_labels {
         merge_labels(&mut i.pair_labels, patch);
@@ -216,7 +225,7 @@ fn a_failover_request_is_commanded_once_and_recorded() {
     let after = applied(&i, &p);
     assert!(plan(&after, &p.memory).is_quiet(), "{:#?}", plan(&after, &p.memory));
     let mut lagging = after.clone();
-    lagging.observed.annotations.remove(HANDLED_ANNOTATION);
+    lagging.observed.annotations.remove(annotation::HANDLED);
     let again = plan(&lagging, &p.memory);
     assert!(again.handled.is_none() && again.events.is_empty(), "{again:#?}");
 }

@@ -1,116 +1,15 @@
-//! Imperative requests (annotations): parsing, which one is next, the decision
-//! (refuse, command, maintenance …) and the answer to a command from what the members
-//! report. Pure.
+//! Imperative requests (annotations; their grammar is [`havip_crds::request`]): which
+//! one is next, the decision (refuse, command, maintenance …) and the answer to a
+//! command from what the members report. Pure.
 
-use super::*;
-
-/// The imperative requests, in the order they are considered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RequestKind {
-    /// Planned failover.
-    Failover,
-    /// Forced failover.
-    ForceFailover,
-    /// Clear a flap suspension.
-    Clear,
-    /// Rotate the heartbeat key.
-    RotateKey,
-    /// Resume automatic failback.
-    ResumeFailback,
-}
-
-impl RequestKind {
-    /// Every kind.
-    pub const ALL: [RequestKind; 5] = [
-        RequestKind::Failover,
-        RequestKind::ForceFailover,
-        RequestKind::Clear,
-        RequestKind::RotateKey,
-        RequestKind::ResumeFailback,
-    ];
-
-    /// The annotation that requests it.
-    pub fn annotation(self) -> &'static str {
-        match self {
-            RequestKind::Failover => annotation::FAILOVER,
-            RequestKind::ForceFailover => annotation::FORCE_FAILOVER,
-            RequestKind::Clear => annotation::CLEAR,
-            RequestKind::RotateKey => annotation::ROTATE_KEY,
-            RequestKind::ResumeFailback => annotation::RESUME_FAILBACK,
-        }
-    }
-
-    /// The key in [`HANDLED_ANNOTATION`].
-    pub fn key(self) -> &'static str {
-        self.annotation().trim_start_matches("havip.io/")
-    }
-
-    /// The operation kind in `command` and `lastOperation`.
-    pub fn operation(self) -> OperationKind {
-        match self {
-            RequestKind::Failover => OperationKind::PlannedFailover,
-            RequestKind::ForceFailover => OperationKind::ForcedFailover,
-            RequestKind::Clear => OperationKind::ClearSuspension,
-            RequestKind::RotateKey => OperationKind::RotateKey,
-            RequestKind::ResumeFailback => OperationKind::ResumeFailback,
-        }
-    }
-
-    /// Whether a target node may follow the id.
-    pub fn takes_target(self) -> bool {
-        matches!(self, RequestKind::Failover | RequestKind::ForceFailover)
-    }
-}
-
-/// A parsed request annotation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    /// What is asked.
-    pub kind: RequestKind,
-    /// The request id.
-    pub id: String,
-    /// For failovers: the member that should take the VIPs.
-    pub target: Option<String>,
-}
-
-pub(super) fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 63 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
-
-/// Parses an annotation value `<id>` or `<id>:<target>`. On error, returns the id to
-/// answer under (the value before any `:`, possibly empty) and why.
-pub fn parse_request(kind: RequestKind, value: &str) -> Result<Request, (String, String)> {
-    let value = value.trim();
-    let (id, target) = match value.split_once(':') {
-        Some((id, t)) => (id, Some(t)),
-        None => (value, None),
-    };
-    if !valid_id(id) {
-        return Err((
-            id.to_owned(),
-            format!(
-                "malformed request id {id:?} in {}: use 1 to 63 letters, digits, '-', '_' or '.'",
-                kind.annotation()
-            ),
-        ));
-    }
-    match target {
-        None => Ok(Request { kind, id: id.to_owned(), target: None }),
-        Some(_) if !kind.takes_target() => {
-            Err((id.to_owned(), format!("{} takes no target (value {value:?})", kind.annotation())))
-        }
-        Some(t) if t.is_empty() || t.len() > 253 || t.contains(char::is_whitespace) => {
-            Err((id.to_owned(), format!("malformed target node {t:?} in {}", kind.annotation())))
-        }
-        Some(t) => Ok(Request { kind, id: id.to_owned(), target: Some(t.to_owned()) }),
-    }
-}
-
-/// The ids already acted on, per request kind key (from [`HANDLED_ANNOTATION`]).
-pub fn handled_ids(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    annotations.get(HANDLED_ANNOTATION).and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default()
-}
-
+use super::assess::{Assessment, is_reporting, protocol_major, standby_problem};
+use super::keys::key_progress;
+use super::observed::{COMMAND_TIMEOUT, Observed, age, member_status};
+use havip_crds::request::{Request, RequestKind, handled_ids, parse_request, raw_id};
+use havip_crds::{Operation, OperationResult, PairCommand};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeSet;
+use std::time::Duration;
 /// The first request annotation whose id has not been acted on yet.
 pub fn next_request(o: &Observed) -> Option<Result<Request, (RequestKind, String, String)>> {
     let handled = handled_ids(&o.annotations);
@@ -122,7 +21,7 @@ pub fn next_request(o: &Observed) -> Option<Result<Request, (RequestKind, String
     };
     for kind in RequestKind::ALL {
         let Some(value) = o.annotations.get(kind.annotation()) else { continue };
-        let raw_id = value.trim().split(':').next().unwrap_or("");
+        let raw_id = raw_id(value);
         if handled.get(kind.key()).map(String::as_str) == Some(raw_id) || seen(raw_id) {
             continue;
         }

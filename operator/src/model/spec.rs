@@ -3,37 +3,13 @@
 //! objects the operator creates, member addresses per heartbeat path and the
 //! configuration revision. Pure.
 
-use super::*;
-
-/// Why the operator refuses a FloatingIP: it gets `Accepted=False` and an Event, and no
-/// agent ever configures it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// An older FloatingIP (by creation time, then name) has the same address.
-    AddressInUse {
-        /// The FloatingIP that keeps the address.
-        holder: String,
-        /// That FloatingIP's pair.
-        pair: String,
-    },
-    /// The address is one of a Node's own addresses (a member of the pair or any other
-    /// Node): adding it as a VIP would take the node's address over, and giving it up
-    /// would remove it from the holder.
-    NodeAddress {
-        /// The node.
-        node: String,
-        /// Which of its addresses (`InternalIP`, `ExternalIP`, …).
-        kind: String,
-        /// Whether the node is a member of the FloatingIP's pair.
-        member: bool,
-    },
-    /// The address is one of the API server's: the holder would answer for the API
-    /// server, and take the cluster's control plane away from the nodes it reaches.
-    ApiServerAddress {
-        /// Where the operator learnt that address.
-        source: ApiServerSource,
-    },
-}
+use super::addresses::Reserved;
+use super::observed::{NodeInfo, Observed, Refusal, member_status};
+use havip_crds::hapair::NodeAddressType;
+use havip_crds::revision::{config_revision, format_revision};
+use havip_crds::{FloatingIPSpec, HAPairSpec, reason};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 impl Refusal {
     /// The reasons of every refusal (`Accepted=False` with one of them: the FloatingIP is
@@ -68,7 +44,7 @@ impl Refusal {
         }
     }
 
-    /// The refusal of a reserved address (see [`AddressIndex`]), for a pair whose
+    /// The refusal of a reserved address (see [`crate::model::AddressIndex`]), for a pair whose
     /// member Nodes are `members`.
     pub fn of_reserved(why: &Reserved, members: &BTreeMap<String, Option<NodeInfo>>) -> Refusal {
         match why {
@@ -82,7 +58,7 @@ impl Refusal {
 
 /// Whether the operator refuses FloatingIP `name` (address `address`) of a pair whose
 /// member Nodes are `nodes`: its address is reserved (`reserved` looks it up in the
-/// [`AddressIndex`] of every Node's and the API server's addresses), or a member Node
+/// [`crate::model::AddressIndex`] of every Node's and the API server's addresses), or a member Node
 /// reports it, or an older FloatingIP has it. `conflicts` comes from
 /// [`havip_crds::floatingip::address_conflicts`] over every FloatingIP; `pair_of` names
 /// the pair of another FloatingIP.

@@ -1,8 +1,15 @@
 //! The status the operator owns: conditions, the last transition, when to look again
 //! (staleness, settling), and the status compared without its timestamps. Pure.
 
-use super::*;
-
+use super::assess::Assessment;
+use super::observed::{NOT_REPORTING_AFTER, Observed, age, member_status};
+use super::spec::published_addresses;
+use havip_crds::{
+    HAPairStatus, KeyRotation, MemberRole, Operation, PairCommand, Phase, TransitionReason, condition, reason,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use std::time::Duration;
 /// A condition, keeping `lastTransitionTime` from `previous` when the status did not
 /// change.
 pub fn condition(
@@ -38,7 +45,7 @@ pub fn conditions(o: &Observed, a: &Assessment, revision: &str) -> Vec<Condition
     let paused = if o.spec.paused { "; automatic policy moves are paused (spec.paused)" } else { "" };
     let serving = matches!(a.phase, Phase::Live | Phase::FailedOver | Phase::Degraded | Phase::Suspended);
     let ready = serving && a.active.is_some() && !a.standbys.is_empty();
-    let ready_reason = if ready || !serving { a.phase.as_str() } else { local_reason::NO_READY_STANDBY };
+    let ready_reason = if ready || !serving { a.phase.as_str() } else { reason::NO_READY_STANDBY };
     let ready_msg = if serving {
         format!(
             "{} is active; ready standby: {}{paused}",
@@ -155,14 +162,6 @@ pub fn next_staleness(o: &Observed) -> Option<Duration> {
         .map(|t| NOT_REPORTING_AFTER.saturating_sub(age(o.now, t)))
         .filter(|d| !d.is_zero())
         .min()
-}
-
-/// While the pair's Lease changed less than [`HANDOVER_SETTLE`] ago: how long until
-/// that has passed (a reconcile is due then, in case the new holder never reports).
-pub fn next_settle(o: &Observed) -> Option<Duration> {
-    let t = o.lease.as_ref()?.renew_time?;
-    let since = age(o.now, &Time(t));
-    HANDOVER_SETTLE.checked_sub(since).filter(|d| !d.is_zero())
 }
 
 /// The status the operator owns, built from the parts; `members` stays empty (agents

@@ -4,9 +4,29 @@
 //! Size: one test per phase, reason and request kind; long by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::*;
-use havip_crds::hapair::{PathHeard, VipReadiness};
+use super::addresses::{AddressIndex, ApiServerSource};
+use super::assess::{Assessment, assess, next_settle};
+use super::fip::{fip_conditions, fip_conditions_current, fip_verdict, orphan_verdict};
+use super::keys::{KeyAction, key_action, random_key_hex};
+use super::requests::{Decision, command_answer, command_deadline, decide, next_request};
+use super::spec::{
+    is_dns1123_subdomain, lease_name, member_addresses, member_label_patch, member_labels, member_nodes, member_patch,
+    published_addresses, refusal, revision, validate_spec,
+};
+use super::status::{conditions, last_transition, next_staleness, operator_status, without_timestamps};
+use super::{HANDOVER_SETTLE, KeyInfo, LeaseInfo, NodeInfo, Observed, Refusal, VipInfo};
+use havip_crds::hapair::{MemberStatus, PathHeard, VipReadiness};
+use havip_crds::request::{Request, RequestKind, annotation, parse_request};
+use havip_crds::revision::{config_revision, format_revision};
 use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};
+use havip_crds::{
+    HAPairStatus, MemberAlarm, MemberRole, Operation, OperationKind, OperationResult, PairCommand, Phase,
+    TransitionReason, VipState, condition, reason,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 fn ip(s: &str) -> std::net::IpAddr {
     s.parse().expect("ip")
@@ -241,11 +261,11 @@ fn degraded_no_ready_standby() {
     let mut o = healthy();
     m(&mut o, "b").ready[0].ready = false;
     m(&mut o, "b").ready[0].reason = Some("carrier down".to_owned());
-    degraded_by(&o, local_reason::NO_READY_STANDBY, "b is not ready for VIP 10.0.0.10/24 (carrier down)");
+    degraded_by(&o, reason::NO_READY_STANDBY, "b is not ready for VIP 10.0.0.10/24 (carrier down)");
     let mut o = healthy();
     o.spec.members[1].maintenance = true;
     apply_revision(&mut o);
-    degraded_by(&o, local_reason::NO_READY_STANDBY, "b is in maintenance");
+    degraded_by(&o, reason::NO_READY_STANDBY, "b is in maintenance");
     let a = run(&o);
     let ready = conditions(&o, &a, &revision(&o)).into_iter().find(|c| c.type_ == condition::READY).unwrap();
     assert_eq!(ready.status, "False");
@@ -374,7 +394,7 @@ fn interface_paths_take_the_published_address_and_ipv4_first() {
     assert_eq!(addrs["a"]["internal"], "10.0.0.1");
     assert_eq!(missing, vec!["member b has no address on path data"]);
     apply_revision(&mut o);
-    degraded_by(&o, local_reason::ADDRESS_MISSING, "member b has no address on path data");
+    degraded_by(&o, reason::ADDRESS_MISSING, "member b has no address on path data");
 }
 
 #[test]
@@ -397,9 +417,9 @@ fn each_request_id_is_taken_once() {
     o.annotations.insert(annotation::FAILOVER.to_owned(), "r1".to_owned());
     assert_eq!(next_request(&o), Some(Ok(Request { kind: RequestKind::Failover, id: "r1".to_owned(), target: None })));
     // Handled (recorded), or visible in the status: not again.
-    o.annotations.insert(HANDLED_ANNOTATION.to_owned(), r#"{"failover":"r1"}"#.to_owned());
+    o.annotations.insert(annotation::HANDLED.to_owned(), r#"{"failover":"r1"}"#.to_owned());
     assert_eq!(next_request(&o), None);
-    o.annotations.remove(HANDLED_ANNOTATION);
+    o.annotations.remove(annotation::HANDLED);
     o.status.last_operation = Some(Operation {
         id: "r1".to_owned(),
         kind: OperationKind::PlannedFailover,
@@ -886,7 +906,7 @@ fn a_floatingip_is_ready_when_the_pairs_active_announces_it() {
     let o = healthy();
     let a = run(&o);
     let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 10, o.now), None);
-    assert_eq!((v.ready.status, v.ready.reason), ("True", fip_reason::ANNOUNCED), "{v:?}");
+    assert_eq!((v.ready.status, v.ready.reason), ("True", reason::ANNOUNCED), "{v:?}");
     assert_eq!(v.ready.message, "10.0.0.10/24 is announced by a (epoch 1)");
     assert_eq!((v.accepted.status, v.conflict.status), ("True", "False"));
     assert!(!v.pending);
@@ -904,7 +924,7 @@ fn a_floatingip_nobody_holds_is_pending_and_not_ready() {
     let a = run(&o);
     // Never held: not ready, and the operator writes state Pending once.
     let v = fip_verdict(&o, &a, &held_fip(None, None, 10, o.now), None);
-    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::NOT_HELD), "{v:?}");
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::NOT_HELD), "{v:?}");
     assert!(v.pending);
     let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), None);
     assert!(!v.pending, "already Pending: no write");
@@ -929,7 +949,7 @@ fn a_holder_that_reports_holding_nothing_since_is_cleared_but_a_silent_one_is_no
     let a = run(&o);
     let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 10, now), None);
     assert!(v.pending, "{v:?}");
-    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::NOT_HELD));
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::NOT_HELD));
     // The same role reported before the holder fields were written (a report that
     // lags): not proof, nothing is cleared.
     let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 2, now), None);
@@ -940,7 +960,7 @@ fn a_holder_that_reports_holding_nothing_since_is_cleared_but_a_silent_one_is_no
     m(&mut o, "a").last_seen = Some(t(600, now));
     let a = run(&o);
     let v = fip_verdict(&o, &a, &held_fip(Some("a"), Some(VipState::Announced), 700, now), None);
-    assert_eq!((v.ready.status, v.ready.reason), ("Unknown", fip_reason::HOLDER_NOT_REPORTING), "{v:?}");
+    assert_eq!((v.ready.status, v.ready.reason), ("Unknown", reason::HOLDER_NOT_REPORTING), "{v:?}");
     assert!(!v.pending);
 }
 
@@ -959,7 +979,7 @@ fn a_floatingip_in_conflict_or_held_by_another_member_is_not_ready() {
     // b named itself holder (after its last report as standby) while the Lease still
     // names a: a move in progress.
     let v = fip_verdict(&o, &a, &held_fip(Some("b"), Some(VipState::Announced), 2, o.now), None);
-    assert_eq!((v.ready.status, v.ready.reason), ("False", fip_reason::HOLDER_NOT_ACTIVE), "{v:?}");
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::HOLDER_NOT_ACTIVE), "{v:?}");
     // Refused: neither accepted nor ready.
     let r = Refusal::NodeAddress { node: "a".to_owned(), kind: "InternalIP".to_owned(), member: true };
     let v = fip_verdict(&o, &a, &held_fip(None, Some(VipState::Pending), 10, o.now), Some(&r));
@@ -967,6 +987,6 @@ fn a_floatingip_in_conflict_or_held_by_another_member_is_not_ready() {
     assert_eq!((v.ready.status, v.ready.reason), ("False", reason::NODE_ADDRESS));
     // Without its pair.
     let v = orphan_verdict(&held_fip(None, None, 10, o.now));
-    assert_eq!((v.ready.status, v.ready.reason), ("False", local_reason::PAIR_NOT_FOUND));
+    assert_eq!((v.ready.status, v.ready.reason), ("False", reason::PAIR_NOT_FOUND));
     assert!(v.pending);
 }

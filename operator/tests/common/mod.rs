@@ -1,134 +1,29 @@
 //! Helpers for the tests against a real kube-apiserver: CRDs, Nodes, the operator as a
 //! process, simulated agents (status entries by SSA with the agents' field managers,
-//! Lease compare-and-swap), polling with deadlines, Events and metrics.
+//! Lease compare-and-swap), polling with deadlines, Events and metrics. What needs no
+//! havip binary is in [`api`] (shared with the plugin's tests).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod api;
+
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use api::{
+    NS, ago_rfc3339, apply_yaml, crd_docs, create_namespace, create_node, eventually, fip_yaml, free_port, get_pair,
+    install_crds, now_rfc3339, pair_yaml, repo, yaml_docs,
+};
 
 use havip_crds::{HAPair, manager};
 use havip_e2e::controlplane::ControlPlane;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde::Deserialize;
-use std::future::Future;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-pub const NS: &str = "havip-system";
-
-pub fn repo() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde_json::Value::deserialize(d).expect("valid YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-pub fn crd_docs() -> Vec<CustomResourceDefinition> {
-    let text = std::fs::read_to_string(repo().join(havip_crds::CRDS_PATH)).expect("CRD YAML");
-    yaml_docs(&text).into_iter().map(|d| serde_json::from_value(d).expect("a CRD")).collect()
-}
-
-/// Installs (or restores) the CRDs and waits until they are Established.
-pub async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crd_docs() {
-        let name = crd.name_any();
-        crds.patch(&name, &PatchParams::apply("havip-test").force(), &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("installing CRD {name} failed: {e}"));
-    }
-    for name in ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"] {
-        eventually(&format!("CRD {name} Established"), Duration::from_secs(30), || {
-            let crds = crds.clone();
-            async move {
-                let crd = crds.get(name).await.ok()?;
-                crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-            }
-        })
-        .await;
-    }
-}
-
-pub async fn create_namespace(client: &Client, ns: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("create namespace {ns}: {e}"),
-    }
-}
-
-/// Creates a Node with one InternalIP.
-pub async fn create_node(client: &Client, name: &str, ip: &str) {
-    let api: Api<Node> = Api::all(client.clone());
-    let obj: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("create node {name}: {e}"),
-    }
-    let patch = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node addresses");
-}
-
-pub async fn apply_yaml(client: &Client, yaml: &str) {
-    for doc in yaml_docs(yaml) {
-        let kind = doc["kind"].as_str().unwrap().to_owned();
-        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
-        let pp = PatchParams::apply("havip-test").force();
-        let res = match kind.as_str() {
-            "HAPair" => Api::<HAPair>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&doc)).await.map(|_| ()),
-            "FloatingIP" => Api::<havip_crds::FloatingIP>::all(client.clone())
-                .patch(&name, &pp, &Patch::Apply(&doc))
-                .await
-                .map(|_| ()),
-            other => panic!("unexpected kind {other}"),
-        };
-        res.unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-    }
-}
-
-/// A pair manifest with two members.
-pub fn pair_yaml(name: &str, a: &str, b: &str) -> String {
-    format!(
-        "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {{name: {name}}}\nspec:\n  members:\n  - {{node: {a}, priority: 200}}\n  - {{node: {b}, priority: 100}}\n"
-    )
-}
-
-pub fn fip_yaml(name: &str, pair: &str, addr: &str) -> String {
-    format!(
-        "apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: {name}}}\nspec: {{pair: {pair}, address: {addr}}}\n"
-    )
-}
-
-/// Polls `check` every 100 ms until it returns Some, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-pub async fn get_pair(client: &Client, name: &str) -> HAPair {
-    Api::<HAPair>::all(client.clone()).get(name).await.unwrap_or_else(|e| panic!("get HAPair {name}: {e}"))
-}
 
 /// Waits until the pair's status satisfies `pred`; returns the pair.
 pub async fn wait_pair(client: &Client, name: &str, what: &str, pred: impl Fn(&HAPair) -> bool) -> HAPair {
@@ -174,15 +69,6 @@ pub fn entry(node: &str, role: &str, epoch: i64, revision: &str, vip: &str) -> s
         "keyId": 1, "maintenance": false, "alarms": [],
         "lastSeen": now_rfc3339(),
     })
-}
-
-pub fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-pub fn ago_rfc3339(secs: i64) -> String {
-    let t = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - secs).unwrap();
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// A simulated agent's role change: compare-and-swap of the pair Lease.
@@ -245,8 +131,13 @@ pub async fn wait_event(client: &Client, object: &str, reason: &str, phrase: &st
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// The `kubectl-havip` binary, a crate of its own: cargo puts it next to the operator's
+/// (`cargo build --workspace --bins`, `cargo test --workspace` or `cargo build -p
+/// kubectl-havip` build it there).
+pub fn plugin_binary() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_havip-operator")).with_file_name("kubectl-havip");
+    assert!(bin.is_file(), "{} is missing: build it first (cargo build -p kubectl-havip)", bin.display());
+    bin
 }
 
 /// The operator binary as a child process, killed on drop.

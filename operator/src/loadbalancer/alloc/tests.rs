@@ -1,6 +1,11 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-use super::*;
+use super::{AllocError, Allocation, Choice, Holding, Plan, PoolView, PortKey, Refused, Release, ReleaseWhy, Request};
+use crate::model::Reserved;
+use havip_crds::SharingScope;
+use havip_crds::vippool::{Block, Family};
 use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")

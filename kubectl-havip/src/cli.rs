@@ -1,11 +1,14 @@
 //! The command line of `kubectl havip` and what each command does.
 
-use super::config::{ClientOptions, Target};
-use super::error::{Action, PluginError, Unanswered, exit};
-use super::render::{self, Format};
-use super::{DEFAULT_NAMESPACE, Waited, Withdrawal, liveness};
-use crate::model::RequestKind;
+use crate::config::ClientOptions;
+use crate::error::{Action, PluginError, Unanswered, exit};
+use crate::liveness;
+use crate::maintenance::set_maintenance;
+use crate::render::{self, Format};
+use crate::requests::{Waited, Withdrawal, annotate, request_id, wait_for_answer, withdraw};
+use crate::target::{DEFAULT_NAMESPACE, Target};
 use clap::{Parser, Subcommand, ValueEnum, ValueHint};
+use havip_crds::request::RequestKind;
 use havip_crds::{HAPair, Operation, OperationResult};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -230,7 +233,7 @@ async fn request(
     api.get(pair).await.map_err(|e| PluginError::from_kube(Action::pair("get", pair), e))?;
     // Fail early when the operator's Lease shows that none runs (nobody would answer).
     liveness::precheck(&session.client, &session.namespace, timeout.min(Duration::from_secs(5))).await?;
-    let id = super::request_id()?;
+    let id = request_id()?;
     let value = match &target {
         Some(t) => format!("{id}:{t}"),
         None => id.clone(),
@@ -242,7 +245,7 @@ async fn request(
         let id = id.clone();
         // The watch's initial list also shows an answer that came before it started.
         tokio::spawn(async move {
-            super::wait_for_answer(&api, &pair, &id, timeout, Some(ready_tx), |op| {
+            wait_for_answer(&api, &pair, &id, timeout, Some(ready_tx), |op| {
                 let _ = out(&answer_line(op));
             })
             .await
@@ -263,7 +266,7 @@ async fn request(
             };
         }
     }
-    if let Err(e) = super::annotate(&api, pair, kind, &value).await {
+    if let Err(e) = annotate(&api, pair, kind, &value).await {
         waiter.abort();
         return Err(e);
     }
@@ -289,7 +292,7 @@ async fn request(
             Ok(Outcome::Pending)
         }
         Waited::TimedOut(None) => {
-            let withdrawal = super::withdraw(&api, pair, kind, &id, &value).await;
+            let withdrawal = withdraw(&api, pair, kind, &id, &value).await;
             if withdrawal == Withdrawal::TakenUp {
                 out(&format!(
                     "{} {id}: taken up by the operator as the wait ended; it may still complete (kubectl havip status {pair})\n",
@@ -371,13 +374,13 @@ async fn list(session: &Session, output: Option<ListOutput>) -> Result<Outcome, 
 async fn maintenance(session: &Session, pair: &str, node: &str, on: bool) -> Result<Outcome, PluginError> {
     let api = session.pairs();
     let timeout = session.timeout;
-    super::set_maintenance(&api, pair, node, on).await?;
+    set_maintenance(&api, pair, node, on).await?;
     let word = if on { "on" } else { "off" };
     eprintln!("set maintenance {word} for {node} in {pair}; waiting up to {}s for its agent", timeout.as_secs());
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let p = api.get(pair).await.map_err(|e| PluginError::from_kube(Action::pair("get", pair), e))?;
-        let applied = p.status.as_ref().and_then(|s| crate::model::member_status(s, node)).and_then(|m| m.maintenance);
+        let applied = p.status.as_ref().and_then(|s| render::member_status(s, node)).and_then(|m| m.maintenance);
         if applied == Some(on) {
             out(&format!("{node}: maintenance {word} (applied by its agent)\n"))?;
             return Ok(Outcome::Done);
@@ -404,7 +407,11 @@ pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{Args, Command, EXIT_CODES_HELP, ListOutput, Outcome, StatusOutput, completion_script};
+    use crate::error::exit;
+    use crate::target::DEFAULT_NAMESPACE;
+    use clap::Parser;
+    use std::time::Duration;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("kubectl-havip").chain(args.iter().copied()))

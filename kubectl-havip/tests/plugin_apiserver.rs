@@ -9,16 +9,17 @@
 //! One control plane serves every scenario, in order, in one test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../../operator/tests/common/api.rs"]
 mod common;
 
-use common::*;
+use common::{NS, ago_rfc3339, apply_yaml, create_namespace, free_port, get_pair, install_crds, pair_yaml};
 use havip_crds::HAPair;
 use havip_e2e::controlplane::ControlPlane;
-use havip_operator::plugin::exit;
-use havip_operator::plugin::render::PairList;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use kubectl_havip::exit;
+use kubectl_havip::render::PairList;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

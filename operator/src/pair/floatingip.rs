@@ -3,11 +3,10 @@
 //! pair exists its reconcile writes `Accepted`, `Ready` and `Conflict`, and here, when the
 //! pair is missing, they say so. The holder's agent owns the holder fields.
 
-use crate::Error;
 use crate::context::{Context, Ev};
 use crate::guard::guarded_reconcile;
-use crate::model::{self, CONDITION_PAIR_FOUND, local_reason};
-use havip_crds::{FloatingIP, manager};
+use crate::{Error, model};
+use havip_crds::{FloatingIP, condition, manager, reason};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -26,12 +25,12 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
     let pair = &fip.spec.pair;
     let found = ctx.pairs.get(&ObjectRef::new(pair)).is_some();
     let (reason, message) = if found {
-        (local_reason::PAIR_FOUND, format!("HAPair {pair} exists"))
+        (reason::PAIR_FOUND, format!("HAPair {pair} exists"))
     } else {
-        (local_reason::PAIR_NOT_FOUND, format!("HAPair {pair} does not exist: no member will hold this VIP"))
+        (reason::PAIR_NOT_FOUND, format!("HAPair {pair} does not exist: no member will hold this VIP"))
     };
     let previous = fip.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let current = previous.iter().find(|c| c.type_ == CONDITION_PAIR_FOUND);
+    let current = previous.iter().find(|c| c.type_ == condition::PAIR_FOUND);
     let generation = fip.meta().generation;
     let unchanged = current.is_some_and(|c| {
         c.status == if found { "True" } else { "False" }
@@ -43,7 +42,7 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
         ctx.guard("status")?;
         let cond = model::condition(
             previous,
-            CONDITION_PAIR_FOUND,
+            condition::PAIR_FOUND,
             found,
             reason,
             message.clone(),
@@ -71,10 +70,10 @@ async fn reconcile_fip(fip: &FloatingIP, ctx: &Context) -> Result<Action, Error>
     // it named before (the pair's reconcile sets them while the pair exists).
     if !found {
         let api: Api<FloatingIP> = Api::all(ctx.client.clone());
-        crate::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
+        crate::pair::status::label_members(ctx, &api, "FloatingIP", &name, fip.labels(), &Default::default()).await?;
         // Not accepted, not ready: the conditions the pair's reconcile writes while the
         // pair exists.
-        crate::status::apply_fip_status(ctx, fip, model::orphan_verdict(fip)).await?;
+        crate::pair::status::apply_fip_status(ctx, fip, model::orphan_verdict(fip)).await?;
     }
     Ok(Action::requeue(ctx.settings.resync * 5))
 }

@@ -10,9 +10,10 @@ use crate::Error;
 use crate::context::{Context, lease_info, owned_meta};
 use crate::error::is_status;
 use crate::guard::guarded_reconcile;
-use crate::keysecret::{create_secret, finish_rotation, key_info, record_members, start_rotation};
-use crate::model::{self, KeyChange, KeyInfo, LabelTarget, Observed, RequestKind};
-use crate::status::patch_member_labels;
+use crate::model::{self, KeyChange, KeyInfo, LabelTarget, Observed};
+use crate::pair::keysecret::{create_secret, finish_rotation, key_info, record_members, start_rotation};
+use crate::pair::status::patch_member_labels;
+use havip_crds::request::{RequestKind, annotation, handled_ids};
 use havip_crds::{HAPair, HAPairStatus, manager};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
@@ -255,7 +256,7 @@ pub(crate) fn of_an_earlier_pair(meta: &ObjectMeta, pair_uid: Option<&str>) -> b
 /// The pair's Lease and key Secret, when an earlier pair of the same name left them, are
 /// this pair's from now on: the Lease keeps its epoch (the fencing epoch never goes back,
 /// whatever incarnation of the pair writes it) and loses its holder; the Secret gets a
-/// fresh key under the next id (see [`crate::keysecret::adopt_secret`]). Inheriting
+/// fresh key under the next id (see [`crate::pair::keysecret::adopt_secret`]). Inheriting
 /// them silently — as before — let the garbage collector delete them under the running
 /// pair, and the operator then created a new key under the same id, which members that
 /// missed it (an API outage, a cut node) could not verify: both raised `KeyMismatch`.
@@ -296,7 +297,7 @@ async fn adopt_earlier_objects(ctx: &Context, pair: &HAPair, seen: &Observation)
         if secret.metadata.deletion_timestamp.is_some() {
             return Ok(true);
         }
-        let s = crate::keysecret::adopt_secret(ctx, pair, secret).await?;
+        let s = crate::pair::keysecret::adopt_secret(ctx, pair, secret).await?;
         let id = s.data.as_ref().and_then(|d| d.get("keyId")).map(|b| String::from_utf8_lossy(&b.0).into_owned());
         adopted.push(format!("its key Secret {} (a fresh key, id {})", s.name_any(), id.unwrap_or_default()));
     }
@@ -374,7 +375,7 @@ async fn apply(ctx: &Context, pair: &HAPair, seen: Observation, plan: model::Pla
             Some(f) if f.status == seen_fip.status => f,
             _ => seen_fip,
         };
-        crate::status::apply_fip_status(ctx, fip, verdict.clone()).await?;
+        crate::pair::status::apply_fip_status(ctx, fip, verdict.clone()).await?;
     }
     for change in &plan.key_changes {
         let Some(s) = &secret else {
@@ -485,14 +486,14 @@ async fn apply_status(ctx: &Context, name: &str, status: &HAPairStatus) -> Resul
 
 async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &str) -> Result<(), Error> {
     ctx.guard("annotation")?;
-    let mut handled = model::handled_ids(pair.annotations());
+    let mut handled = handled_ids(pair.annotations());
     handled.insert(kind.key().to_owned(), id.to_owned());
     let value = serde_json::to_string(&handled).unwrap_or_default();
     let api: Api<HAPair> = Api::all(ctx.client.clone());
     let patch = serde_json::json!({
         "apiVersion": HAPair::api_version(&()),
         "kind": HAPair::kind(&()),
-        "metadata": {"name": pair.name_any(), "annotations": {model::HANDLED_ANNOTATION: value}},
+        "metadata": {"name": pair.name_any(), "annotations": {annotation::HANDLED: value}},
     });
     api.patch(&pair.name_any(), &PatchParams::apply(manager::OPERATOR).force(), &Patch::Apply(&patch))
         .await
@@ -503,7 +504,10 @@ async fn record_handled(ctx: &Context, pair: &HAPair, kind: RequestKind, id: &st
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
+    use super::{lease_seed, of_an_earlier_pair};
+    use crate::model;
+    use havip_crds::HAPair;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     fn pair(uid: &str) -> HAPair {

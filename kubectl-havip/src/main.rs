@@ -11,9 +11,11 @@
 //! answers kubectl's shell completion for `kubectl havip <TAB>`.
 
 use clap::Parser;
-use havip_operator::plugin::cli::{self, Args, Command, Session};
-use havip_operator::plugin::complete::{self, COMPLETE_COMMAND, COMPLETER};
-use havip_operator::plugin::{PluginError, config, who_am_i};
+use kubectl_havip::cli::{self, Args, Command, Session};
+use kubectl_havip::complete::{self, COMPLETE_COMMAND, COMPLETER};
+use kubectl_havip::config::{self, who_am_i};
+use kubectl_havip::target::Target;
+use kubectl_havip::{PluginError, exit};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -41,7 +43,7 @@ fn main() -> ExitCode {
             Ok(a) => a,
             Err(e) => {
                 let _ = e.print();
-                return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(havip_operator::plugin::exit::USAGE));
+                return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE));
             }
         },
     };
@@ -59,7 +61,7 @@ fn main() -> ExitCode {
     let code = with_runtime(async move {
         let (client, target) = match config::client(&cli::client_options(&args)).await {
             Ok(c) => c,
-            Err(e) => return report(e, &config::Target::default(), None).await,
+            Err(e) => return report(e, &Target::default(), None).await,
         };
         let session = Session { client, target, namespace: args.namespace.clone(), timeout: args.timeout };
         match cli::run(&session, args.command).await {
@@ -83,7 +85,7 @@ fn with_runtime<T>(f: impl std::future::Future<Output = T>) -> Result<T, PluginE
 
 /// Prints the error and its hints; returns its exit code. A refusal gets the identity
 /// the API server sees us as.
-async fn report(mut e: PluginError, target: &config::Target, client: Option<&kube::Client>) -> u8 {
+async fn report(mut e: PluginError, target: &Target, client: Option<&kube::Client>) -> u8 {
     if let (PluginError::Forbidden { identity, .. }, Some(c)) = (&mut e, client) {
         *identity = who_am_i(c).await.map(Box::new);
     }

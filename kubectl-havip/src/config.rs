@@ -4,7 +4,10 @@
 //! configuration (a pod's service account). `--context` picks a context of the
 //! kubeconfig instead of its `current-context`.
 
-use super::error::PluginError;
+use crate::error::{Identity, PluginError};
+use crate::target::Target;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,28 +22,6 @@ pub struct ClientOptions {
     pub context: Option<String>,
     /// Bounds connecting to the API server.
     pub connect_timeout: Option<Duration>,
-}
-
-/// The cluster in use, for messages.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Target {
-    /// The API server's URL.
-    pub server: String,
-    /// The context in use (none in-cluster).
-    pub context: Option<String>,
-    /// The kubeconfig file(s), or `in-cluster configuration`.
-    pub source: String,
-}
-
-impl Target {
-    /// `context "kind-a" of ~/.kube/config`, or `the in-cluster configuration`.
-    pub fn describe(&self) -> String {
-        match &self.context {
-            Some(c) => format!("context {c:?} of {}", self.source),
-            None if self.source.is_empty() => "the cluster".to_owned(),
-            None => self.source.clone(),
-        }
-    }
 }
 
 /// A kubeconfig read from files, with where it came from.
@@ -158,10 +139,25 @@ pub async fn client(opts: &ClientOptions) -> Result<(kube::Client, Target), Plug
     Ok((client, target))
 }
 
+/// Who the API server says this client is (a SelfSubjectReview, which every
+/// authenticated user may create); `None` when it does not say within 3 s.
+pub async fn who_am_i(client: &kube::Client) -> Option<Identity> {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review =
+        tokio::time::timeout(Duration::from_secs(3), api.create(&PostParams::default(), &SelfSubjectReview::default()))
+            .await
+            .ok()?
+            .ok()?;
+    let info = review.status?.user_info?;
+    Some(Identity { user: info.username?, groups: info.groups.unwrap_or_default() })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{ClientOptions, config, load_kubeconfig, pick_context};
+    use std::ffi::OsString;
+    use std::time::Duration;
 
     fn kubeconfig(current: &str, contexts: &[(&str, &str)]) -> String {
         let mut s = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
@@ -215,14 +211,14 @@ mod tests {
             .unwrap();
         let l = load_kubeconfig(Some(&a), None, None).unwrap().unwrap();
         let e = pick_context(&l, Some("three")).unwrap_err();
-        assert_eq!(e.exit_code(), super::super::error::exit::CONFIG);
+        assert_eq!(e.exit_code(), crate::error::exit::CONFIG);
         assert!(e.to_string().contains("\"three\" not found") && e.to_string().contains("one, two"), "{e}");
         let e = pick_context(&l, None).unwrap_err();
         assert!(e.to_string().contains("no current context"), "{e}");
         let broken = dir.path().join("broken");
         std::fs::write(&broken, "clusters: [").unwrap();
         let e = load_kubeconfig(Some(&broken), None, None).unwrap_err();
-        assert_eq!(e.exit_code(), super::super::error::exit::CONFIG);
+        assert_eq!(e.exit_code(), crate::error::exit::CONFIG);
         assert!(e.to_string().contains("broken"), "{e}");
     }
 

@@ -1,30 +1,17 @@
-//! The `kubectl havip` plugin: its command line ([`cli`]), which cluster it talks to
-//! ([`config`]), its errors and exit codes ([`error`]), whether the operator runs
-//! ([`liveness`]), what it prints ([`render`]), shell completion ([`complete`]), and
-//! here the requests: ids, writing a request annotation, waiting for its answer,
-//! withdrawing an unanswered one, and the maintenance patch.
+//! The requests: a fresh id, the request annotation written, the answer waited for,
+//! and an unanswered request withdrawn again (unless the operator took it up meanwhile).
+//! The annotations' grammar and the operator's record of handled ids are
+//! [`havip_crds::request`], which the operator reads too.
 
-pub mod cli;
-pub mod complete;
-pub mod config;
-pub mod error;
-pub mod liveness;
-pub mod render;
-
-pub use error::{Action, PluginError, exit};
-pub use render::render_status;
-
-use crate::model::{self, RequestKind};
+use crate::error::{Action, PluginError, is_status};
 use futures::StreamExt;
+use havip_crds::request::{RequestKind, handled_ids};
 use havip_crds::{HAPair, Operation, OperationResult, manager};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
 use std::time::Duration;
-
-/// havip's namespace when `-n` is not given (the chart's default).
-pub const DEFAULT_NAMESPACE: &str = "havip-system";
 
 /// A fresh request id: the time in base 36 and 4 random bytes, e.g. `lz3k9q-1f2e3d4c`.
 pub fn request_id() -> Result<String, PluginError> {
@@ -133,7 +120,7 @@ pub fn taken_up(pair: &HAPair, kind: RequestKind, id: &str) -> bool {
     st.command.as_ref().is_some_and(|c| c.id == id)
         || st.last_operation.as_ref().is_some_and(|o| o.id == id)
         || st.key_rotation.as_ref().is_some_and(|k| k.id == id)
-        || model::handled_ids(pair.annotations()).get(kind.key()).is_some_and(|h| h == id)
+        || handled_ids(pair.annotations()).get(kind.key()).is_some_and(|h| h == id)
 }
 
 /// What became of an unanswered request.
@@ -156,7 +143,7 @@ pub async fn withdraw(api: &Api<HAPair>, pair: &str, kind: RequestKind, id: &str
     for _ in 0..5 {
         let current = match api.get(pair).await {
             Ok(p) => p,
-            Err(e) if crate::error::is_status(&e, 404) => return Withdrawal::Withdrawn,
+            Err(e) if is_status(&e, 404) => return Withdrawal::Withdrawn,
             Err(e) => return Withdrawal::Failed(PluginError::from_kube(Action::pair("get", pair), e).to_string()),
         };
         if taken_up(&current, kind, id) {
@@ -170,94 +157,26 @@ pub async fn withdraw(api: &Api<HAPair>, pair: &str, kind: RequestKind, id: &str
         });
         match api.patch(pair, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => return Withdrawal::Withdrawn,
-            Err(e) if crate::error::is_status(&e, 409) => continue,
+            Err(e) if is_status(&e, 409) => continue,
             Err(e) => return Withdrawal::Failed(PluginError::from_kube(Action::pair("patch", pair), e).to_string()),
         }
     }
     Withdrawal::Failed("the pair kept changing".to_owned())
 }
 
-/// The merge patch that sets `spec.members[].maintenance` for `node`: the whole
-/// (atomic) member list with that one flag changed, guarded by the object's
-/// `resourceVersion` so that a concurrent edit of the list makes it fail (409)
-/// instead of being overwritten.
-pub fn maintenance_patch(pair: &HAPair, node: &str, on: bool) -> Result<serde_json::Value, PluginError> {
-    if !pair.spec.members.iter().any(|m| m.node == node) {
-        let members: Vec<&str> = pair.spec.members.iter().map(|m| m.node.as_str()).collect();
-        return Err(PluginError::Usage(format!(
-            "{node} is not a member of HAPair {} (members: {})",
-            pair.name_any(),
-            members.join(", ")
-        )));
-    }
-    let mut members = pair.spec.members.clone();
-    for m in &mut members {
-        if m.node == node {
-            m.maintenance = on;
-        }
-    }
-    Ok(serde_json::json!({
-        "metadata": {"resourceVersion": pair.resource_version()},
-        "spec": {"members": members},
-    }))
-}
-
-/// Applies [`maintenance_patch`] with the plugin's field manager, re-reading and
-/// retrying when the pair changed in between.
-pub async fn set_maintenance(api: &Api<HAPair>, pair: &str, node: &str, on: bool) -> Result<(), PluginError> {
-    let pp = PatchParams { field_manager: Some(manager::PLUGIN.to_owned()), ..PatchParams::default() };
-    let mut attempts = 0;
-    loop {
-        let current = api.get(pair).await.map_err(|e| PluginError::from_kube(Action::pair("get", pair), e))?;
-        let patch = maintenance_patch(&current, node, on)?;
-        match api.patch(pair, &pp, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if crate::error::is_status(&e, 409) && attempts < 5 => attempts += 1,
-            Err(e) => return Err(PluginError::from_kube(Action::pair("patch", pair), e)),
-        }
-    }
-}
-
-/// Who the API server says this client is (a SelfSubjectReview, which every
-/// authenticated user may create); `None` when it does not say within 3 s.
-pub async fn who_am_i(client: &kube::Client) -> Option<error::Identity> {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let api: Api<SelfSubjectReview> = Api::all(client.clone());
-    let review = tokio::time::timeout(
-        Duration::from_secs(3),
-        api.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    let info = review.status?.user_info?;
-    Some(error::Identity { user: info.username?, groups: info.groups.unwrap_or_default() })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
-    use render::sample_pair as pair;
+    use super::{request_id, taken_up};
+    use crate::render::sample_pair as pair;
+    use havip_crds::request::{RequestKind, annotation, parse_request};
 
     #[test]
     fn request_ids_are_fresh_and_valid() {
         let a = request_id().unwrap();
         let b = request_id().unwrap();
         assert_ne!(a, b);
-        assert!(model::parse_request(RequestKind::Failover, &a).is_ok(), "{a}");
-    }
-
-    #[test]
-    fn maintenance_patch_changes_one_flag_under_the_resource_version() {
-        let mut p = pair();
-        p.metadata.resource_version = Some("42".to_owned());
-        let patch = maintenance_patch(&p, "b", false).unwrap();
-        assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        assert_eq!(patch["spec"]["members"][1]["node"], "b");
-        assert_eq!(patch["spec"]["members"][1]["maintenance"], false);
-        assert_eq!(patch["spec"]["members"][0]["priority"], 200);
-        assert!(maintenance_patch(&p, "zz", true).is_err());
+        assert!(parse_request(RequestKind::Failover, &a).is_ok(), "{a}");
     }
 
     #[test]
@@ -265,7 +184,7 @@ mod tests {
         let mut p = pair();
         assert!(!taken_up(&p, RequestKind::Failover, "x1"));
         p.metadata.annotations =
-            Some([(model::HANDLED_ANNOTATION.to_owned(), r#"{"failover":"x1"}"#.to_owned())].into_iter().collect());
+            Some([(annotation::HANDLED.to_owned(), r#"{"failover":"x1"}"#.to_owned())].into_iter().collect());
         assert!(taken_up(&p, RequestKind::Failover, "x1"));
         assert!(!taken_up(&p, RequestKind::Clear, "x1"), "handled per kind");
         assert!(taken_up(&pair(), RequestKind::Clear, "r1"), "the last answer's id");

@@ -6,6 +6,7 @@
 //! check; answers of the operator (refused, still in progress) print on stdout and end
 //! with their own codes without an `error:` line.
 
+use crate::target::{DEFAULT_NAMESPACE, Target};
 use std::fmt::Write as _;
 
 /// The exit codes.
@@ -187,7 +188,7 @@ fn operator_hints(namespace: &str) -> Vec<String> {
         ),
         format!(
             "havip installed in another namespace? pass -n NAMESPACE (now {namespace}{})",
-            if namespace == crate::plugin::DEFAULT_NAMESPACE { ", the default" } else { "" }
+            if namespace == DEFAULT_NAMESPACE { ", the default" } else { "" }
         ),
     ]
 }
@@ -295,7 +296,7 @@ impl PluginError {
 
     /// What to check next, one line each (printed as `hint:` lines). `context` names
     /// the kubeconfig context in use, if any.
-    pub fn hints(&self, target: &crate::plugin::config::Target) -> Vec<String> {
+    pub fn hints(&self, target: &Target) -> Vec<String> {
         match self {
             PluginError::PairNotFound { .. } => {
                 vec![format!("the pairs in {}: kubectl havip list", target.describe())]
@@ -342,10 +343,15 @@ impl PluginError {
     }
 }
 
+/// Whether `e` is the API server's answer with HTTP status `code`.
+pub fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{Action, Identity, PluginError, exit};
     use kube::core::Status;
 
     fn status(code: u16, name: &str) -> kube::Error {

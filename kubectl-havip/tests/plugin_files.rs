@@ -3,7 +3,7 @@
 //! the exit-code table of `docs/plugin.md` is the one the code has.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use havip_operator::plugin::exit;
+use kubectl_havip::exit;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -84,5 +84,5 @@ fn the_docs_list_the_exit_codes_of_the_code() {
         })
         .collect();
     let code: Vec<(u8, String)> = exit::ALL.iter().map(|(c, n)| (*c, (*n).to_owned())).collect();
-    assert_eq!(rows, code, "docs/plugin.md's exit-code table and havip_operator::plugin::exit::ALL");
+    assert_eq!(rows, code, "docs/plugin.md's exit-code table and kubectl_havip::exit::ALL");
 }

@@ -6,13 +6,18 @@
 //! of them: scripts read the same fields as with `kubectl get hapair -o json`. `list
 //! -o json|yaml` prints the table's data, one [`PairSummary`] per pair under `items`.
 
-use crate::model;
-use havip_crds::{HAPair, MemberAlarm, Phase, Transition, condition};
+use havip_crds::hapair::MemberStatus;
+use havip_crds::{HAPair, HAPairStatus, MemberAlarm, Phase, Transition, condition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
+
+/// A member's own entry of the pair's status.
+pub fn member_status<'a>(status: &'a HAPairStatus, node: &str) -> Option<&'a MemberStatus> {
+    status.members.iter().find(|m| m.node == node)
+}
 
 /// How long ago `t` was, `5m0s`; `-` when unknown.
 pub fn ago(now: Timestamp, t: Option<&Time>) -> String {
@@ -127,7 +132,7 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
     members.sort_by_key(|m| std::cmp::Reverse(m.priority));
     let mut whys = Vec::new();
     for m in &members {
-        let s = model::member_status(&st, &m.node);
+        let s = member_status(&st, &m.node);
         let role = s.and_then(|s| s.role.as_ref()).map(|r| r.as_str()).unwrap_or("(no report)").to_owned();
         let role = if m.maintenance { format!("{role}+maint") } else { role };
         let Some(s) = s else {
@@ -410,7 +415,9 @@ pub(crate) fn sample_pair() -> HAPair {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{Format, PairList, encode, list_value, render_list, render_status, sample_pair, status_value};
+    use havip_crds::HAPair;
+    use k8s_openapi::jiff::Timestamp;
 
     #[test]
     fn renders_a_readable_member_view() {

@@ -1,5 +1,5 @@
 //! Whether the operator runs, as its leader-election Lease (`havip-operator` in havip's
-//! namespace, see [`crate::leader`]) tells: the leader renews it every couple of
+//! namespace, see `havip_operator::leader`) tells: the leader renews it every couple of
 //! seconds; a replica that stops gracefully clears the holder; one that dies leaves its
 //! last renewal behind.
 //!
@@ -7,7 +7,7 @@
 //! look alone is not trusted: the plugin also watches the Lease for a few seconds, and
 //! a Lease that changes meanwhile belongs to a running operator whatever the clocks say.
 
-use super::error::{Action, PluginError};
+use crate::error::{Action, PluginError};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -153,7 +153,9 @@ pub async fn precheck(client: &kube::Client, namespace: &str, grace: Duration) -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{LEADER_LEASE, OperatorState, classify};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::jiff::Timestamp;
 
     fn lease(holder: Option<&str>, renewed: Option<&str>, duration: i32) -> Lease {
         serde_json::from_value(serde_json::json!({

@@ -12,8 +12,8 @@
 //! nodes and kubeconfig contexts from the cluster and the kubeconfig (with a short
 //! timeout; nothing is offered when they cannot be read).
 
-use super::cli::Args;
-use super::config::{self, ClientOptions};
+use crate::cli::Args;
+use crate::config::{self, ClientOptions};
 use clap::{Arg, Command};
 use havip_crds::HAPair;
 use kube::api::{Api, ListParams};
@@ -323,7 +323,8 @@ pub async fn complete(words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{Analysis, NO_FILE_COMP, Need, analyse, complete, format};
+    use crate::cli::Args;
 
     fn at(words: &[&str]) -> Analysis {
         let words: Vec<String> = words.iter().map(|s| (*s).to_owned()).collect();

@@ -4,10 +4,9 @@
 //! it), and the member labels (`member.havip.io/<node>`) that let each agent watch only
 //! its own objects.
 
-use crate::Error;
 use crate::context::{Context, Ev};
 use crate::error::is_status;
-use crate::model;
+use crate::{Error, model};
 use havip_crds::{manager, reason};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -146,7 +145,7 @@ pub async fn apply_fip_status(
         tracing::warn!(floatingip = %name, reason = accepted.reason, message = %accepted.message, "FloatingIP refused");
         ctx.event(fip, Ev::warning(accepted.reason, "Validate", accepted.message.clone())).await;
     } else if accepted.status == "True" && was == Some("False") {
-        ctx.event(fip, Ev::normal("Accepted", "Validate", accepted.message.clone())).await;
+        ctx.event(fip, Ev::normal(reason::ACCEPTED, "Validate", accepted.message.clone())).await;
     }
     Ok(())
 }
