@@ -143,9 +143,11 @@ KIND_E2E = ./target/debug/kind-e2e --kind $(KIND) --helm $(HELM) --kubectl $(KUB
 WITH_DOCKER = if [ -z "$$DOCKER_HOST" ]; then eval "$$(bash hack/dockerd.sh start)"; export DOCKER_HOST; fi;
 
 kind-node-image: ## Build (or reuse) the offline kind node image havip/kind-node:v1.37.2 (root, Docker; cold about 9 min after the test binaries, 70 with an empty Go build cache; cached after)
+	@bash hack/prereqs.sh kind
 	@$(WITH_DOCKER) bash hack/kind-node-image.sh
 
 kind-up: ## Create the kind cluster of the e2e suite, load the images, install the chart (needs the node image)
+	@bash hack/prereqs.sh kind
 	$(CARGO) build -q -p havip-e2e --bin kind-e2e -p kubectl-havip
 	@$(WITH_DOCKER) $(KIND_E2E) up
 
@@ -158,6 +160,7 @@ kind-down: ## Delete the kind cluster of the e2e suite
 	@$(WITH_DOCKER) $(KIND_E2E) down
 
 kind-e2e: ## The e2e suite on kind: images, node image, cluster, chart, every scenario, cleanup (hack/kind-e2e.sh)
+	@bash hack/prereqs.sh kind
 	bash hack/kind-e2e.sh $(if $(ONLY),--only $(ONLY))
 
 demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failover; leaves the lab running

@@ -4,7 +4,9 @@
 #   hack/prereqs.sh demo    before `make demo`: network namespaces, nftables, setpriv
 #   hack/prereqs.sh test    before `make test`: the above, keepalived, faketime, a C toolchain
 #   hack/prereqs.sh ci      before CI's `make test`: the above, Docker and the kind image tools
+#   hack/prereqs.sh kind    before the kind suite (make kind-e2e, kind-up, kind-node-image): as ci
 #   hack/prereqs.sh check <target>   only report what is missing (exit 1 if anything is)
+#   hack/prereqs.sh list <target>    print the target's packages, one per line
 #
 # Debian packages are installed with apt-get when the machine has it and this runs as
 # root; otherwise it prints the exact command to run and stops (demo, ci) or carries on
@@ -15,8 +17,8 @@ set -euo pipefail
 
 what="${1:-}"
 mode=install
-if [[ "$what" == check ]]; then
-  mode=check
+if [[ "$what" == check || "$what" == list ]]; then
+  mode="$what"
   what="${2:-}"
 fi
 
@@ -49,12 +51,21 @@ ci_pkgs=(
 case "$what" in
   demo) pkgs=("${demo_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;
-  ci) pkgs=("${ci_pkgs[@]}") ;;
+  # The kind suite's entry points (make kind-e2e, kind-up, kind-node-image) need what CI
+  # needs: Docker, and what builds the offline node image.
+  ci|kind) pkgs=("${ci_pkgs[@]}") ;;
   *)
-    echo "usage: hack/prereqs.sh [check] demo|test|ci" >&2
+    echo "usage: hack/prereqs.sh [check|list] demo|test|ci|kind" >&2
     exit 2
     ;;
 esac
+
+if [[ "$mode" == list ]]; then
+  for entry in "${pkgs[@]}"; do
+    echo "${entry%%|*}"
+  done
+  exit 0
+fi
 
 present() {
   local probe="$1"

@@ -87,3 +87,39 @@ fn the_chart_renders_with_the_values_the_kind_provider_installs_it_with() {
     assert!(text.contains("image: havip/havip-operator:dev"), "{text}");
     assert!(text.contains("imagePullPolicy: Never"), "{text}");
 }
+
+/// The recipe lines of `target` in the Makefile.
+fn recipe(makefile: &str, target: &str) -> Vec<String> {
+    let head = format!("{target}:");
+    makefile
+        .lines()
+        .skip_while(|l| !l.starts_with(&head))
+        .skip(1)
+        .take_while(|l| l.starts_with('\t'))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_kind_entry_point_installs_what_it_needs_first() {
+    let makefile = std::fs::read_to_string(repo().join("Makefile")).expect("Makefile");
+    for target in ["kind-e2e", "kind-up", "kind-node-image"] {
+        let lines = recipe(&makefile, target);
+        assert_eq!(
+            lines.first().map(String::as_str),
+            Some("@bash hack/prereqs.sh kind"),
+            "make {target} installs the kind suite's packages before anything else: {lines:?}"
+        );
+    }
+    // What the kind mode installs: Docker and what builds the offline node image.
+    let out = Command::new("bash")
+        .arg(repo().join("hack/prereqs.sh"))
+        .args(["list", "kind"])
+        .output()
+        .expect("prereqs.sh runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for pkg in ["docker.io", "mmdebstrap", "libseccomp-dev", "zstd", "jq", "keepalived"] {
+        assert!(listed.lines().any(|l| l == pkg), "the kind mode installs {pkg}: {listed}");
+    }
+}

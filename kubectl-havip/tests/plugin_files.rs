@@ -62,7 +62,19 @@ fn the_krew_manifest_names_the_binary_on_every_platform() {
             files.iter().any(|f| f["from"].as_str() == Some(bin_name)),
             "{os}/{arch}: the archive's binary is installed"
         );
+        // Every other file the archive must hold is in the repository, so that a release
+        // can pack it (krew-index wants the licence in the archive).
+        for f in files.iter().filter_map(|f| f["from"].as_str()).filter(|f| *f != bin_name) {
+            assert!(!repo_file(f).trim().is_empty(), "{os}/{arch}: {f} is packed but the repository has none");
+        }
     }
+    // The licence the archives ship is the one every crate declares.
+    let license = repo_file("LICENSE");
+    assert!(
+        license.contains("Apache License") && license.contains("Version 2.0, January 2004"),
+        "LICENSE is the Apache License 2.0"
+    );
+    assert!(repo_file("Cargo.toml").contains("license = \"Apache-2.0\""), "the workspace declares Apache-2.0");
     let want: BTreeSet<(String, String)> =
         [("linux", "amd64"), ("linux", "arm64"), ("darwin", "amd64"), ("darwin", "arm64")]
             .iter()

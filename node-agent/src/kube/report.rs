@@ -141,6 +141,9 @@ pub(super) struct KubeReporter {
     /// reports its result under the numeric id, the API wants the request id.
     pending: Mutex<Option<Pending>>,
     last_op: Mutex<Option<Operation>>,
+    /// The machine's last transition (its monotonic time) and the wall-clock time it was
+    /// first reported at: the member entry's `lastTransition.time`.
+    transition_seen: Mutex<Option<(sm::Millis, Time)>>,
 }
 
 /// What the reporter knows of the configuration (updated on a reconfiguration).
@@ -179,6 +182,23 @@ pub(super) struct Outlets {
     events: mpsc::UnboundedReceiver<sm::Event>,
 }
 
+/// When `t` happened, in wall-clock time: the time it was first reported (the runtime
+/// reports a role change at once), kept while the machine's transition stays the same.
+fn transition_time(
+    seen: &mut Option<(sm::Millis, Time)>,
+    t: &sm::Transition,
+    now: impl FnOnce() -> Time,
+) -> Option<Time> {
+    match seen {
+        Some((at, time)) if *at == t.at => Some(time.clone()),
+        _ => {
+            let time = now();
+            *seen = Some((t.at, time.clone()));
+            Some(time)
+        }
+    }
+}
+
 fn now_time() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -202,6 +222,7 @@ impl KubeReporter {
             events,
             pending: Mutex::new(None),
             last_op: Mutex::new(None),
+            transition_seen: Mutex::new(None),
         };
         (reporter, Outlets { fip: fip_rx, entry: entry_rx, events: events_rx })
     }
@@ -319,7 +340,7 @@ impl KubeReporter {
                 to: t.to.as_str().to_owned(),
                 reason: api_reason(t.reason),
                 epoch: t.epoch as i64,
-                time: None,
+                time: transition_time(&mut lock(&self.transition_seen), t, now_time),
             }),
             key_id: Some(view.key_id),
             last_operation: lock(&self.last_op).clone(),
@@ -637,7 +658,9 @@ async fn event_writer(client: Client, pair: HAPair, node: String, mut rx: mpsc::
 
 #[cfg(test)]
 mod tests {
-    use super::{Held, action, api_alarm, api_gateway, api_reason, api_role, event_of, fip_release, fip_status};
+    use super::{
+        Held, action, api_alarm, api_gateway, api_reason, api_role, event_of, fip_release, fip_status, transition_time,
+    };
     use crate::config::VipConfig;
     use crate::runtime::VipLink;
     use crate::sm;
@@ -663,6 +686,28 @@ mod tests {
             // Metric labels and the Events' notes keep the machine's own names.
             assert_eq!(r.as_str(), format!("{r:?}"));
         }
+    }
+
+    #[test]
+    fn a_member_transition_carries_the_time_it_was_first_reported() {
+        let t = |at: u64| sm::Transition {
+            from: sm::Role::Standby,
+            to: sm::Role::Active,
+            reason: sm::Reason::Takeover,
+            epoch: 2,
+            at: sm::Millis(at),
+        };
+        let time = |s: i64| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(s).expect("time"),
+            )
+        };
+        let mut seen = None;
+        assert_eq!(transition_time(&mut seen, &t(100), || time(1_000)), Some(time(1_000)));
+        // Published again later: the same transition keeps its time.
+        assert_eq!(transition_time(&mut seen, &t(100), || time(1_060)), Some(time(1_000)));
+        // A new transition gets the time it was first reported.
+        assert_eq!(transition_time(&mut seen, &t(5_000), || time(1_090)), Some(time(1_090)));
     }
 
     #[test]
