@@ -7,7 +7,7 @@ export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
 .PHONY: testbin-metallb
-.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down demo demo-down clean
+.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down docs demo demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -162,6 +162,9 @@ kind-down: ## Delete the kind cluster of the e2e suite
 kind-e2e: ## The e2e suite on kind: images, node image, cluster, chart, every scenario, cleanup (hack/kind-e2e.sh)
 	@bash hack/prereqs.sh kind
 	bash hack/kind-e2e.sh $(if $(ONLY),--only $(ONLY))
+
+docs: ## The README and docs/ as a browsable site (mdBook, built once from crates.io): target/book/index.html
+	@bash hack/docs.sh
 
 demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failover; leaves the lab running
 	@CARGO=$(CARGO) bash hack/demo.sh
