@@ -8,7 +8,7 @@ root="${HAVIP_CACHE:-$HOME/.cache/havip}/cargo-tools"
 mkdir -p "$root"
 need() { # name version
   local bin="$root/bin/$1"
-  if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -Eq "(^| )$2\$"; then
+  if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -Eq "(^| |v)$2\$"; then
     return 0
   fi
   echo "building $1 $2 into $root (once)" >&2
