@@ -626,13 +626,14 @@ fn exported_series() -> BTreeSet<String> {
     operator.error(&havip_operator::Error::CacheSync { seconds: 1 });
     operator.status_writes.get_or_create(&KindLabels { kind: "HAPair" }).inc();
     operator.leader.set(1);
+    operator.pair_phases.set_source(Box::new(|| std::collections::BTreeMap::from([("Live".to_owned(), 1)])));
     let mut names = BTreeSet::from(["up".to_owned()]);
     for (text, source) in
         [(agent.encode(), "node-agent/src/metrics.rs"), (operator.encode(), "operator/src/metrics.rs")]
     {
         assert!(text.ends_with("# EOF\n"), "OpenMetrics text: {text}");
-        let registered =
-            std::fs::read_to_string(repo().join(source)).expect("metrics source").matches("register(").count();
+        let code = std::fs::read_to_string(repo().join(source)).expect("metrics source");
+        let registered = code.matches("register(").count() + code.matches("register_collector(").count();
         let types: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).collect();
         assert_eq!(
             types.len(),

@@ -100,6 +100,24 @@ pub async fn run_controllers(
     let (slice_ready, slice_ready_rx) = tokio::sync::watch::channel(false);
     tasks.push(reserved.clone().watch_api_server_slice(&client, slice_ready));
     let (lb, lb_watches, services_ready_rx) = crate::loadbalancer::watch(&client, reserved.clone(), &mut tasks);
+    // havip_operator_pairs{phase}: counted from the HAPair cache at every scrape.
+    let phase_store: reflector::Store<DeserializeGuard<HAPair>> = pairs.clone();
+    metrics.pair_phases.set_source(Box::new(move || {
+        let mut counts = std::collections::BTreeMap::new();
+        for p in phase_store.state() {
+            let phase = match &p.0 {
+                Ok(pair) => pair
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_ref())
+                    .map(|ph| format!("{ph:?}"))
+                    .unwrap_or_else(|| "Unknown".to_owned()),
+                Err(_) => "Unreadable".to_owned(),
+            };
+            *counts.entry(phase).or_insert(0i64) += 1;
+        }
+        counts
+    }));
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),

@@ -1,13 +1,16 @@
 //! Prometheus metrics of the operator, served with `/healthz` and `/readyz` by
 //! [`havip_endpoints::serve`].
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Labels of the reconcile counter.
@@ -40,6 +43,56 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// Labels of the pairs-by-phase gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// The pair's `status.phase` (`Unknown` before the operator wrote one).
+    pub phase: String,
+}
+
+/// Counts the pairs by phase at scrape time.
+pub type PhaseSource = Box<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
+
+/// `havip_operator_pairs{phase}`: read from the operator's HAPair cache at every scrape,
+/// so that a deleted pair leaves no stale count (the source is set once the cache exists;
+/// until then nothing is exported).
+#[derive(Default)]
+pub struct PairPhases {
+    source: Mutex<Option<PhaseSource>>,
+}
+
+impl std::fmt::Debug for PairPhases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PairPhases")
+    }
+}
+
+impl PairPhases {
+    /// Sets where the counts come from.
+    pub fn set_source(&self, source: PhaseSource) {
+        *self.source.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    fn counts(&self) -> BTreeMap<String, i64> {
+        self.source.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|f| f()).unwrap_or_default()
+    }
+}
+
+impl Collector for PairPhases {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counts = self.counts();
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let family = Family::<PhaseLabels, Gauge>::default();
+        for (phase, n) in counts {
+            family.get_or_create(&PhaseLabels { phase }).set(n);
+        }
+        let metric = encoder.encode_descriptor("pairs", "HAPairs by status.phase", None, family.metric_type())?;
+        family.encode(metric)
+    }
+}
+
 /// Every metric of the operator.
 pub struct Metrics {
     registry: Registry,
@@ -53,6 +106,8 @@ pub struct Metrics {
     pub status_writes: Family<KindLabels, Counter>,
     /// 1 while this replica is the leader.
     pub leader: Gauge,
+    /// HAPairs by phase (set its source once the HAPair cache exists).
+    pub pair_phases: Arc<PairPhases>,
     ready: AtomicBool,
 }
 
@@ -82,7 +137,18 @@ impl Metrics {
         registry.register("status_writes", "Status server-side applies by kind", status_writes.clone());
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica holds the leader-election Lease", leader.clone());
-        Self { registry, reconciles, reconcile_duration, errors, status_writes, leader, ready: AtomicBool::new(false) }
+        let pair_phases = Arc::new(PairPhases::default());
+        registry.register_collector(Box::new(pair_phases.clone()));
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            errors,
+            status_writes,
+            leader,
+            pair_phases,
+            ready: AtomicBool::new(false),
+        }
     }
 
     /// Counts one reconcile.
@@ -137,5 +203,28 @@ mod tests {
         assert!(text.contains("havip_operator_reconcile_duration_seconds_count{controller=\"hapair\"} 1"), "{text}");
         assert!(text.contains("havip_operator_errors_total{category=\"cache_sync\"} 1"), "{text}");
         assert!(text.contains("havip_operator_leader 1"), "{text}");
+        assert!(!text.contains("havip_operator_pairs"), "no source yet, no pairs: {text}");
+    }
+
+    #[test]
+    fn pairs_by_phase_are_read_at_every_scrape() {
+        let m = Metrics::new();
+        let phases = std::sync::Arc::new(std::sync::Mutex::new(vec!["Live", "Live", "Degraded"]));
+        let p = phases.clone();
+        m.pair_phases.set_source(Box::new(move || {
+            let mut counts = std::collections::BTreeMap::new();
+            for ph in p.lock().expect("lock").iter() {
+                *counts.entry((*ph).to_owned()).or_insert(0) += 1;
+            }
+            counts
+        }));
+        let text = m.encode();
+        assert!(text.contains("havip_operator_pairs{phase=\"Live\"} 2"), "{text}");
+        assert!(text.contains("havip_operator_pairs{phase=\"Degraded\"} 1"), "{text}");
+        // A pair deleted: gone from the next scrape, no stale series.
+        phases.lock().expect("lock").retain(|p| *p != "Degraded");
+        let text = m.encode();
+        assert!(!text.contains("Degraded"), "{text}");
+        assert!(text.contains("# TYPE havip_operator_pairs gauge"), "{text}");
     }
 }
