@@ -15,8 +15,9 @@ help: ## List the targets
 build: ## Build every binary (debug)
 	$(CARGO) build --workspace --all-targets
 
-testbin: ## Build (or reuse) the pinned kube-apiserver, etcd and kubectl
+testbin: ## Build (or reuse) the pinned kube-apiserver, etcd and kubectl, and promtool (the alert rules' tests)
 	@bash hack/testbin.sh control-plane >/dev/null
+	@bash hack/testbin.sh promtool >/dev/null
 
 testbin-metallb: ## Build (or reuse) MetalLB v0.15.2 (controller, speaker, CRDs) for bench-failover's metallb-l2 rows (about 5 min cold)
 	@bash hack/testbin.sh metallb >/dev/null

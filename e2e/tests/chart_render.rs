@@ -969,3 +969,205 @@ fn an_overridden_render_applies_to_a_real_api_server() {
     ]);
     assert_eq!(probe, "127.0.0.1");
 }
+
+/// promtool (built from Prometheus's Go module by hack/testbin.sh), or `None` with the
+/// reason printed.
+fn promtool() -> Option<PathBuf> {
+    let out = Command::new("bash").arg(repo().join("hack/testbin.sh")).arg("promtool").output().ok()?;
+    if !out.status.success() {
+        eprintln!("SKIPPED: promtool cannot be built: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    let dir = String::from_utf8_lossy(&out.stdout).lines().last().map(PathBuf::from)?;
+    Some(dir.join("promtool")).filter(|p| p.is_file())
+}
+
+/// An expected alert's labels besides `alertname` and the rule's own.
+type Labels = &'static [(&'static str, &'static str)];
+
+/// One `promtool test rules` case: input series (`series`, `values`) and, per evaluation
+/// time, the alerts expected (their labels besides `alertname` and the rule's own).
+struct AlertCase {
+    alert: &'static str,
+    series: &'static [(&'static str, &'static str)],
+    evals: &'static [(&'static str, &'static [Labels])],
+}
+
+const A: &str = r#"job="havip-agent-metrics",namespace="havip-system""#;
+const O: &str = r#"job="havip-operator-metrics",namespace="havip-system""#;
+
+/// Every alert: it fires when its condition held for its `for:`, not before, and not for
+/// what is healthy next to it (a pair with one active and one standby, another alarm).
+const ALERT_CASES: &[AlertCase] = &[
+    AlertCase {
+        alert: "HavipPairNoActive",
+        series: &[
+            (r#"havip_agent_role{$A,pair="web",node="a",name="Active"}"#, "0x15"),
+            (r#"havip_agent_role{$A,pair="web",node="b",name="Active"}"#, "0x15"),
+            (r#"havip_agent_role{$A,pair="db",node="a",name="Active"}"#, "1x15"),
+            (r#"havip_agent_role{$A,pair="db",node="b",name="Active"}"#, "0x15"),
+        ],
+        evals: &[("30s", &[]), ("2m", &[&[("pair", "web")]])],
+    },
+    AlertCase {
+        alert: "HavipPairSplitActive",
+        series: &[
+            (r#"havip_agent_role{$A,pair="web",node="a",name="Active"}"#, "1x15"),
+            (r#"havip_agent_role{$A,pair="web",node="b",name="Active"}"#, "1x15"),
+            (r#"havip_agent_role{$A,pair="db",node="a",name="Active"}"#, "1x15"),
+        ],
+        evals: &[("30s", &[]), ("2m", &[&[("pair", "web")]])],
+    },
+    AlertCase {
+        alert: "HavipPairNoStandby",
+        series: &[
+            (r#"havip_agent_role{$A,pair="web",node="a",name="Active"}"#, "1x15"),
+            (r#"havip_agent_role{$A,pair="web",node="b",name="Standby"}"#, "0x15"),
+            (r#"havip_agent_role{$A,pair="db",node="a",name="Active"}"#, "1x15"),
+            (r#"havip_agent_role{$A,pair="db",node="b",name="Standby"}"#, "1x15"),
+        ],
+        evals: &[("9m", &[]), ("11m", &[&[("pair", "web")]])],
+    },
+    AlertCase {
+        alert: "HavipPairSuspended",
+        series: &[
+            (r#"havip_agent_alarms{$A,pair="web",node="a",name="Suspended"}"#, "1x15"),
+            (r#"havip_agent_alarms{$A,pair="db",node="a",name="Suspended"}"#, "0x15"),
+        ],
+        evals: &[("30s", &[]), ("2m", &[&[("pair", "web")]])],
+    },
+    AlertCase {
+        alert: "HavipHeartbeatKeyMismatch",
+        series: &[
+            (r#"havip_agent_alarms{$A,pair="web",node="b",name="KeyMismatch"}"#, "1x15"),
+            (r#"havip_agent_alarms{$A,pair="web",node="a",name="KeyMismatch"}"#, "0x15"),
+        ],
+        evals: &[("4m", &[]), ("6m", &[&[("pair", "web"), ("node", "b")]])],
+    },
+    AlertCase {
+        alert: "HavipVipConflict",
+        series: &[(r#"havip_agent_alarms{$A,pair="web",node="a",name="VipConflict"}"#, "1x15")],
+        evals: &[("30s", &[]), ("2m", &[&[("pair", "web"), ("node", "a")]])],
+    },
+    AlertCase {
+        alert: "HavipPairAlarm",
+        series: &[
+            (r#"havip_agent_alarms{$A,pair="web",node="a",name="PeerSilent"}"#, "1x15"),
+            // The three with alerts of their own are not repeated here.
+            (r#"havip_agent_alarms{$A,pair="web",node="a",name="KeyMismatch"}"#, "1x15"),
+            (r#"havip_agent_alarms{$A,pair="web",node="a",name="VipConflict"}"#, "1x15"),
+            (r#"havip_agent_alarms{$A,pair="web",node="b",name="ClockSkew"}"#, "0x15"),
+        ],
+        evals: &[("4m", &[]), ("6m", &[&[("pair", "web"), ("node", "a"), ("name", "PeerSilent")]])],
+    },
+    AlertCase {
+        alert: "HavipAgentDown",
+        series: &[(r#"up{$A,instance="10.0.0.1:9797"}"#, "0x15"), (r#"up{$A,instance="10.0.0.2:9797"}"#, "1x15")],
+        evals: &[
+            ("4m", &[]),
+            ("6m", &[&[("job", "havip-agent-metrics"), ("namespace", "havip-system"), ("instance", "10.0.0.1:9797")]]),
+        ],
+    },
+    AlertCase {
+        alert: "HavipAgentsAbsent",
+        series: &[(r#"up{$O,instance="10.0.0.9:8080"}"#, "1x20")],
+        evals: &[("14m", &[]), ("16m", &[&[("job", "havip-agent-metrics"), ("namespace", "havip-system")]])],
+    },
+    AlertCase {
+        alert: "HavipOperatorNoLeader",
+        series: &[
+            (r#"havip_operator_leader{$O,pod="op-0"}"#, "1x3 0x12"),
+            (r#"havip_operator_leader{$O,pod="op-1"}"#, "0x15"),
+        ],
+        // Led for 3 minutes, then nobody: fires 5 minutes after the last leader left.
+        evals: &[("2m", &[]), ("7m", &[]), ("10m", &[&[]])],
+    },
+];
+
+/// The alert rules as `helm template` renders them, annotations left out (promtool compares
+/// them whole; their templates are checked by `promtool check rules` on the full file).
+fn rendered_rule_groups(helm: &Path) -> (Value, Value) {
+    let o = render(helm, "havip-system", &["--set", "prometheusRule.enabled=true"]);
+    let full = o.get("PrometheusRule", "havip")["spec"].clone();
+    let mut bare = full.clone();
+    for g in bare["groups"].as_sequence_mut().expect("groups") {
+        for r in g["rules"].as_sequence_mut().expect("rules") {
+            if let Some(m) = r.as_mapping_mut() {
+                m.remove("annotations");
+            }
+        }
+    }
+    (full, bare)
+}
+
+#[test]
+fn promtool_evaluates_every_alert_rule_as_its_tests_expect() {
+    let Some(helm) = helm() else { return };
+    let Some(promtool) = promtool() else { return };
+    let (full, bare) = rendered_rule_groups(&helm);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("full.yaml"), serde_yaml::to_string(&full).expect("yaml")).expect("write");
+    std::fs::write(dir.path().join("rules.yaml"), serde_yaml::to_string(&bare).expect("yaml")).expect("write");
+    let check = Command::new(&promtool).arg("check").arg("rules").arg(dir.path().join("full.yaml")).output();
+    let check = check.expect("promtool runs");
+    assert!(
+        check.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // The rules' own labels (severity), added to every expected alert.
+    let mut rule_labels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for g in bare["groups"].as_sequence().expect("groups") {
+        for r in g["rules"].as_sequence().expect("rules") {
+            let labels = string_map(&r["labels"]).into_iter().collect();
+            rule_labels.insert(str_of(&r["alert"]).to_owned(), labels);
+        }
+    }
+    let covered: BTreeSet<&str> = ALERT_CASES.iter().map(|c| c.alert).collect();
+    let defined: BTreeSet<&str> = rule_labels.keys().map(String::as_str).collect();
+    assert_eq!(covered, defined, "every alert rule has a promtool test, and only those");
+    let mut tests = Vec::new();
+    for c in ALERT_CASES {
+        let input: Vec<serde_json::Value> = c
+            .series
+            .iter()
+            .map(|(s, v)| {
+                let s = s.replace("$A", A).replace("$O", O);
+                serde_json::json!({"series": s, "values": v})
+            })
+            .collect();
+        let evals: Vec<serde_json::Value> = c
+            .evals
+            .iter()
+            .map(|(at, alerts)| {
+                let exp: Vec<serde_json::Value> = alerts
+                    .iter()
+                    .map(|labels| {
+                        let mut all: BTreeMap<String, String> =
+                            labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+                        all.extend(rule_labels[c.alert].iter().cloned());
+                        serde_json::json!({"exp_labels": all})
+                    })
+                    .collect();
+                serde_json::json!({"eval_time": at, "alertname": c.alert, "exp_alerts": exp})
+            })
+            .collect();
+        tests.push(
+            serde_json::json!({"name": c.alert, "interval": "1m", "input_series": input, "alert_rule_test": evals}),
+        );
+    }
+    let file = serde_json::json!({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests});
+    std::fs::write(dir.path().join("tests.yaml"), serde_yaml::to_string(&file).expect("yaml")).expect("write");
+    let out = Command::new(&promtool)
+        .current_dir(dir.path())
+        .args(["test", "rules", "tests.yaml"])
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
