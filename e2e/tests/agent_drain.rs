@@ -37,8 +37,32 @@ const UP: Duration = Duration::from_secs(15);
 /// Long-lived connections per test.
 const CONNS: usize = 20;
 
-fn lab(opts: PairOptions) -> Option<AgentLab> {
-    havip_e2e::agent::lab_for_test(module_path!(), opts)
+/// A lab of this file, one at a time: these tests measure which node answers each new
+/// connection to the millisecond and count single failed connects, which two labs at once
+/// on a 2-core machine distort (a starved agent, not havip, is what they would measure).
+/// Fields drop in order: the lab is gone before the next test gets its turn.
+struct Serial {
+    lab: AgentLab,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Serial {
+    type Target = AgentLab;
+    fn deref(&self) -> &AgentLab {
+        &self.lab
+    }
+}
+
+impl std::ops::DerefMut for Serial {
+    fn deref_mut(&mut self) -> &mut AgentLab {
+        &mut self.lab
+    }
+}
+
+fn lab(opts: PairOptions) -> Option<Serial> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    havip_e2e::agent::lab_for_test(module_path!(), opts).map(|lab| Serial { lab, _turn: turn })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +73,7 @@ enum Ip {
 
 /// A pair with echoing listeners, IPv4 and IPv6 forwarding on in both members (as on a
 /// Kubernetes node) and `drainTimeout: <drain>` (an IPv6 VIP too for V6).
-fn drain_lab(drain: &str, ip: Ip) -> Option<AgentLab> {
+fn drain_lab(drain: &str, ip: Ip) -> Option<Serial> {
     let lab = lab(PairOptions {
         drain_timeout: Some(drain.to_owned()),
         echo_listeners: true,
