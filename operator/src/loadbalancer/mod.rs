@@ -148,6 +148,9 @@ pub fn watch(
     (stores, watches, api_server_ready)
 }
 
+/// How long after an event-driven sweep the sweep runs once more.
+const SWEEP_AGAIN: Duration = Duration::from_secs(2);
+
 /// Runs the Service and VIPPool controllers and the release sweep until `stop`.
 /// `pairs_*` and `fips_*` are trigger streams of the pair and FloatingIP watches.
 pub async fn run(
@@ -218,11 +221,24 @@ pub async fn run(
         let mut touched = watches.services_touched;
         async move {
             let mut tick = tokio::time::interval(ctx.settings.resync);
+            // A sweep after an event plans from the caches, and the FloatingIP cache may not
+            // have caught up with a FloatingIP written just before: one more sweep a moment
+            // later, so that a deleted Service's address never waits for the resync.
+            let mut again: Option<tokio::time::Instant> = None;
             loop {
-                tokio::select! {
-                    ev = touched.next() => if ev.is_none() { return },
-                    _ = tick.tick() => {}
-                }
+                let by_event = tokio::select! {
+                    ev = touched.next() => if ev.is_none() { return } else { true },
+                    _ = tick.tick() => false,
+                    () = async {
+                        match again {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        again = None;
+                        false
+                    }
+                };
                 // Events come in bursts (the initial list): settle, then one sweep.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while let Some(Some(_)) = futures::FutureExt::now_or_never(touched.next()) {}
@@ -230,6 +246,9 @@ pub async fn run(
                     Ok(0) => {}
                     Ok(n) => tracing::info!(released = n, "released the addresses of deleted Services"),
                     Err(e) => tracing::warn!(error = %e, "sweep of released Services failed"),
+                }
+                if by_event {
+                    again = Some(tokio::time::Instant::now() + SWEEP_AGAIN);
                 }
             }
         }
