@@ -16,7 +16,7 @@ use super::spec::{
 use super::status::{conditions, last_transition, next_staleness, operator_status, without_timestamps};
 use super::{HANDOVER_SETTLE, KeyInfo, LeaseInfo, NodeInfo, Observed, Refusal, VipInfo};
 use havip_crds::hapair::{MemberStatus, PathHeard, VipReadiness};
-use havip_crds::request::{Request, RequestKind, annotation, parse_request};
+use havip_crds::request::{Request, RequestKind, annotation};
 use havip_crds::revision::{config_revision, format_revision};
 use havip_crds::{FloatingIPSpec, HAPairSpec, Transition};
 use havip_crds::{
@@ -395,20 +395,6 @@ fn interface_paths_take_the_published_address_and_ipv4_first() {
     assert_eq!(missing, vec!["member b has no address on path data"]);
     apply_revision(&mut o);
     degraded_by(&o, reason::ADDRESS_MISSING, "member b has no address on path data");
-}
-
-#[test]
-fn parses_request_annotations() {
-    let r = parse_request(RequestKind::Failover, "abc-1").unwrap();
-    assert_eq!((r.id.as_str(), r.target), ("abc-1", None));
-    let r = parse_request(RequestKind::ForceFailover, "x:node-b").unwrap();
-    assert_eq!(r.target.as_deref(), Some("node-b"));
-    assert!(parse_request(RequestKind::Clear, "x:node-b").unwrap_err().1.contains("takes no target"));
-    assert!(parse_request(RequestKind::Failover, "").unwrap_err().1.contains("malformed request id"));
-    assert!(parse_request(RequestKind::Failover, "a b").is_err());
-    assert!(parse_request(RequestKind::Failover, "x:").unwrap_err().1.contains("malformed target"));
-    assert!(parse_request(RequestKind::Failover, &"x".repeat(64)).is_err());
-    assert_eq!(RequestKind::RotateKey.key(), "rotate-key");
 }
 
 #[test]
