@@ -91,7 +91,7 @@ pub(super) async fn start_from_snapshots(
                 continue;
             }
         };
-        let mut remembered = RunMemory::started(&cfg);
+        let mut remembered = RunMemory::started(&cfg, snap.pair.metadata.uid.clone());
         remembered.snapshot = Some(snap.digest());
         match start_pair(client, opts, metrics, hub, &snap.pair, cfg).await {
             Ok(run) => {

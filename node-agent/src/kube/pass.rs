@@ -155,9 +155,13 @@ impl Agent {
                 self.stores.every = None;
                 true
             }
-            Step::Release { pair } => {
+            Step::Release { pair, recreated } => {
                 if let Some(run) = self.running.remove(pair) {
-                    tracing::info!(pair = %pair, "this node is no longer a member: giving up the pair's VIPs");
+                    if *recreated {
+                        tracing::info!(pair = %pair, "the pair was deleted and re-created: giving up the old one's VIPs, the new one starts fresh");
+                    } else {
+                        tracing::info!(pair = %pair, "this node is no longer a member: giving up the pair's VIPs");
+                    }
                     run.handle.release().await;
                     run.finish().await;
                     // Its files too: a later start must not resume it from its snapshot.
@@ -171,7 +175,7 @@ impl Agent {
                 }
                 true
             }
-            Step::Start { pair, config } => {
+            Step::Start { pair, config, .. } => {
                 let Some(seen) = observed.pairs.get(pair) else { return false };
                 match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &seen.pair, (**config).clone())
                     .await

@@ -90,6 +90,10 @@ pub(super) struct Observed {
 /// What the loop remembers of one running pair: everything a decision reads.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct RunMemory {
+    /// The UID of the HAPair object it runs for: another UID under the same name is a
+    /// re-created pair, even when this node never saw the deletion (a watch that relisted
+    /// after a cut, an agent that was down).
+    pub uid: Option<String>,
     /// The configuration revision the runtime applied.
     pub revision: u64,
     /// The keys the runtime signs with.
@@ -114,8 +118,9 @@ pub(super) struct RunMemory {
 
 impl RunMemory {
     /// A runtime just started on `cfg`.
-    pub(super) fn started(cfg: &AgentConfig) -> Self {
+    pub(super) fn started(cfg: &AgentConfig, uid: Option<String>) -> Self {
         RunMemory {
+            uid,
             revision: cfg.sm.config_revision,
             keys: cfg.keys.clone(),
             key_switch: None,
@@ -151,12 +156,14 @@ pub(super) enum Step {
     WatchEvery { pair: String },
     /// Stop the complete watches: the labelled objects say it all.
     WatchOwnOnly { pairs: usize },
-    /// Give the pair's VIPs up, stop its runtime and remove its files.
-    Release { pair: String },
+    /// Give the pair's VIPs up, stop its runtime and remove its files: this node left the
+    /// pair, or the pair was deleted — or re-created under the same name (`recreated`),
+    /// which a fresh runtime then serves.
+    Release { pair: String, recreated: bool },
     /// Log the FloatingIPs the pair skips (they changed).
     Skipped { pair: String, skipped: BTreeMap<String, String> },
-    /// Start a runtime.
-    Start { pair: String, config: Box<AgentConfig> },
+    /// Start a runtime for the HAPair object of this UID.
+    Start { pair: String, uid: Option<String>, config: Box<AgentConfig> },
     /// Apply a new revision in place.
     Reconfigure { pair: String, config: Box<AgentConfig> },
     /// Accept a rotated key while still signing with the old one.
@@ -234,13 +241,24 @@ pub(super) fn plan(obs: &Observed, mem: &Memory, node: &str) -> Plan {
                 }
             }
         }
-        p.steps.push(Step::Release { pair: name.clone() });
+        p.steps.push(Step::Release { pair: name.clone(), recreated: false });
     }
     if catching_up && obs.own_view_agrees {
         p.steps.push(Step::WatchOwnOnly { pairs: obs.pairs.len() });
     }
     for (name, seen) in &obs.pairs {
-        let run = mem.running.get(name);
+        let uid = seen.pair.metadata.uid.as_ref();
+        let mut remembered_skipped = mem.skipped.get(name);
+        let run = match mem.running.get(name) {
+            // Deleted and re-created while this node did not look: the old incarnation's
+            // runtime (its flap history, alarms, role) must not serve the new object.
+            Some(run) if run.uid.is_some() && uid.is_some() && run.uid.as_ref() != uid => {
+                p.steps.push(Step::Release { pair: name.clone(), recreated: true });
+                remembered_skipped = None;
+                None
+            }
+            run => run,
+        };
         // A VIP of the running configuration whose FloatingIP cannot be read is not
         // dropped: the last configuration stays until the object reads again.
         if let Some(run) = run
@@ -249,7 +267,7 @@ pub(super) fn plan(obs: &Observed, mem: &Memory, node: &str) -> Plan {
             config_error(&mut p, name, run, format!("cannot read FloatingIP {fip}: {why}"));
             continue;
         }
-        if mem.skipped.get(name) != Some(&seen.skipped) {
+        if remembered_skipped != Some(&seen.skipped) {
             p.steps.push(Step::Skipped { pair: name.clone(), skipped: seen.skipped.clone() });
         }
         let cfg = match &seen.config {
@@ -265,8 +283,8 @@ pub(super) fn plan(obs: &Observed, mem: &Memory, node: &str) -> Plan {
         // The pair's memory as it will be once the configuration step succeeded.
         let after = match run {
             None => {
-                p.steps.push(Step::Start { pair: name.clone(), config: Box::new(cfg.clone()) });
-                RunMemory::started(cfg)
+                p.steps.push(Step::Start { pair: name.clone(), uid: uid.cloned(), config: Box::new(cfg.clone()) });
+                RunMemory::started(cfg, uid.cloned())
             }
             Some(run) => {
                 plan_config(&mut p, name, run, cfg, obs.now);
@@ -351,15 +369,15 @@ impl Memory {
             }
             Step::WatchEvery { .. } => self.watching_every = true,
             Step::WatchOwnOnly { .. } => self.watching_every = false,
-            Step::Release { pair } => {
+            Step::Release { pair, .. } => {
                 self.running.remove(pair);
                 self.skipped.remove(pair);
             }
             Step::Skipped { pair, skipped } => {
                 self.skipped.insert(pair.clone(), skipped.clone());
             }
-            Step::Start { pair, config } => {
-                self.running.insert(pair.clone(), RunMemory::started(config));
+            Step::Start { pair, uid, config } => {
+                self.running.insert(pair.clone(), RunMemory::started(config, uid.clone()));
             }
             Step::Reconfigure { pair, config } => {
                 if let Some(r) = self.running.get_mut(pair) {

@@ -133,7 +133,9 @@ fn words(p: &Plan) -> Vec<String> {
             Step::ConfigError { pair, error } => format!("error {pair}: {}", error.as_deref().unwrap_or("-")),
             Step::WatchEvery { pair } => format!("watch-every {pair}"),
             Step::WatchOwnOnly { pairs } => format!("watch-own {pairs}"),
-            Step::Release { pair } => format!("release {pair}"),
+            Step::Release { pair, recreated } => {
+                format!("release {pair}{}", if *recreated { " (re-created)" } else { "" })
+            }
             Step::Skipped { pair, skipped } => format!("skipped {pair} {}", skipped.len()),
             Step::Start { pair, .. } => format!("start {pair}"),
             Step::Reconfigure { pair, .. } => format!("reconfigure {pair}"),
@@ -184,6 +186,38 @@ fn a_new_pair_starts_then_gets_its_snapshot_lease_and_flags() {
         ]
     );
     assert!(plan(&obs, &applied(Memory::default(), &p), NODE).steps.is_empty());
+}
+
+#[test]
+fn a_pair_recreated_under_its_name_gets_a_fresh_runtime_even_if_the_deletion_was_missed() {
+    let now = Instant::now();
+    let old = seen(pair("web", false, false, None));
+    let mem = running(&observed(vec![old.clone()], now));
+    // The watch relisted after a cut: the old object is gone, a new one of that name is
+    // there, and no deletion was ever seen.
+    let mut new = old.clone();
+    new.pair.metadata.uid = Some("uid-web-again".to_owned());
+    let obs = observed(vec![new.clone()], now);
+    let p = plan(&obs, &mem, NODE);
+    assert_eq!(
+        words(&p),
+        [
+            "release web (re-created)",
+            "skipped web 0",
+            "start web",
+            "snapshot web",
+            "lease web Observed 3",
+            "maintenance web false",
+            "paused web false"
+        ]
+    );
+    let after = applied(mem.clone(), &p);
+    assert_eq!(after.running.get("web").and_then(|r| r.uid.as_deref()), Some("uid-web-again"));
+    assert_eq!(words(&plan(&obs, &after, NODE)), Vec::<String>::new());
+    // The same object (or one whose UID is not known) is no re-creation.
+    assert!(plan(&observed(vec![old], now), &mem, NODE).steps.is_empty());
+    new.pair.metadata.uid = None;
+    assert!(!words(&plan(&observed(vec![new], now), &mem, NODE)).iter().any(|w| w.starts_with("release")));
 }
 
 #[test]
@@ -421,6 +455,7 @@ struct PairCase {
     unreadable_pair: bool,
     membership: u8,
     config_error: bool,
+    recreated: bool,
 }
 
 fn pair_case() -> impl Strategy<Value = PairCase> {
@@ -429,7 +464,7 @@ fn pair_case() -> impl Strategy<Value = PairCase> {
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
         (proptest::option::of((0u8..3, any::<bool>())), any::<bool>(), any::<bool>()),
         (proptest::option::of(0u8..2), proptest::option::of(0u8..2), l.clone(), l),
-        (any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3, any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3, any::<bool>(), any::<bool>()),
     )
         .prop_map(|(a, b, c, d)| PairCase {
             in_view: a.0,
@@ -450,6 +485,7 @@ fn pair_case() -> impl Strategy<Value = PairCase> {
             unreadable_pair: d.2,
             membership: d.3,
             config_error: d.4,
+            recreated: d.5,
         })
 }
 
@@ -483,7 +519,8 @@ fn world(cases: &[PairCase], every_ready: bool, agrees: bool, watching_every: bo
         cfg.keys = keyring(c.keys);
         let snapshot = PairSnapshot::new(&p, &[], &[], None);
         if c.running {
-            let mut r = RunMemory::started(&cfg);
+            let uid = p.metadata.uid.clone().map(|u| if c.recreated { format!("{u}-earlier") } else { u });
+            let mut r = RunMemory::started(&cfg, uid);
             if c.revision_changed {
                 r.revision ^= 1;
             }
