@@ -34,6 +34,8 @@ test_pkgs=(
   "${demo_pkgs[@]}"
   "keepalived|keepalived|the side-by-side tests and benchmarks against keepalived VRRP"
   "faketime|faketime|an agent whose wall clock stepped (libfaketime)"
+  "frr|/usr/lib/frr/bgpd|the routed lab: FRR (zebra, bgpd, bfdd) on the router and the members (BGP mode)"
+  "bird2|bird|the routed lab with BIRD as the members' BGP speaker"
   "make|make|the build entry points"
   "gcc|gcc|crates with build scripts (ring) and the pause binary of the kind image"
   "pkg-config|pkg-config|crates that locate system libraries"
@@ -128,12 +130,14 @@ if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${m
   exit 1
 fi
 rm -f "$log"
-# keepalived's and docker.io's packages start daemons: the tests run their own instances
+# keepalived's, frr's, bird2's and docker.io's packages start daemons: the tests run their own instances
 # (docker's own service would set the iptables FORWARD policy to DROP).
 if command -v systemctl >/dev/null 2>&1; then
   for m in "${missing[@]}"; do
     case "$m" in
       keepalived) systemctl disable --now keepalived >/dev/null 2>&1 || true ;;
+      frr) systemctl disable --now frr >/dev/null 2>&1 || true ;;
+      bird2) systemctl disable --now bird >/dev/null 2>&1 || true ;;
       docker.io) systemctl disable --now docker.socket docker >/dev/null 2>&1 || true ;;
     esac
   done

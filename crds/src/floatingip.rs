@@ -103,11 +103,21 @@ fn default_health_path() -> String {
     DEFAULT_HEALTH_PATH.to_owned()
 }
 
-/// When the holder announces the VIP (GARP requests with sender = target IP for IPv4,
-/// unsolicited NA with the override flag for IPv6).
+/// How the holder makes the VIP known (`mode`), and for layer 2 when it announces it
+/// (GARP requests with sender = target IP for IPv4, unsolicited NA with the override
+/// flag for IPv6).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct AnnounceSpec {
+    /// `L2` (the default): the VIP is an address of its link, announced with gratuitous
+    /// ARP / unsolicited NA — clients share a broadcast domain with the members. `BGP`:
+    /// the VIP is a host address (/32, /128) of the agent's dummy interface `havip0` on
+    /// the holder only, and the node's own BGP speaker (FRR, BIRD) advertises that
+    /// interface's connected routes — clients anywhere behind the routers. The burst and
+    /// repeat fields are for `L2` only. See docs/bgp.md.
+    #[serde(default)]
+    pub mode: AnnounceMode,
+
     /// Announcements sent at once on taking the VIP.
     #[serde(default = "default_burst")]
     #[schemars(range(min = 1, max = 10))]
@@ -147,9 +157,31 @@ fn default_refresh_interval() -> String {
     crate::defaults::ANNOUNCE_REFRESH_INTERVAL.to_owned()
 }
 
+/// How the holder makes a VIP known to the network.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AnnounceMode {
+    /// An address of the VIP's link, announced with gratuitous ARP / unsolicited NA.
+    #[default]
+    L2,
+    /// A host address of the dummy interface `havip0`, advertised by the node's BGP
+    /// speaker as a connected route.
+    BGP,
+}
+
+impl AnnounceMode {
+    /// The word of the spec (`L2`, `BGP`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnnounceMode::L2 => "L2",
+            AnnounceMode::BGP => "BGP",
+        }
+    }
+}
+
 impl Default for AnnounceSpec {
     fn default() -> Self {
         Self {
+            mode: AnnounceMode::default(),
             burst: default_burst(),
             repeats: default_repeats(),
             repeat_interval: default_repeat_interval(),

@@ -26,7 +26,9 @@ pub use havip_wire as wire;
 pub use havip_wire::witness;
 
 pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
-pub use floatingip::{AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, HealthCheck, ProbeSpec, VipState};
+pub use floatingip::{
+    AnnounceMode, AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, HealthCheck, ProbeSpec, VipState,
+};
 pub use hapair::{
     FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
     KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec,

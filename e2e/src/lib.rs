@@ -29,8 +29,8 @@ pub mod traffic;
 
 pub use baselines::{keepalived, metallb};
 pub use bench::footprint;
-pub use harness::{agent, api, certs, cluster, controlplane, kind, kubelab, testbin};
+pub use harness::{agent, api, bgp, certs, cluster, controlplane, kind, kubelab, testbin};
 pub use host::logging::init_tracing;
-pub use host::{netns, process};
+pub use host::{netns, process, routing};
 pub use scenarios::kind as kind_scenarios;
 pub use traffic::loops;

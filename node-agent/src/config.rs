@@ -12,7 +12,7 @@
 use crate::sm;
 use havip_crds::duration::{DurationError, parse_duration};
 use havip_crds::wire::{Key, Keyring};
-use havip_crds::{AnnounceSpec, FailbackMode, FailbackSpec, FlapSuspensionSpec, TakeoverSpec};
+use havip_crds::{AnnounceMode, AnnounceSpec, FailbackMode, FailbackSpec, FlapSuspensionSpec, TakeoverSpec};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -85,9 +85,12 @@ pub struct VipConfig {
     pub announce: AnnounceSchedule,
 }
 
-/// When to announce a VIP.
+/// How a VIP is made known, and for layer 2 when it is announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AnnounceSchedule {
+    /// Layer 2 (an address of its link, GARP/NA) or BGP (a host address of the dummy
+    /// interface the node's BGP speaker advertises; see [`crate::announce::bgp`]).
+    pub mode: AnnounceMode,
     /// Announcements at once on taking the VIP.
     pub burst: u32,
     /// Repeats after the burst.
@@ -102,6 +105,7 @@ impl AnnounceSchedule {
     /// From the FloatingIP `announce` schema.
     pub fn from_spec(spec: &AnnounceSpec) -> Result<Self, ConfigError> {
         let s = Self {
+            mode: spec.mode,
             burst: u32::try_from(spec.burst).map_err(|_| invalid("announce.burst must be positive"))?,
             repeats: u32::try_from(spec.repeats).map_err(|_| invalid("announce.repeats must not be negative"))?,
             repeat_interval: dur("announce.repeatInterval", &spec.repeat_interval)?,

@@ -143,6 +143,15 @@ pub enum NetlinkError {
         /// Its prefix.
         prefix: u8,
     },
+    /// The dummy interface of routed VIPs could not be created or set up.
+    #[error("failed to create or set up the dummy interface {ifname}: {source}")]
+    AddLink {
+        /// The interface.
+        ifname: String,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
     /// `promote_secondaries` could not be turned on for an interface.
     #[error("failed to set net.ipv4.conf.{ifname}.promote_secondaries=1 (netlink): {source}")]
     PromoteSecondaries {
@@ -165,6 +174,7 @@ impl NetlinkError {
             Self::DelAddress { .. } => "del_address",
             Self::NotOurs(_) => "not_ours",
             Self::NoInterfaceForSubnet { .. } => "no_interface",
+            Self::AddLink { .. } => "add_link",
             Self::PromoteSecondaries { .. } => "sysctl",
         }
     }
@@ -180,6 +190,7 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
 const EBUSY: i32 = 16;
 const EEXIST: i32 = 17;
 const ENODEV: i32 = 19;
+const EOPNOTSUPP: i32 = 95;
 const EADDRNOTAVAIL: i32 = 99;
 
 /// A handle on the kernel's routing netlink in the current network namespace.
@@ -219,6 +230,44 @@ impl Netlink {
             Err(e) if errno(&e) == Some(ENODEV) => Err(NetlinkError::LinkNotFound(name.to_owned())),
             Err(e) => Err(NetlinkError::ListLinks(e)),
         }
+    }
+
+    /// Makes sure the dummy interface `name` exists and is up (routed VIPs live there:
+    /// see [`crate::announce::bgp`]). An existing interface of that name is used as it
+    /// is, only set up; creating one that a concurrent agent created first is success.
+    pub async fn ensure_dummy(&self, name: &str) -> Result<(), NetlinkError> {
+        let add_link = |source| NetlinkError::AddLink { ifname: name.to_owned(), source };
+        let link = match self.link(name).await {
+            Ok(l) => l,
+            Err(NetlinkError::LinkNotFound(_)) => {
+                let dummy = self.handle.link().add(rtnetlink::LinkDummy::new(name).up().build()).execute().await;
+                // A kernel without the dummy driver (CONFIG_DUMMY) refuses the kind; an
+                // ifb device is the same for this purpose: no carrier to lose, no ARP,
+                // and whatever is routed into it is dropped.
+                let made = match dummy {
+                    Err(e) if errno(&e) == Some(EOPNOTSUPP) => {
+                        tracing::info!(ifname = name, "no dummy driver in this kernel: using an ifb device");
+                        self.handle.link().add(rtnetlink::LinkIfb::new(name).up().build()).execute().await
+                    }
+                    other => other,
+                };
+                match made {
+                    Ok(()) => return Ok(()),
+                    Err(e) if errno(&e) == Some(EEXIST) => self.link(name).await?,
+                    Err(e) => return Err(add_link(e)),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if !link.up {
+            self.handle
+                .link()
+                .set(rtnetlink::LinkUnspec::new_with_index(link.index).up().build())
+                .execute()
+                .await
+                .map_err(add_link)?;
+        }
+        Ok(())
     }
 
     /// Every address (of every interface).

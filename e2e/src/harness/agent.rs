@@ -61,6 +61,9 @@ pub enum LabError {
         "{0} is older than node-agent/src: run `cargo build -p havip-node-agent --bin havip-agent` (make test does)"
     )]
     StaleBinary(PathBuf),
+    /// A routing daemon of the BGP lab failed.
+    #[error(transparent)]
+    Routing(#[from] crate::host::routing::RoutingError),
     /// A condition was not reached in time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -148,6 +151,11 @@ pub struct PairOptions {
     /// IPv4 and IPv6 forwarding on in every member's namespace, as on a Kubernetes node
     /// (see [`netns::set_forwarding`]); off otherwise.
     pub forwarding: bool,
+    /// A routed lab: the VIPs are in `BGP` mode (outside every subnet, see
+    /// [`Topology::routed_vip`]), the gateway is a router running FRR that peers with
+    /// every member's BGP speaker (this one), and the client is in another subnet behind
+    /// it ([`AgentLab::client_ns`]). See [`crate::harness::bgp`].
+    pub bgp: Option<crate::harness::bgp::Speaker>,
 }
 
 impl Default for PairOptions {
@@ -165,6 +173,7 @@ impl Default for PairOptions {
             drain_timeout: None,
             echo_listeners: false,
             forwarding: false,
+            bgp: None,
         }
     }
 }
@@ -189,6 +198,8 @@ pub struct AgentLab {
     pub pair_listeners: Vec<Vec<Listener>>,
     /// The witness, when [`PairOptions::witness`] (None while stopped).
     pub witness: Option<ManagedProcess>,
+    /// The routing daemons of a BGP lab ([`PairOptions::bgp`]).
+    pub routing: Option<crate::harness::bgp::Routing>,
     /// The topology (dropped last: namespaces go after the processes).
     pub topo: Topology,
     binary: PathBuf,
@@ -210,10 +221,14 @@ impl AgentLab {
     /// member and an agent on every member.
     pub fn start(opts: PairOptions) -> Result<Self> {
         let binary = agent_binary()?;
-        let topo = Topology::builder().nodes(opts.members).build()?;
+        let topo = Topology::builder().nodes(opts.members).routed_client(opts.bgp.is_some()).build()?;
         for n in topo.nodes() {
             netns::set_forwarding(&n.ns, opts.forwarding)?;
         }
+        let routing = match opts.bgp {
+            Some(speaker) => Some(crate::harness::bgp::Routing::start(&topo, speaker)?),
+            None => None,
+        };
         let mut listeners = Vec::new();
         for i in 0..opts.members {
             // [::] is dual-stack on Linux: one listener answers the IPv4 and IPv6 VIPs.
@@ -234,6 +249,7 @@ impl AgentLab {
             listeners,
             pair_listeners,
             witness: None,
+            routing,
             topo,
             binary,
             configs: Vec::new(),
@@ -309,6 +325,14 @@ impl AgentLab {
         }
         y.push_str("vips:\n");
         for j in 0..self.opts.vips {
+            if self.opts.bgp.is_some() {
+                y.push_str(&format!(
+                    "  - address: {}/32\n    announce: {{mode: BGP}}\n    probePorts: [{}]\n",
+                    self.vip_addr(self.pair_vip(k, j)),
+                    SERVICE_PORT + k as u16
+                ));
+                continue;
+            }
             y.push_str(&format!(
                 "  - address: {}/24\n    interface: eth0\n    probePorts: [{}]\n",
                 self.vip_addr(self.pair_vip(k, j)),
@@ -349,7 +373,26 @@ impl AgentLab {
 
     /// Address of VIP `j`: the topology's VIPs for 0..10, then `10.k.0.150…249`.
     pub fn vip_addr(&self, j: u8) -> std::net::Ipv4Addr {
-        self.topo.vip_at(j)
+        if self.opts.bgp.is_some() { self.topo.routed_vip(j) } else { self.topo.vip_at(j) }
+    }
+
+    /// The interface member `i` holds the VIPs on: `eth0`, or in a BGP lab the agent's
+    /// dummy interface.
+    pub fn vip_if(&self, i: usize) -> String {
+        if self.opts.bgp.is_some() {
+            havip_node_agent::announce::bgp::LINK.to_owned()
+        } else {
+            self.topo.node(i).data_if.clone()
+        }
+    }
+
+    /// The namespace the client of the VIPs runs in: the client on the data link, or
+    /// in a BGP lab the one behind the router.
+    pub fn client_ns(&self) -> &str {
+        match self.topo.routed_client() {
+            Some(rc) if self.opts.bgp.is_some() => &rc.ns,
+            _ => &self.topo.client().ns,
+        }
     }
 
     /// Member `i`'s state directory.
@@ -502,7 +545,13 @@ impl AgentLab {
         let vip = IpAddr::V4(self.vip_addr(j));
         let mut out = Vec::new();
         for (i, n) in self.topo.nodes().iter().enumerate() {
-            if netns::has_address(&n.ns, &n.data_if, vip)? {
+            let held = match netns::has_address(&n.ns, &self.vip_if(i), vip) {
+                Ok(h) => h,
+                // The agent creates the dummy interface of routed VIPs when it first runs.
+                Err(e) if self.opts.bgp.is_some() && e.to_string().contains("does not exist") => false,
+                Err(e) => return Err(e.into()),
+            };
+            if held {
                 out.push(i);
             }
         }
@@ -566,7 +615,7 @@ impl AgentLab {
 
     /// The VIP:port the client connects to.
     pub fn target(&self) -> SocketAddr {
-        SocketAddr::new(IpAddr::V4(self.topo.vip(0)), SERVICE_PORT)
+        SocketAddr::new(IpAddr::V4(self.vip_addr(0)), SERVICE_PORT)
     }
 
     /// The IPv6 VIP:port ([`PairOptions::ipv6_vip`]).
@@ -664,7 +713,7 @@ pub fn bring_up(lab: &AgentLab, up: Duration) -> crate::traffic::Prober {
     if let Err(e) = lab.wait_sole_holder(0, up) {
         panic!("the higher priority member holds the VIP: {e}");
     }
-    let prober = match crate::traffic::Prober::on_client(&lab.topo, lab.target()) {
+    let prober = match crate::traffic::Prober::start(lab.client_ns(), crate::traffic::ProberConfig::new(lab.target())) {
         Ok(p) => p,
         Err(e) => panic!("prober: {e}"),
     };

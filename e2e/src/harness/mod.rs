@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod bgp;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;

@@ -8,3 +8,4 @@
 pub mod logging;
 pub mod netns;
 pub mod process;
+pub mod routing;

@@ -3,9 +3,11 @@
 //! advertisements, plus the ARP/ND probes and listeners the duplicate-VIP and gateway
 //! checks use), and the announcement schedule with its stall gate ([`schedule`]).
 //!
-//! A routed transport (BGP, through the node's routing daemon) is a sibling of [`l2`]:
-//! another [`Transport`], chosen per VIP, scheduled the same way.
+//! The routed transport ([`bgp`]) is its sibling, chosen per VIP (`announce.mode`): the
+//! VIP becomes an address of a dummy interface that the node's BGP speaker advertises,
+//! so there is nothing to send and nothing to schedule.
 
+pub mod bgp;
 pub mod l2;
 pub mod schedule;
 mod transport;

@@ -138,6 +138,7 @@ mod schedule_tests {
 
     fn sched() -> crate::config::AnnounceSchedule {
         crate::config::AnnounceSchedule {
+            mode: havip_crds::AnnounceMode::L2,
             burst: 3,
             repeats: 2,
             repeat_interval: Duration::from_millis(1100),

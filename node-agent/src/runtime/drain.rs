@@ -154,13 +154,15 @@ pub(super) async fn install_guard(pair: &str, nl: &Netlink, vips: &[ResolvedVip]
     };
     let mut rules: Vec<GuardRule> = Vec::new();
     for v in vips {
-        match links.iter().find(|l| l.name == v.vip.ifname) {
+        // On the link its traffic arrives on: its own, or for a routed VIP the one
+        // facing the router (which would otherwise get it straight back).
+        match links.iter().find(|l| l.name == v.ingress) {
             Some(l) if !rules.iter().any(|r| r.vip == v.vip.addr) => {
                 rules.push(GuardRule { vip: v.vip.addr, ifindex: l.index })
             }
             Some(_) => {}
             None => tracing::warn!(
-                vip = %v.vip.addr, interface = %v.vip.ifname,
+                vip = %v.vip.addr, interface = %v.ingress,
                 "the VIP's interface is missing: it has no guard until the next configuration"
             ),
         }
@@ -228,17 +230,18 @@ impl Runtime {
         let links = self.nl.links().await?;
         let mut rules = Vec::new();
         for v in vips {
-            let index = links.iter().find(|l| l.name == v.vip.ifname).map(|l| l.index);
+            let index = links.iter().find(|l| l.name == v.ingress).map(|l| l.index);
             let mine: Vec<&crate::netlink::AddrInfo> = own
                 .iter()
                 .filter(|a| Some(a.ifindex) == index && !a.is_havip() && a.addr.is_ipv4() == v.vip.addr.is_ipv4())
                 .collect();
+            // A routed VIP has no subnet of its own: any own address of its ingress link.
             let src = mine
                 .iter()
-                .find(|a| crate::netlink::same_subnet(a.addr, v.vip.addr, v.vip.prefix))
+                .find(|a| v.routed || crate::netlink::same_subnet(a.addr, v.vip.addr, v.vip.prefix))
                 .or_else(|| mine.iter().find(|a| matches!(a.addr, IpAddr::V6(x) if x.segments()[0] & 0xffc0 == 0xfe80)))
                 .map(|a| a.addr)
-                .ok_or_else(|| DrainError::NoOwnAddress { vip: v.vip.addr, ifname: v.vip.ifname.clone() })?;
+                .ok_or_else(|| DrainError::NoOwnAddress { vip: v.vip.addr, ifname: v.ingress.clone() })?;
             rules.push(QuietRule { vip: v.vip.addr, own: src });
         }
         let pair = self.cfg.pair.clone();
@@ -306,10 +309,20 @@ impl Runtime {
         let links = self.nl.links().await.unwrap_or_default();
         let mut rules = Vec::new();
         for v in &self.vips {
-            let old = member.addresses.values().find(|a| {
-                a.is_ipv4() == v.vip.addr.is_ipv4() && crate::netlink::same_subnet(**a, v.vip.addr, v.vip.prefix)
-            });
-            let index = links.iter().find(|l| l.name == v.vip.ifname).map(|l| l.index);
+            // The old holder's address on the VIP's link — for a routed VIP, on the link
+            // facing the router (the first heartbeat path's), where it is a neighbour.
+            let old = if v.routed {
+                self.cfg
+                    .paths
+                    .first()
+                    .and_then(|p| member.addresses.get(p))
+                    .filter(|a| a.is_ipv4() == v.vip.addr.is_ipv4())
+            } else {
+                member.addresses.values().find(|a| {
+                    a.is_ipv4() == v.vip.addr.is_ipv4() && crate::netlink::same_subnet(**a, v.vip.addr, v.vip.prefix)
+                })
+            };
+            let index = links.iter().find(|l| l.name == v.ingress).map(|l| l.index);
             match (old, index) {
                 (Some(old), Some(ifindex)) => rules.push(ForwardRule { vip: v.vip.addr, old_holder: *old, ifindex }),
                 _ => tracing::warn!(

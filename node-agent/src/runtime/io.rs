@@ -4,6 +4,7 @@
 
 use super::task::Runtime;
 use super::types::{ResolvedVip, RuntimeError};
+use crate::announce::bgp;
 use crate::config::AgentConfig;
 use crate::heartbeat::{EndpointSpec, PathSpec};
 use crate::ledger::VipLedger;
@@ -13,6 +14,7 @@ use crate::probes::{
     spawn_local_probes, spawn_traffic_sampler,
 };
 use crate::sm;
+use havip_crds::AnnounceMode;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -71,17 +73,28 @@ pub(super) async fn build_io(
     // Resolve each VIP's interface.
     let mut vips = Vec::new();
     for v in &cfg.vips {
-        let ifname = match &v.interface {
-            Some(i) => i.clone(),
-            None => nl.interface_for_subnet(v.addr, v.prefix).await?,
+        let routed = v.announce.mode == AnnounceMode::BGP;
+        let (ifname, prefix) = if routed {
+            // A host address of the dummy interface the node's BGP speaker advertises.
+            let ifname = v.interface.clone().unwrap_or_else(|| bgp::LINK.to_owned());
+            nl.ensure_dummy(&ifname).await?;
+            (ifname, bgp::host_prefix(v.addr))
+        } else {
+            let ifname = match &v.interface {
+                Some(i) => i.clone(),
+                None => nl.interface_for_subnet(v.addr, v.prefix).await?,
+            };
+            (ifname, v.prefix)
         };
         vips.push(ResolvedVip {
             id: sm::VipId::new(v.id.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?,
-            vip: Vip { addr: v.addr, prefix: v.prefix, ifname },
+            ingress: ifname.clone(),
+            vip: Vip { addr: v.addr, prefix, ifname },
             ports: v.probe_ports.clone(),
             health_checks: v.health_checks.clone(),
             announce: v.announce.clone(),
             mac: None,
+            routed,
         });
     }
     // The data link: the interface holding this node's address on the first path.
@@ -100,9 +113,17 @@ pub(super) async fn build_io(
         .map(|l| l.name.clone())
         .ok_or_else(|| RuntimeError::Config(format!("no interface holds this node's address {first_path_addr}")))?;
     for v in &mut vips {
-        v.mac = links.iter().find(|l| l.name == v.vip.ifname).and_then(|l| <[u8; 6]>::try_from(l.mac.as_slice()).ok());
+        if v.routed {
+            // Its traffic comes from the router, over the data link; it has no MAC of
+            // its own that anyone resolves.
+            v.ingress = data_link.clone();
+        } else {
+            v.mac =
+                links.iter().find(|l| l.name == v.vip.ifname).and_then(|l| <[u8; 6]>::try_from(l.mac.as_slice()).ok());
+        }
     }
-    let vip_links: BTreeSet<String> = vips.iter().map(|v| v.vip.ifname.clone()).collect();
+    // The links whose carrier the VIPs need: where their traffic arrives.
+    let vip_links: BTreeSet<String> = vips.iter().map(|v| v.ingress.clone()).collect();
 
     // Fence targets: the gateways of the default routes (IPv4 and IPv6), or the
     // configured ones, each with the interface it is reached on and the source address
@@ -156,6 +177,7 @@ pub(super) async fn build_io(
     let mut needs: std::collections::BTreeMap<String, bool> = std::collections::BTreeMap::new();
     for (ifname, v6) in vips
         .iter()
+        .filter(|v| !v.routed)
         .map(|v| (v.vip.ifname.clone(), v.vip.addr.is_ipv6()))
         .chain(fence.iter().map(|f| (f.ifname.clone(), f.target.is_ipv6())))
     {
@@ -315,7 +337,7 @@ impl Runtime {
         self.tasks.push(spawn_conflict_watch(conflict_targets, self.holding.clone(), self.tx.clone()));
 
         let ifaces: Vec<String> =
-            self.vips.iter().map(|v| v.vip.ifname.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+            self.vips.iter().map(|v| v.ingress.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         self.tasks.push(spawn_traffic_sampler(ifaces, self.tx.clone()));
     }
 }

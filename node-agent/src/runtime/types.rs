@@ -122,6 +122,12 @@ pub(super) struct ResolvedVip {
     pub(super) announce: AnnounceSchedule,
     /// The interface's MAC address (`None`: not an Ethernet address).
     pub(super) mac: Option<[u8; 6]>,
+    /// Advertised by the node's BGP speaker (on [`crate::announce::bgp::LINK`]), not
+    /// announced at layer 2.
+    pub(super) routed: bool,
+    /// The link its traffic arrives on: its own for a layer-2 VIP, the data link (the
+    /// first heartbeat path's, facing the router) for a routed one.
+    pub(super) ingress: String,
 }
 
 impl ResolvedVip {

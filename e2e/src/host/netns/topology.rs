@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The gateway's interface towards the routed client.
+pub const ROUTED_IF: &str = "eth1";
+
 /// One node of a topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -98,6 +101,7 @@ pub struct HostInfo {
 pub struct TopologyBuilder {
     nodes: usize,
     host_port: bool,
+    routed_client: bool,
 }
 
 impl TopologyBuilder {
@@ -113,6 +117,15 @@ impl TopologyBuilder {
     /// root namespace, and it disappears with the switch namespace.
     pub fn host_port(mut self, on: bool) -> Self {
         self.host_port = on;
+        self
+    }
+
+    /// Also a client in **another subnet** behind the gateway (`10.k.2.100/24`,
+    /// [`Topology::routed_client`]), on a cable of its own to the gateway's `eth1`
+    /// (`10.k.2.254`), sharing no layer 2 with the nodes; the gateway forwards. What
+    /// it reaches, it reaches through the gateway's routes (the BGP lab's router).
+    pub fn routed_client(mut self, on: bool) -> Self {
+        self.routed_client = on;
         self
     }
 
@@ -150,6 +163,14 @@ impl TopologyBuilder {
         };
         let gateway = host("gw", 254, "gw-data");
         let client = host("cl", 100, "cl-data");
+        let routed_client = self.routed_client.then(|| HostInfo {
+            ns: format!("{prefix}-rc"),
+            ifname: DATA_IF.to_owned(),
+            ip: Ipv4Addr::new(10, k, 2, 100),
+            ip6: v6(k, 2, 100),
+            mac: String::new(),
+            switch_port: String::new(),
+        });
         let nodes = (0..self.nodes)
             .map(|i| {
                 let last = 10 + i as u8;
@@ -178,6 +199,7 @@ impl TopologyBuilder {
             switch_ns,
             gateway,
             client,
+            routed_client,
             nodes,
             namespaces: Vec::new(),
             dir,
@@ -201,6 +223,7 @@ pub struct Topology {
     switch_ns: String,
     gateway: HostInfo,
     client: HostInfo,
+    routed_client: Option<HostInfo>,
     nodes: Vec<NodeInfo>,
     namespaces: Vec<String>,
     dir: tempfile::TempDir,
@@ -212,7 +235,7 @@ pub struct Topology {
 impl Topology {
     /// A builder (2 nodes unless told otherwise).
     pub fn builder() -> TopologyBuilder {
-        TopologyBuilder { nodes: 2, host_port: false }
+        TopologyBuilder { nodes: 2, host_port: false, routed_client: false }
     }
 
     fn add_ns(&mut self, ns: &str) -> Result<()> {
@@ -273,6 +296,32 @@ impl Topology {
             ip(&n.ns, &["route", "add", "default", "via", &self.gateway.ip.to_string(), "dev", DATA_IF])?;
             ip(&n.ns, &["-6", "route", "add", "default", "via", &self.gateway.ip6.to_string(), "dev", DATA_IF])?;
         }
+        if let Some(rc) = self.routed_client.clone() {
+            self.add_ns(&rc.ns)?;
+            sysctls(&rc.ns, &[("net.ipv6.conf.all.disable_ipv6", "0"), ("net.ipv6.conf.default.disable_ipv6", "0")])?;
+            ip(&rc.ns, &["link", "set", "lo", "up"])?;
+            let gw = self.gateway.ns.clone();
+            ip(&gw, &["link", "add", ROUTED_IF, "type", "veth", "peer", "name", DATA_IF, "netns", &rc.ns])?;
+            let (gw4, gw6) = (self.routed_gateway_ip(), v6(self.k, 2, 254));
+            ip(&gw, &["addr", "add", &format!("{gw4}/24"), "dev", ROUTED_IF])?;
+            ip(&gw, &["addr", "add", &format!("{gw6}/64"), "dev", ROUTED_IF, "nodad"])?;
+            ip(&gw, &["link", "set", ROUTED_IF, "up"])?;
+            ip(&rc.ns, &["addr", "add", &format!("{}/24", rc.ip), "dev", DATA_IF])?;
+            ip(&rc.ns, &["addr", "add", &format!("{}/64", rc.ip6), "dev", DATA_IF, "nodad"])?;
+            ip(&rc.ns, &["link", "set", DATA_IF, "up"])?;
+            ip(&rc.ns, &["route", "add", "default", "via", &gw4.to_string()])?;
+            ip(&rc.ns, &["-6", "route", "add", "default", "via", &gw6.to_string()])?;
+            sysctls(&gw, &[("net.ipv4.ip_forward", "1"), ("net.ipv6.conf.all.forwarding", "1")])?;
+            wait_until(
+                &format!("carrier on {} {DATA_IF}", rc.ns),
+                Duration::from_secs(5),
+                Duration::from_millis(10),
+                || Ok(link_state(&rc.ns, DATA_IF)?.has_carrier()),
+            )?;
+            if let Some(r) = self.routed_client.as_mut() {
+                r.mac = link_state(&r.ns, DATA_IF)?.mac;
+            }
+        }
         if let Some(hp) = self.host_port.clone() {
             // A stale end of a crashed run with the same k would be gone with its switch
             // namespace; delete defensively anyway.
@@ -309,6 +358,22 @@ impl Topology {
     /// with [`TopologyBuilder::host_port`].
     pub fn host_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(10, self.k, 1, 1)
+    }
+
+    /// The client in another subnet ([`TopologyBuilder::routed_client`]).
+    pub fn routed_client(&self) -> Option<&HostInfo> {
+        self.routed_client.as_ref()
+    }
+
+    /// The gateway's address towards the routed client (`10.k.2.254`).
+    pub fn routed_gateway_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.k, 2, 254)
+    }
+
+    /// An address for routed VIP `j` (0..=9), outside every subnet of the topology:
+    /// `10.<k>.9.<50+j>` — reachable only through a route.
+    pub fn routed_vip(&self, j: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.k, 9, 50 + j.min(9))
     }
 
     /// The unique prefix of every namespace (`hve2e-<pid>-<ctr>`).

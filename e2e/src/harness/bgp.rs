@@ -1,0 +1,131 @@
+//! The routed lab: the topology's gateway is a router running FRR (bgpd, bfdd) that
+//! peers over eBGP with a BGP speaker on every member — FRR or BIRD, configured the way
+//! docs/bgp.md tells users to — and a client in another subnet reaches the VIPs only
+//! through it. The members advertise what the agent puts on its dummy interface.
+
+use crate::host::netns::Topology;
+use crate::host::routing::{Bird, Frr, RoutingError};
+use std::time::Duration;
+
+/// The router's AS.
+pub const ROUTER_ASN: u32 = 64512;
+/// The members' AS (one for all: a VIP a member learns back from the router is refused
+/// as an AS-path loop, so no member routes a VIP towards the router).
+pub const NODE_ASN: u32 = 64600;
+/// The BFD profile: 100 ms × 3.
+pub const BFD_PROFILE: &str = "havip";
+
+/// The BGP speaker on the members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Speaker {
+    /// FRR (zebra, bgpd, bfdd).
+    Frr,
+    /// BIRD 2.
+    Bird,
+}
+
+/// A member's BGP speaker.
+pub enum NodeSpeaker {
+    /// FRR.
+    Frr(Frr),
+    /// BIRD.
+    Bird(Bird),
+}
+
+/// The routing daemons of a lab: the router and one speaker per member.
+pub struct Routing {
+    /// FRR on the gateway.
+    pub router: Frr,
+    /// One per member, in member order.
+    pub nodes: Vec<NodeSpeaker>,
+}
+
+/// The router's `frr.conf`: eBGP with every member (BFD, graceful restart).
+pub fn router_config(topo: &Topology) -> String {
+    let gw = topo.gateway().ip;
+    let mut c = format!(
+        "frr defaults datacenter\nhostname router\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
+         receive-interval 100\n  transmit-interval 100\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
+         no bgp ebgp-requires-policy\n bgp graceful-restart\n neighbor MEMBERS peer-group\n \
+         neighbor MEMBERS remote-as {NODE_ASN}\n neighbor MEMBERS bfd profile {BFD_PROFILE}\n"
+    );
+    for n in topo.nodes() {
+        c.push_str(&format!(" neighbor {} peer-group MEMBERS\n", n.data_ip));
+    }
+    c.push_str("!\n");
+    c
+}
+
+/// A member's `frr.conf`, as docs/bgp.md has it: the connected routes of `havip0`, and
+/// nothing else, advertised to the router.
+pub fn node_frr_config(topo: &Topology, i: usize) -> String {
+    let n = topo.node(i);
+    let gw = topo.gateway().ip;
+    format!(
+        "frr defaults datacenter\nhostname {name}\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
+         receive-interval 100\n  transmit-interval 100\n !\n!\nroute-map HAVIP-VIPS permit 10\n match interface {link}\n\
+         !\nrouter bgp {NODE_ASN}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n bgp graceful-restart\n \
+         neighbor {gw} remote-as {ROUTER_ASN}\n neighbor {gw} bfd profile {BFD_PROFILE}\n \
+         address-family ipv4 unicast\n  redistribute connected route-map HAVIP-VIPS\n exit-address-family\n!\n",
+        name = n.name,
+        link = havip_node_agent::announce::bgp::LINK,
+        id = n.data_ip,
+    )
+}
+
+/// A member's `bird.conf`, as docs/bgp.md has it.
+pub fn node_bird_config(topo: &Topology, i: usize) -> String {
+    let n = topo.node(i);
+    let gw = topo.gateway().ip;
+    format!(
+        "router id {id};\nprotocol device {{ scan time 1; }}\n\
+         protocol direct havip {{\n  ipv4;\n  interface \"{link}\";\n}}\n\
+         protocol bgp upstream {{\n  local {id} as {NODE_ASN};\n  neighbor {gw} as {ROUTER_ASN};\n  \
+         graceful restart on;\n  ipv4 {{ import none; export where proto = \"havip\"; }};\n}}\n",
+        id = n.data_ip,
+        link = havip_node_agent::announce::bgp::LINK,
+    )
+}
+
+impl Routing {
+    /// Starts the router and a speaker on every member, and waits until every session
+    /// is Established.
+    pub fn start(topo: &Topology, speaker: Speaker) -> Result<Self, RoutingError> {
+        let router = Frr::start(&topo.gateway().ns, &format!("{}-router", topo.prefix()), &router_config(topo))?;
+        let mut nodes = Vec::new();
+        for (i, n) in topo.nodes().iter().enumerate() {
+            let name = format!("{}-{}", topo.prefix(), n.name);
+            nodes.push(match speaker {
+                Speaker::Frr => NodeSpeaker::Frr(Frr::start(&n.ns, &name, &node_frr_config(topo, i))?),
+                Speaker::Bird => NodeSpeaker::Bird(Bird::start(&n.ns, &name, &node_bird_config(topo, i))?),
+            });
+        }
+        let routing = Routing { router, nodes };
+        for n in topo.nodes() {
+            let peer = n.data_ip.to_string();
+            crate::host::routing::wait_for(
+                &format!("the router's session with {}", n.name),
+                Duration::from_secs(30),
+                || routing.router.established(&peer),
+            )?;
+        }
+        Ok(routing)
+    }
+
+    /// The router's best next hops for `prefix`.
+    pub fn best_next_hops(&self, prefix: &str) -> Vec<String> {
+        self.router.best_next_hops(prefix).unwrap_or_default()
+    }
+
+    /// The logs of every daemon, for a failure message.
+    pub fn diagnostics(&self) -> String {
+        let mut out = self.router.logs_tail(15);
+        for n in &self.nodes {
+            match n {
+                NodeSpeaker::Frr(f) => out.push_str(&f.logs_tail(10)),
+                NodeSpeaker::Bird(b) => out.push_str(&b.log_tail(10)),
+            }
+        }
+        out
+    }
+}

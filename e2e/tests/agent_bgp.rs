@@ -1,0 +1,188 @@
+//! Routed VIPs (`announce.mode: BGP`) on real kernels and real routing daemons: the
+//! members run FRR (or BIRD) configured as docs/bgp.md says, the gateway is an FRR router
+//! peering with each of them over eBGP with BFD, and the client sits in another subnet
+//! behind it — it reaches a VIP only through the route the holder's speaker advertises.
+//! Forwarding is on on every member, as on a Kubernetes node. Root only; each test
+//! builds and removes its own lab, one at a time (they time failovers).
+
+#![allow(clippy::unwrap_used)]
+
+use havip_e2e::agent::{AgentLab, HEARTBEAT_PORT, PairOptions};
+use havip_e2e::bgp::Speaker;
+use havip_e2e::netns::Link;
+use havip_e2e::traffic::{Prober, ProberConfig};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const UP: Duration = Duration::from_secs(30);
+
+/// One lab at a time: the tests time route moves and count single failed connects.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn lab(speaker: Speaker, pairs: usize) -> Option<(AgentLab, std::sync::MutexGuard<'static, ()>)> {
+    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let opts = PairOptions { bgp: Some(speaker), forwarding: true, pairs, echo_listeners: false, ..Default::default() };
+    havip_e2e::agent::lab_for_test(module_path!(), opts).map(|l| (l, guard))
+}
+
+fn wait(lab: &AgentLab, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < timeout, "{what} not within {timeout:?}\n{}", diagnostics(lab));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+fn diagnostics(lab: &AgentLab) -> String {
+    let routing = lab.routing.as_ref().map(|r| r.diagnostics()).unwrap_or_default();
+    format!("{}\n{routing}", lab.diagnostics())
+}
+
+/// The router's best next hops towards VIP `j`.
+fn next_hops(lab: &AgentLab, j: u8) -> Vec<String> {
+    lab.routing.as_ref().map(|r| r.best_next_hops(&format!("{}/32", lab.vip_addr(j)))).unwrap_or_default()
+}
+
+/// The members whose paths the router knows for VIP `j`, and whether each is best.
+fn paths(lab: &AgentLab, j: u8) -> Vec<(String, bool)> {
+    lab.routing.as_ref().and_then(|r| r.router.bgp_paths(&format!("{}/32", lab.vip_addr(j))).ok()).unwrap_or_default()
+}
+
+fn data_ip(lab: &AgentLab, i: usize) -> String {
+    lab.topo.node(i).ip(Link::Data).to_string()
+}
+
+/// n0 holds the VIP, the router routes it to n0 alone, and the client behind the
+/// router is answered by n0.
+fn up(lab: &AgentLab) -> Prober {
+    // The route first: a prober started before it exists counts the failures of a VIP
+    // nobody can reach yet.
+    wait(lab, "the router to route the VIP to n0 alone", UP, || next_hops(lab, 0) == vec![data_ip(lab, 0)]);
+    let prober = havip_e2e::agent::bring_up(lab, UP);
+    let p = paths(lab, 0);
+    assert_eq!(p, vec![(data_ip(lab, 0), true)], "only the holder advertises the VIP\n{}", diagnostics(lab));
+    prober
+}
+
+#[test]
+fn the_holders_route_is_the_routers_only_path_and_a_cut_moves_it() {
+    let Some((lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let prober = up(&lab);
+    // Control: the standby's speaker runs and is peered, yet advertises nothing.
+    assert!(lab.holders(0).unwrap() == vec![0], "n0 holds the VIP on havip0\n{}", diagnostics(&lab));
+    let cut = Instant::now();
+    lab.topo.cut_node(0).unwrap();
+    let moved = wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
+    });
+    prober.wait_for_responder("n1", Duration::from_secs(10)).unwrap();
+    eprintln!("route moved {moved:?} after the cut; the client reached n1 {:?} after it", cut.elapsed());
+    // The cut n0 fences itself (carrier lost) and gives the address up too.
+    wait(&lab, "n1 to hold the VIP alone", Duration::from_secs(10), || lab.holders(0).is_ok_and(|h| h == vec![1]));
+}
+
+#[test]
+fn a_heartbeat_only_partition_changes_no_advertisement() {
+    let Some((lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let prober = up(&lab);
+    let faults: Vec<_> = (0..2).map(|i| lab.topo.partition_udp_port(i, HEARTBEAT_PORT, &Link::BOTH).unwrap()).collect();
+    // Long enough for several heartbeat timeouts and the standby's probes of the VIP
+    // through the router (which still reach n0).
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        assert_eq!(next_hops(&lab, 0), vec![data_ip(&lab, 0)], "the route stays on n0\n{}", diagnostics(&lab));
+        assert_eq!(paths(&lab, 0).len(), 1, "n1 advertises nothing\n{}", diagnostics(&lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lab.holders(0).unwrap(), vec![0]);
+    let failed = prober.failed_count();
+    let report = prober.stop().unwrap();
+    assert_eq!(failed, 0, "no failed connect during the partition: {}\n{}", report.summary(), diagnostics(&lab));
+    for f in &faults {
+        lab.topo.heal(f).unwrap();
+    }
+}
+
+#[test]
+fn a_planned_move_advertises_on_the_target_and_withdraws_on_the_old_holder() {
+    let Some((lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let _warmup = up(&lab);
+    let probers = Prober::start_many(lab.client_ns(), &ProberConfig::new(lab.target()), 2).unwrap();
+    let (ok, out) = lab.admin(0, &["failover"]);
+    assert!(ok, "failover: {out}");
+    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
+    });
+    // n0's session stays up: it withdrew the route, it did not lose the router.
+    let router = &lab.routing.as_ref().unwrap().router;
+    assert!(router.established(&data_ip(&lab, 0)), "n0's session is up\n{}", diagnostics(&lab));
+    wait(&lab, "n0's path to go", Duration::from_secs(10), || paths(&lab, 0).len() == 1);
+    for p in &probers {
+        p.wait_for_responder("n1", Duration::from_secs(5)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let failed: u64 = probers.iter().map(Prober::failed_count).sum();
+    let ok: u64 = probers.iter().map(Prober::ok_count).sum();
+    let reports: Vec<String> = probers.into_iter().map(|p| p.stop().map(|r| r.summary()).unwrap_or_default()).collect();
+    // Measured, not yet asserted: today new connects time out for about 150 ms around
+    // the router's switch (docs/bgp.md, Limits); the layer-2 planned move loses none.
+    eprintln!("planned move: {ok} connects, {failed} failed: {reports:?}");
+    assert!(ok > 0, "the client was answered across the move");
+}
+
+/// bgpd on the holder is killed (no Cease to the router) and starts again: the router,
+/// a graceful-restart helper, keeps n0's route as stale meanwhile, and nothing moves —
+/// no takeover, the same holder, its route back. What FRR 8.4 does between the new
+/// session and the re-advertisement (a gap of about a second, see docs/bgp.md) is
+/// measured, not asserted.
+#[test]
+fn restarting_the_holders_bgpd_moves_nothing() {
+    let Some((mut lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let prober = up(&lab);
+    let before = prober.failed_count();
+    if let Some(havip_e2e::bgp::NodeSpeaker::Frr(f)) = lab.routing.as_mut().and_then(|r| r.nodes.get_mut(0)) {
+        f.restart_bgpd().unwrap();
+    }
+    let peer = data_ip(&lab, 0);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        assert_eq!(lab.holders(0).unwrap(), vec![0], "the VIP did not move\n{}", diagnostics(&lab));
+        assert!(paths(&lab, 0).iter().all(|(p, _)| *p == peer), "n1 advertises nothing\n{}", diagnostics(&lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait(&lab, "n0's session and route to be back", Duration::from_secs(30), || {
+        lab.routing.as_ref().is_some_and(|r| r.router.established(&peer)) && next_hops(&lab, 0) == vec![peer.clone()]
+    });
+    prober.wait_for_responder("n0", Duration::from_secs(5)).unwrap();
+    let failed = prober.failed_count() - before;
+    let report = prober.stop().unwrap();
+    eprintln!("bgpd restart on the holder: {failed} failed connects; {}", report.summary());
+    let status = lab.status(1).unwrap_or_default();
+    assert_eq!(status.get("role").and_then(|r| r.as_str()), Some("Standby"), "n1 stayed standby: {status}");
+}
+
+#[test]
+fn bird_as_the_members_speaker_advertises_the_holder_and_moves_on_a_cut() {
+    let Some((lab, _serial)) = lab(Speaker::Bird, 1) else { return };
+    let prober = up(&lab);
+    lab.topo.cut_node(0).unwrap();
+    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
+    });
+    prober.wait_for_responder("n1", Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn two_pairs_share_one_speaker_per_member() {
+    let Some((lab, _serial)) = lab(Speaker::Frr, 2) else { return };
+    let _p = up(&lab);
+    let vip1 = lab.pair_vip(1, 0);
+    wait(&lab, "pair 1's VIP routed to n0", UP, || next_hops(&lab, vip1) == vec![data_ip(&lab, 0)]);
+    let (ok, out) = lab.pair_admin(0, 1, &["failover"]);
+    assert!(ok, "failover of pair 1: {out}");
+    wait(&lab, "pair 1's VIP routed to n1", Duration::from_secs(10), || {
+        next_hops(&lab, vip1) == vec![data_ip(&lab, 1)]
+    });
+    assert_eq!(next_hops(&lab, 0), vec![data_ip(&lab, 0)], "pair 0 stays on n0\n{}", diagnostics(&lab));
+}
