@@ -125,10 +125,12 @@ fn a_planned_move_advertises_on_the_target_and_withdraws_on_the_old_holder() {
     let failed: u64 = probers.iter().map(Prober::failed_count).sum();
     let ok: u64 = probers.iter().map(Prober::ok_count).sum();
     let reports: Vec<String> = probers.into_iter().map(|p| p.stop().map(|r| r.summary()).unwrap_or_default()).collect();
-    // Measured, not yet asserted: today new connects time out for about 150 ms around
-    // the router's switch (docs/bgp.md, Limits); the layer-2 planned move loses none.
+    // Measured, not yet asserted: a new connect may time out in the instant the old
+    // holder's address moves from havip0 to lo (docs/bgp.md, Limits); the layer-2
+    // planned move loses none. The route itself moves at once, not at the drain's end.
     eprintln!("planned move: {ok} connects, {failed} failed: {reports:?}");
     assert!(ok > 0, "the client was answered across the move");
+    assert!(failed * 50 < ok, "at most a connect in fifty fails across the move: {reports:?}\n{}", diagnostics(&lab));
 }
 
 /// bgpd on the holder is killed (no Cease to the router) and starts again: the router,

@@ -251,8 +251,17 @@ impl Runtime {
         self.ledger.record(&kept)?;
         self.drain.kept = kept.clone();
         for (k, v) in kept.iter().zip(vips) {
-            self.nl.add_vip(k).await?;
-            self.nl.remove_vip(&v.vip).await?;
+            if v.routed {
+                // Off `havip0` first: while the same prefix is also a connected route of
+                // `lo`, the speaker may keep advertising it (FRR 8.4 did, in one planned
+                // move of three in the lab, until the drain ended 5 s later). The
+                // instant without the address costs an arriving segment a retransmit.
+                self.nl.remove_vip(&v.vip).await?;
+                self.nl.add_vip(k).await?;
+            } else {
+                self.nl.add_vip(k).await?;
+                self.nl.remove_vip(&v.vip).await?;
+            }
         }
         Ok(())
     }
