@@ -148,11 +148,18 @@ fn restarting_the_holders_bgpd_moves_nothing() {
     }
     let peer = data_ip(&lab, 0);
     let start = Instant::now();
+    // What the router routes, as it changes.
+    let mut seen: Vec<(Duration, Vec<String>)> = Vec::new();
     while start.elapsed() < Duration::from_secs(5) {
         assert_eq!(lab.holders(0).unwrap(), vec![0], "the VIP did not move\n{}", diagnostics(&lab));
         assert!(paths(&lab, 0).iter().all(|(p, _)| *p == peer), "n1 advertises nothing\n{}", diagnostics(&lab));
-        std::thread::sleep(Duration::from_millis(100));
+        let hops = next_hops(&lab, 0);
+        if seen.last().map(|(_, h)| h) != Some(&hops) {
+            seen.push((start.elapsed(), hops));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    eprintln!("the router's next hops after bgpd's restart: {seen:?}");
     wait(&lab, "n0's session and route to be back", Duration::from_secs(30), || {
         lab.routing.as_ref().is_some_and(|r| r.router.established(&peer)) && next_hops(&lab, 0) == vec![peer.clone()]
     });
