@@ -28,13 +28,18 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
 };
 use netlink_packet_route::link::{AfSpecInet, AfSpecUnspec, InetDevConf, LinkAttribute, LinkFlags, LinkMessage};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The `IFA_PROTO` value that marks havip's addresses.
 pub const HAVIP_ADDR_PROTO: u8 = 0x68;
+/// The metric of havip's local routes ([`Netlink::add_local_route`]): not the kernel's 0,
+/// so that both exist while the address does.
+pub const LOCAL_ROUTE_METRIC: u32 = 1;
+/// The kernel's `local` routing table.
+const RT_TABLE_LOCAL: u8 = 255;
 /// Suffix of the IPv4 label havip puts on its addresses (`eth0:hv`).
 pub const LABEL_SUFFIX: &str = ":hv";
 
@@ -152,6 +157,25 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// A local route (a drained routed VIP's placeholder) could not be added or removed.
+    #[error("failed to {op} the local route of {addr}: {source}")]
+    LocalRoute {
+        /// `add` or `remove`.
+        op: &'static str,
+        /// The address.
+        addr: IpAddr,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// A route message could not be built (never for a host prefix of a valid address).
+    #[error("cannot describe a route to {addr}: {reason}")]
+    BadRoute {
+        /// The address.
+        addr: IpAddr,
+        /// Why.
+        reason: String,
+    },
     /// `promote_secondaries` could not be turned on for an interface.
     #[error("failed to set net.ipv4.conf.{ifname}.promote_secondaries=1 (netlink): {source}")]
     PromoteSecondaries {
@@ -175,6 +199,7 @@ impl NetlinkError {
             Self::NotOurs(_) => "not_ours",
             Self::NoInterfaceForSubnet { .. } => "no_interface",
             Self::AddLink { .. } => "add_link",
+            Self::LocalRoute { .. } | Self::BadRoute { .. } => "local_route",
             Self::PromoteSecondaries { .. } => "sysctl",
         }
     }
@@ -190,6 +215,8 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
 const EBUSY: i32 = 16;
 const EEXIST: i32 = 17;
 const ENODEV: i32 = 19;
+const ENOENT: i32 = 2;
+const ESRCH: i32 = 3;
 const EOPNOTSUPP: i32 = 95;
 const EADDRNOTAVAIL: i32 = 99;
 
@@ -268,6 +295,51 @@ impl Netlink {
                 .map_err(add_link)?;
         }
         Ok(())
+    }
+
+    /// Makes `addr` local to this host without being an address of any interface: a
+    /// route of type `local` on `lo` in the `local` table (protocol [`HAVIP_ADDR_PROTO`],
+    /// metric [`LOCAL_ROUTE_METRIC`], beside the kernel's own while the address still
+    /// exists). The kernel delivers the address's traffic to its sockets and lets them
+    /// send from it, while routing daemons, which read interface addresses and the main
+    /// table, do not see it: a drained routed VIP keeps its connections without being
+    /// advertised. Idempotent.
+    pub async fn add_local_route(&self, addr: IpAddr) -> Result<(), NetlinkError> {
+        let err = |source| NetlinkError::LocalRoute { op: "add", addr, source };
+        let msg = self.local_route(addr).await?;
+        match self.handle.route().add(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Removes the local route of `addr` that [`Netlink::add_local_route`] added (and no
+    /// other: the kernel's own is of another protocol and metric). Gone is success.
+    pub async fn remove_local_route(&self, addr: IpAddr) -> Result<(), NetlinkError> {
+        let err = |source| NetlinkError::LocalRoute { op: "remove", addr, source };
+        let msg = self.local_route(addr).await?;
+        match self.handle.route().del(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(errno(&e), Some(ESRCH) | Some(ENOENT)) => Ok(()),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    async fn local_route(&self, addr: IpAddr) -> Result<RouteMessage, NetlinkError> {
+        let lo = self.link("lo").await?;
+        let host = if addr.is_ipv4() { 32 } else { 128 };
+        let builder = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(addr, host)
+            .map_err(|e| NetlinkError::BadRoute { addr, reason: e.to_string() })?;
+        Ok(builder
+            .output_interface(lo.index)
+            .table_id(u32::from(RT_TABLE_LOCAL))
+            .kind(RouteType::Local)
+            .scope(RouteScope::Host)
+            .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
+            .priority(LOCAL_ROUTE_METRIC)
+            .build())
     }
 
     /// Every address (of every interface).
@@ -419,6 +491,16 @@ impl Netlink {
             match self.delete(&a, &vip).await {
                 Ok(()) => removed.push(a),
                 Err(e) => errors.push(e),
+            }
+        }
+        // A drained routed VIP is kept as a local route on `lo`, not an address: recorded
+        // in the ledger in its `lo` form like a drained address, and removed the same way.
+        for c in candidates.iter().filter(|c| c.ifname == "lo") {
+            if keep.iter().any(|k| k.addr == c.addr && k.ifname == c.ifname) {
+                continue;
+            }
+            if let Err(e) = self.remove_local_route(c.addr).await {
+                errors.push(e);
             }
         }
         (removed, errors)

@@ -2,7 +2,9 @@
 //! `sm::machine::drain`).
 //!
 //! Old holder ([`sm::Action::DrainVips`]): each VIP moves from its interface to `lo` as a
-//! host address (/32, /128), recorded in the VIP ledger first, so that an agent that
+//! host address (/32, /128) — a routed VIP as a local route on `lo` instead, which the
+//! node's BGP speaker does not see (see `Netlink::add_local_route`) — recorded in the VIP
+//! ledger first, so that an agent that
 //! starts again removes it as a stale VIP; ARP requests for it are dropped and the ARP
 //! requests the node sends from it carry the node's own address instead (nft table
 //! `arp havip-<pair>-quiet`: the kernel answers ARP for any local address on any
@@ -252,12 +254,14 @@ impl Runtime {
         self.drain.kept = kept.clone();
         for (k, v) in kept.iter().zip(vips) {
             if v.routed {
-                // Off `havip0` first: while the same prefix is also a connected route of
-                // `lo`, the speaker may keep advertising it (FRR 8.4 did, in one planned
-                // move of three in the lab, until the drain ended 5 s later). The
-                // instant without the address costs an arriving segment a retransmit.
+                // Not an address on `lo`: the same prefix as a connected route of both `lo`
+                // and `havip0` for a moment kept FRR 8.4 advertising the old holder until
+                // the drain ended (one planned move in three in the lab). A local route is
+                // invisible to the speaker and keeps the VIP local: the route is withdrawn
+                // the moment the address leaves `havip0`, and no segment finds the VIP
+                // missing meanwhile.
+                self.nl.add_local_route(v.vip.addr).await?;
                 self.nl.remove_vip(&v.vip).await?;
-                self.nl.add_vip(k).await?;
             } else {
                 self.nl.add_vip(k).await?;
                 self.nl.remove_vip(&v.vip).await?;
@@ -279,7 +283,9 @@ impl Runtime {
         self.metrics.drain_connections_cut(cut);
         self.metrics.set_drain_connections(0);
         for k in &kept {
-            if let Err(e) = self.nl.remove_vip(k).await {
+            let routed = self.vips.iter().any(|v| v.routed && v.vip.addr == k.addr);
+            let r = if routed { self.nl.remove_local_route(k.addr).await } else { self.nl.remove_vip(k).await };
+            if let Err(e) = r {
                 self.metrics.io_error(e.category());
                 tracing::warn!(error = %e, vip = %k.addr, "failed to remove a drained VIP from lo");
             }
