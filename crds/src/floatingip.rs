@@ -109,14 +109,15 @@ fn default_health_path() -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct AnnounceSpec {
-    /// `L2` (the default): the VIP is an address of its link, announced with gratuitous
-    /// ARP / unsolicited NA — clients share a broadcast domain with the members. `BGP`:
-    /// the VIP is a host address (/32, /128) of the agent's dummy interface `havip0` on
-    /// the holder only, and the node's own BGP speaker (FRR, BIRD) advertises that
-    /// interface's connected routes — clients anywhere behind the routers. The burst and
-    /// repeat fields are for `L2` only. See docs/bgp.md.
-    #[serde(default)]
-    pub mode: AnnounceMode,
+    /// `L2`: the VIP is an address of its link, announced with gratuitous ARP /
+    /// unsolicited NA — clients share a broadcast domain with the members. `BGP`: the
+    /// VIP is a host address (/32, /128) of the agent's dummy interface `havip0` on the
+    /// holder only, and the node's own BGP speaker (FRR, BIRD) advertises that
+    /// interface's connected routes — clients anywhere behind the routers. Default: the
+    /// HAPair's `spec.announceMode` (itself `L2` by default). The burst and repeat fields
+    /// are for `L2` only. See docs/bgp.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<AnnounceMode>,
 
     /// Announcements sent at once on taking the VIP.
     #[serde(default = "default_burst")]
@@ -169,6 +170,11 @@ pub enum AnnounceMode {
 }
 
 impl AnnounceMode {
+    /// Whether this is the default (`L2`).
+    pub fn is_default(&self) -> bool {
+        *self == AnnounceMode::default()
+    }
+
     /// The word of the spec (`L2`, `BGP`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,7 +187,7 @@ impl AnnounceMode {
 impl Default for AnnounceSpec {
     fn default() -> Self {
         Self {
-            mode: AnnounceMode::default(),
+            mode: None,
             burst: default_burst(),
             repeats: default_repeats(),
             repeat_interval: default_repeat_interval(),

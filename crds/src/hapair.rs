@@ -64,6 +64,13 @@ pub struct HAPairSpec {
     #[serde(default)]
     pub paused: bool,
 
+    /// How the pair's FloatingIPs are made known unless a FloatingIP (or its VIPPool)
+    /// says otherwise: `L2` (default; gratuitous ARP / unsolicited NA) or `BGP` (a host
+    /// address of the dummy interface `havip0`, advertised by the node's own BGP
+    /// speaker; docs/bgp.md).
+    #[serde(default, skip_serializing_if = "crate::AnnounceMode::is_default")]
+    pub announce_mode: crate::AnnounceMode,
+
     /// Timing profile: `Standard` (heartbeat 100 ms, timeout 300 ms; a cut active is
     /// replaced in about 300 ms) or `Fast` (heartbeat 30 ms, timeout 90 ms, probes every
     /// 15 ms with a 30 ms timeout over at least 20 ms; about 120 ms, for roughly three

@@ -75,6 +75,12 @@ pub struct VIPPoolSpec {
     /// FloatingIP. `Cluster`: Services of any namespace the pool serves.
     #[serde(default, skip_serializing_if = "SharingScope::is_default")]
     pub sharing_scope: SharingScope,
+
+    /// How the pool's addresses are made known: `L2` or `BGP` (see the FloatingIP's
+    /// `announce.mode`). Default: the pair's `spec.announceMode`. In `BGP` mode the
+    /// addresses need not be in any node's subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce_mode: Option<crate::AnnounceMode>,
 }
 
 /// Which Services may share an address of a pool.

@@ -102,10 +102,11 @@ pub struct AnnounceSchedule {
 }
 
 impl AnnounceSchedule {
-    /// From the FloatingIP `announce` schema.
-    pub fn from_spec(spec: &AnnounceSpec) -> Result<Self, ConfigError> {
+    /// From the FloatingIP `announce` schema; `default_mode` where it names no mode (the
+    /// pair's `announceMode`).
+    pub fn from_spec(spec: &AnnounceSpec, default_mode: AnnounceMode) -> Result<Self, ConfigError> {
         let s = Self {
-            mode: spec.mode,
+            mode: spec.mode.unwrap_or(default_mode),
             burst: u32::try_from(spec.burst).map_err(|_| invalid("announce.burst must be positive"))?,
             repeats: u32::try_from(spec.repeats).map_err(|_| invalid("announce.repeats must not be negative"))?,
             repeat_interval: dur("announce.repeatInterval", &spec.repeat_interval)?,

@@ -245,7 +245,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
             interface: f.spec.interface.clone(),
             probe_ports: f.spec.probe.ports.iter().filter_map(|p| u16::try_from(*p).ok()).collect(),
             health_checks: crate::config::health_checks(&f.spec.probe.health_checks).map_err(fip_error)?,
-            announce: AnnounceSchedule::from_spec(&f.spec.announce).map_err(fip_error)?,
+            announce: AnnounceSchedule::from_spec(&f.spec.announce, spec.announce_mode).map_err(fip_error)?,
         });
         fip_specs.insert(f.name_any(), f.spec.clone());
     }
@@ -478,6 +478,33 @@ mod tests {
         assert_eq!(b.addresses.get("internal"), Some(&"10.0.0.2".parse().expect("ip")));
         assert_eq!(cfg.vips.len(), 1);
         assert_eq!(cfg.vips[0].addr, "192.0.2.10".parse::<IpAddr>().expect("ip"));
+    }
+
+    #[test]
+    fn a_floating_ips_announce_mode_defaults_to_its_pairs() {
+        use havip_crds::AnnounceMode;
+        let w = World::new();
+        let mut routed = fip("own", "203.0.113.11/32");
+        routed.spec.announce.mode = Some(AnnounceMode::L2);
+        let fips = [fip("vip", "203.0.113.10/32"), routed];
+        let modes = |pair: &HAPair| -> Vec<(String, AnnounceMode)> {
+            let cfg = config(&w, pair, &fips).expect("config");
+            cfg.vips.iter().map(|v| (v.id.clone(), v.announce.mode)).collect()
+        };
+        let plain = internal_pair();
+        assert_eq!(modes(&plain), [("own".into(), AnnounceMode::L2), ("vip".into(), AnnounceMode::L2)]);
+        let mut bgp = internal_pair();
+        bgp.spec.announce_mode = AnnounceMode::BGP;
+        assert_eq!(
+            modes(&bgp),
+            [("own".into(), AnnounceMode::L2), ("vip".into(), AnnounceMode::BGP)],
+            "the pair's default, unless the FloatingIP names its own"
+        );
+        // A pair's default changes its configuration revision (the agents reconfigure);
+        // the default itself is not written, so upgraded pairs keep theirs.
+        let rev = |p: &HAPair| config(&w, p, &fips).expect("config").sm.config_revision;
+        assert_ne!(rev(&plain), rev(&bgp));
+        assert!(serde_json::to_value(&plain.spec).expect("json").get("announceMode").is_none());
     }
 
     #[test]

@@ -751,7 +751,8 @@ mod tests {
             interface: None,
             probe_ports: vec![80],
             health_checks: vec![],
-            announce: crate::config::AnnounceSchedule::from_spec(&Default::default()).expect("defaults"),
+            announce: crate::config::AnnounceSchedule::from_spec(&Default::default(), Default::default())
+                .expect("defaults"),
         };
         let held =
             Held { state: VipState::Announced, epoch: 4, conflicts: vec![("b".to_owned(), [0x02, 0, 0, 0, 0, 0x0b])] };

@@ -48,6 +48,10 @@ pub struct StandaloneFile {
     /// No automatic policy moves.
     #[serde(default)]
     pub paused: bool,
+    /// How the VIPs are made known unless a VIP's `announce.mode` says otherwise (as the
+    /// HAPair's `announceMode`): `L2` (default) or `BGP`.
+    #[serde(default)]
+    pub announce_mode: havip_crds::AnnounceMode,
     /// Timing profile (`Standard` or `Fast`, as in the HAPair): sets the heartbeat and
     /// probe timings left at their defaults.
     #[serde(default)]
@@ -290,7 +294,7 @@ impl StandaloneFile {
                 interface: v.interface.clone(),
                 probe_ports: v.probe_ports.clone(),
                 health_checks: health_checks(&v.health_checks)?,
-                announce: AnnounceSchedule::from_spec(&v.announce)?,
+                announce: AnnounceSchedule::from_spec(&v.announce, self.announce_mode)?,
             });
         }
         if vips.is_empty() {

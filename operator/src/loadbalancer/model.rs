@@ -363,12 +363,19 @@ pub struct Placement<'a> {
     pub pair: &'a str,
     /// The interface it goes on (None: the one whose subnet contains it).
     pub interface: Option<&'a str>,
+    /// How it is made known (None: the pair's `announceMode`).
+    pub announce_mode: Option<havip_crds::AnnounceMode>,
 }
 
 impl PoolState {
     /// Where the pool puts its addresses.
     pub fn placement(&self) -> Placement<'_> {
-        Placement { pool: &self.name, pair: &self.pair, interface: self.spec.interface.as_deref() }
+        Placement {
+            pool: &self.name,
+            pair: &self.pair,
+            interface: self.spec.interface.as_deref(),
+            announce_mode: self.spec.announce_mode,
+        }
     }
 }
 
@@ -395,7 +402,7 @@ pub fn desired_fip(
                 ports: probe_ports.iter().copied().take(MAX_PROBE_PORTS).collect(),
                 health_checks: health_checks.iter().take(MAX_HEALTH_CHECKS).cloned().collect(),
             },
-            announce: Default::default(),
+            announce: havip_crds::AnnounceSpec { mode: placement.announce_mode, ..Default::default() },
         },
     );
     let labels = fip.labels_mut();
@@ -440,7 +447,7 @@ pub fn probe_ports(svc: &Service) -> BTreeSet<i32> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
-    use super::{PoolProblem, eligible, holdings, pool_states, probe_ports, request_of};
+    use super::{PoolProblem, desired_fip, eligible, holdings, pool_states, probe_ports, request_of};
     use crate::loadbalancer::alloc::{Holding, Refused};
     use crate::model::AddressIndex;
     use havip_crds::vippool::Family;
@@ -462,6 +469,33 @@ mod tests {
             "spec": {"pair": "web", "addresses": addresses},
         }))
         .expect("pool")
+    }
+
+    #[test]
+    fn a_pools_announce_mode_is_its_floating_ips_and_none_leaves_the_pairs() {
+        let address: IpAddr = "198.51.100.7".parse().expect("ip");
+        let services = std::collections::BTreeSet::new();
+        let none = std::collections::BTreeSet::new();
+        let fip_of = |mode: Option<&str>| {
+            let mut p = pool("edge", "2026-01-01T00:00:00Z", &["198.51.100.0/28"]);
+            if let Some(m) = mode {
+                p = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "havip.io/v1alpha1", "kind": "VIPPool",
+                    "metadata": {"name": "edge"},
+                    "spec": {"pair": "web", "addresses": ["198.51.100.0/28"], "announceMode": m},
+                }))
+                .expect("pool");
+            }
+            let states = pool_states(&[p], |_| true);
+            let state = states.first().expect("a state");
+            desired_fip(address, state.placement(), &services, None, &none, &std::collections::BTreeSet::new())
+        };
+        assert_eq!(fip_of(Some("BGP")).spec.announce.mode, Some(havip_crds::AnnounceMode::BGP));
+        assert_eq!(fip_of(Some("L2")).spec.announce.mode, Some(havip_crds::AnnounceMode::L2));
+        let plain = fip_of(None);
+        assert_eq!(plain.spec.announce.mode, None, "the pair's announceMode decides");
+        let json = serde_json::to_value(&plain.spec).expect("json");
+        assert!(json["announce"].get("mode").is_none(), "nothing written for the default: {json}");
     }
 
     #[test]

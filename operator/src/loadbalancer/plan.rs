@@ -336,7 +336,12 @@ pub fn replacement(
     // In no usable pool (its pool gone, changed or unusable), the Services' plans release
     // it; meanwhile it stays where it is and still records who uses it.
     let placement = state.map_or(
-        Placement { pool: &label_pool, pair: &fip.spec.pair, interface: fip.spec.interface.as_deref() },
+        Placement {
+            pool: &label_pool,
+            pair: &fip.spec.pair,
+            interface: fip.spec.interface.as_deref(),
+            announce_mode: fip.spec.announce.mode,
+        },
         PoolState::placement,
     );
     let users: Vec<Arc<Service>> = services.iter().filter_map(|k| service_of(k)).collect();
