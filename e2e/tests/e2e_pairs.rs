@@ -14,7 +14,8 @@ fn local(nodes: usize) -> Option<LocalCluster> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes, operator: true, dir: None, chart_rbac: false }).expect("lab");
+    let lab =
+        KubeLab::start(KubeLabOptions { nodes, operator: true, dir: None, chart_rbac: false, bgp: None }).expect("lab");
     Some(LocalCluster::new(lab))
 }
 

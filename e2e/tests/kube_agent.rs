@@ -50,8 +50,8 @@ fn agents_elect_record_the_lease_and_report_status() {
         return;
     }
     havip_e2e::init_tracing();
-    let mut lab =
-        KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
+    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false, bgp: None })
+        .expect("lab");
     create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
         // n0 (priority 200) becomes active; its role change is a Lease CAS.
@@ -93,8 +93,8 @@ fn lab_with_pair() -> Option<KubeLab> {
         return None;
     }
     havip_e2e::init_tracing();
-    let mut lab =
-        KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false }).expect("lab");
+    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false, bgp: None })
+        .expect("lab");
     create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {

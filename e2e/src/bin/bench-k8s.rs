@@ -62,7 +62,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-k8s needs root: {why}");
         return std::process::ExitCode::FAILURE;
     }
-    let lab = match KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: false }) {
+    let lab = match KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None })
+    {
         Ok(l) => l,
         Err(e) => {
             eprintln!("lab: {e}");

@@ -44,6 +44,9 @@ pub enum KubeLabError {
     /// Listener.
     #[error(transparent)]
     Traffic(#[from] crate::traffic::TrafficError),
+    /// A routing daemon of a routed lab failed.
+    #[error(transparent)]
+    Routing(#[from] crate::host::routing::RoutingError),
     /// A process.
     #[error(transparent)]
     Process(#[from] crate::host::process::ProcessError),
@@ -151,11 +154,14 @@ pub struct KubeLabOptions {
     /// and each agent with a token of the chart's own ServiceAccount (the agents' tokens
     /// bound to a Pod on their node) instead of the admin kubeconfig.
     pub chart_rbac: bool,
+    /// A routed lab (see [`crate::harness::bgp`]): the gateway is an FRR router peering
+    /// with this BGP speaker on every node, and a client sits in another subnet behind it.
+    pub bgp: Option<crate::harness::bgp::Speaker>,
 }
 
 impl Default for KubeLabOptions {
     fn default() -> Self {
-        Self { nodes: 2, operator: true, dir: None, chart_rbac: false }
+        Self { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None }
     }
 }
 
@@ -169,6 +175,8 @@ pub struct KubeLab {
     pub listeners: Vec<Listener>,
     /// Listeners on other ports, by (node, port) (started by [`KubeLab::serve`]).
     pub extra_listeners: BTreeMap<(usize, u16), Listener>,
+    /// The routing daemons of a routed lab ([`KubeLabOptions::bgp`]).
+    pub routing: Option<crate::harness::bgp::Routing>,
     /// The control plane.
     pub cp: ControlPlane,
     /// The topology.
@@ -192,7 +200,11 @@ pub fn operator_binary() -> Result<PathBuf> {
 impl KubeLab {
     /// Starts everything and waits until the agents run.
     pub fn start(opts: KubeLabOptions) -> Result<Self> {
-        let topo = Topology::builder().nodes(opts.nodes).host_port(true).build()?;
+        let topo = Topology::builder().nodes(opts.nodes).host_port(true).routed_client(opts.bgp.is_some()).build()?;
+        let routing = match opts.bgp {
+            Some(speaker) => Some(crate::harness::bgp::Routing::start(&topo, speaker)?),
+            None => None,
+        };
         // HAVIP_E2E_KEEP=<dir>: keep every lab's logs there (for post-mortems).
         let kept = opts
             .dir
@@ -229,6 +241,7 @@ impl KubeLab {
             operator: None,
             listeners,
             extra_listeners: BTreeMap::new(),
+            routing,
             cp,
             topo,
             dir,

@@ -217,6 +217,7 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             operator,
             dir: Some(dir.join("kubelab")),
             chart_rbac: false,
+            bgp: None,
         })
         .map_err(|e| e.to_string())?;
         let mut children = lab.cp.pids();

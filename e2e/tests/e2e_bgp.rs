@@ -1,0 +1,155 @@
+//! Routed VIPs through the Kubernetes path, on the local control plane: the operator,
+//! one agent per node namespace, FRR on every node peering with an FRR router (the
+//! topology's gateway), and a client in another subnet behind the router. An HAPair with
+//! `announceMode: BGP` and its FloatingIP: the holder's route is the router's, the client
+//! reaches the VIP, a cut moves it. A VIPPool with `announceMode: BGP`: a LoadBalancer
+//! Service's EXTERNAL-IP, outside every subnet of the nodes, answers through the router.
+//! Root only.
+
+use havip_e2e::bgp::Speaker;
+use havip_e2e::kubelab::{KubeLab, KubeLabOptions};
+use havip_e2e::netns::{self, Link};
+use havip_e2e::traffic::{Prober, ProberConfig};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, PostParams};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// The node port of the Service (kube-proxy's stand-in listens on it in each node).
+const NODE_PORT: u16 = 30080;
+
+fn lab() -> Option<KubeLab> {
+    if !netns::skip_unless_root(module_path!()) {
+        return None;
+    }
+    havip_e2e::init_tracing();
+    Some(KubeLab::start(KubeLabOptions { bgp: Some(Speaker::Frr), ..Default::default() }).expect("lab"))
+}
+
+fn next_hops(lab: &KubeLab, ip: IpAddr) -> Vec<String> {
+    lab.routing.as_ref().map(|r| r.best_next_hops(&format!("{ip}/32"))).unwrap_or_default()
+}
+
+fn wait_next_hop(lab: &KubeLab, ip: IpAddr, node: usize, timeout: Duration) -> Duration {
+    let want = vec![lab.topo.node(node).ip(Link::Data).to_string()];
+    let start = Instant::now();
+    while next_hops(lab, ip) != want {
+        assert!(
+            start.elapsed() < timeout,
+            "the router's route to {ip} is {:?}, not n{node}'s within {timeout:?}\n{}",
+            next_hops(lab, ip),
+            lab.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+fn client_ns(lab: &KubeLab) -> String {
+    lab.topo.routed_client().map(|c| c.ns.clone()).expect("a routed client")
+}
+
+#[test]
+fn a_pair_in_bgp_mode_is_routed_to_its_holder_and_moves_on_a_cut() {
+    let Some(lab) = lab() else { return };
+    let vip = lab.topo.routed_vip(0);
+    let yaml = format!(
+        "apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata: {{name: web}}\nspec:\n  announceMode: BGP\n  members:\n    \
+         - {{node: n0, priority: 200}}\n    - {{node: n1, priority: 190}}\n  heartbeat:\n    paths:\n      \
+         - {{name: data, addressType: InternalIP}}\n      - {{name: mgmt, addressType: ExternalIP}}\n---\n\
+         apiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: web-vip}}\nspec:\n  pair: web\n  \
+         address: {vip}/32\n  probe: {{ports: [8080]}}\n"
+    );
+    lab.block_on(async { lab.apply(&yaml).await.expect("apply") });
+    let took = wait_next_hop(&lab, IpAddr::V4(vip), 0, Duration::from_secs(20));
+    eprintln!("the router routes {vip} to n0 {took:?} after the apply");
+    let n0 = lab.topo.node(0);
+    assert!(netns::has_address(&n0.ns, "havip0", IpAddr::V4(vip)).expect("addresses"), "on n0's havip0");
+    assert!(!netns::has_address(&n0.ns, &n0.data_if, IpAddr::V4(vip)).expect("addresses"), "not on its eth0");
+    let prober =
+        Prober::start(&client_ns(&lab), ProberConfig::new(SocketAddr::new(IpAddr::V4(vip), 8080))).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("the client reaches n0 through the router");
+    // The FloatingIP's status: held by n0 and announced (the holder's self-check found
+    // the address in its kernel and its listener answering), no MAC to show.
+    lab.block_on(async {
+        let fips: Api<havip_crds::FloatingIP> = Api::all(lab.client().await.expect("client"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = fips.get("web-vip").await.expect("get");
+            let st = f.status.clone().unwrap_or_default();
+            if st.holder.as_deref() == Some("n0") && st.state == Some(havip_crds::VipState::Announced) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "FloatingIP status: {st:?}\n{}", lab.logs_tail(30));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    lab.topo.cut_node(0).expect("cut");
+    wait_next_hop(&lab, IpAddr::V4(vip), 1, Duration::from_secs(10));
+    prober.wait_for_responder("n1", Duration::from_secs(10)).expect("n1 answers after the cut");
+    eprintln!("cut: {}", prober.stop().expect("report").summary());
+}
+
+#[test]
+fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
+    let Some(mut lab) = lab() else { return };
+    for i in 0..2 {
+        lab.serve(i, NODE_PORT).expect("kube-proxy's stand-in on the node port");
+    }
+    let first = lab.topo.routed_vip(0);
+    let o = first.octets();
+    let pair = lab.pair_yaml("web");
+    let pair = pair.split("\n---\n").next().expect("the pair document").to_owned();
+    let pool = format!(
+        "apiVersion: havip.io/v1alpha1\nkind: VIPPool\nmetadata: {{name: routed}}\nspec:\n  pair: web\n  \
+         announceMode: BGP\n  addresses: [\"{first}-{}.{}.{}.59\"]\n",
+        o[0], o[1], o[2]
+    );
+    let ip = lab.block_on(async {
+        lab.apply(&format!("{pair}\n---\n{pool}")).await.expect("apply");
+        let client = lab.client().await.expect("client");
+        let services: Api<Service> = Api::namespaced(client, "default");
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "havip.io/l2",
+                     "ports": [{"port": 80, "nodePort": NODE_PORT, "protocol": "TCP"}], "selector": {"app": "web"}},
+        }))
+        .expect("service");
+        services.create(&PostParams::default(), &svc).await.expect("create the Service");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = services.get("web").await.expect("get");
+            let ip = s
+                .status
+                .as_ref()
+                .and_then(|st| st.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .and_then(|i| i.first())
+                .and_then(|i| i.ip.as_deref())
+                .and_then(|i| i.parse::<IpAddr>().ok());
+            if let Some(ip) = ip {
+                return ip;
+            }
+            assert!(Instant::now() < deadline, "no EXTERNAL-IP within 10 s\n{}", lab.logs_tail(40));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(ip, IpAddr::V4(first), "the pool's first address");
+    let holder = {
+        let start = Instant::now();
+        loop {
+            let h: Vec<usize> =
+                (0..2).filter(|i| netns::has_address(&lab.topo.node(*i).ns, "havip0", ip).unwrap_or(false)).collect();
+            if h.len() == 1 {
+                break h[0];
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "one holder on havip0: {h:?}\n{}", lab.logs_tail(30));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_next_hop(&lab, ip, holder, Duration::from_secs(10));
+    let prober = Prober::start(&client_ns(&lab), ProberConfig::new(SocketAddr::new(ip, NODE_PORT))).expect("prober");
+    prober
+        .wait_for_responder(&format!("n{holder}"), Duration::from_secs(5))
+        .expect("the Service's address answers through the router");
+}
