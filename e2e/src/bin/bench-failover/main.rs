@@ -11,7 +11,10 @@
 //! keepalived, VRRPv2 defaults), `keepalived-v3` (VRRPv3, `advert_int 0.1`) and
 //! `metallb-l2` (MetalLB v0.15.2 in layer-2 mode with its defaults, on a local control
 //! plane: see `havip_e2e::baselines::metallb`; the active is whichever node MetalLB elects to
-//! announce). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
+//! announce), and the routed `havip-bgp` / `havip-bgp-fast` (`announce.mode: BGP` on a
+//! router namespace running FRR with BFD 100 ms × 3 that peers with FRR on both members,
+//! the client in another subnet behind it: see `havip_e2e::bgp`; their ratios are taken
+//! against routed systems only). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
 //! `hack/testbin.sh control-plane` have built its binaries; otherwise it prints a
 //! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
 //! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
@@ -68,8 +71,10 @@ struct Args {
     runs: usize,
     /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
     /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
-    /// 0.03`), metallb-l2. Default: all of them, metallb-l2 only when its binaries are built
-    /// (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh control-plane`).
+    /// 0.03`), metallb-l2, havip-bgp and havip-bgp-fast (routed: FRR on a router and the
+    /// members, the client behind the router). Default: all of them, metallb-l2 only when
+    /// its binaries are built (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh
+    /// control-plane`), the routed ones only when FRR is installed.
     #[arg(long)]
     systems: Option<String>,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
@@ -106,11 +111,18 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let metallb_missing = metallb_missing();
-    let asked = args
-        .systems
-        .clone()
-        .unwrap_or_else(|| "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2".to_owned());
+    let asked = args.systems.clone().unwrap_or_else(|| {
+        "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2,havip-bgp,havip-bgp-fast".to_owned()
+    });
     let mut systems: Vec<&str> = asked.split(',').collect();
+    if !havip_e2e::routing::Frr::available() {
+        for s in systems.iter().filter(|s| s.contains("bgp")) {
+            let why = "FRR is not installed (hack/prereqs.sh test installs it)";
+            eprintln!("{s}: skipped: {why}");
+            println!("{}", json!({"system": s, "skipped": why}));
+        }
+        systems.retain(|s| !s.contains("bgp"));
+    }
     if let Some(why) = &metallb_missing
         && systems.contains(&"metallb-l2")
     {

@@ -102,7 +102,8 @@ fn planned_many(
     moves: usize,
     interval: Duration,
 ) -> Result<Many, String> {
-    let client = topo.client().ns.clone();
+    // The client behind the router in a routed lab.
+    let client = topo.routed_client().unwrap_or(topo.client()).ns.clone();
     let probers = Prober::start_many(&client, &ProberConfig::new(target), STREAMS).map_err(|e| e.to_string())?;
     let name = |i: usize| topo.node(i).name.clone();
     for p in &probers {
@@ -254,8 +255,11 @@ pub(crate) fn print_many(system: &str, many: &Many, asked: usize) -> (f64, f64) 
 }
 
 /// `planned-200` for havip (default `drainTimeout`).
-pub(crate) fn run_havip_many(moves: usize, interval: Duration) -> Result<Many, String> {
-    let lab = AgentLab::start(PairOptions { echo_listeners: true, ..Default::default() }).map_err(|e| e.to_string())?;
+pub(crate) fn run_havip_many(moves: usize, interval: Duration, bgp: bool) -> Result<Many, String> {
+    let bgp = bgp.then_some(havip_e2e::bgp::Speaker::Frr);
+    let lab =
+        AgentLab::start(PairOptions { echo_listeners: true, forwarding: bgp.is_some(), bgp, ..Default::default() })
+            .map_err(|e| e.to_string())?;
     lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(1200));
     let many = planned_many(&lab.topo, lab.target(), &mut HavipMover(&lab), moves, interval)?;

@@ -31,7 +31,8 @@ impl Scenario {
     /// The systems that can run it (None: every system).
     pub(crate) fn systems(self) -> Option<&'static [&'static str]> {
         match self {
-            Scenario::PlannedDrain | Scenario::Planned200 => Some(&["havip", "keepalived-v3"]),
+            Scenario::PlannedDrain => Some(&["havip", "keepalived-v3"]),
+            Scenario::Planned200 => Some(&["havip", "havip-bgp", "keepalived-v3"]),
             _ => None,
         }
     }

@@ -21,8 +21,10 @@ fn run_once(scenario: Scenario, system: &str) -> Result<Outcome, String> {
             Some(c) => run_keepalived_drain(c),
             None => Err(format!("unknown system {other}")),
         },
-        (_, "havip") => run_havip(scenario, false),
-        (_, "havip-fast") => run_havip(scenario, true),
+        (_, "havip") => run_havip(scenario, false, false),
+        (_, "havip-fast") => run_havip(scenario, true, false),
+        (_, "havip-bgp") => run_havip(scenario, false, true),
+        (_, "havip-bgp-fast") => run_havip(scenario, true, true),
         (_, "metallb-l2") => run_metallb(scenario),
         (_, other) => match keepalived_config(other) {
             Some(c) => run_keepalived(scenario, c),
@@ -36,7 +38,8 @@ fn run_once(scenario: Scenario, system: &str) -> Result<Outcome, String> {
 /// lab that stopped before all moves.
 pub(crate) fn many(system: &str, moves: usize, interval: Duration, failed_runs: &mut usize) -> Option<Summary> {
     let r = match system {
-        "havip" => run_havip_many(moves, interval),
+        "havip" => run_havip_many(moves, interval, false),
+        "havip-bgp" => run_havip_many(moves, interval, true),
         other => match keepalived_config(other) {
             Some(c) => run_keepalived_many(c, moves, interval),
             None => Err(format!("unknown system {other}")),
@@ -138,8 +141,10 @@ pub(crate) fn repeated(scenario: Scenario, system: &str, runs: usize, failed_run
 /// Prints the ratios of each havip profile's gaps to each other system's, for `scenario`.
 pub(crate) fn print_ratios(results: &[Summary], scenario: Scenario) {
     let here: Vec<_> = results.iter().filter(|r| r.1 == scenario).collect();
+    // Routed rows against routed rows only: a BGP failover is not a layer-2 one.
+    let routed = |s: &str| s.contains("bgp");
     for (h, _, h50, h99, _) in here.iter().filter(|r| r.0.starts_with("havip")) {
-        for (sys, _, k50, k99, _) in here.iter().filter(|r| !r.0.starts_with("havip")) {
+        for (sys, _, k50, k99, _) in here.iter().filter(|r| !r.0.starts_with("havip") && routed(&r.0) == routed(h)) {
             println!(
                 "{}",
                 json!({

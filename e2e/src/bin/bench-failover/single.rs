@@ -1,5 +1,5 @@
-//! The scenarios of one move per lab (`cut`, `kill-then-cut`, `planned`) for havip,
-//! keepalived and MetalLB.
+//! The scenarios of one move per lab (`cut`, `kill-then-cut`, `planned`) for havip (on
+//! one layer-2 segment or routed), keepalived and MetalLB.
 
 use crate::moves::{Outcome, Scenario, finish};
 use crate::systems::cut_node;
@@ -7,17 +7,30 @@ use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab};
 use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
 use havip_e2e::host::netns::Topology;
-use havip_e2e::traffic::{Listener, Prober};
+use havip_e2e::traffic::{Listener, Prober, ProberConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// One move of havip (the Standard or the Fast profile).
-pub(crate) fn run_havip(scenario: Scenario, fast_profile: bool) -> Result<Outcome, String> {
-    let mut lab = AgentLab::start(PairOptions { fast_profile, ..Default::default() }).map_err(|e| e.to_string())?;
+/// `bgp`: the routed lab (FRR on the router and the members, BFD 100 ms × 3), the
+/// client behind the router.
+pub(crate) fn run_havip(scenario: Scenario, fast_profile: bool, bgp: bool) -> Result<Outcome, String> {
+    let bgp = bgp.then_some(havip_e2e::bgp::Speaker::Frr);
+    let forwarding = bgp.is_some();
+    let mut lab = AgentLab::start(PairOptions { fast_profile, bgp, forwarding, ..Default::default() })
+        .map_err(|e| e.to_string())?;
     lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    if let Some(r) = &lab.routing {
+        let prefix = format!("{}/32", lab.vip_addr(0));
+        let want = vec![lab.topo.node(0).data_ip.to_string()];
+        havip_e2e::routing::wait_for("the router's route to n0", Duration::from_secs(15), || {
+            r.best_next_hops(&prefix) == want
+        })
+        .map_err(|e| e.to_string())?;
+    }
     // The standby must be steady (heard, ready) before any scenario.
     std::thread::sleep(Duration::from_millis(1200));
-    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target())).map_err(|e| e.to_string())?;
     prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     match scenario {
