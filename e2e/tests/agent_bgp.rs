@@ -9,7 +9,7 @@
 
 use havip_e2e::agent::{AgentLab, HEARTBEAT_PORT, PairOptions};
 use havip_e2e::bgp::Speaker;
-use havip_e2e::netns::Link;
+use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{LongLived, LongLivedConfig, Prober, ProberConfig};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -94,6 +94,59 @@ fn the_holders_route_is_the_routers_only_path_and_a_cut_moves_it() {
     eprintln!("route moved {moved:?} after the cut; the client reached n1 {:?} after it", cut.elapsed());
     // The cut n0 fences itself (carrier lost) and gives the address up too.
     wait(&lab, "n1 to hold the VIP alone", Duration::from_secs(10), || lab.holders(0).is_ok_and(|h| h == vec![1]));
+}
+
+/// An IPv6 VIP in BGP mode, over the IPv6 sessions: a /128 on the holder's havip0, the
+/// router's only path, reached by the client over IPv6; a cut moves it.
+#[test]
+fn an_ipv6_vip_is_routed_to_its_holder_and_moves_on_a_cut() {
+    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let opts = PairOptions { bgp: Some(Speaker::Frr), forwarding: true, ipv6_vip: true, ..Default::default() };
+    let Some(lab) = havip_e2e::agent::lab_for_test(module_path!(), opts) else { return };
+    let _serial = guard;
+    let _v4 = up(&lab);
+    let vip6 = lab.target6().ip();
+    let prefix = format!("{vip6}/128");
+    let router = &lab.routing.as_ref().unwrap().router;
+    let peer = |i: usize| lab.topo.node(i).data_ip6.to_string();
+    wait(&lab, "the router's only IPv6 path to be n0's", UP, || {
+        router.bgp_paths(&prefix).unwrap_or_default() == vec![(peer(0), true)]
+    });
+    assert!(!router.best_next_hops(&prefix).unwrap_or_default().is_empty(), "installed at the router");
+    let n0 = lab.topo.node(0);
+    assert!(netns::has_address(&n0.ns, "havip0", vip6).unwrap(), "a /128 on n0's havip0");
+    let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target6())).unwrap();
+    prober.wait_for_responder("n0", Duration::from_secs(5)).unwrap();
+    // A planned move (once n1 is a ready standby for the IPv6 VIP too): n0 keeps the /128
+    // as a local route, no connect fails.
+    let start = Instant::now();
+    while !lab.admin(0, &["failover"]).0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "n0 never handed over\n{}", diagnostics(&lab));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait(&lab, "the router's only IPv6 path to be n1's", Duration::from_secs(10), || {
+        router.bgp_paths(&prefix).unwrap_or_default() == vec![(peer(1), true)]
+    });
+    prober.wait_for_responder("n1", Duration::from_secs(5)).unwrap();
+    assert!(local_routes6(&lab, 0).contains(&vip6.to_string()), "n0 keeps the /128 as a local route while it drains");
+    // Measured, not asserted: in about one IPv6 planned move in five the router's new
+    // next hop (n1's link-local address) answered its neighbour solicitation only after
+    // 1.6–2.3 s, and new connects timed out meanwhile (docs/bgp.md, Limits).
+    eprintln!("IPv6 planned move: {} failed connects", prober.failed_count());
+    // A cut of n1: back to n0.
+    lab.topo.cut_node(1).unwrap();
+    wait(&lab, "the router's only IPv6 path to be n0's again", Duration::from_secs(10), || {
+        router.bgp_paths(&prefix).unwrap_or_default() == vec![(peer(0), true)]
+    });
+    prober.wait_for_responder("n0", Duration::from_secs(10)).unwrap();
+}
+
+/// The IPv6 local routes havip keeps on member `i` (`ip -6 route show table local proto
+/// 0x68`), as destinations.
+fn local_routes6(lab: &AgentLab, i: usize) -> Vec<String> {
+    let args = ["-6", "route", "show", "table", "local", "proto", "104"];
+    let out = havip_e2e::netns::exec(&lab.topo.node(i).ns, "ip", &args).unwrap_or_default();
+    out.lines().filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)).collect()
 }
 
 #[test]

@@ -339,7 +339,12 @@ impl AgentLab {
                 SERVICE_PORT + k as u16
             ));
         }
-        if self.opts.ipv6_vip && k == 0 {
+        if self.opts.ipv6_vip && k == 0 && self.opts.bgp.is_some() {
+            y.push_str(&format!(
+                "  - address: {}/128\n    announce: {{mode: BGP}}\n    probePorts: [{SERVICE_PORT}]\n",
+                self.topo.routed_vip6(0)
+            ));
+        } else if self.opts.ipv6_vip && k == 0 {
             y.push_str(&format!(
                 "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
                 self.topo.vip6(0)
@@ -620,7 +625,8 @@ impl AgentLab {
 
     /// The IPv6 VIP:port ([`PairOptions::ipv6_vip`]).
     pub fn target6(&self) -> SocketAddr {
-        SocketAddr::new(IpAddr::V6(self.topo.vip6(0)), SERVICE_PORT)
+        let vip = if self.opts.bgp.is_some() { self.topo.routed_vip6(0) } else { self.topo.vip6(0) };
+        SocketAddr::new(IpAddr::V6(vip), SERVICE_PORT)
     }
 
     /// The nftables tables in member `i`'s namespace (`nft list tables`), as

@@ -47,12 +47,21 @@ pub fn router_config(topo: &Topology) -> String {
         "frr defaults datacenter\nhostname router\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
          receive-interval 100\n  transmit-interval 100\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
          no bgp ebgp-requires-policy\n bgp graceful-restart\n neighbor MEMBERS peer-group\n \
-         neighbor MEMBERS remote-as {NODE_ASN}\n neighbor MEMBERS bfd profile {BFD_PROFILE}\n"
+         neighbor MEMBERS remote-as {NODE_ASN}\n neighbor MEMBERS bfd profile {BFD_PROFILE}\n \
+         neighbor MEMBERS6 peer-group\n neighbor MEMBERS6 remote-as {NODE_ASN}\n \
+         neighbor MEMBERS6 bfd profile {BFD_PROFILE}\n"
     );
     for n in topo.nodes() {
-        c.push_str(&format!(" neighbor {} peer-group MEMBERS\n", n.data_ip));
+        c.push_str(&format!(
+            " neighbor {} peer-group MEMBERS\n neighbor {} peer-group MEMBERS6\n",
+            n.data_ip, n.data_ip6
+        ));
     }
-    c.push_str("!\n");
+    // IPv4 routes over the IPv4 sessions, IPv6 routes over the IPv6 ones.
+    c.push_str(
+        " address-family ipv4 unicast\n  no neighbor MEMBERS6 activate\n exit-address-family\n \
+         address-family ipv6 unicast\n  neighbor MEMBERS6 activate\n exit-address-family\n!\n",
+    );
     c
 }
 
@@ -60,13 +69,16 @@ pub fn router_config(topo: &Topology) -> String {
 /// nothing else, advertised to the router.
 pub fn node_frr_config(topo: &Topology, i: usize) -> String {
     let n = topo.node(i);
-    let gw = topo.gateway().ip;
+    let (gw, gw6) = (topo.gateway().ip, topo.gateway().ip6);
     format!(
         "frr defaults datacenter\nhostname {name}\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
          receive-interval 100\n  transmit-interval 100\n !\n!\nroute-map HAVIP-VIPS permit 10\n match interface {link}\n\
          !\nrouter bgp {NODE_ASN}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n bgp graceful-restart\n \
          neighbor {gw} remote-as {ROUTER_ASN}\n neighbor {gw} bfd profile {BFD_PROFILE}\n \
-         address-family ipv4 unicast\n  redistribute connected route-map HAVIP-VIPS\n exit-address-family\n!\n",
+         neighbor {gw6} remote-as {ROUTER_ASN}\n neighbor {gw6} bfd profile {BFD_PROFILE}\n \
+         address-family ipv4 unicast\n  redistribute connected route-map HAVIP-VIPS\n  no neighbor {gw6} activate\n \
+         exit-address-family\n address-family ipv6 unicast\n  redistribute connected route-map HAVIP-VIPS\n  \
+         neighbor {gw6} activate\n exit-address-family\n!\n",
         name = n.name,
         link = havip_node_agent::announce::bgp::LINK,
         id = n.data_ip,

@@ -386,6 +386,11 @@ impl Topology {
         Ipv4Addr::new(10, self.k, 9, 50 + j.min(9))
     }
 
+    /// The IPv6 form of [`Topology::routed_vip`]: `fd00:6876:<k>:9::<50+j>`.
+    pub fn routed_vip6(&self, j: u8) -> Ipv6Addr {
+        v6(self.k, 9, 50 + j.min(9))
+    }
+
     /// The unique prefix of every namespace (`hve2e-<pid>-<ctr>`).
     pub fn prefix(&self) -> &str {
         &self.prefix
