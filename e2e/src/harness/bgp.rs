@@ -12,7 +12,17 @@ pub const ROUTER_ASN: u32 = 64512;
 /// The members' AS (one for all: a VIP a member learns back from the router is refused
 /// as an AS-path loop, so no member routes a VIP towards the router).
 pub const NODE_ASN: u32 = 64600;
-/// The BFD profile: 100 ms × 3.
+/// The BFD profile's interval (ms), × 3: 100, or `$HAVIP_LAB_BFD_MS` (10..=1000) — the
+/// bound of an unplanned routed move, which a benchmark may want to vary.
+pub fn bfd_interval_ms() -> u32 {
+    std::env::var("HAVIP_LAB_BFD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|v| (10..=1000).contains(v))
+        .unwrap_or(100)
+}
+
+/// The BFD profile's name.
 pub const BFD_PROFILE: &str = "havip";
 
 /// The BGP speaker on the members.
@@ -43,9 +53,10 @@ pub struct Routing {
 /// The router's `frr.conf`: eBGP with every member (BFD, graceful restart).
 pub fn router_config(topo: &Topology) -> String {
     let gw = topo.gateway().ip;
+    let bfd = bfd_interval_ms();
     let mut c = format!(
         "frr defaults datacenter\nhostname router\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
-         receive-interval 100\n  transmit-interval 100\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
+         receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
          no bgp ebgp-requires-policy\n bgp graceful-restart\n neighbor MEMBERS peer-group\n \
          neighbor MEMBERS remote-as {NODE_ASN}\n neighbor MEMBERS bfd profile {BFD_PROFILE}\n \
          neighbor MEMBERS6 peer-group\n neighbor MEMBERS6 remote-as {NODE_ASN}\n \
@@ -69,10 +80,11 @@ pub fn router_config(topo: &Topology) -> String {
 /// nothing else, advertised to the router.
 pub fn node_frr_config(topo: &Topology, i: usize) -> String {
     let n = topo.node(i);
+    let bfd = bfd_interval_ms();
     let (gw, gw6) = (topo.gateway().ip, topo.gateway().ip6);
     format!(
         "frr defaults datacenter\nhostname {name}\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
-         receive-interval 100\n  transmit-interval 100\n !\n!\nroute-map HAVIP-VIPS permit 10\n match interface {link}\n\
+         receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\nroute-map HAVIP-VIPS permit 10\n match interface {link}\n\
          !\nrouter bgp {NODE_ASN}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n bgp graceful-restart\n \
          neighbor {gw} remote-as {ROUTER_ASN}\n neighbor {gw} bfd profile {BFD_PROFILE}\n \
          neighbor {gw6} remote-as {ROUTER_ASN}\n neighbor {gw6} bfd profile {BFD_PROFILE}\n \
