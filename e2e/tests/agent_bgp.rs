@@ -312,6 +312,32 @@ fn planned_moves_back_and_forth_are_each_routed_to_their_target() {
     assert!(failed * 1000 <= ok, "at most a connect in a thousand fails over {moves} moves: {}", report.summary());
 }
 
+/// The control of the test above: with the drain off (`drainTimeout: 0s`) the old holder
+/// gives the VIP up at once, and the connections established on it break when the router
+/// sends their next segments to the new holder.
+#[test]
+fn without_the_drain_established_connections_break_on_a_planned_move() {
+    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let opts = PairOptions {
+        bgp: Some(Speaker::Frr),
+        forwarding: true,
+        echo_listeners: true,
+        drain_timeout: Some("0s".into()),
+        ..Default::default()
+    };
+    let Some(lab) = havip_e2e::agent::lab_for_test(module_path!(), opts) else { return };
+    let _serial = guard;
+    let _p = up(&lab);
+    let conns = LongLived::start(lab.client_ns(), LongLivedConfig::new(lab.target()).connections(10)).unwrap();
+    conns.wait_all_echoed(&conns.snapshot(), 5, Duration::from_secs(5)).unwrap();
+    let (ok, out) = lab.admin(0, &["failover"]);
+    assert!(ok, "failover: {out}");
+    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
+    });
+    conns.wait_broken(10, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&lab)));
+}
+
 /// n0's agent is SIGKILLed while it drains (its local route stays behind) and starts
 /// again: the start-up removes the route, through the ledger.
 #[test]

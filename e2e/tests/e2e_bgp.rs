@@ -88,6 +88,24 @@ fn a_pair_in_bgp_mode_is_routed_to_its_holder_and_moves_on_a_cut() {
     wait_next_hop(&lab, IpAddr::V4(vip), 1, Duration::from_secs(10));
     prober.wait_for_responder("n1", Duration::from_secs(10)).expect("n1 answers after the cut");
     eprintln!("cut: {}", prober.stop().expect("report").summary());
+    // The pair deleted: its holder gives the address up, and with it the route.
+    lab.block_on(async {
+        let pairs: Api<havip_crds::HAPair> = Api::all(lab.client().await.expect("client"));
+        pairs.delete("web", &kube::api::DeleteParams::default()).await.expect("delete the pair");
+    });
+    let start = Instant::now();
+    while !next_hops(&lab, IpAddr::V4(vip)).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the deleted pair's route is still at the router: {:?}\n{}",
+            next_hops(&lab, IpAddr::V4(vip)),
+            lab.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let n1 = lab.topo.node(1);
+    assert!(!netns::has_address(&n1.ns, "havip0", IpAddr::V4(vip)).expect("addresses"), "off n1's havip0");
+    eprintln!("the deleted pair's route withdrawn {:?} after the delete", start.elapsed());
 }
 
 #[test]
