@@ -35,6 +35,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The `IFA_PROTO` value that marks havip's addresses.
 pub const HAVIP_ADDR_PROTO: u8 = 0x68;
+/// The host prefix length of `addr` (32 or 128): a drained VIP on `lo`, a routed VIP, a
+/// local route — one address each.
+pub fn host_prefix(addr: IpAddr) -> u8 {
+    if addr.is_ipv4() { 32 } else { 128 }
+}
+
 /// The metric of havip's local routes ([`Netlink::add_local_route`]): not the kernel's 0,
 /// so that both exist while the address does.
 pub const LOCAL_ROUTE_METRIC: u32 = 1;
@@ -328,9 +334,8 @@ impl Netlink {
 
     async fn local_route(&self, addr: IpAddr) -> Result<RouteMessage, NetlinkError> {
         let lo = self.link("lo").await?;
-        let host = if addr.is_ipv4() { 32 } else { 128 };
         let builder = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(addr, host)
+            .destination_prefix(addr, host_prefix(addr))
             .map_err(|e| NetlinkError::BadRoute { addr, reason: e.to_string() })?;
         Ok(builder
             .output_interface(lo.index)
@@ -741,5 +746,16 @@ pub fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
             u128::from(a) & mask == u128::from(b) & mask
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_prefix;
+
+    #[test]
+    fn a_host_prefix_is_one_address() {
+        assert_eq!(host_prefix("192.0.2.10".parse().expect("ip")), 32);
+        assert_eq!(host_prefix("2001:db8::10".parse().expect("ip")), 128);
     }
 }

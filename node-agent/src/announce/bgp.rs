@@ -9,9 +9,10 @@
 //! the address does: every rule of the state machine about holding a VIP — the epoch,
 //! fencing, demotion, the dual-holder bound the simulator checks — is a rule about
 //! advertising it, with nothing in between that could disagree (a crashed agent cannot
-//! leave a route without the address, nor the address without the route). A drain moves
-//! the address to `lo`, which the speaker does not advertise: the route is withdrawn at
-//! the drain's start while established connections keep their local address.
+//! leave a route without the address, nor the address without the route). A drain keeps
+//! the VIP as a local route on `lo` instead (see `Netlink::add_local_route`), which the
+//! speaker does not see: the route is withdrawn at the drain's start while established
+//! connections keep their local address.
 //!
 //! Why not a route in a dedicated kernel table (kube-vip's routing-table mode): FRR
 //! imports such a table (`ip import-table`) at a worse distance than the connected
@@ -24,23 +25,5 @@
 //! traffic for it without holding it drops it (the guard, on the links the traffic
 //! arrives on) instead of routing it back to the router.
 
-use std::net::IpAddr;
-
 /// The dummy interface whose addresses the node's BGP speaker advertises.
 pub const LINK: &str = "havip0";
-
-/// The host prefix length of `addr` (32 or 128): a routed VIP is one address.
-pub fn host_prefix(addr: IpAddr) -> u8 {
-    if addr.is_ipv4() { 32 } else { 128 }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_prefix;
-
-    #[test]
-    fn a_routed_vip_is_one_address() {
-        assert_eq!(host_prefix("192.0.2.10".parse().expect("ip")), 32);
-        assert_eq!(host_prefix("2001:db8::10".parse().expect("ip")), 128);
-    }
-}

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 /// The `lo` form of a VIP during a drain.
 fn on_lo(v: &Vip) -> Vip {
-    Vip { addr: v.addr, prefix: if v.addr.is_ipv4() { 32 } else { 128 }, ifname: "lo".to_owned() }
+    Vip { addr: v.addr, prefix: crate::netlink::host_prefix(v.addr), ifname: "lo".to_owned() }
 }
 
 /// Runs `f` with a fresh nf_tables socket on a blocking thread: a netlink request waits

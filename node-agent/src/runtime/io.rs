@@ -78,7 +78,7 @@ pub(super) async fn build_io(
             // A host address of the dummy interface the node's BGP speaker advertises.
             let ifname = v.interface.clone().unwrap_or_else(|| bgp::LINK.to_owned());
             nl.ensure_dummy(&ifname).await?;
-            (ifname, bgp::host_prefix(v.addr))
+            (ifname, crate::netlink::host_prefix(v.addr))
         } else {
             let ifname = match &v.interface {
                 Some(i) => i.clone(),
