@@ -19,24 +19,21 @@ const UP: Duration = Duration::from_secs(30);
 /// One lab at a time: the tests time route moves and count single failed connects.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn lab(speaker: Speaker, pairs: usize) -> Option<(AgentLab, std::sync::MutexGuard<'static, ()>)> {
-    lab_with(speaker, pairs, None)
+type Serial = std::sync::MutexGuard<'static, ()>;
+
+/// A routed lab's options: `speaker` on the members, forwarding on.
+fn routed(speaker: Speaker) -> PairOptions {
+    PairOptions { bgp: Some(speaker), forwarding: true, ..Default::default() }
 }
 
-fn lab_with(
-    speaker: Speaker,
-    pairs: usize,
-    drain_timeout: Option<&str>,
-) -> Option<(AgentLab, std::sync::MutexGuard<'static, ()>)> {
+/// A lab of `opts`, one at a time.
+fn lab_of(opts: PairOptions) -> Option<(AgentLab, Serial)> {
     let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let opts = PairOptions {
-        bgp: Some(speaker),
-        forwarding: true,
-        pairs,
-        drain_timeout: drain_timeout.map(str::to_owned),
-        ..Default::default()
-    };
     havip_e2e::agent::lab_for_test(module_path!(), opts).map(|l| (l, guard))
+}
+
+fn lab(speaker: Speaker, pairs: usize) -> Option<(AgentLab, Serial)> {
+    lab_of(PairOptions { pairs, ..routed(speaker) })
 }
 
 fn wait(lab: &AgentLab, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
@@ -56,6 +53,11 @@ fn diagnostics(lab: &AgentLab) -> String {
 /// The router's best next hops towards VIP `j`.
 fn next_hops(lab: &AgentLab, j: u8) -> Vec<String> {
     lab.routing.as_ref().map(|r| r.best_next_hops(&format!("{}/32", lab.vip_addr(j)))).unwrap_or_default()
+}
+
+/// Waits until the router's only best next hop towards VIP `j` is member `to`'s.
+fn wait_routed(lab: &AgentLab, j: u8, to: usize, timeout: Duration) -> Duration {
+    wait(lab, &format!("the router to route VIP {j} to n{to}"), timeout, || next_hops(lab, j) == vec![data_ip(lab, to)])
 }
 
 /// The members whose paths the router knows for VIP `j`, and whether each is best.
@@ -100,10 +102,7 @@ fn the_holders_route_is_the_routers_only_path_and_a_cut_moves_it() {
 /// router's only path, reached by the client over IPv6; a cut moves it.
 #[test]
 fn an_ipv6_vip_is_routed_to_its_holder_and_moves_on_a_cut() {
-    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let opts = PairOptions { bgp: Some(Speaker::Frr), forwarding: true, ipv6_vip: true, ..Default::default() };
-    let Some(lab) = havip_e2e::agent::lab_for_test(module_path!(), opts) else { return };
-    let _serial = guard;
+    let Some((lab, _serial)) = lab_of(PairOptions { ipv6_vip: true, ..routed(Speaker::Frr) }) else { return };
     let _v4 = up(&lab);
     let vip6 = lab.target6().ip();
     let prefix = format!("{vip6}/128");
@@ -118,17 +117,13 @@ fn an_ipv6_vip_is_routed_to_its_holder_and_moves_on_a_cut() {
     let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target6())).unwrap();
     prober.wait_for_responder("n0", Duration::from_secs(5)).unwrap();
     // A planned move (once n1 is a ready standby for the IPv6 VIP too): n0 keeps the /128
-    // as a local route, no connect fails.
-    let start = Instant::now();
-    while !lab.admin(0, &["failover"]).0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "n0 never handed over\n{}", diagnostics(&lab));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // as a local route.
+    lab.failover_when_ready(0, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&lab)));
     wait(&lab, "the router's only IPv6 path to be n1's", Duration::from_secs(10), || {
         router.bgp_paths(&prefix).unwrap_or_default() == vec![(peer(1), true)]
     });
     prober.wait_for_responder("n1", Duration::from_secs(5)).unwrap();
-    assert!(local_routes6(&lab, 0).contains(&vip6.to_string()), "n0 keeps the /128 as a local route while it drains");
+    assert!(local_routes(&lab, 0).contains(&vip6.to_string()), "n0 keeps the /128 as a local route while it drains");
     // Measured, not asserted: in about one IPv6 planned move in five the router's new
     // next hop (n1's link-local address) answered its neighbour solicitation only after
     // 1.6–2.3 s, and new connects timed out meanwhile (docs/bgp.md, Limits).
@@ -139,14 +134,6 @@ fn an_ipv6_vip_is_routed_to_its_holder_and_moves_on_a_cut() {
         router.bgp_paths(&prefix).unwrap_or_default() == vec![(peer(0), true)]
     });
     prober.wait_for_responder("n0", Duration::from_secs(10)).unwrap();
-}
-
-/// The IPv6 local routes havip keeps on member `i` (`ip -6 route show table local proto
-/// 0x68`), as destinations.
-fn local_routes6(lab: &AgentLab, i: usize) -> Vec<String> {
-    let args = ["-6", "route", "show", "table", "local", "proto", "104"];
-    let out = havip_e2e::netns::exec(&lab.topo.node(i).ns, "ip", &args).unwrap_or_default();
-    out.lines().filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)).collect()
 }
 
 #[test]
@@ -172,23 +159,27 @@ fn a_heartbeat_only_partition_changes_no_advertisement() {
 }
 
 /// The local routes havip keeps on member `i` for drained routed VIPs (`ip route show
-/// table local proto 0x68`), as destinations.
+/// table local proto 0x68`, IPv4 then IPv6), as destinations.
 fn local_routes(lab: &AgentLab, i: usize) -> Vec<String> {
-    let out = havip_e2e::netns::exec(&lab.topo.node(i).ns, "ip", &["route", "show", "table", "local", "proto", "104"])
-        .unwrap_or_default();
-    out.lines().filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)).collect()
+    let mut routes = Vec::new();
+    for family in ["-4", "-6"] {
+        let args = [family, "route", "show", "table", "local", "proto", "104"];
+        let out = havip_e2e::netns::exec(&lab.topo.node(i).ns, "ip", &args).unwrap_or_default();
+        routes.extend(out.lines().filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)));
+    }
+    routes
 }
 
 #[test]
 fn a_planned_move_advertises_on_the_target_withdraws_on_the_old_holder_and_loses_no_connect() {
-    let Some((lab, _serial)) = lab_with(Speaker::Frr, 1, Some("3s")) else { return };
+    let Some((lab, _serial)) = lab_of(PairOptions { drain_timeout: Some("3s".into()), ..routed(Speaker::Frr) }) else {
+        return;
+    };
     let _warmup = up(&lab);
     let probers = Prober::start_many(lab.client_ns(), &ProberConfig::new(lab.target()), 2).unwrap();
     let (ok, out) = lab.admin(0, &["failover"]);
     assert!(ok, "failover: {out}");
-    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
-        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
-    });
+    wait_routed(&lab, 0, 1, Duration::from_secs(10));
     // n0's session stays up: it withdrew the route, it did not lose the router.
     let router = &lab.routing.as_ref().unwrap().router;
     assert!(router.established(&data_ip(&lab, 0)), "n0's session is up\n{}", diagnostics(&lab));
@@ -214,29 +205,26 @@ fn a_planned_move_advertises_on_the_target_withdraws_on_the_old_holder_and_loses
     assert_eq!(failed, 0, "no failed connect across a planned move: {reports:?}\n{}", diagnostics(&lab));
 }
 
+/// A lab with echoing listeners and `drain_timeout`, ten long-lived connections to n0,
+/// then a planned move routed to n1; the prober of `up` and the connections.
+fn moved_with_connections(drain_timeout: &str) -> Option<(AgentLab, Serial, Prober, LongLived)> {
+    let opts = PairOptions { echo_listeners: true, drain_timeout: Some(drain_timeout.into()), ..routed(Speaker::Frr) };
+    let (lab, serial) = lab_of(opts)?;
+    let prober = up(&lab);
+    let conns = LongLived::start(lab.client_ns(), LongLivedConfig::new(lab.target()).connections(10)).unwrap();
+    conns.wait_all_echoed(&conns.snapshot(), 5, Duration::from_secs(5)).unwrap();
+    let (ok, out) = lab.admin(0, &["failover"]);
+    assert!(ok, "failover: {out}");
+    wait_routed(&lab, 0, 1, Duration::from_secs(10));
+    Some((lab, serial, prober, conns))
+}
+
 /// Connections established on n0 keep working across a planned move: the router sends
 /// their segments to n1 once n0 withdrew, n1's drain forwarder hands them to n0 on the
 /// link they share, and n0 — the VIP a local route on its `lo` — answers them.
 #[test]
 fn established_connections_survive_a_planned_move() {
-    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let opts = PairOptions {
-        bgp: Some(Speaker::Frr),
-        forwarding: true,
-        echo_listeners: true,
-        drain_timeout: Some("30s".into()),
-        ..Default::default()
-    };
-    let Some(lab) = havip_e2e::agent::lab_for_test(module_path!(), opts) else { return };
-    let _serial = guard;
-    let _p = up(&lab);
-    let conns = LongLived::start(lab.client_ns(), LongLivedConfig::new(lab.target()).connections(10)).unwrap();
-    conns.wait_all_echoed(&conns.snapshot(), 5, Duration::from_secs(5)).unwrap();
-    let (ok, out) = lab.admin(0, &["failover"]);
-    assert!(ok, "failover: {out}");
-    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
-        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
-    });
+    let Some((lab, _serial, _p, conns)) = moved_with_connections("30s") else { return };
     let after = conns.snapshot();
     conns.wait_all_echoed(&after, 20, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&lab)));
     assert_eq!(conns.broken_count(), 0, "no connection broke: {:?}\n{}", conns.snapshot(), diagnostics(&lab));
@@ -258,19 +246,9 @@ fn planned_moves_back_and_forth_are_each_routed_to_their_target() {
     let moves: usize = std::env::var("HAVIP_BGP_MOVES").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     for m in 0..moves {
         let to = 1 - from;
-        let start = Instant::now();
-        loop {
-            let (ok, _) = lab.admin(from, &["failover"]);
-            if ok {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "move {m}: n{from} refused to fail over\n{}",
-                diagnostics(&lab)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let start = lab
+            .failover_when_ready(from, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("move {m}: {e}\n{}", diagnostics(&lab)));
         let rstart = Instant::now();
         while next_hops(&lab, 0) != vec![data_ip(&lab, to)] {
             if rstart.elapsed() > Duration::from_secs(10) {
@@ -312,29 +290,12 @@ fn planned_moves_back_and_forth_are_each_routed_to_their_target() {
     assert!(failed * 1000 <= ok, "at most a connect in a thousand fails over {moves} moves: {}", report.summary());
 }
 
-/// The control of the test above: with the drain off (`drainTimeout: 0s`) the old holder
-/// gives the VIP up at once, and the connections established on it break when the router
-/// sends their next segments to the new holder.
+/// The control of `established_connections_survive_a_planned_move`: with the drain
+/// off (`drainTimeout: 0s`) the old holder gives the VIP up at once, and the connections
+/// established on it break when the router sends their next segments to the new holder.
 #[test]
 fn without_the_drain_established_connections_break_on_a_planned_move() {
-    let guard = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let opts = PairOptions {
-        bgp: Some(Speaker::Frr),
-        forwarding: true,
-        echo_listeners: true,
-        drain_timeout: Some("0s".into()),
-        ..Default::default()
-    };
-    let Some(lab) = havip_e2e::agent::lab_for_test(module_path!(), opts) else { return };
-    let _serial = guard;
-    let _p = up(&lab);
-    let conns = LongLived::start(lab.client_ns(), LongLivedConfig::new(lab.target()).connections(10)).unwrap();
-    conns.wait_all_echoed(&conns.snapshot(), 5, Duration::from_secs(5)).unwrap();
-    let (ok, out) = lab.admin(0, &["failover"]);
-    assert!(ok, "failover: {out}");
-    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
-        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
-    });
+    let Some((lab, _serial, _p, conns)) = moved_with_connections("0s") else { return };
     conns.wait_broken(10, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&lab)));
 }
 
@@ -342,7 +303,10 @@ fn without_the_drain_established_connections_break_on_a_planned_move() {
 /// again: the start-up removes the route, through the ledger.
 #[test]
 fn a_drain_killed_mid_way_leaves_no_local_route_after_the_restart() {
-    let Some((mut lab, _serial)) = lab_with(Speaker::Frr, 1, Some("30s")) else { return };
+    let Some((mut lab, _serial)) = lab_of(PairOptions { drain_timeout: Some("30s".into()), ..routed(Speaker::Frr) })
+    else {
+        return;
+    };
     let _p = up(&lab);
     let (ok, out) = lab.admin(0, &["failover"]);
     assert!(ok, "failover: {out}");
@@ -398,9 +362,7 @@ fn bird_as_the_members_speaker_advertises_the_holder_and_moves_on_a_cut() {
     let Some((lab, _serial)) = lab(Speaker::Bird, 1) else { return };
     let prober = up(&lab);
     lab.topo.cut_node(0).unwrap();
-    wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
-        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
-    });
+    wait_routed(&lab, 0, 1, Duration::from_secs(10));
     prober.wait_for_responder("n1", Duration::from_secs(10)).unwrap();
 }
 
@@ -412,8 +374,6 @@ fn two_pairs_share_one_speaker_per_member() {
     wait(&lab, "pair 1's VIP routed to n0", UP, || next_hops(&lab, vip1) == vec![data_ip(&lab, 0)]);
     let (ok, out) = lab.pair_admin(0, 1, &["failover"]);
     assert!(ok, "failover of pair 1: {out}");
-    wait(&lab, "pair 1's VIP routed to n1", Duration::from_secs(10), || {
-        next_hops(&lab, vip1) == vec![data_ip(&lab, 1)]
-    });
+    wait_routed(&lab, vip1, 1, Duration::from_secs(10));
     assert_eq!(next_hops(&lab, 0), vec![data_ip(&lab, 0)], "pair 0 stays on n0\n{}", diagnostics(&lab));
 }

@@ -110,20 +110,10 @@ fn bring_up(lab: &AgentLab, target: SocketAddr) -> Prober {
     p
 }
 
-/// `admin failover` on member `from`, retried until accepted (a planned move starts
-/// only once the target is a ready standby); returns when the accepted attempt began
-/// (the command returns once the handover is done).
+/// `admin failover` on member `from`, retried until accepted (see
+/// [`AgentLab::failover_when_ready`]); returns when the accepted attempt began.
 fn planned_failover(lab: &AgentLab, from: usize) -> Instant {
-    let start = Instant::now();
-    loop {
-        let attempt = Instant::now();
-        let (ok, out) = lab.admin(from, &["failover"]);
-        if ok {
-            return attempt;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "failover refused for 10 s: {out}\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    lab.failover_when_ready(from, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()))
 }
 
 /// Waits for `cond`, or panics with the lab's diagnostics.

@@ -137,15 +137,7 @@ fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let s = services.get("web").await.expect("get");
-            let ip = s
-                .status
-                .as_ref()
-                .and_then(|st| st.load_balancer.as_ref())
-                .and_then(|lb| lb.ingress.as_ref())
-                .and_then(|i| i.first())
-                .and_then(|i| i.ip.as_deref())
-                .and_then(|i| i.parse::<IpAddr>().ok());
-            if let Some(ip) = ip {
+            if let Some(ip) = havip_e2e::api::external_ip(&s) {
                 return ip;
             }
             assert!(Instant::now() < deadline, "no EXTERNAL-IP within 10 s\n{}", lab.logs_tail(40));

@@ -6,6 +6,7 @@
 //! FloatingIP probes that port); the active is cut → the Service still answers, with an Event on it;
 //! the Service deleted → the address leaves the node. `make e2e` runs it (root).
 
+use havip_e2e::api::external_ip;
 use havip_e2e::kubelab::{KubeLab, KubeLabOptions};
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{Listener, Prober};
@@ -19,10 +20,6 @@ use std::time::{Duration, Instant};
 const NODE_PORT: u16 = 30080;
 /// The Service port (only the API sees it: kube-proxy would serve it on the VIP too).
 const PORT: u16 = 80;
-
-fn external_ip(s: &Service) -> Option<IpAddr> {
-    s.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.as_deref()?.parse().ok()
-}
 
 /// A lab with the pair `web` over two nodes (no FloatingIP of its own) and the pool
 /// `lan` of ten addresses on the data network held by it; both members standing by.

@@ -589,6 +589,25 @@ impl AgentLab {
         self.pair_admin(i, 0, args)
     }
 
+    /// `admin failover` on member `from`, retried every 50 ms until accepted (a planned
+    /// move starts only once the target is a ready standby) or `timeout`; returns when
+    /// the accepted attempt began (the command returns once the handover is done).
+    pub fn failover_when_ready(&self, from: usize, timeout: Duration) -> Result<Instant> {
+        let start = Instant::now();
+        loop {
+            let attempt = Instant::now();
+            let (ok, out) = self.admin(from, &["failover"]);
+            if ok {
+                return Ok(attempt);
+            }
+            if start.elapsed() > timeout {
+                let what = format!("n{from} to accept a planned failover (its last answer: {})", out.trim());
+                return Err(LabError::Timeout { what, timeout });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Member `i`'s status (`admin status`) as JSON.
     pub fn status(&self, i: usize) -> Option<serde_json::Value> {
         let (ok, out) = self.admin(i, &["status"]);

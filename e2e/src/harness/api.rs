@@ -69,6 +69,12 @@ pub async fn get_lease(client: &kube::Client, pair: &str) -> kube::Result<(Optio
     Ok((s.holder_identity.filter(|h| !h.is_empty()), i64::from(s.lease_transitions.unwrap_or(0))))
 }
 
+/// The first EXTERNAL-IP of a LoadBalancer Service (`status.loadBalancer.ingress[0].ip`),
+/// if it has one.
+pub fn external_ip(svc: &k8s_openapi::api::core::v1::Service) -> Option<std::net::IpAddr> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.as_deref()?.parse().ok()
+}
+
 /// Runs `kubectl-havip <args>` with `kubeconfig`; (success, stdout and stderr).
 pub fn run_plugin(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     match Command::new(bin).env("KUBECONFIG", kubeconfig).args(args).output() {

@@ -2,7 +2,7 @@
 //! middle of their handshake, for havip and keepalived.
 
 use crate::moves::{Kept, Outcome, complete, finish, half_open};
-use crate::systems::{echo_listeners, havip_failover};
+use crate::systems::echo_listeners;
 use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
 use havip_e2e::host::netns::Topology;
@@ -69,7 +69,7 @@ pub(crate) fn run_havip_drain() -> Result<Outcome, String> {
     let conns = LongLived::on_client(&lab.topo, lab.target(), LONG_LIVED).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     let half = half_open(&client, lab.target(), 20000, MID_HANDSHAKE)?;
-    let moved = havip_failover(&lab, 0, Duration::from_secs(10))?;
+    let moved = lab.failover_when_ready(0, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let (mut out, _) = finish_drain(prober, &conns, half, "n1", moved);
     // The drain's end: n0 no longer drains (its status), and what was open is cut.
     let draining = |lab: &AgentLab| lab.status(0).is_some_and(|s| !s["drainingUntilMs"].is_null());

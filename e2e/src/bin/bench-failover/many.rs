@@ -2,7 +2,7 @@
 //! of new connections and mid-handshake connections at every move.
 
 use crate::moves::{Timeline, around_the_gap, complete, half_open, percentile, print_timeline};
-use crate::systems::{echo_listeners, havip_failover};
+use crate::systems::echo_listeners;
 use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
 use havip_e2e::host::netns::Topology;
@@ -59,7 +59,7 @@ impl Mover for HavipMover<'_> {
     fn start_move(&mut self, from: usize) -> Result<Instant, String> {
         // A move can wait for the target to become a ready standby again (and for a
         // drain to end, if the agent makes it wait): that time is reported.
-        havip_failover(self.0, from, Duration::from_secs(30))
+        self.0.failover_when_ready(from, Duration::from_secs(30)).map_err(|e| e.to_string())
     }
 
     fn settle(&mut self, _from: usize, to: usize) -> Result<(), String> {

@@ -1,12 +1,13 @@
 //! How each system is set up and moved: keepalived's configurations, whether MetalLB can
-//! run here, a node cut, havip's planned failover, echo listeners for keepalived.
+//! run here, a node cut, echo listeners for keepalived (havip's planned failover is
+//! `AgentLab::failover_when_ready`).
 
 use havip_e2e::baselines::keepalived::KeepalivedConfig;
-use havip_e2e::harness::agent::{AgentLab, SERVICE_PORT};
+use havip_e2e::harness::agent::SERVICE_PORT;
 use havip_e2e::host::netns::{Link, Topology};
 use havip_e2e::traffic::Listener;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Cuts node `node` as a dead node goes: management first, then data.
 pub(crate) fn cut_node(topo: &Topology, node: usize) -> Result<(), String> {
@@ -25,24 +26,6 @@ pub(crate) fn keepalived_config(system: &str) -> Option<KeepalivedConfig> {
             Some(KeepalivedConfig { advert_int: Duration::from_millis(30), ..KeepalivedConfig::v3_fast() })
         }
         _ => None,
-    }
-}
-
-/// `admin failover` on member `from` of `lab`, retried every 50 ms until accepted (a
-/// planned move starts only once the target is a ready standby) or `timeout`; returns
-/// when the accepted attempt began.
-pub(crate) fn havip_failover(lab: &AgentLab, from: usize, timeout: Duration) -> Result<Instant, String> {
-    let start = Instant::now();
-    loop {
-        let attempt = Instant::now();
-        let (ok, out) = lab.admin(from, &["failover"]);
-        if ok {
-            return Ok(attempt);
-        }
-        if start.elapsed() > timeout {
-            return Err(format!("n{from}: failover refused for {timeout:?}: {}", out.trim()));
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
