@@ -11,6 +11,7 @@ use havip_e2e::agent::{AgentLab, HEARTBEAT_PORT, PairOptions};
 use havip_e2e::bgp::Speaker;
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{LongLived, LongLivedConfig, Prober, ProberConfig};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,11 @@ fn next_hops(lab: &AgentLab, j: u8) -> Vec<String> {
 
 /// Waits until the router's only best next hop towards VIP `j` is member `to`'s.
 fn wait_routed(lab: &AgentLab, j: u8, to: usize, timeout: Duration) -> Duration {
-    wait(lab, &format!("the router to route VIP {j} to n{to}"), timeout, || next_hops(lab, j) == vec![data_ip(lab, to)])
+    let hop = IpAddr::V4(lab.topo.node(to).ip(Link::Data));
+    let routing = lab.routing.as_ref().expect("a routed lab");
+    routing
+        .wait_routed(IpAddr::V4(lab.vip_addr(j)), hop, timeout)
+        .unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(lab)))
 }
 
 /// The members whose paths the router knows for VIP `j`, and whether each is best.
@@ -74,7 +79,7 @@ fn data_ip(lab: &AgentLab, i: usize) -> String {
 fn up(lab: &AgentLab) -> Prober {
     // The route first: a prober started before it exists counts the failures of a VIP
     // nobody can reach yet.
-    wait(lab, "the router to route the VIP to n0 alone", UP, || next_hops(lab, 0) == vec![data_ip(lab, 0)]);
+    wait_routed(lab, 0, 0, UP);
     let prober = havip_e2e::agent::bring_up(lab, UP);
     let p = paths(lab, 0);
     assert_eq!(p, vec![(data_ip(lab, 0), true)], "only the holder advertises the VIP\n{}", diagnostics(lab));
@@ -371,7 +376,7 @@ fn two_pairs_share_one_speaker_per_member() {
     let Some((lab, _serial)) = lab(Speaker::Frr, 2) else { return };
     let _p = up(&lab);
     let vip1 = lab.pair_vip(1, 0);
-    wait(&lab, "pair 1's VIP routed to n0", UP, || next_hops(&lab, vip1) == vec![data_ip(&lab, 0)]);
+    wait_routed(&lab, vip1, 0, UP);
     let (ok, out) = lab.pair_admin(0, 1, &["failover"]);
     assert!(ok, "failover of pair 1: {out}");
     wait_routed(&lab, vip1, 1, Duration::from_secs(10));

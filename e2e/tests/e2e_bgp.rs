@@ -31,18 +31,9 @@ fn next_hops(lab: &KubeLab, ip: IpAddr) -> Vec<String> {
 }
 
 fn wait_next_hop(lab: &KubeLab, ip: IpAddr, node: usize, timeout: Duration) -> Duration {
-    let want = vec![lab.topo.node(node).ip(Link::Data).to_string()];
-    let start = Instant::now();
-    while next_hops(lab, ip) != want {
-        assert!(
-            start.elapsed() < timeout,
-            "the router's route to {ip} is {:?}, not n{node}'s within {timeout:?}\n{}",
-            next_hops(lab, ip),
-            lab.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
+    let hop = IpAddr::V4(lab.topo.node(node).ip(Link::Data));
+    let routing = lab.routing.as_ref().expect("a routed lab");
+    routing.wait_routed(ip, hop, timeout).unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)))
 }
 
 fn client_ns(lab: &KubeLab) -> String {

@@ -5,7 +5,8 @@
 
 use crate::host::netns::Topology;
 use crate::host::routing::{Bird, Frr, RoutingError};
-use std::time::Duration;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 /// The router's AS.
 pub const ROUTER_ASN: u32 = 64512;
@@ -139,6 +140,22 @@ impl Routing {
     /// The router's best next hops for `prefix`.
     pub fn best_next_hops(&self, prefix: &str) -> Vec<String> {
         self.router.best_next_hops(prefix).unwrap_or_default()
+    }
+
+    /// Waits (every 20 ms) until the router's only best next hop of the host route to
+    /// `ip` is `hop`; how long that took.
+    pub fn wait_routed(&self, ip: IpAddr, hop: IpAddr, timeout: Duration) -> Result<Duration, RoutingError> {
+        let prefix = format!("{ip}/{}", havip_node_agent::netlink::host_prefix(ip));
+        let want = vec![hop.to_string()];
+        let start = Instant::now();
+        while self.best_next_hops(&prefix) != want {
+            if start.elapsed() > timeout {
+                let what = format!("the router to route {prefix} to {hop} (it has {:?})", self.best_next_hops(&prefix));
+                return Err(RoutingError::Timeout { what, timeout });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(start.elapsed())
     }
 
     /// The logs of every daemon, for a failure message.

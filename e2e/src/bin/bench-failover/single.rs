@@ -21,12 +21,8 @@ pub(crate) fn run_havip(scenario: Scenario, fast_profile: bool, bgp: bool) -> Re
         .map_err(|e| e.to_string())?;
     lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
     if let Some(r) = &lab.routing {
-        let prefix = format!("{}/32", lab.vip_addr(0));
-        let want = vec![lab.topo.node(0).data_ip.to_string()];
-        havip_e2e::routing::wait_for("the router's route to n0", Duration::from_secs(15), || {
-            r.best_next_hops(&prefix) == want
-        })
-        .map_err(|e| e.to_string())?;
+        r.wait_routed(lab.vip_addr(0).into(), lab.topo.node(0).data_ip.into(), Duration::from_secs(15))
+            .map_err(|e| e.to_string())?;
     }
     // The standby must be steady (heard, ready) before any scenario.
     std::thread::sleep(Duration::from_millis(1200));
