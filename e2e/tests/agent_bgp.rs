@@ -103,6 +103,47 @@ fn the_holders_route_is_the_routers_only_path_and_a_cut_moves_it() {
     wait(&lab, "n1 to hold the VIP alone", Duration::from_secs(10), || lab.holders(0).is_ok_and(|h| h == vec![1]));
 }
 
+/// The epoch as the MED (`announce::bgp::route_metric`): after a cut, the router prefers
+/// the new holder's path the moment it arrives, while the dead holder's path is still
+/// there (BFD at 1 s × 3 here, so it stays about 3 s). Control: n1's address given the
+/// worst metric (epoch 0's) puts the route back on the dead n0 until BFD takes n0's path
+/// away — without the metric, the router keeps the older path, the dead one.
+#[test]
+fn a_takeovers_newer_epoch_wins_the_route_before_the_dead_holders_path_is_gone() {
+    let Some((lab, _serial)) = lab_of(PairOptions { bfd_ms: Some(1000), ..routed(Speaker::Frr) }) else { return };
+    let prober = up(&lab);
+    let cut = Instant::now();
+    lab.topo.cut_node(0).unwrap();
+    let moved = wait(&lab, "the router to route the VIP to n1", Duration::from_secs(10), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 1)]
+    });
+    let p = paths(&lab, 0);
+    let (dead, new) = ((data_ip(&lab, 0), false), (data_ip(&lab, 1), true));
+    assert!(p.contains(&dead) && p.contains(&new), "n0's path still known, n1's best: {p:?}\n{}", diagnostics(&lab));
+    assert!(moved < Duration::from_millis(1500), "moved {moved:?} after the cut, before BFD (3 s)");
+    prober.wait_for_responder("n1", Duration::from_secs(5)).unwrap();
+    drop(prober);
+    eprintln!("route moved {moved:?} after the cut; the dead holder's path was still known");
+    // Control: n1's address with epoch 0's metric, worse than n0's (a replace keeps its
+    // protocol: still havip's, the agent leaves it alone).
+    let vip = format!("{}/32", lab.vip_addr(0));
+    let link = havip_node_agent::announce::bgp::LINK;
+    let worst = havip_node_agent::announce::bgp::route_metric(0).to_string();
+    let args = ["addr", "replace", &vip, "dev", link, "metric", &worst];
+    havip_e2e::netns::exec(&lab.topo.node(1).ns, "ip", &args).unwrap();
+    let back = wait(&lab, "the dead n0's path to be best again", Duration::from_secs(5), || {
+        next_hops(&lab, 0) == vec![data_ip(&lab, 0)] || cut.elapsed() > Duration::from_secs(3)
+    });
+    assert!(
+        cut.elapsed() < Duration::from_secs(3) && next_hops(&lab, 0) == vec![data_ip(&lab, 0)],
+        "with equal or worse metric the router routes to the dead n0 ({back:?} after the change)\n{}",
+        diagnostics(&lab)
+    );
+    // BFD then takes n0's path away: n1 is the only path again.
+    wait(&lab, "BFD to drop n0's path", Duration::from_secs(10), || next_hops(&lab, 0) == vec![data_ip(&lab, 1)]);
+    eprintln!("n0's path went {:?} after the cut", cut.elapsed());
+}
+
 /// An IPv6 VIP in BGP mode, over the IPv6 sessions: a /128 on the holder's havip0, the
 /// router's only path, reached by the client over IPv6; a cut moves it.
 #[test]

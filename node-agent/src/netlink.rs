@@ -395,13 +395,39 @@ impl Netlink {
     /// not ours is left as it is and reported as success too (the duplicate-VIP probe
     /// and the status report flag it).
     pub async fn add_vip(&self, vip: &Vip) -> Result<(), NetlinkError> {
+        self.add_vip_with_metric(vip, None).await
+    }
+
+    /// [`Netlink::add_vip`], with `metric` as the address's route priority
+    /// (`IFA_RT_PRIORITY`, `ip addr … metric`) when given: an address of ours already
+    /// there takes the new metric (the node's BGP speaker advertises it as the MED of the
+    /// connected route, see [`crate::announce::bgp::route_metric`]); one not ours is left
+    /// as it is.
+    pub async fn add_vip_with_metric(&self, vip: &Vip, metric: Option<u32>) -> Result<(), NetlinkError> {
         let link = self.link(&vip.ifname).await?;
         if vip.addr.is_ipv4() {
             self.promote_secondaries(&vip.ifname, link.index).await?;
         }
+        if metric.is_some() {
+            let present = self
+                .addresses()
+                .await?
+                .into_iter()
+                .find(|a| a.ifindex == link.index && a.addr == vip.addr && a.prefix == vip.prefix);
+            if present.is_some_and(|a| !a.is_havip()) {
+                tracing::debug!(vip = %vip, "VIP present, not ours: left as it is");
+                return Ok(());
+            }
+        }
         let mut req = self.handle.address().add(link.index, vip.addr, vip.prefix);
+        if metric.is_some() {
+            req = req.replace();
+        }
         let msg = req.message_mut();
         msg.attributes.push(AddressAttribute::Protocol(AddressProtocol::Other(HAVIP_ADDR_PROTO)));
+        if let Some(m) = metric {
+            msg.attributes.push(AddressAttribute::RoutePriority(m));
+        }
         match vip.addr {
             IpAddr::V4(_) => {
                 let label = format!("{}{}", vip.ifname, LABEL_SUFFIX);

@@ -156,6 +156,9 @@ pub struct PairOptions {
     /// every member's BGP speaker (this one), and the client is in another subnet behind
     /// it ([`AgentLab::client_ns`]). See [`crate::harness::bgp`].
     pub bgp: Option<crate::harness::bgp::Speaker>,
+    /// The routed lab's BFD interval (ms, × 3) on the router and the members (`None`:
+    /// [`crate::harness::bgp::bfd_interval_ms`]).
+    pub bfd_ms: Option<u32>,
 }
 
 impl Default for PairOptions {
@@ -174,6 +177,7 @@ impl Default for PairOptions {
             echo_listeners: false,
             forwarding: false,
             bgp: None,
+            bfd_ms: None,
         }
     }
 }
@@ -226,7 +230,11 @@ impl AgentLab {
             netns::set_forwarding(&n.ns, opts.forwarding)?;
         }
         let routing = match opts.bgp {
-            Some(speaker) => Some(crate::harness::bgp::Routing::start(&topo, speaker)?),
+            Some(speaker) => Some(crate::harness::bgp::Routing::start_with(
+                &topo,
+                speaker,
+                opts.bfd_ms.unwrap_or_else(crate::harness::bgp::bfd_interval_ms),
+            )?),
             None => None,
         };
         let mut listeners = Vec::new();

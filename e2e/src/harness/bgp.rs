@@ -51,17 +51,25 @@ pub struct Routing {
     pub nodes: Vec<NodeSpeaker>,
 }
 
-/// The router's `frr.conf`: eBGP with every member (BFD, graceful restart).
-pub fn router_config(topo: &Topology) -> String {
+/// The router's `frr.conf`: eBGP with every member (graceful restart; with `bfd_ms`, the
+/// BFD profile at that interval × 3 on every session). FRR's `datacenter` defaults:
+/// keepalive 3 s, hold 9 s, paths of the same length from one AS shared (ECMP) unless
+/// their MEDs differ (members in one AS: MEDs compared).
+pub fn router_config(topo: &Topology, bfd_ms: Option<u32>) -> String {
     let gw = topo.gateway().ip;
-    let bfd = bfd_interval_ms();
+    let interval = bfd_ms.unwrap_or_else(bfd_interval_ms);
+    let profile = |group: &str| match bfd_ms {
+        Some(_) => format!(" neighbor {group} bfd profile {BFD_PROFILE}\n"),
+        None => String::new(),
+    };
     let mut c = format!(
         "frr defaults datacenter\nhostname router\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
-         receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
+         receive-interval {interval}\n  transmit-interval {interval}\n !\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {gw}\n \
          no bgp ebgp-requires-policy\n bgp graceful-restart\n neighbor MEMBERS peer-group\n \
-         neighbor MEMBERS remote-as {NODE_ASN}\n neighbor MEMBERS bfd profile {BFD_PROFILE}\n \
-         neighbor MEMBERS6 peer-group\n neighbor MEMBERS6 remote-as {NODE_ASN}\n \
-         neighbor MEMBERS6 bfd profile {BFD_PROFILE}\n"
+         neighbor MEMBERS remote-as {NODE_ASN}\n{members}\
+         neighbor MEMBERS6 peer-group\n neighbor MEMBERS6 remote-as {NODE_ASN}\n{members6}",
+        members = profile("MEMBERS"),
+        members6 = profile("MEMBERS6"),
     );
     for n in topo.nodes() {
         c.push_str(&format!(
@@ -78,10 +86,9 @@ pub fn router_config(topo: &Topology) -> String {
 }
 
 /// A member's `frr.conf`, as docs/bgp.md has it: the connected routes of `havip0`, and
-/// nothing else, advertised to the router.
-pub fn node_frr_config(topo: &Topology, i: usize) -> String {
+/// nothing else, advertised to the router (BFD at `bfd` ms × 3).
+pub fn node_frr_config(topo: &Topology, i: usize, bfd: u32) -> String {
     let n = topo.node(i);
-    let bfd = bfd_interval_ms();
     let (gw, gw6) = (topo.gateway().ip, topo.gateway().ip6);
     format!(
         "frr defaults datacenter\nhostname {name}\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
@@ -113,15 +120,21 @@ pub fn node_bird_config(topo: &Topology, i: usize) -> String {
 }
 
 impl Routing {
-    /// Starts the router and a speaker on every member, and waits until every session
-    /// is Established.
+    /// Starts the router and a speaker on every member, BFD at [`bfd_interval_ms`], and
+    /// waits until every session is Established.
     pub fn start(topo: &Topology, speaker: Speaker) -> Result<Self, RoutingError> {
-        let router = Frr::start(&topo.gateway().ns, &format!("{}-router", topo.prefix()), &router_config(topo))?;
+        Self::start_with(topo, speaker, bfd_interval_ms())
+    }
+
+    /// [`Routing::start`] with BFD at `bfd_ms` × 3.
+    pub fn start_with(topo: &Topology, speaker: Speaker, bfd_ms: u32) -> Result<Self, RoutingError> {
+        let name = format!("{}-router", topo.prefix());
+        let router = Frr::start(&topo.gateway().ns, &name, &router_config(topo, Some(bfd_ms)))?;
         let mut nodes = Vec::new();
         for (i, n) in topo.nodes().iter().enumerate() {
             let name = format!("{}-{}", topo.prefix(), n.name);
             nodes.push(match speaker {
-                Speaker::Frr => NodeSpeaker::Frr(Frr::start(&n.ns, &name, &node_frr_config(topo, i))?),
+                Speaker::Frr => NodeSpeaker::Frr(Frr::start(&n.ns, &name, &node_frr_config(topo, i, bfd_ms))?),
                 Speaker::Bird => NodeSpeaker::Bird(Bird::start(&n.ns, &name, &node_bird_config(topo, i))?),
             });
         }

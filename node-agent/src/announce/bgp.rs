@@ -27,3 +27,32 @@
 
 /// The dummy interface whose addresses the node's BGP speaker advertises.
 pub const LINK: &str = "havip0";
+
+/// The metric (`IFA_RT_PRIORITY`) of a routed VIP's address held under `epoch`:
+/// `u32::MAX - 1 - epoch`, so a newer epoch has the lower metric. FRR advertises a
+/// connected route's metric as its MED, and a router prefers the lower MED among paths
+/// from the same neighbouring AS (every AS with `bgp always-compare-med`): a takeover's
+/// path wins the moment it arrives, while the dead holder's path still waits for BFD or
+/// the hold timer to go, and a stale holder that still advertises loses to the newer
+/// epoch. `u32::MAX` itself is never used: zebra (FRR 8.4) reads it as metric 0, the
+/// best. The epoch never exceeds `i32::MAX` (the Lease's `leaseTransitions`), so the
+/// metric stays at or above 2³¹ − 1 and never wraps.
+pub fn route_metric(epoch: u64) -> u32 {
+    (u32::MAX - 1).saturating_sub(u32::try_from(epoch).unwrap_or(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_metric;
+
+    #[test]
+    fn a_newer_epoch_has_the_lower_metric() {
+        assert_eq!(route_metric(0), u32::MAX - 1);
+        assert_eq!(route_metric(1), u32::MAX - 2);
+        assert!(route_metric(8) < route_metric(7));
+        let top = u64::try_from(i32::MAX).unwrap_or(0);
+        assert_eq!(route_metric(top), u32::MAX - (1 << 31));
+        assert_eq!(route_metric(top), i32::MAX.unsigned_abs());
+        assert_eq!(route_metric(u64::MAX), 0);
+    }
+}

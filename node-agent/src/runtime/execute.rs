@@ -4,7 +4,7 @@
 
 use super::task::Runtime;
 use super::types::{Event, Reply, ResolvedVip};
-use crate::announce::spawn_schedule;
+use crate::announce::{bgp, spawn_schedule};
 use crate::netlink::{Netlink, Vip};
 use crate::probes::{L2Port, tcp_probe};
 use crate::sm;
@@ -22,6 +22,33 @@ const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
 impl Runtime {
     /// Executes one action; returns whether it changed the kernel's VIPs.
+    /// Keeps the metric of the routed VIPs held here equal to the epoch they are held
+    /// under (see [`bgp::route_metric`]): a holder whose epoch moved on without adding
+    /// its VIPs again (one adopted at a restart, a claim renewed under a newer epoch)
+    /// advertises the newer epoch's metric. Nothing to do for layer-2 VIPs.
+    pub(super) async fn sync_routed_metric(&mut self) {
+        let held = match self.machine.held_epoch() {
+            Some(e) if self.machine.holds_vips() => e,
+            _ => return,
+        };
+        if self.routed_epoch == Some(held) || !self.vips.iter().any(|v| v.routed) {
+            return;
+        }
+        // Tried once per epoch: a kernel that refuses is not asked again at every step.
+        self.routed_epoch = Some(held);
+        let metric = Some(bgp::route_metric(held));
+        for v in self.vips.iter().filter(|v| v.routed) {
+            match self.nl.add_vip_with_metric(&v.vip, metric).await {
+                Ok(()) => tracing::info!(vip = %v.vip.addr, epoch = held, "routed VIP advertises its epoch"),
+                Err(e) => {
+                    self.metrics.io_error(e.category());
+                    tracing::warn!(error = %e, vip = %v.vip.addr, epoch = held,
+                        "failed to set the routed VIP's metric: routers prefer its path only by age until the next takeover");
+                }
+            }
+        }
+    }
+
     pub(super) async fn execute(&mut self, action: sm::Action) -> bool {
         match action {
             sm::Action::Persist(p) => {
@@ -50,8 +77,14 @@ impl Runtime {
                     tracing::error!(error = %e, "failed to record the VIPs in the ledger");
                 }
                 let mut failed = false;
+                // Routed VIPs carry the epoch they are held under as their metric.
+                let epoch = self.machine.held_epoch().unwrap_or(self.machine.epoch());
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
-                    if let Err(e) = self.nl.add_vip(&v.vip).await {
+                    let metric = v.routed.then(|| bgp::route_metric(epoch));
+                    if v.routed {
+                        self.routed_epoch = Some(epoch);
+                    }
+                    if let Err(e) = self.nl.add_vip_with_metric(&v.vip, metric).await {
                         self.metrics.io_error(e.category());
                         tracing::error!(error = %e, vip = %v.vip.addr, "failed to add VIP; retrying in a second");
                         failed = true;
@@ -75,6 +108,7 @@ impl Runtime {
                 self.drain_end().await;
                 // At once, not after the step: an announcement schedule checks it.
                 self.holding.store(false, Ordering::Relaxed);
+                self.routed_epoch = None;
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if let Err(e) = self.nl.remove_vip(&v.vip).await {
                         self.metrics.io_error(e.category());

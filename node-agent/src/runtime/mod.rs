@@ -198,6 +198,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         relay,
         ledger,
         gate,
+        routed_epoch: None,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -389,6 +390,7 @@ impl Runtime {
             }
         }
         if changed {
+            self.sync_routed_metric().await;
             let st = self.machine.status();
             let released = self.holding.swap(st.holds_vips, Ordering::Relaxed) && !st.holds_vips;
             let urgent = self.machine.holder_overdue(self.now());

@@ -54,6 +54,8 @@ pub(super) struct Runtime {
     pub(super) ledger: VipLedger,
     /// Holds announcements back after a stall.
     pub(super) gate: Arc<AnnounceGate>,
+    /// The epoch whose metric the routed VIPs on this node carry (`None`: none held).
+    pub(super) routed_epoch: Option<u64>,
     pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
 }
 

@@ -46,9 +46,27 @@ impl TrafficPolicy {
     }
 }
 
+/// How MetalLB makes the address known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Layer 2: one elected speaker answers ARP for the address.
+    #[default]
+    Layer2,
+    /// BGP, MetalLB's native speaker: every speaker with a ready local endpoint advertises
+    /// the address to the lab's router (FRR on the gateway), the client sits behind the
+    /// router in another subnet (see the module docs).
+    Bgp {
+        /// The BGPPeer's `holdTime` (`None`: MetalLB's default, 90 s; the session's hold
+        /// time is the smaller of the two ends', and the lab's router offers 9 s).
+        hold_time: Option<Duration>,
+    },
+}
+
 /// What to run. MetalLB's own settings stay at its defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetalLbConfig {
+    /// Layer 2 (the default) or BGP.
+    pub mode: Mode,
     /// Lab nodes (2..=5), each with a speaker and a listener.
     pub nodes: usize,
     /// The Service's port, and the listeners' (8080).
@@ -64,6 +82,7 @@ pub struct MetalLbConfig {
 impl Default for MetalLbConfig {
     fn default() -> Self {
         Self {
+            mode: Mode::Layer2,
             nodes: 2,
             port: SERVICE_PORT,
             traffic_policy: TrafficPolicy::Local,

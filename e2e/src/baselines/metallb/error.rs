@@ -5,6 +5,7 @@ use crate::harness::kubelab::CrdError;
 use crate::harness::testbin::MetalLbNotFound;
 use crate::host::netns::NetnsError;
 use crate::host::process::ProcessError;
+use crate::host::routing::RoutingError;
 use crate::traffic::TrafficError;
 
 /// Errors of the MetalLB lab.
@@ -28,6 +29,9 @@ pub enum MetalLbError {
     /// A process could not be started.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// The router (BGP mode) failed.
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
     /// An API call failed.
     #[error("failed to {op}: {source}")]
     Kube {

@@ -2,17 +2,19 @@
 //! the kube-proxy stand-in, and what the lab waits for and observes.
 
 use super::config::{
-    KUBE_PROXY_TABLE, MEMBERLIST_PORT, METALLB_NAMESPACE, MetalLbConfig, SPEAKER_LABELS, SPEAKER_METRICS_PORT,
+    KUBE_PROXY_TABLE, MEMBERLIST_PORT, METALLB_NAMESPACE, MetalLbConfig, Mode, SPEAKER_LABELS, SPEAKER_METRICS_PORT,
     speaker_pod,
 };
 use super::error::{MetalLbError, Result};
 use super::memberlist::{member_events, members_after};
 use super::objects;
+use crate::harness::bgp::router_config;
 use crate::harness::controlplane::{ControlPlane, ControlPlaneOptions, client_from_kubeconfig};
 use crate::harness::metrics::{metric_value, metrics_in};
 use crate::harness::testbin::MetalLbBin;
 use crate::host::netns::{self, DATA_IF, NetnsError, Topology};
 use crate::host::process::{ManagedProcess, free_port, tail};
+use crate::host::routing::{Frr, wait_for};
 use crate::traffic::{Listener, ProberConfig, probe_once};
 use kube::Client;
 use nix::sys::signal::Signal;
@@ -21,14 +23,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// A MetalLB layer-2 setup on its own control plane and topology; everything is stopped
-/// and removed on drop (speakers and controller SIGKILLed: nothing of theirs outlives the
-/// namespaces and the control plane).
+/// A MetalLB setup (layer 2 or BGP) on its own control plane and topology; everything is
+/// stopped and removed on drop (speakers, controller and router SIGKILLed: nothing of
+/// theirs outlives the namespaces and the control plane).
 pub struct MetalLbLab {
     // Field order matters: processes first, then the control plane, then the topology.
     speakers: Vec<Option<ManagedProcess>>,
     speaker_log_start: Vec<u64>,
     controller: Option<ManagedProcess>,
+    /// BGP mode: FRR on the gateway, the speakers' peer.
+    router: Option<Frr>,
     /// Listeners per node (answer with the node's name on `0.0.0.0:port`).
     pub listeners: Vec<Listener>,
     /// The control plane.
@@ -55,15 +59,19 @@ impl MetalLbLab {
     /// Builds the topology, starts the control plane, applies the objects (see the module
     /// docs), installs the kube-proxy stand-in, starts the controller and the speakers,
     /// and returns once the Service has its address, every speaker sees every other in
-    /// memberlist, exactly one node announces, the client's ARP entry for the VIP names
-    /// that node's MAC, a connect through the VIP is answered by it, and its burst of
-    /// gratuitous ARPs is over (see [`MetalLbLab::wait_announcements_done`]).
+    /// memberlist, and
+    /// - layer 2: exactly one node announces, the client's ARP entry for the VIP names
+    ///   that node's MAC, a connect through the VIP is answered by it, and its burst of
+    ///   gratuitous ARPs is over (see [`MetalLbLab::wait_announcements_done`]);
+    /// - BGP: the router has a session with every speaker, routes the VIP to every node
+    ///   (ECMP), and a connect from the client behind it is answered.
     pub fn start(config: MetalLbConfig) -> Result<Self> {
         if !(2..=5).contains(&config.nodes) {
             return Err(MetalLbError::Invalid(format!("{} nodes; 2..=5 are supported", config.nodes)));
         }
         let bin = MetalLbBin::find()?;
-        let topo = Topology::builder().nodes(config.nodes).host_port(true).build()?;
+        let bgp = matches!(config.mode, Mode::Bgp { .. });
+        let topo = Topology::builder().nodes(config.nodes).host_port(true).routed_client(bgp).build()?;
         let cp = ControlPlane::start(ControlPlaneOptions {
             bind_address: IpAddr::V4(topo.host_ip()),
             ..Default::default()
@@ -72,11 +80,12 @@ impl MetalLbLab {
         for i in 0..config.nodes {
             listeners.push(Listener::on_node(&topo, i, config.port)?);
         }
-        let vip = topo.vip(0);
+        let vip = if bgp { topo.routed_vip(0) } else { topo.vip(0) };
         let mut lab = Self {
             speakers: (0..config.nodes).map(|_| None).collect(),
             speaker_log_start: vec![0; config.nodes],
             controller: None,
+            router: None,
             listeners,
             cp,
             topo,
@@ -92,17 +101,70 @@ impl MetalLbLab {
             let client = lab.client().await?;
             objects::apply_objects(&client, &lab.bin, &lab.topo, lab.vip, &lab.config, &key).await
         })??;
+        if bgp {
+            let name = format!("{}-router", lab.topo.prefix());
+            lab.router = Some(Frr::start(&lab.topo.gateway().ns, &name, &router_config(&lab.topo, None))?);
+        }
         lab.start_controller()?;
         lab.wait_ingress_ip(lab.config.timeout)?;
         for i in 0..lab.config.nodes {
             lab.start_speaker(i)?;
         }
         lab.wait_memberlist_converged(lab.config.timeout)?;
-        let holder = lab.settle_announcer(lab.config.timeout)?;
-        lab.check_answered_by(holder)?;
-        lab.wait_announcements_done(holder, lab.config.timeout)?;
+        let holder = if bgp {
+            lab.wait_routed_to_every_node(lab.config.timeout)?;
+            lab.answered_by()?
+        } else {
+            let holder = lab.settle_announcer(lab.config.timeout)?;
+            lab.check_answered_by(holder)?;
+            lab.wait_announcements_done(holder, lab.config.timeout)?;
+            holder
+        };
         tracing::info!(vip = %lab.vip, holder = %lab.topo.node(holder).name, "MetalLB is announcing");
         Ok(lab)
+    }
+
+    /// The namespace of the client: behind the router in BGP mode, on the nodes' segment
+    /// in layer 2.
+    pub fn client_ns(&self) -> &str {
+        match self.topo.routed_client() {
+            Some(rc) => &rc.ns,
+            None => &self.topo.client().ns,
+        }
+    }
+
+    /// The router (BGP mode).
+    pub fn router(&self) -> Option<&Frr> {
+        self.router.as_ref()
+    }
+
+    /// BGP: waits until the router has a session with every speaker and routes the VIP to
+    /// every node (ECMP: each speaker with a ready local endpoint advertises it).
+    fn wait_routed_to_every_node(&mut self, timeout: Duration) -> Result<()> {
+        let Some(router) = self.router.as_ref() else { return Err(MetalLbError::Invalid("not in BGP mode".into())) };
+        let prefix = format!("{}/32", self.vip);
+        let mut all: Vec<String> = self.topo.nodes().iter().map(|n| n.data_ip.to_string()).collect();
+        all.sort();
+        let routed = wait_for(&format!("the router to route {prefix} to every node"), timeout, || {
+            let mut hops = router.best_next_hops(&prefix).unwrap_or_default();
+            hops.sort();
+            hops == all
+        });
+        if let Err(e) = routed {
+            let sessions = router.vtysh("show bgp summary").unwrap_or_default();
+            return Err(self.failed(&format!("{e}; router sessions:\n{sessions}")));
+        }
+        Ok(())
+    }
+
+    /// The node that serves the client now: in layer 2 the elected announcer; in BGP mode
+    /// the node the router's ECMP hash sends the client's connections to (one flow key:
+    /// the same node for every connect), read from the answer of one connect.
+    pub fn active(&self) -> Result<usize> {
+        match self.config.mode {
+            Mode::Layer2 => self.announcer_index(),
+            Mode::Bgp { .. } => self.answered_by(),
+        }
     }
 
     /// Runs a future on a fresh current-thread runtime (the lab's API is synchronous).
@@ -484,21 +546,33 @@ impl MetalLbLab {
 
     /// One connect from the client through the VIP must be answered by node `node`.
     fn check_answered_by(&self, node: usize) -> Result<()> {
+        let who = self.answered_by()?;
+        if who == node {
+            return Ok(());
+        }
+        let (got, want) = (&self.topo.node(who).name, &self.topo.node(node).name);
+        Err(self.failed(&format!("a connect to {} was answered by {got}, not {want}", self.target())))
+    }
+
+    /// The node that answers one connect from the client through the VIP.
+    fn answered_by(&self) -> Result<usize> {
         let config = ProberConfig::new(self.target())
             .connect_timeout(Duration::from_millis(500))
             .read_timeout(Duration::from_millis(500));
-        let answer = netns::in_netns(&self.topo.client().ns, move || probe_once(&config))?;
-        let want = &self.topo.node(node).name;
+        let answer = netns::in_netns(self.client_ns(), move || probe_once(&config))?;
         match answer {
-            Ok(who) if &who == want => Ok(()),
-            Ok(who) => Err(self.failed(&format!("a connect to {} was answered by {who}, not {want}", self.target()))),
+            Ok(who) => self.node_index(&who).ok_or_else(|| self.failed(&format!("answered by unknown {who}"))),
             Err(e) => Err(self.failed(&format!("a connect to {} failed: {e}", self.target()))),
         }
     }
 
-    /// The controller's and the speakers' last `lines` log lines, for failure reports.
+    /// The controller's and the speakers' last `lines` log lines (and the router's), for
+    /// failure reports.
     pub fn logs_tail(&self, lines: usize) -> String {
         let mut out = format!("--- metallb controller ---\n{}\n", tail(&self.controller_log(), lines));
+        if let Some(r) = &self.router {
+            out.push_str(&r.logs_tail(lines));
+        }
         for i in 0..self.topo.nodes().len() {
             out.push_str(&format!(
                 "--- metallb speaker {} ---\n{}\n",
@@ -518,5 +592,6 @@ impl Drop for MetalLbLab {
         if let Some(p) = self.controller.as_mut() {
             p.kill_now();
         }
+        self.router.take();
     }
 }

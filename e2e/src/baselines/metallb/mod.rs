@@ -102,7 +102,7 @@ pub mod memberlist;
 pub mod objects;
 
 pub use config::{
-    KUBE_PROXY_TABLE, MEMBERLIST_PORT, METALLB_NAMESPACE, MetalLbConfig, POOL, SERVICE_NAME, SERVICE_NAMESPACE,
+    KUBE_PROXY_TABLE, MEMBERLIST_PORT, METALLB_NAMESPACE, MetalLbConfig, Mode, POOL, SERVICE_NAME, SERVICE_NAMESPACE,
     SPEAKER_LABELS, SPEAKER_METRICS_PORT, TrafficPolicy, speaker_pod,
 };
 pub use error::MetalLbError;

@@ -3,10 +3,11 @@
 //! `ServiceL2Status` objects that name the announcer).
 
 use super::config::{
-    FIELD_MANAGER, MEMBERLIST_SECRET, METALLB_NAMESPACE, MetalLbConfig, POOL, SERVICE_NAME, SERVICE_NAMESPACE,
+    FIELD_MANAGER, MEMBERLIST_SECRET, METALLB_NAMESPACE, MetalLbConfig, Mode, POOL, SERVICE_NAME, SERVICE_NAMESPACE,
     speaker_pod,
 };
 use super::error::{MetalLbError, Result, kerr};
+use crate::harness::bgp::{NODE_ASN, ROUTER_ASN};
 use crate::harness::kubelab::wait_crds_established;
 use crate::harness::testbin::{METALLB_VERSION, MetalLbBin};
 use crate::host::netns::Topology;
@@ -20,10 +21,15 @@ use std::time::Duration;
 
 /// The API resource of a MetalLB kind (group `metallb.io`, version `v1beta1`).
 fn metallb_resource(kind: &str, plural: &str) -> ApiResource {
+    metallb_resource_of("v1beta1", kind, plural)
+}
+
+/// The API resource of a MetalLB kind at `version`.
+fn metallb_resource_of(version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "metallb.io".into(),
-        version: "v1beta1".into(),
-        api_version: "metallb.io/v1beta1".into(),
+        version: version.into(),
+        api_version: format!("metallb.io/{version}"),
         kind: kind.into(),
         plural: plural.into(),
     }
@@ -129,16 +135,46 @@ pub(super) async fn apply_objects(
         }),
     )
     .await?;
-    apply(
-        client,
-        &metallb_resource("L2Advertisement", "l2advertisements"),
-        Some(ns),
-        serde_json::json!({
-            "metadata": {"name": POOL, "namespace": ns},
-            "spec": {"ipAddressPools": [POOL]},
-        }),
-    )
-    .await?;
+    match config.mode {
+        Mode::Layer2 => {
+            apply(
+                client,
+                &metallb_resource("L2Advertisement", "l2advertisements"),
+                Some(ns),
+                serde_json::json!({
+                    "metadata": {"name": POOL, "namespace": ns},
+                    "spec": {"ipAddressPools": [POOL]},
+                }),
+            )
+            .await?;
+        }
+        Mode::Bgp { hold_time } => {
+            // The router, as the members of havip's routed lab see it (harness::bgp).
+            let mut spec = serde_json::json!({
+                "myASN": NODE_ASN, "peerASN": ROUTER_ASN, "peerAddress": topo.gateway().ip.to_string(),
+            });
+            if let (Some(ht), Some(obj)) = (hold_time, spec.as_object_mut()) {
+                obj.insert("holdTime".into(), format!("{}s", ht.as_secs()).into());
+            }
+            apply(
+                client,
+                &metallb_resource_of("v1beta2", "BGPPeer", "bgppeers"),
+                Some(ns),
+                serde_json::json!({"metadata": {"name": "router", "namespace": ns}, "spec": spec}),
+            )
+            .await?;
+            apply(
+                client,
+                &metallb_resource("BGPAdvertisement", "bgpadvertisements"),
+                Some(ns),
+                serde_json::json!({
+                    "metadata": {"name": POOL, "namespace": ns},
+                    "spec": {"ipAddressPools": [POOL]},
+                }),
+            )
+            .await?;
+        }
+    }
     let port = config.port;
     apply(
         client,
@@ -202,7 +238,8 @@ async fn apply_crds(client: &Client, bin: &MetalLbBin) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for file in files {
-        for v in yaml_documents(&file)? {
+        for mut v in yaml_documents(&file)? {
+            widen_int32_bounds(&mut v);
             let crd: CustomResourceDefinition = serde_json::from_value(v)
                 .map_err(|e| MetalLbError::Manifest { what: file.display().to_string(), reason: e.to_string() })?;
             let name = crd.name_any();
@@ -213,6 +250,26 @@ async fn apply_crds(client: &Client, bin: &MetalLbBin) -> Result<()> {
         }
     }
     Ok(wait_crds_established(client, &names, Duration::from_secs(30)).await?)
+}
+
+/// Drops `format: int32` from every schema whose `maximum` does not fit it. MetalLB
+/// v0.15.2's BGPPeer declares its ASNs `int32` with `maximum: 4294967295`, and this
+/// kube-apiserver refuses every object of such a schema ("Maximum boundary value must be
+/// of type integer with format int32"); without the format the bound, and MetalLB's
+/// reading of the field as `uint32`, are what its authors meant.
+pub(super) fn widen_int32_bounds(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let too_big =
+                map.get("maximum").and_then(serde_json::Value::as_f64).is_some_and(|m| m > f64::from(i32::MAX));
+            if too_big && map.get("format").and_then(serde_json::Value::as_str) == Some("int32") {
+                map.remove("format");
+            }
+            map.values_mut().for_each(widen_int32_bounds);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(widen_int32_bounds),
+        _ => {}
+    }
 }
 
 /// Server-side apply of `obj` (`metadata` at least; `apiVersion` and `kind` are filled in).
@@ -286,4 +343,23 @@ pub(super) async fn announcers(client: Client) -> Result<Vec<String>> {
         .collect();
     nodes.sort();
     Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widen_int32_bounds;
+
+    #[test]
+    fn only_an_int32_bound_it_cannot_hold_loses_its_format() {
+        let mut v = serde_json::json!({"properties": {
+            "myASN": {"type": "integer", "format": "int32", "maximum": 4294967295u64, "minimum": 0},
+            "port": {"type": "integer", "format": "int32", "maximum": 16384},
+            "list": [{"type": "integer", "format": "int32", "maximum": 2147483648u64}],
+        }});
+        widen_int32_bounds(&mut v);
+        assert_eq!(v.pointer("/properties/myASN/format"), None);
+        assert_eq!(v.pointer("/properties/myASN/maximum"), Some(&serde_json::json!(4294967295u64)));
+        assert_eq!(v.pointer("/properties/port/format"), Some(&serde_json::json!("int32")));
+        assert_eq!(v.pointer("/properties/list/0/format"), None);
+    }
 }

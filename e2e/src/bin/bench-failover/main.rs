@@ -1,4 +1,4 @@
-//! `bench-failover`: failover gaps of havip, keepalived and MetalLB (layer 2), side by
+//! `bench-failover`: failover gaps of havip, keepalived and MetalLB (layer 2 and BGP), side by
 //! side, in the same network-namespace topology, as JSON lines.
 //!
 //! A client in its own namespace connects to VIP:8080 every 5 ms with a 50 ms timeout
@@ -14,9 +14,13 @@
 //! announce), and the routed `havip-bgp` / `havip-bgp-fast` (`announce.mode: BGP` on a
 //! router namespace running FRR with BFD 100 ms × 3 that peers with FRR on both members,
 //! the client in another subnet behind it: see `havip_e2e::bgp`; their ratios are taken
-//! against routed systems only). `metallb-l2` is in the default list only when `hack/testbin.sh metallb` and
-//! `hack/testbin.sh control-plane` have built its binaries; otherwise it prints a
-//! `{"system":"metallb-l2","skipped":…}` line and goes on. Then the havip agent's idle RSS
+//! against routed systems only), beside `metallb-bgp` (MetalLB's native BGP speaker at
+//! its defaults, peering with the same router: holdTime 90 s, so the session's hold time
+//! is the router's 9 s) and `metallb-bgp-3s` (`holdTime: 3s`, the shortest it accepts;
+//! its native speaker has no BFD). The MetalLB systems are in the default list only when
+//! `hack/testbin.sh metallb` and `hack/testbin.sh control-plane` have built their
+//! binaries (and, for BGP, FRR is installed); otherwise each prints a
+//! `{"system":"metallb-…","skipped":…}` line and the run goes on. Then the havip agent's idle RSS
 //! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
 //!
 //! Two scenarios measure planned moves that should keep connections (issue 17 §3,
@@ -72,9 +76,10 @@ struct Args {
     /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
     /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
     /// 0.03`), metallb-l2, havip-bgp and havip-bgp-fast (routed: FRR on a router and the
-    /// members, the client behind the router). Default: all of them, metallb-l2 only when
-    /// its binaries are built (`bash hack/testbin.sh metallb` and `bash hack/testbin.sh
-    /// control-plane`), the routed ones only when FRR is installed.
+    /// members, the client behind the router), metallb-bgp and metallb-bgp-3s (MetalLB's
+    /// BGP speaker peering with that router; holdTime default and 3 s). Default: all of
+    /// them, MetalLB's only when its binaries are built (`bash hack/testbin.sh metallb` and
+    /// `bash hack/testbin.sh control-plane`), the routed ones only when FRR is installed.
     #[arg(long)]
     systems: Option<String>,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
@@ -112,7 +117,9 @@ fn main() -> std::process::ExitCode {
     }
     let metallb_missing = metallb_missing();
     let asked = args.systems.clone().unwrap_or_else(|| {
-        "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2,havip-bgp,havip-bgp-fast".to_owned()
+        "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2,havip-bgp,havip-bgp-fast,\
+         metallb-bgp,metallb-bgp-3s"
+            .to_owned()
     });
     let mut systems: Vec<&str> = asked.split(',').collect();
     if !havip_e2e::routing::Frr::available() {
@@ -123,12 +130,12 @@ fn main() -> std::process::ExitCode {
         }
         systems.retain(|s| !s.contains("bgp"));
     }
-    if let Some(why) = &metallb_missing
-        && systems.contains(&"metallb-l2")
-    {
-        eprintln!("metallb-l2: skipped: {why}");
-        println!("{}", json!({"system": "metallb-l2", "skipped": why}));
-        systems.retain(|s| *s != "metallb-l2");
+    if let Some(why) = &metallb_missing {
+        for s in systems.iter().filter(|s| s.starts_with("metallb")) {
+            eprintln!("{s}: skipped: {why}");
+            println!("{}", json!({"system": s, "skipped": why}));
+        }
+        systems.retain(|s| !s.starts_with("metallb"));
     }
     let scenarios: Vec<Scenario> = args
         .scenarios

@@ -6,6 +6,7 @@ use crate::many::{print_many, run_havip_many, run_keepalived_many};
 use crate::moves::{Kept, Outcome, Scenario, Timeline, percentile, print_timeline};
 use crate::single::{run_havip, run_keepalived, run_metallb};
 use crate::systems::keepalived_config;
+use havip_e2e::baselines::metallb::Mode;
 use serde_json::json;
 use std::time::Duration;
 
@@ -25,7 +26,9 @@ fn run_once(scenario: Scenario, system: &str) -> Result<Outcome, String> {
         (_, "havip-fast") => run_havip(scenario, true, false),
         (_, "havip-bgp") => run_havip(scenario, false, true),
         (_, "havip-bgp-fast") => run_havip(scenario, true, true),
-        (_, "metallb-l2") => run_metallb(scenario),
+        (_, "metallb-l2") => run_metallb(scenario, Mode::Layer2),
+        (_, "metallb-bgp") => run_metallb(scenario, Mode::Bgp { hold_time: None }),
+        (_, "metallb-bgp-3s") => run_metallb(scenario, Mode::Bgp { hold_time: Some(Duration::from_secs(3)) }),
         (_, other) => match keepalived_config(other) {
             Some(c) => run_keepalived(scenario, c),
             None => Err(format!("unknown system {other}")),

@@ -4,7 +4,7 @@
 use crate::moves::{Outcome, Scenario, finish};
 use crate::systems::cut_node;
 use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
-use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab};
+use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab, Mode};
 use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
 use havip_e2e::host::netns::Topology;
 use havip_e2e::traffic::{Listener, Prober, ProberConfig};
@@ -83,16 +83,19 @@ pub(crate) fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Re
     Ok(out)
 }
 
-/// MetalLB layer 2: the active is the node MetalLB elected to announce the Service's
-/// address; `planned` is a SIGTERM to its speaker.
-pub(crate) fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
-    let mut lab = MetalLbLab::start(MetalLbConfig::default()).map_err(|e| e.to_string())?;
-    let holder = lab.announcer_index().map_err(|e| e.to_string())?;
+/// MetalLB: in layer 2 the active is the node MetalLB elected to announce the Service's
+/// address; in BGP mode (every node advertises it, the router spreads flows by ECMP) the
+/// node the router sends the client's connections to. `planned` is a SIGTERM to its
+/// speaker (layer 2: it leaves memberlist; BGP: it closes its session, the router
+/// withdraws its path).
+pub(crate) fn run_metallb(scenario: Scenario, mode: Mode) -> Result<Outcome, String> {
+    let mut lab = MetalLbLab::start(MetalLbConfig { mode, ..Default::default() }).map_err(|e| e.to_string())?;
+    let holder = lab.active().map_err(|e| e.to_string())?;
     let Some(other) = (0..lab.topo.nodes().len()).find(|i| *i != holder) else {
         return Err("no second node".into());
     };
     let (old, new) = (lab.topo.node(holder).name.clone(), lab.topo.node(other).name.clone());
-    let prober = Prober::on_client(&lab.topo, lab.target()).map_err(|e| e.to_string())?;
+    let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target())).map_err(|e| e.to_string())?;
     prober.wait_for_responder(&old, Duration::from_secs(5)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     match scenario {
@@ -107,10 +110,15 @@ pub(crate) fn run_metallb(scenario: Scenario) -> Result<Outcome, String> {
             return Err(format!("{} is not measured for MetalLB", scenario.name()));
         }
     }
-    // memberlist's failure detection takes seconds by design: a generous deadline.
+    // memberlist's failure detection and BGP's hold time take seconds by design: a
+    // generous deadline.
     let out = finish(prober, &new, Duration::from_secs(30));
     if std::env::var_os("BENCH_VERBOSE").is_some() {
-        eprintln!("  metallb-l2: {old} announced first, {new} took over; announcers now {:?}", lab.announcers());
+        let now = match mode {
+            Mode::Layer2 => format!("announcers now {:?}", lab.announcers()),
+            Mode::Bgp { .. } => format!("router: {:?}", lab.router().map(|r| r.vtysh("show bgp summary"))),
+        };
+        eprintln!("  metallb: {old} served first, {new} took over; {now}");
         if !out.new_holder_reached {
             eprintln!("{}", lab.logs_tail(40));
         }

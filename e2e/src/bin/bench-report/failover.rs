@@ -41,6 +41,24 @@ later; `planned` SIGTERMs it (it leaves memberlist; the old node serves until th
 one's gratuitous ARPs move the client).
 ";
 
+/// Added to [`SCENARIOS`] when the file has routed (`…bgp…`) rows.
+const ROUTED_SCENARIOS: &str = "
+Routed rows (`havip-bgp`, `havip-bgp-fast`, `metallb-bgp`, `metallb-bgp-3s`; their ratios are \
+taken against routed rows only): the gateway is a router namespace running FRR (bgpd, bfdd; \
+`frr defaults datacenter`: keepalive 3 s, hold 9 s) that peers over eBGP with every member, \
+and the client sits in another subnet behind it, sharing no layer 2 with the members. \
+`havip-bgp` (Standard profile) and `havip-bgp-fast` (Fast): FloatingIPs in `BGP` mode, FRR on \
+each member advertising `havip0`'s connected routes (docs/bgp.md), BFD 100 ms × 3 on every \
+session; the holder's address carries its epoch as the route's MED, so the router prefers a \
+takeover's path the moment it arrives. `metallb-bgp`: MetalLB v0.15.2's native BGP speaker \
+(no BFD) at its defaults (`holdTime` 90 s: the session's hold time is the router's 9 s), \
+peering with the same router; both nodes advertise the Service's address (ECMP) and the \
+active is the node the router's hash sends the client to; `metallb-bgp-3s`: `holdTime: 3s`, \
+the shortest it accepts. MetalLB's `kill-then-cut` kills the speaker, whose BGP session the \
+kernel then closes (the router withdraws at once); its `planned` SIGTERMs it (it closes its \
+session).
+";
+
 /// Added to [`SCENARIOS`] when the file has `planned-drain` or `planned-200` rows.
 const DRAIN_SCENARIOS: &str = "
 Planned moves that should keep connections (issue 18's drain; measured for `havip` with its \
@@ -195,6 +213,12 @@ pub(crate) fn failover_section(out: &mut String, files: &[RunFile]) {
     out.push_str(SCENARIOS);
     if with_metallb {
         out.push_str(METALLB_SCENARIOS);
+    }
+    let routed = rows(f, Kind::Failover)
+        .into_iter()
+        .any(|v| v.get("system").and_then(Value::as_str).is_some_and(|s| s.contains("bgp")));
+    if routed {
+        out.push_str(ROUTED_SCENARIOS);
     }
     let with_drain = rows(f, Kind::Failover).into_iter().any(is_drain_scenario);
     if with_drain {

@@ -187,6 +187,22 @@ fn metallb_rows_render_with_their_ratios_and_a_skip_is_said() {
 }
 
 #[test]
+fn routed_rows_are_described_only_when_the_file_has_them() {
+    let routed = r#"{"failed_connects_max":40,"max_gap_ms":210.0,"p50_gap_ms":190.0,"p99_gap_ms":210.0,"runs":5,"runs_without_takeover":0,"scenario":"cut","system":"havip-bgp-fast"}
+{"failed_connects_max":540,"max_gap_ms":2900.0,"p50_gap_ms":2700.0,"p99_gap_ms":2900.0,"runs":5,"runs_without_takeover":0,"scenario":"cut","system":"metallb-bgp-3s"}
+{"p50_gap_ratio":0.07,"p99_gap_ratio":0.072,"ratio":"havip-bgp-fast/metallb-bgp-3s","scenario":"cut"}
+"#;
+    let text = format!("{FAILOVER}{routed}");
+    let files: Vec<RunFile> = parse_file("failover-2026-12-03.jsonl", &text).into_iter().collect();
+    let md = render(&files);
+    assert!(md.contains("Routed rows (`havip-bgp`"), "{md}");
+    assert!(md.contains("| cut | metallb-bgp-3s | 5 | 2700.0 | 2900.0 | 2900.0 | 540 | 0 |"), "{md}");
+    assert!(md.contains("| cut | havip-bgp-fast/metallb-bgp-3s | 0.070 | 0.072 |"), "{md}");
+    let files: Vec<RunFile> = parse_file("failover-2026-12-03.jsonl", FAILOVER).into_iter().collect();
+    assert!(!render(&files).contains("Routed rows"));
+}
+
+#[test]
 fn the_planned_moves_that_keep_connections_have_tables_of_their_own() {
     let drain = r#"{"failed_connects_max":0,"longlived_break_kinds":{"reset":20},"longlived_broken_max":0,"longlived_broken_total":0,"longlived_connections":20,"longlived_cut_at_drain_end_max":20,"max_gap_ms":7.1,"mid_handshake_failed_max":0,"mid_handshake_per_run":4,"p50_gap_ms":6.2,"p99_gap_ms":7.1,"resets_max":0,"runs":5,"runs_without_takeover":0,"scenario":"planned-drain","system":"havip"}
 {"failed_connects_max":1,"longlived_break_kinds":{"reset":100},"longlived_broken_max":20,"longlived_broken_total":100,"longlived_connections":20,"longlived_cut_at_drain_end_max":null,"max_gap_ms":60.0,"mid_handshake_failed_max":4,"mid_handshake_per_run":4,"p50_gap_ms":55.2,"p99_gap_ms":60.0,"resets_max":0,"runs":5,"runs_without_takeover":0,"scenario":"planned-drain","system":"keepalived-v3"}
