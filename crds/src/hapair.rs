@@ -647,6 +647,52 @@ pub struct MemberStatus {
     /// This member holds the VIPs and forwards the connections of that draining member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarding_to: Option<String>,
+    /// Routed VIPs (`announce.mode: BGP`): what the node's BGP speaker says, asked over its
+    /// control socket every 5 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<SpeakerStatus>,
+}
+
+/// What a member's BGP speaker says (pairs with routed VIPs).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeakerStatus {
+    /// FRR or BIRD; absent when no speaker was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaker: Option<String>,
+    /// Why the speaker could not be asked, or what it refused; absent when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its BGP sessions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<BgpSession>,
+    /// The routed VIPs this member holds, each with the peers the speaker advertises it
+    /// to (none: held but not advertised).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advertised: Vec<BgpAdvertisement>,
+}
+
+/// One BGP session of a member's speaker.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpSession {
+    /// The peer (its address; a BIRD protocol without one: the protocol's name).
+    pub peer: String,
+    /// The state as the speaker names it (Established, Active, Connect, …).
+    pub state: String,
+    /// Whether it is established.
+    pub established: bool,
+}
+
+/// A routed VIP a member holds, and the peers its speaker advertises it to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpAdvertisement {
+    /// The VIP (host route, e.g. `203.0.113.10/32`).
+    pub address: String,
+    /// The peers it is advertised to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
 }
 
 /// Readiness of one VIP on one member.

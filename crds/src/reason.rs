@@ -78,6 +78,9 @@ pub const NO_READY_STANDBY: &str = "NoReadyStandby";
 pub const ADDRESS_MISSING: &str = "AddressMissing";
 /// A member raises an alarm the other reasons do not cover.
 pub const MEMBER_ALARM: &str = "MemberAlarm";
+/// Routed VIPs: a member's BGP speaker cannot be asked, has no established session, or
+/// (on the holder) does not advertise a held VIP.
+pub const BGP_NOT_ADVERTISED: &str = "BgpNotAdvertised";
 
 // 3. The operator's Events on pairs.
 
@@ -181,6 +184,7 @@ pub const ALL: &[&str] = &[
     NO_READY_STANDBY,
     ADDRESS_MISSING,
     MEMBER_ALARM,
+    BGP_NOT_ADVERTISED,
     LEASE_CREATED,
     KEY_SECRET_CREATED,
     EARLIER_PAIR_ADOPTED,

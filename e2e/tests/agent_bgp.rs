@@ -365,6 +365,37 @@ fn a_drain_killed_mid_way_leaves_no_local_route_after_the_restart() {
     assert_eq!(next_hops(&lab, 0), vec![data_ip(&lab, 1)], "the VIP stays on n1\n{}", diagnostics(&lab));
 }
 
+fn metric(lab: &AgentLab, i: usize, name: &str) -> f64 {
+    lab.metric_sum(i, name, &[])
+}
+
+/// Each agent reports what its member's speaker says, asked over FRR's vty socket: n0's
+/// FRR advertises the VIP to the router on its two sessions (IPv4, IPv6), n1's has the
+/// same sessions and advertises nothing. Control: with n0's bgpd gone, n0 reports its
+/// speaker unreachable and warns — the report is asked, not assumed.
+#[test]
+fn each_agent_reports_its_speakers_sessions_and_advertisements() {
+    let Some((mut lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let _p = up(&lab);
+    let t = Duration::from_secs(15);
+    wait(&lab, "n0 to report its VIP advertised on two sessions", t, || {
+        metric(&lab, 0, "havip_agent_bgp_vips_advertised") == 1.0
+            && metric(&lab, 0, "havip_agent_bgp_sessions_established") == 2.0
+    });
+    wait(&lab, "n1 to report its speaker's two sessions", t, || {
+        metric(&lab, 1, "havip_agent_bgp_speaker_up") == 1.0
+            && metric(&lab, 1, "havip_agent_bgp_sessions_established") == 2.0
+    });
+    assert_eq!(metric(&lab, 1, "havip_agent_bgp_vips_advertised"), 0.0, "the standby advertises nothing");
+    if let Some(havip_e2e::bgp::NodeSpeaker::Frr(f)) = lab.routing.as_mut().and_then(|r| r.nodes.get_mut(0)) {
+        f.kill_bgpd();
+    }
+    wait(&lab, "n0 to report its speaker down", t, || metric(&lab, 0, "havip_agent_bgp_speaker_up") == 0.0);
+    assert_eq!(metric(&lab, 0, "havip_agent_bgp_vips_advertised"), 0.0);
+    let log = lab.logs_tail(400);
+    assert!(log.contains("the node's BGP speaker does not carry this pair's routed VIPs"), "{log}");
+}
+
 /// bgpd on the holder is killed (no Cease to the router) and starts again: the router,
 /// a graceful-restart helper, keeps n0's route as stale meanwhile, and nothing moves —
 /// no takeover, the same holder, its route back. What FRR 8.4 does between the new
@@ -407,6 +438,11 @@ fn restarting_the_holders_bgpd_moves_nothing() {
 fn bird_as_the_members_speaker_advertises_the_holder_and_moves_on_a_cut() {
     let Some((lab, _serial)) = lab(Speaker::Bird, 1) else { return };
     let prober = up(&lab);
+    // The agent asks BIRD over its control socket: one session, the VIP exported on it.
+    wait(&lab, "n0 to report its VIP exported by BIRD", Duration::from_secs(15), || {
+        metric(&lab, 0, "havip_agent_bgp_vips_advertised") == 1.0
+            && metric(&lab, 0, "havip_agent_bgp_sessions_established") == 1.0
+    });
     lab.topo.cut_node(0).unwrap();
     wait_routed(&lab, 0, 1, Duration::from_secs(10));
     prober.wait_for_responder("n1", Duration::from_secs(10)).unwrap();

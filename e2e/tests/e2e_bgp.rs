@@ -99,6 +99,78 @@ fn a_pair_in_bgp_mode_is_routed_to_its_holder_and_moves_on_a_cut() {
     eprintln!("the deleted pair's route withdrawn {:?} after the delete", start.elapsed());
 }
 
+/// Each member's status entry says what its node's FRR says (asked over its vty socket):
+/// the holder advertises the VIP to the router, the standby has its sessions and
+/// advertises nothing; with the standby's bgpd gone the pair is Degraded
+/// (`BgpNotAdvertised`, naming the standby) — it could not advertise the VIP after a
+/// takeover.
+#[test]
+fn the_members_status_says_what_their_speakers_advertise() {
+    let Some(mut lab) = lab() else { return };
+    let vip = lab.topo.routed_vip(0);
+    let yaml = format!(
+        "{}\n---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata: {{name: web-vip}}\nspec:\n  pair: web\n  \
+         address: {vip}/32\n  announce: {{mode: BGP}}\n  probe: {{ports: [8080]}}\n",
+        lab.pair_yaml("web").split("\n---\n").next().expect("the pair document")
+    );
+    lab.block_on(async { lab.apply(&yaml).await.expect("apply") });
+    wait_next_hop(&lab, IpAddr::V4(vip), 0, Duration::from_secs(20));
+    let router = lab.topo.gateway().ip.to_string();
+    let pair = |lab: &KubeLab| -> havip_crds::HAPair {
+        lab.block_on(async {
+            let pairs: Api<havip_crds::HAPair> = Api::all(lab.client().await.expect("client"));
+            pairs.get("web").await.expect("get the pair")
+        })
+    };
+    let member = |p: &havip_crds::HAPair, node: &str| {
+        p.status.as_ref().and_then(|s| s.members.iter().find(|m| m.node == node).cloned()).and_then(|m| m.bgp)
+    };
+    let start = Instant::now();
+    loop {
+        let p = pair(&lab);
+        let (n0, n1) = (member(&p, "n0"), member(&p, "n1"));
+        let advertised = n0.as_ref().is_some_and(|b| {
+            b.advertised.iter().any(|a| a.address == format!("{vip}/32") && a.peers.contains(&router))
+                && b.sessions.iter().any(|s| s.peer == router && s.established)
+        });
+        let standby = n1.as_ref().is_some_and(|b| {
+            b.error.is_none() && b.advertised.is_empty() && b.sessions.iter().any(|s| s.peer == router && s.established)
+        });
+        if advertised && standby {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "members' bgp: n0 {n0:?}, n1 {n1:?}\n{}", lab.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let degraded = |p: &havip_crds::HAPair| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded").cloned())
+            .map(|c| (c.status, c.reason, c.message))
+    };
+    let before = degraded(&pair(&lab));
+    assert!(
+        before.as_ref().is_none_or(|(_, _, m)| !m.contains("BGP")),
+        "no BGP cause while both speakers carry it: {before:?}"
+    );
+    // Control: the standby's bgpd dies.
+    if let Some(havip_e2e::bgp::NodeSpeaker::Frr(f)) = lab.routing.as_mut().and_then(|r| r.nodes.get_mut(1)) {
+        f.kill_bgpd();
+    }
+    let start = Instant::now();
+    loop {
+        let d = degraded(&pair(&lab));
+        if let Some((status, _, message)) = &d
+            && status == "True"
+            && message.contains("n1 (a standby): its FRR cannot be asked")
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "Degraded: {d:?}\n{}", lab.logs_tail(30));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
     let Some(mut lab) = lab() else { return };

@@ -199,6 +199,9 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
         if let Some(from) = &s.forwarding_to {
             whys.push(format!("  {}: forwards the established connections of {from} to it (a drain)", m.node));
         }
+        if let Some(b) = &s.bgp {
+            whys.push(format!("  {}: {}", m.node, speaker_line(b)));
+        }
         for r in s.ready.iter().filter(|r| !r.ready) {
             whys.push(format!(
                 "  {}: not ready for {}{}",
@@ -231,6 +234,28 @@ pub fn render_status(pair: &HAPair, now: Timestamp) -> String {
         }
     }
     out
+}
+
+/// A member's BGP speaker in one line: its sessions, and what it advertises to whom.
+pub fn speaker_line(b: &havip_crds::hapair::SpeakerStatus) -> String {
+    let name = b.speaker.as_deref().unwrap_or("BGP speaker");
+    if let Some(e) = &b.error {
+        return format!("{name}: cannot be asked: {e}");
+    }
+    let sessions: Vec<String> = b
+        .sessions
+        .iter()
+        .map(|s| if s.established { s.peer.clone() } else { format!("{} {}", s.peer, s.state) })
+        .collect();
+    let up = b.sessions.iter().filter(|s| s.established).count();
+    let mut line = format!("{name}: {up}/{} sessions up ({})", b.sessions.len(), sessions.join(", "));
+    for a in &b.advertised {
+        match a.peers.as_slice() {
+            [] => line.push_str(&format!("; {} NOT advertised", a.address)),
+            peers => line.push_str(&format!("; {} advertised to {}", a.address, peers.join(", "))),
+        }
+    }
+    line
 }
 
 /// One pair's line of `kubectl havip list`, and its item in `list -o json|yaml`.
@@ -440,6 +465,30 @@ mod tests {
             assert!(text.contains(phrase), "missing {phrase:?} in:\n{text}");
         }
         assert!(!text.contains("ConfigApplied"), "a True ConfigApplied is not news:\n{text}");
+    }
+
+    #[test]
+    fn a_members_bgp_speaker_reads_in_one_line() {
+        use havip_crds::hapair::{BgpAdvertisement, BgpSession, SpeakerStatus};
+        let b = SpeakerStatus {
+            speaker: Some("FRR".into()),
+            error: None,
+            sessions: vec![
+                BgpSession { peer: "10.0.0.254".into(), state: "Established".into(), established: true },
+                BgpSession { peer: "10.0.1.254".into(), state: "Active".into(), established: false },
+            ],
+            advertised: vec![
+                BgpAdvertisement { address: "203.0.113.10/32".into(), peers: vec!["10.0.0.254".into()] },
+                BgpAdvertisement { address: "203.0.113.11/32".into(), peers: vec![] },
+            ],
+        };
+        assert_eq!(
+            super::speaker_line(&b),
+            "FRR: 1/2 sessions up (10.0.0.254, 10.0.1.254 Active); 203.0.113.10/32 advertised to 10.0.0.254; \
+             203.0.113.11/32 NOT advertised"
+        );
+        let down = SpeakerStatus { error: Some("no BGP speaker found".into()), ..SpeakerStatus::default() };
+        assert_eq!(super::speaker_line(&down), "BGP speaker: cannot be asked: no BGP speaker found");
     }
 
     fn two() -> Vec<HAPair> {

@@ -12,6 +12,7 @@
 //!   of pair P signs its witness requests with (each member holds only its own).
 
 use clap::{Parser, Subcommand};
+use havip_node_agent::announce::bgp::speaker::{self, SpeakerConfig, SpeakerKind};
 use havip_node_agent::standalone::admin::{self, AdminRequest};
 use havip_node_agent::standalone::daemon::{self as standalone, DaemonOptions};
 use havip_node_agent::witness::daemon::{self as witness, WitnessKeys};
@@ -25,6 +26,16 @@ struct Args {
     /// Log format: `text` or `json`.
     #[arg(long, env = "HAVIP_LOG_FORMAT", default_value = "text", global = true)]
     log_format: String,
+    /// Routed VIPs: the node's BGP speaker the agent asks for its sessions and
+    /// advertisements: `auto` (FRR's socket if it exists, else BIRD's), `frr` or `bird`.
+    #[arg(long, env = "HAVIP_BGP_SPEAKER", default_value = "auto", global = true)]
+    bgp_speaker: String,
+    /// FRR's vty directory (its `bgpd.vty` socket).
+    #[arg(long, env = "HAVIP_FRR_VTY_DIR", default_value = "/var/run/frr", global = true)]
+    frr_vty_dir: PathBuf,
+    /// BIRD's control socket.
+    #[arg(long, env = "HAVIP_BIRD_SOCKET", default_value = "/run/bird/bird.ctl", global = true)]
+    bird_socket: PathBuf,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -188,6 +199,20 @@ fn on_off(s: &str) -> Result<bool, String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    let kind = match args.bgp_speaker.as_str() {
+        "auto" => None,
+        "frr" | "FRR" => Some(SpeakerKind::Frr),
+        "bird" | "BIRD" => Some(SpeakerKind::Bird),
+        other => {
+            eprintln!("havip-agent: --bgp-speaker {other}: expected auto, frr or bird");
+            return ExitCode::FAILURE;
+        }
+    };
+    speaker::configure(SpeakerConfig {
+        kind,
+        frr_dir: args.frr_vty_dir.clone(),
+        bird_socket: args.bird_socket.clone(),
+    });
     match args.command {
         Cmd::Standalone { config, node, state_dir, metrics_address, admin_socket } => {
             init_logging(&args.log_format);

@@ -107,6 +107,14 @@ pub struct AgentMetrics {
     pub watch_events: Family<WatchLabels, Counter>,
     /// 1 while this member drains (old holder) or forwards a drain (new holder).
     pub drain_active: Family<PairLabel, Gauge>,
+    /// Routed VIPs: 1 while the node's BGP speaker answers.
+    pub bgp_speaker_up: Family<PairLabel, Gauge>,
+    /// Routed VIPs: the speaker's established BGP sessions.
+    pub bgp_sessions_established: Family<PairLabel, Gauge>,
+    /// Routed VIPs: the speaker's BGP sessions.
+    pub bgp_sessions: Family<PairLabel, Gauge>,
+    /// Routed VIPs held here that the speaker advertises to at least one peer.
+    pub bgp_vips_advertised: Family<PairLabel, Gauge>,
     /// Packets of the old holder's connections forwarded to it (new holder).
     pub drain_forwarded_packets: Family<PairLabel, Counter>,
     /// Bytes of the old holder's connections forwarded to it (new holder).
@@ -144,6 +152,10 @@ impl AgentMetrics {
             adverts_ignored: Family::default(),
             watch_events: Family::default(),
             drain_active: Family::default(),
+            bgp_speaker_up: Family::default(),
+            bgp_sessions_established: Family::default(),
+            bgp_sessions: Family::default(),
+            bgp_vips_advertised: Family::default(),
             drain_forwarded_packets: Family::default(),
             drain_forwarded_bytes: Family::default(),
             drain_connections: Family::default(),
@@ -172,6 +184,22 @@ impl AgentMetrics {
             m.watch_events.clone(),
         );
         registry.register("drain_active", "1 while this member drains or forwards a drain", m.drain_active.clone());
+        registry.register(
+            "bgp_speaker_up",
+            "Routed VIPs: 1 while the node's BGP speaker answers on its control socket",
+            m.bgp_speaker_up.clone(),
+        );
+        registry.register(
+            "bgp_sessions_established",
+            "Routed VIPs: BGP sessions of the node's speaker that are established",
+            m.bgp_sessions_established.clone(),
+        );
+        registry.register("bgp_sessions", "Routed VIPs: BGP sessions of the node's speaker", m.bgp_sessions.clone());
+        registry.register(
+            "bgp_vips_advertised",
+            "Routed VIPs held here that the node's speaker advertises to at least one peer",
+            m.bgp_vips_advertised.clone(),
+        );
         registry.register(
             "drain_forwarded_packets",
             "Packets of the old holder's connections forwarded to it during drains",
@@ -302,6 +330,14 @@ impl PairMetrics {
     pub fn set_alarm(&self, alarm: &str, on: bool) {
         self.all.alarms.get_or_create(&self.named(alarm)).set(i64::from(on));
     }
+    /// What the node's BGP speaker said (pairs with routed VIPs).
+    pub fn set_speaker(&self, r: &crate::announce::bgp::SpeakerReport) {
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        self.all.bgp_speaker_up.get_or_create(&self.label()).set(i64::from(r.error.is_none()));
+        self.all.bgp_sessions_established.get_or_create(&self.label()).set(n(r.established()));
+        self.all.bgp_sessions.get_or_create(&self.label()).set(n(r.sessions.len()));
+        self.all.bgp_vips_advertised.get_or_create(&self.label()).set(n(r.advertised_count()));
+    }
     /// Whether this member drains or forwards a drain.
     pub fn set_drain_active(&self, on: bool) {
         self.all.drain_active.get_or_create(&self.label()).set(i64::from(on));
@@ -333,6 +369,10 @@ impl PairMetrics {
         self.all.adverts_ignored.remove(&self.label());
         self.all.drain_active.remove(&self.label());
         self.all.drain_connections.remove(&self.label());
+        self.all.bgp_speaker_up.remove(&self.label());
+        self.all.bgp_sessions_established.remove(&self.label());
+        self.all.bgp_sessions.remove(&self.label());
+        self.all.bgp_vips_advertised.remove(&self.label());
     }
 }
 

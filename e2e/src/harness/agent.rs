@@ -459,6 +459,9 @@ impl AgentLab {
             ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
+        if let Some(r) = &self.routing {
+            envs.extend(r.agent_env(i));
+        }
         envs.extend(extra.iter().cloned());
         Ok(self.topo.spawn(&ns, name, &self.binary, &args, &envs)?)
     }

@@ -150,6 +150,22 @@ impl Routing {
         Ok(routing)
     }
 
+    /// The environment that points member `i`'s agent at its speaker's control socket
+    /// (`--bgp-speaker`, `--frr-vty-dir` / `--bird-socket`).
+    pub fn agent_env(&self, i: usize) -> Vec<(String, String)> {
+        let env = |k: &str, v: String| (k.to_owned(), v);
+        match self.nodes.get(i) {
+            Some(NodeSpeaker::Frr(f)) => {
+                vec![env("HAVIP_BGP_SPEAKER", "frr".into()), env("HAVIP_FRR_VTY_DIR", f.dir().display().to_string())]
+            }
+            Some(NodeSpeaker::Bird(b)) => vec![
+                env("HAVIP_BGP_SPEAKER", "bird".into()),
+                env("HAVIP_BIRD_SOCKET", b.dir().join("bird.ctl").display().to_string()),
+            ],
+            None => Vec::new(),
+        }
+    }
+
     /// The router's best next hops for `prefix`.
     pub fn best_next_hops(&self, prefix: &str) -> Vec<String> {
         self.router.best_next_hops(prefix).unwrap_or_default()

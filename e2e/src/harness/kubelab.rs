@@ -466,11 +466,14 @@ impl KubeLab {
             "--daemonset".to_owned(),
             AGENT_DAEMONSET.to_owned(),
         ];
-        let envs = vec![
+        let mut envs = vec![
             ("KUBECONFIG".to_owned(), self.agent_kubeconfigs[i].display().to_string()),
             ("RUST_LOG".to_owned(), "info,havip_node_agent=debug".to_owned()),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
+        if let Some(r) = &self.routing {
+            envs.extend(r.agent_env(i));
+        }
         let log = self.dir.join(format!("agent-{i}.log"));
         let p = netns::spawn_in(&node.ns, &format!("agent-{i}"), &bin, &args, &envs, &log)?;
         self.agents[i] = Some(p);

@@ -155,6 +155,11 @@ impl Frr {
         Ok(())
     }
 
+    /// The instance's directory (its configuration, logs and vty sockets).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Runs one `vtysh` command against this instance; its output.
     pub fn vtysh(&self, cmd: &str) -> Result<String> {
         let out = Command::new("vtysh")
@@ -224,15 +229,20 @@ impl Frr {
     /// Stops bgpd alone (SIGKILL: a crash, as a graceful restart must survive) and starts
     /// it again.
     pub fn restart_bgpd(&mut self) -> Result<()> {
-        if let Some(i) = self.daemons.iter().position(|(d, _)| d == "bgpd") {
-            let (_, mut p) = self.daemons.remove(i);
-            p.kill_now();
-        }
+        self.kill_bgpd();
         self.start_daemon("bgpd")?;
         wait_for(&format!("{}: bgpd answers again", self.name), Duration::from_secs(10), || {
             self.vtysh("show bgp summary").is_ok()
         })?;
         Ok(())
+    }
+
+    /// SIGKILLs bgpd alone (a crash; its vty socket is left behind, refusing).
+    pub fn kill_bgpd(&mut self) {
+        if let Some(i) = self.daemons.iter().position(|(d, _)| d == "bgpd") {
+            let (_, mut p) = self.daemons.remove(i);
+            p.kill_now();
+        }
     }
 
     /// The last lines of every daemon's log.
@@ -289,6 +299,11 @@ impl Bird {
         let bird = Bird { dir, process: Some(p) };
         wait_for(&format!("{name}: BIRD answers"), Duration::from_secs(10), || bird.birdc("show status").is_ok())?;
         Ok(bird)
+    }
+
+    /// The instance's directory (its configuration and `bird.ctl`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Runs one `birdc` command; its output.

@@ -5,10 +5,11 @@
 //! The state machine's values are mapped to the API's words here, once; both status
 //! writers go through one apply-until-accepted loop. Nothing here decides anything.
 
+use crate::announce::bgp::SpeakerReport;
 use crate::config::{AgentConfig, VipConfig};
 use crate::runtime::{self, Reporter, VipLink};
 use crate::sm;
-use havip_crds::hapair::{PathAddress, PathHeard, VipReadiness};
+use havip_crds::hapair::{BgpAdvertisement, BgpSession, PathAddress, PathHeard, SpeakerStatus, VipReadiness};
 use havip_crds::{
     FloatingIP, GatewayState, HAPair, MemberAlarm, MemberRole, MemberStatus, Operation, OperationKind, OperationResult,
     Transition, TransitionReason, VipState,
@@ -144,6 +145,8 @@ pub(super) struct KubeReporter {
     /// The machine's last transition (its monotonic time) and the wall-clock time it was
     /// first reported at: the member entry's `lastTransition.time`.
     transition_seen: Mutex<Option<(sm::Millis, Time)>>,
+    /// What the node's BGP speaker last said (pairs with routed VIPs).
+    speaker: Mutex<Option<SpeakerStatus>>,
 }
 
 /// What the reporter knows of the configuration (updated on a reconfiguration).
@@ -223,6 +226,7 @@ impl KubeReporter {
             pending: Mutex::new(None),
             last_op: Mutex::new(None),
             transition_seen: Mutex::new(None),
+            speaker: Mutex::new(None),
         };
         (reporter, Outlets { fip: fip_rx, entry: entry_rx, events: events_rx })
     }
@@ -347,6 +351,7 @@ impl KubeReporter {
             last_seen: None,
             draining_to: st.draining.as_ref().map(|(to, _)| to.as_str().to_owned()),
             forwarding_to: st.forwarding_to.as_ref().map(|n| n.as_str().to_owned()),
+            bgp: lock(&self.speaker).clone(),
         }
     }
 }
@@ -401,6 +406,47 @@ impl Reporter for KubeReporter {
     fn links(&self, links: &[VipLink]) {
         *lock(&self.links) = links.to_vec();
         self.fip.send_modify(|_| {});
+    }
+
+    fn speaker(&self, report: &SpeakerReport) {
+        let next = api_speaker(report);
+        let changed = {
+            let mut cur = lock(&self.speaker);
+            let changed = cur.as_ref() != Some(&next);
+            *cur = Some(next.clone());
+            changed
+        };
+        if changed {
+            // The entry as it stands, with the speaker's new word (written like any change).
+            self.entry.send_if_modified(|e| match e {
+                Some(e) if e.bgp.as_ref() != Some(&next) => {
+                    e.bgp = Some(next);
+                    true
+                }
+                _ => false,
+            });
+        }
+    }
+}
+
+/// The speaker's report as the cluster API spells it.
+fn api_speaker(r: &SpeakerReport) -> SpeakerStatus {
+    SpeakerStatus {
+        speaker: r.kind.map(|k| k.as_str().to_owned()),
+        error: r.error.clone(),
+        sessions: r
+            .sessions
+            .iter()
+            .map(|s| BgpSession { peer: s.peer.clone(), state: s.state.clone(), established: s.established })
+            .collect(),
+        advertised: r
+            .advertised
+            .iter()
+            .map(|a| BgpAdvertisement {
+                address: format!("{}/{}", a.address, crate::netlink::host_prefix(a.address)),
+                peers: a.peers.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -49,6 +49,32 @@ impl Runtime {
         }
     }
 
+    /// What the node's BGP speaker said: metrics, the reporter, and a warning when what
+    /// is wrong with it changes (a member that holds routed VIPs the speaker does not
+    /// advertise, or a speaker that does not answer, is unreachable however well havip
+    /// holds them).
+    pub(super) fn speaker_report(&mut self, r: bgp::SpeakerReport) {
+        self.metrics.set_speaker(&r);
+        self.reporter.speaker(&r);
+        let problem = r.problem();
+        if problem != self.speaker_problem {
+            match &problem {
+                Some(p) => tracing::warn!(
+                    speaker = r.kind.map(bgp::SpeakerKind::as_str).unwrap_or("none"),
+                    problem = %p,
+                    "the node's BGP speaker does not carry this pair's routed VIPs"
+                ),
+                None => tracing::info!(
+                    speaker = r.kind.map(bgp::SpeakerKind::as_str).unwrap_or("none"),
+                    sessions = r.established(),
+                    advertised = r.advertised_count(),
+                    "the node's BGP speaker carries this pair's routed VIPs"
+                ),
+            }
+            self.speaker_problem = problem;
+        }
+    }
+
     pub(super) async fn execute(&mut self, action: sm::Action) -> bool {
         match action {
             sm::Action::Persist(p) => {

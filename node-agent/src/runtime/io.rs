@@ -3,7 +3,7 @@
 //! and the observers started for it. Resolving and wiring only: no decision.
 
 use super::task::Runtime;
-use super::types::{ResolvedVip, RuntimeError};
+use super::types::{Event, ResolvedVip, RuntimeError};
 use crate::announce::bgp;
 use crate::config::AgentConfig;
 use crate::heartbeat::{EndpointSpec, PathSpec};
@@ -339,7 +339,35 @@ impl Runtime {
         let ifaces: Vec<String> =
             self.vips.iter().map(|v| v.ingress.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         self.tasks.push(spawn_traffic_sampler(ifaces, self.tx.clone()));
+
+        let routed: Vec<IpAddr> = self.vips.iter().filter(|v| v.routed).map(|v| v.vip.addr).collect();
+        if !routed.is_empty() {
+            self.tasks.push(spawn_speaker_watch(routed, self.holding.clone(), self.tx.clone()));
+        }
     }
+}
+
+/// Asks the node's BGP speaker every [`bgp::speaker::POLL`] (the first time after a
+/// second) for its sessions and, while this member holds the VIPs, what it advertises of
+/// `routed`; the answer goes to the runtime.
+fn spawn_speaker_watch(
+    routed: Vec<IpAddr>,
+    holding: Arc<std::sync::atomic::AtomicBool>,
+    tx: tokio::sync::mpsc::Sender<Event>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let cfg = bgp::speaker::configured();
+        let mut wait = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(wait).await;
+            wait = bgp::speaker::POLL;
+            let held: &[IpAddr] = if holding.load(std::sync::atomic::Ordering::Relaxed) { &routed } else { &[] };
+            let report = bgp::speaker::observe(&cfg, held).await;
+            if tx.send(Event::Speaker(report)).await.is_err() {
+                return;
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -199,6 +199,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         ledger,
         gate,
         routed_epoch: None,
+        speaker_problem: None,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -244,6 +245,7 @@ impl Runtime {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
+                    Some(Event::Speaker(r)) => self.speaker_report(r),
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
                     Some(Event::Reconfigure(cfg, done)) => {
                         let r = self.reconfigure(*cfg).await;

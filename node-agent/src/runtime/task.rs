@@ -56,6 +56,8 @@ pub(super) struct Runtime {
     pub(super) gate: Arc<AnnounceGate>,
     /// The epoch whose metric the routed VIPs on this node carry (`None`: none held).
     pub(super) routed_epoch: Option<u64>,
+    /// What was last wrong with the node's BGP speaker (pairs with routed VIPs).
+    pub(super) speaker_problem: Option<String>,
     pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
 }
 

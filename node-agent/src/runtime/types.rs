@@ -34,6 +34,9 @@ pub trait Reporter: Send + Sync + 'static {
     /// The interfaces the configuration's VIPs resolved to (after a start or a
     /// reconfiguration, before the machine acts on it).
     fn links(&self, _links: &[VipLink]) {}
+    /// What the node's BGP speaker said (pairs with routed VIPs, every
+    /// [`crate::announce::bgp::speaker::POLL`]).
+    fn speaker(&self, _report: &crate::announce::bgp::SpeakerReport) {}
 }
 
 /// A VIP's interface, as resolved from the configuration and the kernel.
@@ -75,6 +78,8 @@ pub enum Reply {
 pub(super) enum Event {
     Input(sm::Input),
     ObserveVips,
+    /// What the node's BGP speaker said (pairs with routed VIPs).
+    Speaker(crate::announce::bgp::SpeakerReport),
     SetKeys(havip_crds::wire::Keyring),
     Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
     Release,

@@ -16,6 +16,20 @@ pub fn is_reporting(s: Option<&MemberStatus>, now: Timestamp) -> bool {
     s.is_some_and(|s| s.last_seen.as_ref().is_none_or(|t| age(now, t) <= NOT_REPORTING_AFTER))
 }
 
+/// What is wrong with a member's BGP speaker, as its agent reported it: it could not be
+/// asked, has no established session, or does not advertise a VIP the member holds.
+pub(super) fn speaker_problem(b: &havip_crds::hapair::SpeakerStatus) -> Option<String> {
+    let name = b.speaker.as_deref().unwrap_or("BGP speaker");
+    if let Some(e) = &b.error {
+        return Some(format!("its {name} cannot be asked: {e}"));
+    }
+    if !b.sessions.iter().any(|s| s.established) {
+        return Some(format!("its {name} has no established BGP session ({} configured)", b.sessions.len()));
+    }
+    let missing: Vec<&str> = b.advertised.iter().filter(|a| a.peers.is_empty()).map(|a| a.address.as_str()).collect();
+    (!missing.is_empty()).then(|| format!("its {name} does not advertise {}", missing.join(", ")))
+}
+
 pub(super) fn protocol_major(v: &str) -> &str {
     v.split('.').next().unwrap_or(v)
 }
@@ -264,6 +278,12 @@ pub fn assess(o: &Observed, revision: &str) -> Assessment {
             if !covered {
                 push(reason::MEMBER_ALARM, format!("{} raises alarm {a}", s.node));
             }
+        }
+    }
+    for s in &reporting {
+        if let Some(problem) = s.bgp.as_ref().and_then(speaker_problem) {
+            let who = if s.role == Some(MemberRole::Active) { "holds the routed VIPs, but" } else { "(a standby):" };
+            push(reason::BGP_NOT_ADVERTISED, format!("{} {who} {problem}", s.node));
         }
     }
     let suspended = alarm_nodes(MemberAlarm::Suspended);

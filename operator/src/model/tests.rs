@@ -243,6 +243,41 @@ fn degraded_config_pending() {
 }
 
 #[test]
+fn degraded_when_a_bgp_speaker_does_not_carry_the_routed_vips() {
+    use havip_crds::hapair::{BgpAdvertisement, BgpSession, SpeakerStatus};
+    let up = BgpSession { peer: "10.0.0.254".to_owned(), state: "Established".to_owned(), established: true };
+    let fine = SpeakerStatus {
+        speaker: Some("FRR".to_owned()),
+        error: None,
+        sessions: vec![up.clone()],
+        advertised: vec![BgpAdvertisement { address: "10.9.0.50/32".to_owned(), peers: vec!["10.0.0.254".to_owned()] }],
+    };
+    let mut o = healthy();
+    m(&mut o, "a").bgp = Some(fine.clone());
+    m(&mut o, "b").bgp = Some(SpeakerStatus { advertised: vec![], ..fine.clone() });
+    assert!(!reasons(&run(&o)).contains(&reason::BGP_NOT_ADVERTISED), "a speaker that carries them: fine");
+    // The holder's speaker holds the VIP but advertises it to nobody.
+    m(&mut o, "a").bgp = Some(SpeakerStatus {
+        advertised: vec![BgpAdvertisement { address: "10.9.0.50/32".to_owned(), peers: vec![] }],
+        ..fine.clone()
+    });
+    degraded_by(&o, reason::BGP_NOT_ADVERTISED, "a holds the routed VIPs, but its FRR does not advertise 10.9.0.50/32");
+    // The standby's speaker cannot be asked: it could not advertise them after a takeover.
+    let mut o = healthy();
+    m(&mut o, "b").bgp = Some(SpeakerStatus {
+        speaker: None,
+        error: Some("no BGP speaker found".to_owned()),
+        ..SpeakerStatus::default()
+    });
+    degraded_by(&o, reason::BGP_NOT_ADVERTISED, "b (a standby): its BGP speaker cannot be asked: no BGP speaker found");
+    // No session is established.
+    let mut o = healthy();
+    let down = BgpSession { established: false, state: "Active".to_owned(), ..up };
+    m(&mut o, "a").bgp = Some(SpeakerStatus { sessions: vec![down], ..fine });
+    degraded_by(&o, reason::BGP_NOT_ADVERTISED, "has no established BGP session (1 configured)");
+}
+
+#[test]
 fn degraded_key_mismatch_by_alarm_and_by_key_id() {
     let mut o = healthy();
     m(&mut o, "b").alarms = vec![MemberAlarm::KeyMismatch];

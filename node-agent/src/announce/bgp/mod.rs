@@ -25,6 +25,10 @@
 //! traffic for it without holding it drops it (the guard, on the links the traffic
 //! arrives on) instead of routing it back to the router.
 
+pub mod speaker;
+
+pub use speaker::{Advertised, Session, SpeakerConfig, SpeakerError, SpeakerKind, SpeakerReport};
+
 /// The dummy interface whose addresses the node's BGP speaker advertises.
 pub const LINK: &str = "havip0";
 
