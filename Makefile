@@ -170,6 +170,9 @@ docs: ## The README and docs/ as a browsable site (mdBook, built once from crate
 demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failover; leaves the lab running
 	@CARGO=$(CARGO) bash hack/demo.sh
 
+demo-bgp: ## The routed tour (root): a router with FRR in front of two netns nodes, a VIP over BGP, a cut, a planned failover
+	@CARGO=$(CARGO) bash hack/demo.sh --bgp
+
 demo-down: ## Remove the demo's lab: processes, namespaces, addresses, files
 	@$(CARGO) build -q -p havip-e2e --bin lab
 	@./target/debug/lab down

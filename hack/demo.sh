@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: step 1 (build havip, showing progress but not a line per crate), then
-# `lab demo` runs steps 2–9 against a new lab that it leaves running.
+# `lab demo` runs steps 2–9 against a new lab that it leaves running. `--bgp` (`make
+# demo-bgp`): the routed tour (a router with FRR, a VIP advertised over BGP).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
@@ -10,10 +11,17 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 
-echo "havip demo: a floating IP on a pair of nodes, a cut cable and a planned failover, all on this machine"
+bgp=
+[[ "${1:-}" == --bgp ]] && bgp=--bgp
+if [[ -n "$bgp" ]]; then
+  echo "havip demo (routed): a VIP advertised over BGP by the holder's FRR, a router in front, a cut cable and a planned failover, all on this machine"
+else
+  echo "havip demo: a floating IP on a pair of nodes, a cut cable and a planned failover, all on this machine"
+fi
 echo
-# nftables, iproute2 and util-linux through apt-get where missing (it says what and why).
-bash hack/prereqs.sh demo
+# nftables, iproute2 and util-linux (and FRR for --bgp) through apt-get where missing
+# (it says what and why).
+bash hack/prereqs.sh "demo${bgp:+-bgp}"
 echo "[1/9] building havip (cargo build --workspace --bins; the first build takes several minutes) …"
 start=$SECONDS
 if [[ -t 2 ]]; then
@@ -31,4 +39,4 @@ fi
 took=$((SECONDS - start))
 if ((took >= 60)); then took="$((took / 60)) min $((took % 60)) s"; else took="$took s"; fi
 echo "      built in $took: havip-agent, havip-operator, kubectl-havip and the lab in target/debug"
-exec ./target/debug/lab demo
+exec ./target/debug/lab demo $bgp

@@ -2,6 +2,7 @@
 # Installs what a make target needs on this machine, saying what and why.
 #
 #   hack/prereqs.sh demo    before `make demo`: network namespaces, nftables, setpriv
+#   hack/prereqs.sh demo-bgp  before `make demo-bgp`: the above and FRR
 #   hack/prereqs.sh test    before `make test`: the above, keepalived, faketime, a C toolchain
 #   hack/prereqs.sh ci      before CI's `make test`: the above, Docker and the kind image tools
 #   hack/prereqs.sh kind    before the kind suite (make kind-e2e, kind-up, kind-node-image): as ci
@@ -30,11 +31,16 @@ demo_pkgs=(
   "nftables|nft|the lab's cable cuts and packet loss (nft rules inside the node namespaces)"
   "util-linux|setpriv|child processes that die with the lab (setpriv --pdeathsig)"
 )
+frr_pkg="frr|/usr/lib/frr/bgpd|the routed lab: FRR (zebra, bgpd, bfdd) on the router and the members (BGP mode)"
+demo_bgp_pkgs=(
+  "${demo_pkgs[@]}"
+  "$frr_pkg"
+)
 test_pkgs=(
   "${demo_pkgs[@]}"
   "keepalived|keepalived|the side-by-side tests and benchmarks against keepalived VRRP"
   "faketime|faketime|an agent whose wall clock stepped (libfaketime)"
-  "frr|/usr/lib/frr/bgpd|the routed lab: FRR (zebra, bgpd, bfdd) on the router and the members (BGP mode)"
+  "$frr_pkg"
   "bird2|bird|the routed lab with BIRD as the members' BGP speaker"
   "make|make|the build entry points"
   "gcc|gcc|crates with build scripts (ring) and the pause binary of the kind image"
@@ -52,12 +58,13 @@ ci_pkgs=(
 
 case "$what" in
   demo) pkgs=("${demo_pkgs[@]}") ;;
+  demo-bgp) pkgs=("${demo_bgp_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;
   # The kind suite's entry points (make kind-e2e, kind-up, kind-node-image) need what CI
   # needs: Docker, and what builds the offline node image.
   ci|kind) pkgs=("${ci_pkgs[@]}") ;;
   *)
-    echo "usage: hack/prereqs.sh [check|list] demo|test|ci|kind" >&2
+    echo "usage: hack/prereqs.sh [check|list] demo|demo-bgp|test|ci|kind" >&2
     exit 2
     ;;
 esac
@@ -92,7 +99,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   say "missing: cargo — install Rust with rustup (https://rustup.rs); rust-toolchain.toml pins the version"
   toolchain_ok=0
 fi
-if [[ "$what" != demo ]] && ! command -v go >/dev/null 2>&1; then
+if [[ "$what" != demo* ]] && ! command -v go >/dev/null 2>&1; then
   say "missing: go — the test tooling (kube-apiserver, etcd, kubectl, helm, kind) is built from Go modules; install Go 1.25 or newer from https://go.dev/dl"
   toolchain_ok=0
 fi

@@ -155,6 +155,11 @@ impl Frr {
         Ok(())
     }
 
+    /// The daemons' process ids (for a lab that records what to kill if it dies).
+    pub fn pids(&self) -> Vec<u32> {
+        self.daemons.iter().filter_map(|(_, p)| p.pid()).collect()
+    }
+
     /// The instance's directory (its configuration, logs and vty sockets).
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -7,8 +7,12 @@
 //! the VIPs back with a planned failover (which must lose no connection attempt), and
 //! prints how to explore the lab. Every step is one numbered line; any failure ends the
 //! demo with an error (the lab stays up for a post-mortem).
+//!
+//! `lab demo --bgp` (`make demo-bgp`) tours a routed lab instead: a router namespace
+//! running FRR in front of the nodes, FRR on each node, a client in another subnet behind
+//! the router, and `examples/hapair-bgp.yaml`; each move is shown in the router's table.
 
-use crate::lifecycle::{State, alive, down, read_state, start};
+use crate::lifecycle::{Routed, State, alive, down, read_state, start};
 use havip_crds::{FloatingIP, HAPair, MemberRole, Phase, VipState};
 use havip_e2e::harness::controlplane::client_from_kubeconfig;
 use havip_e2e::traffic::{ProbeReport, Prober, ProberConfig};
@@ -97,8 +101,8 @@ fn secs(d: Duration) -> String {
     if s < 60.0 { format!("{s:.1} s") } else { format!("{} min {:02} s", d.as_secs() / 60, d.as_secs() % 60) }
 }
 
-/// Runs the demo against a new lab in `dir`.
-pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
+/// Runs the demo against a new lab in `dir` (routed with `bgp`).
+pub fn run(dir: &Path, timeout: Duration, bgp: bool) -> Result<(), String> {
     if let Some(s) = read_state(dir).filter(|s| alive(s.pid)) {
         return Err(format!(
             "a lab is already running in {} (pid {}): `make demo-down` removes it, then run `make demo` again",
@@ -107,7 +111,7 @@ pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
         ));
     }
     let mut out = Out::default();
-    let result = tour(&mut out, dir, timeout);
+    let result = tour(&mut out, dir, timeout, bgp);
     if let Err(e) = result {
         if out.open {
             println!("FAILED");
@@ -121,14 +125,18 @@ pub fn run(dir: &Path, timeout: Duration) -> Result<(), String> {
         } else {
             String::new()
         };
-        return Err(format!("the demo failed: {e}{hint}"));
+        let again = if bgp { "make demo-bgp" } else { "make demo" };
+        return Err(format!("the demo failed: {e}{hint} (then `{again}` starts again)"));
     }
     Ok(())
 }
 
-fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
+fn tour(out: &mut Out, dir: &Path, timeout: Duration, bgp: bool) -> Result<(), String> {
     let started = Instant::now();
     havip_e2e::host::netns::require_root().map_err(|e| format!("the demo needs root (network namespaces): {e}"))?;
+    if bgp && !havip_e2e::host::routing::Frr::available() {
+        return Err("the routed demo needs FRR (bgpd, zebra, bfdd, vtysh): `bash hack/prereqs.sh demo-bgp` installs Debian's frr".to_owned());
+    }
     let agent = havip_e2e::harness::agent::agent_binary().map_err(|e| e.to_string())?;
     havip_e2e::harness::kubelab::operator_binary().map_err(|e| e.to_string())?;
     let plugin = agent.with_file_name("kubectl-havip");
@@ -147,7 +155,7 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     // 3. The lab.
     out.step(3, "starting the lab");
     let t = Instant::now();
-    let state = start(dir, timeout, 2, Some(&testbin))?;
+    let state = start(dir, timeout, 2, bgp, Some(&testbin))?;
     let lab = Lab::from_state(state)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -165,17 +173,27 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
         nodes.join(" and "),
         lab.client_ip
     ));
+    if let Some(r) = &lab.routed {
+        out.detail(&format!(
+            "a router ({}) running FRR peers over eBGP with BFD with the FRR on each node; the client ({}) is behind it, in another subnet",
+            r.router, r.client_ip
+        ));
+    }
     out.detail("havip-operator, and havip-agent on each node");
 
     // 4. The example pair.
-    let example = repo().join("examples/hapair.yaml");
+    let (file, vips, prefix_len) = match &lab.routed {
+        Some(r) => ("examples/hapair-bgp.yaml", r.vips.as_slice(), 32),
+        None => ("examples/hapair.yaml", lab.state.vips.as_slice(), 24),
+    };
+    let example = repo().join(file);
     let text = std::fs::read_to_string(&example).map_err(|e| format!("failed to read {}: {e}", example.display()))?;
-    let adapted = adapt_example(&text, &lab.names, &lab.state.vips, lab.port)?;
-    let saved = dir.join("hapair.yaml");
+    let adapted = adapt_example(file, &text, &lab.names, vips, prefix_len, lab.port)?;
+    let saved = dir.join(example.file_name().unwrap_or_default());
     std::fs::write(&saved, &adapted.yaml).map_err(|e| format!("failed to write {}: {e}", saved.display()))?;
     let pair = adapted.pair.clone();
     let (first, second) = (lab.names[0].clone(), lab.names[1].clone());
-    out.step(4, "applying examples/hapair.yaml (nodes and addresses rewritten for the lab)");
+    out.step(4, &format!("applying {file} (nodes and addresses rewritten for the lab)"));
     let t = Instant::now();
     lab.kubectl(&["apply", "--server-side", "-f", &saved.display().to_string()])?;
     let fips: Vec<String> = adapted.vips.iter().map(|(name, _)| name.clone()).collect();
@@ -189,6 +207,10 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
                 })
             })
     }))?;
+    let (vip_name, vip) = adapted.vips[0].clone();
+    if lab.routed.is_some() {
+        lab.wait_routed(vip, 0, Duration::from_secs(20))?;
+    }
     out.done(&format!("{pair} is Live after {}: {first} holds the VIPs, {second} is standby", secs(t.elapsed())));
     for change in &adapted.changes {
         out.detail(change);
@@ -198,14 +220,29 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     for line in lab.kubectl(&["get", "hapairs,floatingips"])?.lines() {
         out.detail(&format!("  {line}"));
     }
+    if lab.routed.is_some() {
+        lab.show_route(out, vip)?;
+        // What each agent asked its node's FRR (every 5 s): the holder advertises the VIP.
+        rt.block_on(wait_pair(
+            &client,
+            &pair,
+            Duration::from_secs(20),
+            "the holder's FRR to advertise the VIP",
+            |p, _| advertises(p, &first, vip),
+        ))?;
+        out.detail(&format!("$ kubectl havip status {pair}   (each member's FRR, as its agent asked it)"));
+        for line in lab.plugin(&plugin, &["status", &pair])?.lines().filter(|l| l.contains("FRR")) {
+            out.detail(&format!("  {}", line.trim()));
+        }
+    }
 
     // 5. A client.
-    let (vip_name, vip) = adapted.vips[0].clone();
     let target = SocketAddr::from((vip, lab.port));
     out.step(
         5,
         &format!(
-            "starting a client that connects to {target} ({vip_name}) every 5 ms; each node's server answers with its name"
+            "starting a client{} that connects to {target} ({vip_name}) every 5 ms; each node's server answers with its name",
+            if lab.routed.is_some() { " behind the router" } else { "" }
         ),
     );
     let prober = lab.prober(target)?;
@@ -218,6 +255,9 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     let cut_at = Timestamp::now();
     let cut = lab.set_cables(0, false)?;
     prober.wait_for_responder(&second, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    if lab.routed.is_some() {
+        lab.wait_routed(vip, 1, Duration::from_secs(10))?;
+    }
     let p = rt.block_on(wait_pair(&client, &pair, Duration::from_secs(20), "the takeover in the status", |p, _| {
         active(p).as_deref() == Some(second.as_str()) && p.status.as_ref().and_then(|s| s.epoch) > Some(epoch_before)
     }))?;
@@ -235,6 +275,9 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
         report.ok, report.attempts
     ));
     out.detail(&format!("{pair}: {}", describe(&p)));
+    if lab.routed.is_some() {
+        lab.show_route(out, vip)?;
+    }
     rt.block_on(print_events(out, &client, &pair, &fips, cut_at, "the cut"));
 
     // 7. The node comes back: as standby (failback is Manual in the example).
@@ -273,6 +316,9 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
     let asked_at = Timestamp::now();
     let answer = lab.plugin(&plugin, &["failover", &pair])?;
     prober.wait_for_responder(&first, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    if lab.routed.is_some() {
+        lab.wait_routed(vip, 0, Duration::from_secs(10))?;
+    }
     let p = rt.block_on(wait_pair(&client, &pair, Duration::from_secs(20), "Live again", |p, _| {
         phase(p) == Some(Phase::Live) && active(p).as_deref() == Some(first.as_str())
     }))?;
@@ -290,6 +336,9 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration) -> Result<(), String> {
         out.detail(&format!("> {line}"));
     }
     out.detail(&format!("{pair}: {}", describe(&p)));
+    if lab.routed.is_some() {
+        lab.show_route(out, vip)?;
+    }
     rt.block_on(print_events(out, &client, &pair, &fips, asked_at, "the request"));
 
     // 9. Exploring.
@@ -359,6 +408,8 @@ struct Lab {
     client_ns: String,
     client_ip: Ipv4Addr,
     port: u16,
+    /// A routed lab's router and the client behind it.
+    routed: Option<Routed>,
 }
 
 impl Lab {
@@ -371,7 +422,8 @@ impl Lab {
         if state.node_names.len() < 2 || state.node_ips.len() != state.node_names.len() || state.vips.is_empty() {
             return Err(missing("two nodes with addresses, and VIPs"));
         }
-        Ok(Self { names: state.node_names.clone(), state, switch, client_ns, client_ip, port })
+        let routed = state.routed.clone();
+        Ok(Self { names: state.node_names.clone(), state, switch, client_ns, client_ip, port, routed })
     }
 
     /// `kubectl <args>` against the lab; stdout, or an error with stderr.
@@ -407,9 +459,66 @@ impl Lab {
         Ok(stdout)
     }
 
-    /// A client in the client namespace connecting to `target` every 5 ms.
+    /// A client connecting to `target` every 5 ms: in the client namespace, or in a
+    /// routed lab behind the router.
     fn prober(&self, target: SocketAddr) -> Result<Prober, String> {
-        Prober::start(&self.client_ns, ProberConfig::new(target)).map_err(|e| e.to_string())
+        Prober::start(self.client(), ProberConfig::new(target)).map_err(|e| e.to_string())
+    }
+
+    /// The client's namespace.
+    fn client(&self) -> &str {
+        self.routed.as_ref().map_or(self.client_ns.as_str(), |r| r.client.as_str())
+    }
+
+    /// `ip route show <vip>` in the router's namespace (its kernel's route, which FRR's
+    /// zebra installs from BGP's best path).
+    fn router_route(&self, vip: Ipv4Addr) -> Result<String, String> {
+        let r = self.routed.as_ref().ok_or("not a routed lab")?;
+        let args = ["-n", r.router.as_str(), "route", "show", &vip.to_string()];
+        let out = Command::new("ip").args(args).output().map_err(|e| format!("failed to run `ip`: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Waits (every 20 ms) until the router's only next hop for `vip` is node `i`.
+    fn wait_routed(&self, vip: Ipv4Addr, i: usize, timeout: Duration) -> Result<(), String> {
+        let want = [self.state.node_ips[i]];
+        let start = Instant::now();
+        loop {
+            let route = self.router_route(vip)?;
+            if next_hops(&route) == want {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(format!(
+                    "the router does not route {vip} to {} within {timeout:?}; it has: {route:?}",
+                    self.names[i]
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The router's route to `vip`, as a detail line.
+    fn show_route(&self, out: &mut Out, vip: Ipv4Addr) -> Result<(), String> {
+        let route = self.router_route(vip)?;
+        let hops = next_hops(&route);
+        let to: Vec<String> = hops
+            .iter()
+            .map(|h| match self.state.node_ips.iter().position(|n| n == h) {
+                Some(i) => format!("{h} ({})", self.names[i]),
+                None => h.to_string(),
+            })
+            .collect();
+        out.detail(&format!("the router routes {vip} to {}:", to.join(" and ")));
+        let router = self.routed.as_ref().map(|r| r.router.as_str()).unwrap_or_default();
+        out.detail(&format!("  $ ip -n {router} route show {vip}"));
+        for line in route.lines() {
+            out.detail(&format!("  {}", line.trim()));
+        }
+        Ok(())
     }
 
     /// The `ip` commands that unplug (`up == false`) or plug in node `i`'s cables, run.
@@ -435,6 +544,23 @@ fn cable_command(switch: &str, node: &str, link: &str, up: bool) -> Vec<String> 
         .iter()
         .map(|s| (*s).to_owned())
         .collect()
+}
+
+/// The next hops (`via <ip>`) of an `ip route show` answer, in order.
+fn next_hops(route: &str) -> Vec<Ipv4Addr> {
+    let words: Vec<&str> = route.split_whitespace().collect();
+    words.windows(2).filter(|w| w[0] == "via").filter_map(|w| w[1].parse().ok()).collect()
+}
+
+/// Whether member `node`'s status says its speaker advertises `vip` to some peer.
+fn advertises(p: &HAPair, node: &str, vip: Ipv4Addr) -> bool {
+    let prefix = format!("{vip}/32");
+    p.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter(|m| m.node == node)
+        .filter_map(|m| m.bgp.as_ref())
+        .any(|b| b.advertised.iter().any(|a| a.address == prefix && !a.peers.is_empty()))
 }
 
 fn phase(p: &HAPair) -> Option<Phase> {
@@ -596,7 +722,7 @@ fn explore(lab: &Lab, pair: &str, vip: &Ipv4Addr, kubectl_dir: &Path, bin_dir: &
         .map(|l| format!("ip {}", cable_command(&lab.switch, first, l, false).join(" ")))
         .collect();
     let logs = lab.state.logs.as_deref().unwrap_or(dir);
-    vec![
+    let mut lines = vec![
         format!("export KUBECONFIG={}", lab.state.kubeconfig.display()),
         "# kubectl, and kubectl-havip (the plugin behind `kubectl havip`):".to_owned(),
         format!("export PATH={}:{}:$PATH", kubectl_dir.display(), bin_dir.display()),
@@ -605,12 +731,26 @@ fn explore(lab: &Lab, pair: &str, vip: &Ipv4Addr, kubectl_dir: &Path, bin_dir: &
         format!("kubectl havip failover {pair}"),
         format!("kubectl get events --field-selector involvedObject.name={pair} --sort-by=.eventTime"),
         "# who answers on the VIP, asked from the client:".to_owned(),
-        format!("ip netns exec {} bash -c 'cat </dev/tcp/{vip}/{}'", lab.client_ns, lab.port),
+        format!("ip netns exec {} bash -c 'cat </dev/tcp/{vip}/{}'", lab.client(), lab.port),
         format!("# cut {first} off by hand (`up` instead of `down` plugs it back in):"),
         cut.join("; "),
         format!("# logs: {}/{{operator,agent-0,agent-1}}.log", logs.display()),
-        "make demo-down    # stops and removes the lab".to_owned(),
-    ]
+    ];
+    if let Some(r) = &lab.routed {
+        let vtysh = |ns: &str, dir: &Path, cmd: &str| {
+            format!("ip netns exec {ns} vtysh --vty_socket {} -c '{cmd}'", dir.display())
+        };
+        lines.push("# the router: its BGP sessions, the VIP's paths, and the route it installed".to_owned());
+        lines.push(vtysh(&r.router, &r.router_vty, "show bgp summary"));
+        lines.push(vtysh(&r.router, &r.router_vty, &format!("show bgp ipv4 unicast {vip}/32")));
+        lines.push(format!("ip -n {} route show {vip}", r.router));
+        if let (Some(ns), Some(vty)) = (lab.state.nodes.first(), r.node_vty.first()) {
+            lines.push(format!("# {first}'s FRR: what it advertises to the router"));
+            lines.push(vtysh(ns, vty, &format!("show bgp ipv4 unicast neighbors {} advertised-routes", r.router_ip)));
+        }
+    }
+    lines.push("make demo-down    # stops and removes the lab".to_owned());
+    lines
 }
 
 /// `examples/hapair.yaml` made to run in the lab, and what was changed.
@@ -626,11 +766,18 @@ struct Adapted {
     vips: Vec<(String, Ipv4Addr)>,
 }
 
-/// Rewrites an example for the lab: the HAPair's members become the lab's nodes (in
-/// order), each FloatingIP's address becomes one of the lab's VIPs (the lab's data
-/// network is a /24), and probe ports become the one port the lab's nodes serve.
-/// Everything else is applied as written.
-fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> Result<Adapted, String> {
+/// Rewrites example `file` for the lab: the HAPair's members become the lab's nodes (in
+/// order), each FloatingIP's address becomes one of the lab's VIPs with `prefix_len`
+/// (24: on the lab's data network; 32: a routed host address), and probe ports become
+/// the one port the lab's nodes serve. Everything else is applied as written.
+fn adapt_example(
+    file: &str,
+    text: &str,
+    nodes: &[String],
+    vips: &[Ipv4Addr],
+    prefix_len: u8,
+    port: u16,
+) -> Result<Adapted, String> {
     use serde_yaml::Value;
     let mut docs = Vec::new();
     let (mut renamed, mut moved) = (Vec::new(), Vec::new());
@@ -638,7 +785,7 @@ fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> 
     let mut pair = None;
     let mut fips = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(text) {
-        let mut v = Value::deserialize(doc).map_err(|e| format!("examples/hapair.yaml: {e}"))?;
+        let mut v = Value::deserialize(doc).map_err(|e| format!("{file}: {e}"))?;
         if v.is_null() {
             continue;
         }
@@ -688,8 +835,8 @@ fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> 
                     .get(fips.len())
                     .ok_or_else(|| format!("more FloatingIPs than the lab's {} VIPs", vips.len()))?;
                 let slot = spec.get_mut("address").ok_or_else(|| format!("FloatingIP {name} has no address"))?;
-                moved.push((slot.as_str().unwrap_or_default().to_owned(), format!("{lab_vip}/24")));
-                *slot = Value::from(format!("{lab_vip}/24"));
+                moved.push((slot.as_str().unwrap_or_default().to_owned(), format!("{lab_vip}/{prefix_len}")));
+                *slot = Value::from(format!("{lab_vip}/{prefix_len}"));
                 if let Some(ports) = spec.get_mut("probe").and_then(|p| p.get_mut("ports")) {
                     let lab_ports = Value::Sequence(vec![Value::from(port)]);
                     if *ports != lab_ports {
@@ -699,17 +846,17 @@ fn adapt_example(text: &str, nodes: &[String], vips: &[Ipv4Addr], port: u16) -> 
                 }
                 fips.push((name, lab_vip));
             }
-            other => return Err(format!("examples/hapair.yaml: unexpected kind {other:?}")),
+            other => return Err(format!("{file}: unexpected kind {other:?}")),
         }
         docs.push(v);
     }
-    let pair = pair.ok_or("examples/hapair.yaml has no HAPair")?;
+    let pair = pair.ok_or_else(|| format!("{file} has no HAPair"))?;
     let mut changes = vec![pair_list("members", &renamed), pair_list("VIPs", &moved)];
     if ports_changed {
         changes.push(format!("probe ports → {port} (the port on which the lab's nodes serve)"));
     }
     let mut yaml = format!(
-        "# examples/hapair.yaml, rewritten for the lab by `lab demo`:\n{}\n",
+        "# {file}, rewritten for the lab by `lab demo`:\n{}\n",
         changes.iter().map(|c| format!("#   {c}")).collect::<Vec<_>>().join("\n")
     );
     for (i, d) in docs.iter().enumerate() {
@@ -743,7 +890,7 @@ mod tests {
         let text = std::fs::read_to_string(repo().join("examples/hapair.yaml")).expect("example");
         let nodes = vec!["n0".to_owned(), "n1".to_owned()];
         let vips = vec![Ipv4Addr::new(10, 123, 0, 50), Ipv4Addr::new(10, 123, 0, 51)];
-        adapt_example(&text, &nodes, &vips, 8080).expect("adapted")
+        adapt_example("examples/hapair.yaml", &text, &nodes, &vips, 24, 8080).expect("adapted")
     }
 
     #[test]
@@ -784,7 +931,7 @@ mod tests {
     #[test]
     fn an_example_with_more_members_than_lab_nodes_is_refused() {
         let text = "kind: HAPair\nmetadata: {name: p}\nspec:\n  members: [{node: a}, {node: b}, {node: c}]\n";
-        let err = adapt_example(text, &["n0".to_owned(), "n1".to_owned()], &[Ipv4Addr::LOCALHOST], 8080)
+        let err = adapt_example("x.yaml", text, &["n0".to_owned(), "n1".to_owned()], &[Ipv4Addr::LOCALHOST], 24, 8080)
             .expect_err("refused");
         assert!(err.contains("3 members; the lab has 2 nodes"), "{err}");
     }

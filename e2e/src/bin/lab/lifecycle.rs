@@ -52,6 +52,29 @@ pub(crate) struct State {
     /// The directory of the operator's and the agents' logs.
     #[serde(default)]
     pub(crate) logs: Option<PathBuf>,
+    /// A routed lab (`--bgp`): the router, its FRR and the client behind it.
+    #[serde(default)]
+    pub(crate) routed: Option<Routed>,
+}
+
+/// What a routed lab (`lab up --bgp`) adds: a router namespace running FRR that peers
+/// (eBGP, BFD) with the FRR of every node, and a client in another subnet behind it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub(crate) struct Routed {
+    /// The router's namespace (the nodes' gateway).
+    pub(crate) router: String,
+    /// The router's address on the nodes' data network (their BGP neighbour).
+    pub(crate) router_ip: Ipv4Addr,
+    /// The router's FRR directory (`vtysh --vty_socket <dir>`).
+    pub(crate) router_vty: PathBuf,
+    /// Each node's FRR directory, in node order.
+    pub(crate) node_vty: Vec<PathBuf>,
+    /// The client behind the router.
+    pub(crate) client: String,
+    /// Its address.
+    pub(crate) client_ip: Ipv4Addr,
+    /// Addresses outside every subnet of the lab, for routed VIPs (`10.<k>.9.50` …).
+    pub(crate) vips: Vec<Ipv4Addr>,
 }
 
 fn state_path(dir: &Path) -> PathBuf {
@@ -71,7 +94,13 @@ pub(crate) fn alive(pid: u32) -> bool {
 /// Starts `lab serve` in the background (no lab may be running in `dir`) and waits until
 /// it has written its state file. `testbin`: the directory of kube-apiserver, etcd and
 /// kubectl, when the caller knows it (`HAVIP_TESTBIN_DIR` for the lab).
-pub(crate) fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option<&Path>) -> Result<State, String> {
+pub(crate) fn start(
+    dir: &Path,
+    timeout: Duration,
+    nodes: usize,
+    bgp: bool,
+    testbin: Option<&Path>,
+) -> Result<State, String> {
     // Leftovers of a lab that died: clean them first.
     if dir.exists() {
         down(dir)?;
@@ -93,6 +122,7 @@ pub(crate) fn start(dir: &Path, timeout: Duration, nodes: usize, testbin: Option
         .arg("serve")
         .arg("--nodes")
         .arg(nodes.to_string())
+        .args(bgp.then_some("--bgp"))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -180,9 +210,12 @@ pub(crate) fn down(dir: &Path) -> Result<(), String> {
 }
 
 /// Runs the lab in the foreground (a bare control plane, or with `nodes` node
-/// namespaces the whole Kubernetes lab), writes its [`State`] once ready, and stops it
-/// on SIGTERM or SIGINT.
-pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
+/// namespaces the whole Kubernetes lab, routed with `bgp`), writes its [`State`] once
+/// ready, and stops it on SIGTERM or SIGINT.
+pub(crate) fn serve(dir: &Path, nodes: usize, bgp: bool) -> Result<(), String> {
+    if bgp && nodes == 0 {
+        return Err("--bgp needs node namespaces (--nodes 2 or more)".to_owned());
+    }
     // Either a bare control plane, or the whole Kubernetes lab with node namespaces.
     let (cp_holder, kube_lab);
     let state = if nodes == 0 {
@@ -203,6 +236,7 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             service_port: None,
             kubectl: Some(cp.testbin().kubectl()),
             logs: None,
+            routed: None,
         };
         cp_holder = Some(cp);
         kube_lab = None;
@@ -217,12 +251,20 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             operator,
             dir: Some(dir.join("kubelab")),
             chart_rbac: false,
-            bgp: None,
+            bgp: bgp.then_some(havip_e2e::harness::bgp::Speaker::Frr),
         })
         .map_err(|e| e.to_string())?;
         let mut children = lab.cp.pids();
         children.extend(lab.agents.iter().flatten().filter_map(|p| p.pid()));
         children.extend(lab.operator.iter().filter_map(|p| p.pid()));
+        if let Some(r) = &lab.routing {
+            children.extend(r.router.pids());
+            for n in &r.nodes {
+                if let havip_e2e::harness::bgp::NodeSpeaker::Frr(f) = n {
+                    children.extend(f.pids());
+                }
+            }
+        }
         let state = State {
             pid: std::process::id(),
             kubeconfig: lab.cp.kubeconfig(),
@@ -238,6 +280,7 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
             service_port: Some(havip_e2e::harness::agent::SERVICE_PORT),
             kubectl: Some(lab.cp.testbin().kubectl()),
             logs: Some(lab.dir().to_owned()),
+            routed: routed(&lab),
         };
         cp_holder = None;
         kube_lab = Some(lab);
@@ -269,4 +312,27 @@ pub(crate) fn serve(dir: &Path, nodes: usize) -> Result<(), String> {
     drop(cp_holder);
     let _ = std::fs::remove_file(state_path(dir));
     Ok(())
+}
+
+/// The routed part of a lab's [`State`], when it has one.
+fn routed(lab: &havip_e2e::harness::kubelab::KubeLab) -> Option<Routed> {
+    use havip_e2e::harness::bgp::NodeSpeaker;
+    let routing = lab.routing.as_ref()?;
+    let client = lab.topo.routed_client()?;
+    Some(Routed {
+        router: lab.topo.gateway().ns.clone(),
+        router_ip: lab.topo.gateway().ip,
+        router_vty: routing.router.dir().to_owned(),
+        node_vty: routing
+            .nodes
+            .iter()
+            .map(|n| match n {
+                NodeSpeaker::Frr(f) => f.dir().to_owned(),
+                NodeSpeaker::Bird(b) => b.dir().to_owned(),
+            })
+            .collect(),
+        client: client.ns.clone(),
+        client_ip: client.ip,
+        vips: (0..4).map(|j| lab.topo.routed_vip(j)).collect(),
+    })
 }

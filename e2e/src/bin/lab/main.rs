@@ -36,6 +36,11 @@ enum Cmd {
         /// objects, an agent each, and the operator (root only; 0 = control plane only).
         #[arg(long, default_value_t = 0)]
         nodes: usize,
+        /// A routed lab: a router namespace running FRR in front of the nodes, FRR on
+        /// every node peering with it (eBGP, BFD), and a client behind the router in
+        /// another subnet (needs --nodes; FRR from Debian's `frr` package).
+        #[arg(long)]
+        bgp: bool,
     },
     /// Stop the lab and remove everything it created.
     Down,
@@ -49,6 +54,10 @@ enum Cmd {
         /// How long to wait for the lab to start, in seconds.
         #[arg(long, default_value_t = 180)]
         timeout: u64,
+        /// The routed tour (`make demo-bgp`): a router with FRR in front of the nodes,
+        /// examples/hapair-bgp.yaml, and a client in another subnet.
+        #[arg(long)]
+        bgp: bool,
     },
     /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
     #[command(hide = true)]
@@ -56,6 +65,9 @@ enum Cmd {
         /// Node namespaces.
         #[arg(long, default_value_t = 0)]
         nodes: usize,
+        /// Routed (see `up --bgp`).
+        #[arg(long)]
+        bgp: bool,
     },
 }
 
@@ -67,11 +79,11 @@ fn main() -> ExitCode {
         havip_e2e::host::logging::init_tracing();
     }
     let result = match args.command {
-        Cmd::Up { timeout, nodes } => up(&args.dir, Duration::from_secs(timeout), nodes),
+        Cmd::Up { timeout, nodes, bgp } => up(&args.dir, Duration::from_secs(timeout), nodes, bgp),
         Cmd::Down => down(&args.dir),
         Cmd::Status => status(&args.dir),
-        Cmd::Demo { timeout } => demo::run(&args.dir, Duration::from_secs(timeout)),
-        Cmd::Serve { nodes } => serve(&args.dir, nodes),
+        Cmd::Demo { timeout, bgp } => demo::run(&args.dir, Duration::from_secs(timeout), bgp),
+        Cmd::Serve { nodes, bgp } => serve(&args.dir, nodes, bgp),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -82,14 +94,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
+fn up(dir: &Path, timeout: Duration, nodes: usize, bgp: bool) -> Result<(), String> {
     if let Some(state) = read_state(dir).filter(|s| alive(s.pid)) {
         println!("# a lab is already running (pid {})", state.pid);
         println!("export KUBECONFIG={}", state.kubeconfig.display());
         return Ok(());
     }
     eprintln!("starting etcd and kube-apiserver (log: {}) …", dir.join("lab.log").display());
-    let state = start(dir, timeout, nodes, None)?;
+    let state = start(dir, timeout, nodes, bgp, None)?;
     println!("export KUBECONFIG={}", state.kubeconfig.display());
     eprintln!("lab is up: API server {}; `lab down` removes it", state.server);
     for (i, ns) in state.nodes.iter().enumerate() {
@@ -100,6 +112,16 @@ fn up(dir: &Path, timeout: Duration, nodes: usize) -> Result<(), String> {
     }
     if let Some(c) = &state.client {
         eprintln!("  client: ip netns exec {c} …");
+    }
+    if let Some(r) = &state.routed {
+        eprintln!(
+            "  router: ip netns exec {} vtysh --vty_socket {} -c 'show bgp summary'",
+            r.router,
+            r.router_vty.display()
+        );
+        eprintln!("  client behind the router ({}): ip netns exec {} …", r.client_ip, r.client);
+        let vips: Vec<String> = r.vips.iter().map(|v| format!("{v}/32")).collect();
+        eprintln!("  routed VIPs (announceMode: BGP): {}", vips.join(", "));
     }
     Ok(())
 }
