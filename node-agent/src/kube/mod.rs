@@ -35,6 +35,7 @@ mod pairs;
 mod pass;
 mod plan;
 mod report;
+mod resume;
 mod snapshot;
 mod watches;
 

@@ -2,12 +2,12 @@
 //! server does not answer, from its last snapshot), applying a new configuration, and
 //! stopping one.
 
-use super::config::{ClusterView, agent_config};
 use super::interfaces::interface_addresses;
 use super::lease::KubeLease;
 use super::options::{KubeAgentOptions, OFFLINE_AFTER};
-use super::plan::{Memory, RunMemory};
+use super::plan::Memory;
 use super::report::{self, KubeReporter};
+use super::resume::{self, Resume};
 use super::{leftovers, snapshot};
 use crate::config::AgentConfig;
 use crate::heartbeat::Hub;
@@ -15,7 +15,7 @@ use crate::metrics::AgentMetrics;
 use crate::runtime::{self, Handle, Options, RuntimeError};
 use crate::sm;
 use crate::state::StateFile;
-use havip_crds::{FloatingIP, HAPair};
+use havip_crds::HAPair;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
@@ -59,49 +59,30 @@ pub(super) async fn start_from_snapshots(
         tracing::warn!(after = ?OFFLINE_AFTER, "the API server has not answered; no pair to resume from a snapshot");
         return (running, memory);
     }
-    for name in names {
-        let snap = match snapshot::PairSnapshot::load(&dir, &name) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(pair = %name, error = %e, "cannot resume the pair from its snapshot");
-                continue;
+    // Observe: the snapshots, and this node's addresses on the interfaces they name.
+    let loaded: Vec<_> = names.into_iter().map(|n| (n.clone(), snapshot::PairSnapshot::load(&dir, &n))).collect();
+    let local_interfaces = interface_addresses(&resume::interfaces_named(&loaded)).await;
+    // Plan (pure), then apply.
+    for decision in resume::resume(&opts.node, &opts.namespace, loaded, &local_interfaces) {
+        match decision {
+            Resume::Start { name, pair, cfg, memory: remembered } => {
+                match start_pair(client, opts, metrics, hub, &pair, *cfg).await {
+                    Ok(run) => {
+                        memory.running.insert(name.clone(), *remembered);
+                        tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
+                        running.insert(name, run);
+                    }
+                    Err(e) => {
+                        metrics.io_error("pair_start");
+                        tracing::error!(pair = %name, error = %e, "failed to resume the pair from its snapshot");
+                    }
+                }
             }
-        };
-        if !snap.pair.spec.members.iter().any(|m| m.node == opts.node) {
-            continue;
-        }
-        let ifnames: Vec<String> = snap.pair.spec.heartbeat.paths.iter().filter_map(|x| x.interface.clone()).collect();
-        let local_interfaces = interface_addresses(&ifnames).await;
-        let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = snap.nodes.iter().cloned().map(Arc::new).collect();
-        let secrets: Vec<Arc<k8s_openapi::api::core::v1::Secret>> =
-            snap.secrets.iter().cloned().map(Arc::new).collect();
-        let fips: Vec<&FloatingIP> = snap.fips.iter().collect();
-        let view = ClusterView {
-            node: &opts.node,
-            namespace: &opts.namespace,
-            nodes: &nodes,
-            fips: &fips,
-            secrets: &secrets,
-            local_interfaces: &local_interfaces,
-        };
-        let cfg = match agent_config(&snap.pair, &view) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(pair = %name, error = %e, "cannot build the pair's configuration from its snapshot");
-                continue;
+            Resume::NotAMember { name } => {
+                tracing::debug!(pair = %name, "the snapshot's pair does not name this node: not resumed");
             }
-        };
-        let mut remembered = RunMemory::started(&cfg, snap.pair.metadata.uid.clone());
-        remembered.snapshot = Some(snap.digest());
-        match start_pair(client, opts, metrics, hub, &snap.pair, cfg).await {
-            Ok(run) => {
-                memory.running.insert(name.clone(), remembered);
-                tracing::warn!(pair = %name, "the API server has not answered: the pair runs on its last applied configuration");
-                running.insert(name, run);
-            }
-            Err(e) => {
-                metrics.io_error("pair_start");
-                tracing::error!(pair = %name, error = %e, "failed to resume the pair from its snapshot");
+            Resume::Refused { name, why } => {
+                tracing::warn!(pair = %name, error = %why, "cannot resume the pair from its snapshot");
             }
         }
     }
