@@ -330,13 +330,15 @@ impl PairMetrics {
     pub fn set_alarm(&self, alarm: &str, on: bool) {
         self.all.alarms.get_or_create(&self.named(alarm)).set(i64::from(on));
     }
-    /// What the node's BGP speaker said (pairs with routed VIPs).
-    pub fn set_speaker(&self, r: &crate::announce::bgp::SpeakerReport) {
+    /// What the node's BGP speaker said (pairs with routed VIPs): whether it answered,
+    /// its sessions, how many of them are established, and how many held VIPs it
+    /// advertises.
+    pub fn set_speaker(&self, up: bool, sessions: usize, established: usize, advertised: usize) {
         let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
-        self.all.bgp_speaker_up.get_or_create(&self.label()).set(i64::from(r.error.is_none()));
-        self.all.bgp_sessions_established.get_or_create(&self.label()).set(n(r.established()));
-        self.all.bgp_sessions.get_or_create(&self.label()).set(n(r.sessions.len()));
-        self.all.bgp_vips_advertised.get_or_create(&self.label()).set(n(r.advertised_count()));
+        self.all.bgp_speaker_up.get_or_create(&self.label()).set(i64::from(up));
+        self.all.bgp_sessions_established.get_or_create(&self.label()).set(n(established));
+        self.all.bgp_sessions.get_or_create(&self.label()).set(n(sessions));
+        self.all.bgp_vips_advertised.get_or_create(&self.label()).set(n(advertised));
     }
     /// Whether this member drains or forwards a drain.
     pub fn set_drain_active(&self, on: bool) {

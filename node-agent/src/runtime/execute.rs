@@ -54,7 +54,7 @@ impl Runtime {
     /// advertise, or a speaker that does not answer, is unreachable however well havip
     /// holds them).
     pub(super) fn speaker_report(&mut self, r: bgp::SpeakerReport) {
-        self.metrics.set_speaker(&r);
+        self.metrics.set_speaker(r.error.is_none(), r.sessions.len(), r.established(), r.advertised_count());
         self.reporter.speaker(&r);
         let problem = r.problem();
         if problem != self.speaker_problem {
