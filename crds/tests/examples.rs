@@ -28,6 +28,7 @@ fn examples() -> Vec<(String, serde_yaml::Value)> {
 fn examples_parse_into_typed_resources() {
     let docs = examples();
     let mut pairs = 0;
+    let mut routed = 0;
     let mut fips = 0;
     let (mut pools, mut services) = (0, 0);
     for (file, doc) in docs {
@@ -46,6 +47,9 @@ fn examples_parse_into_typed_resources() {
                     &p.spec.flap_suspension.within,
                 ] {
                     parse_duration(d).unwrap_or_else(|e| panic!("{file}: {e}"));
+                }
+                if p.spec.announce_mode == havip_crds::AnnounceMode::BGP {
+                    routed += 1;
                 }
                 pairs += 1;
             }
@@ -72,8 +76,9 @@ fn examples_parse_into_typed_resources() {
             other => panic!("{file}: unexpected kind {other:?}"),
         }
     }
-    // Two IPv4 VIPs, one IPv6 pair, one failback pair.
-    assert_eq!(pairs, 3, "expected three example pairs");
+    // Two IPv4 VIPs, one IPv6 pair, one failback pair, one routed (BGP) pair.
+    assert_eq!(pairs, 4, "expected four example pairs");
+    assert_eq!(routed, 1, "examples/hapair-bgp.yaml: announceMode BGP");
     assert_eq!((pools, services), (1, 1), "the LoadBalancer example: a pool and a Service");
     assert!(fips >= 4, "expected at least four FloatingIPs");
 }
