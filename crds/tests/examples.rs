@@ -31,6 +31,18 @@ fn examples_parse_into_typed_resources() {
     let mut routed = 0;
     let mut fips = 0;
     let (mut pools, mut services) = (0, 0);
+    // Every example applies beside the others (the API-server test applies them all):
+    // no two objects of one kind share a name.
+    let mut names = std::collections::BTreeMap::new();
+    for (file, doc) in &docs {
+        let key = (
+            doc["kind"].as_str().unwrap_or_default().to_owned(),
+            doc["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        );
+        if let Some(other) = names.insert(key.clone(), file.clone()) {
+            panic!("{} {} is in both {other} and {file}", key.0, key.1);
+        }
+    }
     for (file, doc) in docs {
         match doc["kind"].as_str() {
             Some("HAPair") => {

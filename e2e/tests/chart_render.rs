@@ -620,6 +620,7 @@ fn exported_series() -> BTreeSet<String> {
     pair.drain_forwarded(0, 0);
     pair.set_drain_connections(0);
     pair.drain_connections_cut(0);
+    pair.set_speaker(true, 2, 2, 1);
     agent.watch_event("HAPair", "applied");
     let operator = havip_operator::metrics::Metrics::new();
     operator.reconciled("hapair", "ok", std::time::Duration::from_millis(1));
