@@ -443,7 +443,7 @@ fn api_speaker(r: &SpeakerReport) -> SpeakerStatus {
             .advertised
             .iter()
             .map(|a| BgpAdvertisement {
-                address: format!("{}/{}", a.address, crate::netlink::host_prefix(a.address)),
+                address: crate::announce::bgp::speaker::host_route(a.address),
                 peers: a.peers.clone(),
             })
             .collect(),

@@ -21,7 +21,6 @@ const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
 const LATE_CAS_LIMIT: Duration = Duration::from_secs(30);
 
 impl Runtime {
-    /// Executes one action; returns whether it changed the kernel's VIPs.
     /// Keeps the metric of the routed VIPs held here equal to the epoch they are held
     /// under (see [`bgp::route_metric`]): a holder whose epoch moved on without adding
     /// its VIPs again (one adopted at a restart, a claim renewed under a newer epoch)
@@ -75,6 +74,7 @@ impl Runtime {
         }
     }
 
+    /// Executes one action; returns whether it changed the kernel's VIPs.
     pub(super) async fn execute(&mut self, action: sm::Action) -> bool {
         match action {
             sm::Action::Persist(p) => {

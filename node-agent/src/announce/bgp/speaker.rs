@@ -204,8 +204,8 @@ pub async fn observe(cfg: &SpeakerConfig, held: &[IpAddr]) -> SpeakerReport {
     }
 }
 
-/// The host prefix of `ip` as the speakers write it.
-fn host_route(ip: IpAddr) -> String {
+/// The host prefix of `ip` as the speakers (and the member status) write it.
+pub(crate) fn host_route(ip: IpAddr) -> String {
     format!("{ip}/{}", crate::netlink::host_prefix(ip))
 }
 
