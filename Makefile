@@ -7,7 +7,7 @@ export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
 .PHONY: testbin-metallb
-.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report e2e lab-up lab-down docs demo demo-down clean
+.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report chaos e2e lab-up lab-down docs demo demo-control-plane demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -62,10 +62,15 @@ test: prereqs lint testbin ## Everything CI runs (root runs the network-namespac
 	$(CARGO) run -q -p havip-crds --bin crdgen -- --check
 	$(MAKE) --no-print-directory chart-check
 	$(MAKE) --no-print-directory simulate SCHEDULES=20000 SEED=1
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory chaos DURATION=3m; else echo "chaos: SKIPPED: needs root"; fi
 
 bench-failover: ## Failover gaps of havip vs keepalived, and MetalLB L2 once `make testbin-metallb` built it (root): JSON lines; RUNS=10
 	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-e2e --bin bench-failover
 	HAVIP_AGENT_BIN=$(CURDIR)/target/release/havip-agent ./target/release/bench-failover --runs $(or $(RUNS),10)
+
+chaos: testbin ## A chaos run on the Kubernetes lab (root): DURATION=10m, SEED=n (fresh and printed when unset), FAULTS=k (a schedule prefix), OUT=file
+	$(CARGO) build --workspace --bins
+	./target/debug/chaos --duration $(or $(DURATION),10m) $(if $(filter command line environment,$(origin SEED)),--seed $(SEED)) $(if $(FAULTS),--faults $(FAULTS)) $(if $(OUT),--out $(OUT))
 
 e2e: testbin ## End-to-end suite on the local control plane (root): operator, agents, plugin
 	$(CARGO) build --workspace --bins
@@ -172,6 +177,11 @@ demo: ## A guided tour (root): a pair on two netns nodes, a cut, a planned failo
 
 demo-bgp: ## The routed tour (root): a router with FRR in front of two netns nodes, a VIP over BGP, a cut, a planned failover
 	@CARGO=$(CARGO) bash hack/demo.sh --bgp
+
+demo-control-plane: ## The control-plane VIP's tour (root): etcd + kube-apiserver on three netns nodes, havip voting; a killed API server, a cut node, kubectl through the VIP
+	@$(CARGO) build -q --workspace --bins
+	@bash hack/testbin.sh control-plane >/dev/null
+	@./target/debug/lab demo-control-plane
 
 demo-down: ## Remove the demo's lab: processes, namespaces, addresses, files
 	@$(CARGO) build -q -p havip-e2e --bin lab

@@ -3,7 +3,7 @@
 # `FROM scratch` image needs nothing else and no base image is pulled), one build
 # context per image under target/images/, then `docker build`.
 #
-#   hack/images.sh                 # havip/havip-operator:dev, havip/havip-agent:dev, havip/havip-e2e-tools:dev
+#   hack/images.sh                 # havip/havip-operator:dev, havip/havip-agent:dev, havip/havip-e2e-tools:dev, havip/havip-frr:dev
 #   IMAGE_PREFIX=ghcr.io/me TAG=0.1.0 hack/images.sh
 #   hack/images.sh --binaries-only # just the static binaries
 #
@@ -43,3 +43,8 @@ for spec in operator:havip-operator:havip-operator agent:havip-agent:havip-agent
   size=$(docker image inspect -f '{{.Size}}' "${prefix}/${image}:${tag}")
   echo "${prefix}/${image}:${tag} $(( size / 1024 / 1024 )) MiB"
 done
+# havip-frr: Debian's FRR for the chart's in-pod speaker (agent.bgp.frr.inPod), where FRR is
+# installed here (hack/prereqs.sh installs it).
+if [[ -x /usr/lib/frr/bgpd ]]; then
+  IMAGE_PREFIX="$prefix" TAG="$tag" bash hack/frr-image.sh
+fi

@@ -210,6 +210,70 @@ string_enum! {
 }
 
 string_enum! {
+    /// What a node check (`kubectl havip doctor`, `havip-agent doctor`) found wrong in a
+    /// member's environment (`members[].findings[].check`); [`DoctorCheck::fix`] says what
+    /// to do about it.
+    pub enum DoctorCheck {
+        /// The agent lacks a capability it needs (`CAP_NET_ADMIN`: addresses, routes,
+        /// nftables; `CAP_NET_RAW`: ARP/NA and their listeners).
+        MissingCapability = "MissingCapability",
+        /// Strict reverse-path filtering (`rp_filter=1`) on an interface that heartbeats
+        /// arrive on, while the route back to that peer leaves by another interface: the
+        /// kernel drops them.
+        RpFilterDropsHeartbeats = "RpFilterDropsHeartbeats",
+        /// `arp_ignore` on a VIP's interface keeps the kernel from answering ARP for the
+        /// VIP (8: never; 2: only to senders in the VIP's own subnet, none for a `/32`).
+        ArpIgnoreHidesVip = "ArpIgnoreHidesVip",
+        /// A VIP is the first IPv4 address of its interface (the interface has none of its
+        /// own before it): kubelet, CNIs and the kernel take it for the node's address.
+        VipIsFirstAddress = "VipIsFirstAddress",
+        /// A peer is heard on some heartbeat paths but not on this one (its port blocked, a
+        /// route or a filter in between): a path less to tell a dead peer from a cut one.
+        HeartbeatPathSilent = "HeartbeatPathSilent",
+        /// A VIP is a Node's address in the Kubernetes API (`status.addresses`): kubelet or
+        /// a cloud provider reported it, and whatever routes to that Node follows the VIP.
+        VipIsNodeAddress = "VipIsNodeAddress",
+    }
+}
+
+impl DoctorCheck {
+    /// What to do about it.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            DoctorCheck::MissingCapability => {
+                "run the agent with CAP_NET_ADMIN and CAP_NET_RAW (the chart's DaemonSet and the static pod ask for both; \
+                 a PodSecurity or runtime policy may have dropped them)"
+            }
+            DoctorCheck::RpFilterDropsHeartbeats => {
+                "set loose reverse-path filtering on that interface and on all (sysctl net.ipv4.conf.all.rp_filter=2 and \
+                 net.ipv4.conf.IFACE.rp_filter=2; the kernel uses the larger of the two), or route the peer's address \
+                 back through the interface its heartbeats arrive on"
+            }
+            DoctorCheck::ArpIgnoreHidesVip => {
+                "set net.ipv4.conf.IFACE.arp_ignore and net.ipv4.conf.all.arp_ignore to 0 or 1 (the kernel uses the \
+                 larger of the two)"
+            }
+            DoctorCheck::VipIsFirstAddress => {
+                "give the interface its own IPv4 address before any VIP (re-adding the node's address puts it after the \
+                 VIPs: add it back, then move the VIPs once with kubectl havip failover); pin kubelet's --node-ip and \
+                 the CNI's interface address (README: VIPs are not the node's address)"
+            }
+            DoctorCheck::HeartbeatPathSilent => {
+                "let UDP to the heartbeat port through on that path in both directions (firewall, security group, \
+                 nftables), and check that each member's address on the path routes there"
+            }
+            DoctorCheck::VipIsNodeAddress => {
+                "start kubelet with --node-ip set to the node's own address (kubeadm: nodeRegistration.kubeletExtraArgs), \
+                 then restart kubelet; a cloud provider's node addresses must not include the VIP"
+            }
+            DoctorCheck::Other(_) => {
+                "see the agent's documentation for this check (an agent newer than this tool wrote it)"
+            }
+        }
+    }
+}
+
+string_enum! {
     /// Why a role changed (`lastTransition.reason` of the pair and of each member).
     ///
     /// The names after `|` are those agents wrote before they reported these reasons

@@ -113,9 +113,11 @@ pub struct AnnounceSpec {
     /// unsolicited NA — clients share a broadcast domain with the members. `BGP`: the
     /// VIP is a host address (/32, /128) of the agent's dummy interface `havip0` on the
     /// holder only, and the node's own BGP speaker (FRR, BIRD) advertises that
-    /// interface's connected routes — clients anywhere behind the routers. Default: the
-    /// HAPair's `spec.announceMode` (itself `L2` by default). The burst and repeat fields
-    /// are for `L2` only. See docs/bgp.md.
+    /// interface's connected routes — clients anywhere behind the routers. `Both`: the
+    /// two at once on the holder (the address of the link, announced, and the host
+    /// address of `havip0`, advertised). Default: the HAPair's `spec.announceMode`
+    /// (itself `L2` by default). The burst and repeat fields are for `L2` and `Both`.
+    /// See docs/bgp.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<AnnounceMode>,
 
@@ -167,6 +169,10 @@ pub enum AnnounceMode {
     /// A host address of the dummy interface `havip0`, advertised by the node's BGP
     /// speaker as a connected route.
     BGP,
+    /// Both at once: an address of the VIP's link, announced at layer 2, and a host
+    /// address of `havip0` that the node's BGP speaker advertises — for clients on the
+    /// members' segment and clients behind routers alike.
+    Both,
 }
 
 impl AnnounceMode {
@@ -175,12 +181,18 @@ impl AnnounceMode {
         *self == AnnounceMode::default()
     }
 
-    /// The word of the spec (`L2`, `BGP`).
+    /// The word of the spec (`L2`, `BGP`, `Both`).
     pub fn as_str(self) -> &'static str {
         match self {
             AnnounceMode::L2 => "L2",
             AnnounceMode::BGP => "BGP",
+            AnnounceMode::Both => "Both",
         }
+    }
+
+    /// Whether the node's BGP speaker advertises the VIP (`BGP`, `Both`).
+    pub fn advertises(self) -> bool {
+        matches!(self, AnnounceMode::BGP | AnnounceMode::Both)
     }
 }
 

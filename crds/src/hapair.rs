@@ -65,11 +65,22 @@ pub struct HAPairSpec {
     pub paused: bool,
 
     /// How the pair's FloatingIPs are made known unless a FloatingIP (or its VIPPool)
-    /// says otherwise: `L2` (default; gratuitous ARP / unsolicited NA) or `BGP` (a host
+    /// says otherwise: `L2` (default; gratuitous ARP / unsolicited NA), `BGP` (a host
     /// address of the dummy interface `havip0`, advertised by the node's own BGP
-    /// speaker; docs/bgp.md).
+    /// speaker; docs/bgp.md) or `Both` (the two at once).
     #[serde(default, skip_serializing_if = "crate::AnnounceMode::is_default")]
     pub announce_mode: crate::AnnounceMode,
+
+    /// Routed VIPs (`BGP` mode): every member that is a ready standby (not holding, not
+    /// fenced, not in maintenance) also hands its node's speaker a **backup path** of each
+    /// routed VIP — a route in the kernel table the agent's `--bgp-backup-table` names
+    /// (default 104), which the speaker imports and advertises with the worse preference
+    /// its configuration gives it (AS-path prepend, MED, LOCAL_PREF) — so that routers
+    /// already know the next path. Traffic that follows a backup path to a member that
+    /// does not hold the VIP is dropped there, never routed back. Default false. See
+    /// docs/bgp.md, "Backup paths".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bgp_backup_paths: bool,
 
     /// Timing profile: `Standard` (heartbeat 100 ms, timeout 300 ms; a cut active is
     /// replaced in about 300 ms) or `Fast` (heartbeat 30 ms, timeout 90 ms, probes every
@@ -651,6 +662,22 @@ pub struct MemberStatus {
     /// control socket every 5 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<SpeakerStatus>,
+    /// What the agent's checks of its node found wrong (`kubectl havip doctor` prints them
+    /// with the fix), checked at the pair's start and every minute; empty when all is well.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
+}
+
+/// One thing wrong in a member's environment, found by the agent's node checks.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// Which check (its fix: [`crate::DoctorCheck::fix`]).
+    pub check: crate::DoctorCheck,
+    /// What it is about: an interface, a VIP, a peer and path.
+    pub subject: String,
+    /// What was seen.
+    pub detail: String,
 }
 
 /// What a member's BGP speaker says (pairs with routed VIPs).

@@ -25,14 +25,16 @@ pub use havip_wire as wire;
 /// The witness protocol (in `havip-wire`).
 pub use havip_wire::witness;
 
-pub use contract::{GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason};
+pub use contract::{
+    DoctorCheck, GatewayState, MemberAlarm, MemberRole, OperationKind, OperationResult, TransitionReason,
+};
 pub use floatingip::{
     AnnounceMode, AnnounceSpec, FloatingIP, FloatingIPSpec, FloatingIPStatus, HealthCheck, ProbeSpec, VipState,
 };
 pub use hapair::{
-    FailbackMode, FailbackSpec, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath, HeartbeatSpec,
-    KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase, QuarantineSpec,
-    SecretRef, TakeoverSpec, Transition,
+    FailbackMode, FailbackSpec, Finding, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath,
+    HeartbeatSpec, KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase,
+    QuarantineSpec, SecretRef, TakeoverSpec, Transition,
 };
 pub use vippool::{Block, Family, SharingScope, VIPPool, VIPPoolSpec, VIPPoolStatus};
 

@@ -97,6 +97,11 @@ pub const KEY_ROTATION_STARTED: &str = "KeyRotationStarted";
 pub const KEY_ROTATED: &str = "KeyRotated";
 /// A member's reported role changed.
 pub const MEMBER_ROLE_CHANGED: &str = "MemberRoleChanged";
+/// Routed VIPs: the member whose speaker advertises a VIP changed (as the members'
+/// speakers report it).
+pub const ROUTE_MOVED: &str = "RouteMoved";
+/// Routed VIPs: no member's speaker advertises a VIP any more.
+pub const ROUTE_WITHDRAWN: &str = "RouteWithdrawn";
 /// A reconcile failed (on any object the operator reconciles).
 pub const RECONCILE_ERROR: &str = "ReconcileError";
 
@@ -191,6 +196,8 @@ pub const ALL: &[&str] = &[
     KEY_ROTATION_STARTED,
     KEY_ROTATED,
     MEMBER_ROLE_CHANGED,
+    ROUTE_MOVED,
+    ROUTE_WITHDRAWN,
     RECONCILE_ERROR,
     ACCEPTED,
     ADDRESS_IN_USE,

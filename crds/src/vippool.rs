@@ -76,8 +76,8 @@ pub struct VIPPoolSpec {
     #[serde(default, skip_serializing_if = "SharingScope::is_default")]
     pub sharing_scope: SharingScope,
 
-    /// How the pool's addresses are made known: `L2` or `BGP` (see the FloatingIP's
-    /// `announce.mode`). Default: the pair's `spec.announceMode`. In `BGP` mode the
+    /// How the pool's addresses are made known: `L2`, `BGP` or `Both` (see the
+    /// FloatingIP's `announce.mode`). Default: the pair's `spec.announceMode`. In `BGP` mode the
     /// addresses need not be in any node's subnet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announce_mode: Option<crate::AnnounceMode>,

@@ -14,7 +14,8 @@
 //! - [`baselines`]: keepalived and MetalLB, run in the same topologies;
 //! - [`scenarios`]: the end-to-end scenarios, written once against
 //!   [`harness::cluster::Cluster`];
-//! - [`bench`](mod@bench): what the benchmark binaries share.
+//! - [`bench`](mod@bench): what the benchmark binaries share;
+//! - [`chaos`]: the chaos run's nemesis, checker and lab (on [`harness::kubelab`]).
 //!
 //! The modules are also re-exported here under their former flat names
 //! (`havip_e2e::netns`, `havip_e2e::agent`, …), which the tests use. `e2e/README.md`
@@ -22,6 +23,7 @@
 
 pub mod baselines;
 pub mod bench;
+pub mod chaos;
 pub mod harness;
 pub mod host;
 pub mod scenarios;
@@ -29,7 +31,7 @@ pub mod traffic;
 
 pub use baselines::{keepalived, metallb};
 pub use bench::footprint;
-pub use harness::{agent, api, bgp, certs, cluster, controlplane, kind, kubelab, testbin};
+pub use harness::{agent, api, bgp, certs, cluster, controlplane, cpcluster, kind, kubelab, testbin};
 pub use host::logging::init_tracing;
 pub use host::{netns, process, routing};
 pub use scenarios::kind as kind_scenarios;

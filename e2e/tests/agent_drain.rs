@@ -100,12 +100,14 @@ fn vip(lab: &AgentLab, ip: Ip) -> (IpAddr, SocketAddr) {
 /// Brings the pair up (n0 holds the VIP, the client reaches it, n1 probed it) and
 /// returns a prober of `target` that n0 answered.
 fn bring_up(lab: &AgentLab, target: SocketAddr) -> Prober {
-    let v4 = havip_e2e::agent::bring_up(lab, UP);
-    if target == lab.target() {
-        return v4;
-    }
-    drop(v4);
-    let p = Prober::on_client(&lab.topo, target).expect("prober");
+    drop(havip_e2e::agent::bring_up(lab, UP));
+    // 200 ms to connect and to answer, not the prober's default 50 ms: a SYN that a move
+    // loses costs the client a 1 s retransmission, which this still fails on, while a
+    // 50 ms stall of the loaded 2-core machine (CI runs two labs at once) failed a
+    // probe of the IPv6 move once without anything lost.
+    let config =
+        ProberConfig::new(target).connect_timeout(Duration::from_millis(200)).read_timeout(Duration::from_millis(200));
+    let p = Prober::start(&lab.topo.client().ns, config).expect("prober");
     p.wait_for_responder("n0", Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     p
 }
@@ -293,29 +295,7 @@ fn drain_keeps_established_connections(ip: Ip) {
     });
     // The agent reads them once a second. (The mid-handshake connections were closed
     // by the client: they are not n0's any more.)
-    let mut seen: Vec<Option<f64>> = Vec::new();
-    let counted = netns::wait_until(
-        "n0 to count the drained connections",
-        Duration::from_secs(3),
-        Duration::from_millis(50),
-        || {
-            let now = metric(&lab, 0, "havip_agent_drain_connections");
-            if seen.last() != Some(&now) {
-                seen.push(now);
-            }
-            Ok(now == Some(CONNS as f64))
-        },
-    );
-    if let Err(e) = counted {
-        let ss = netns::exec(&lab.topo.node(0).ns, "ss", &["-Htn", "state", "established", "sport", "=", ":8080"])
-            .unwrap_or_default();
-        panic!(
-            "{e}: havip_agent_drain_connections on n0 read {seen:?} in turn, while n0 has {} established connections on port 8080 \
-             (the listener is dual-stack: IPv4 ones are v4-mapped IPv6 sockets):\n{ss}\n{}",
-            ss.lines().count(),
-            lab.diagnostics()
-        );
-    }
+    wait_counted_drained(&lab, CONNS);
     // Until the drain's last second (an observation period, 5 s after the flip): not one
     // connection broke, every one is answered.
     std::thread::sleep((flip + Duration::from_secs(5)).saturating_duration_since(Instant::now()));
@@ -378,14 +358,49 @@ fn planned_move_with_drain_keeps_established_connections_ipv6() {
     drain_keeps_established_connections(Ip::V6);
 }
 
-/// The sockets of n0's listener that are established with the client's `ports`.
-fn n0_established_from(lab: &AgentLab, ports: &[u16]) -> usize {
+/// The peers of the sockets of n0's listener that are established.
+fn n0_established_peers(lab: &AgentLab) -> Vec<String> {
     let ss =
         netns::exec(&lab.topo.node(0).ns, "ss", &["-Htn", "state", "established", "sport", "=", ":8080"]).expect("ss");
-    ss.lines()
-        .filter_map(|l| l.split_whitespace().nth(3))
-        .filter(|peer| ports.iter().any(|p| peer.ends_with(&format!(":{p}"))))
-        .count()
+    ss.lines().filter_map(|l| l.split_whitespace().nth(3)).map(str::to_string).collect()
+}
+
+/// The sockets of n0's listener that are established with the client's `ports`.
+fn n0_established_from(lab: &AgentLab, ports: &[u16]) -> usize {
+    n0_established_peers(lab).iter().filter(|peer| ports.iter().any(|p| peer.ends_with(&format!(":{p}")))).count()
+}
+
+/// Waits until n0's agent counts as drained exactly the connections n0's kernel holds
+/// established on the VIP's port, `at_least` of them (the test's own). More than the
+/// test's are legitimate: a connection that straddled the flip completes at n0 and is
+/// drained like the test's — the standby's own data-plane probe of the VIP (CI saw one
+/// from n1's address) or a prober's. Returns how many there were.
+fn wait_counted_drained(lab: &AgentLab, at_least: usize) -> usize {
+    let mut seen: Vec<(Option<f64>, usize)> = Vec::new();
+    let mut total = 0;
+    let counted = netns::wait_until(
+        "n0 to count the drained connections",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || {
+            let now = metric(lab, 0, "havip_agent_drain_connections");
+            total = n0_established_peers(lab).len();
+            if seen.last() != Some(&(now, total)) {
+                seen.push((now, total));
+            }
+            Ok(total >= at_least && now == Some(total as f64))
+        },
+    );
+    if let Err(e) = counted {
+        let ss = n0_established_peers(lab).join("\n");
+        panic!(
+            "{e}: (havip_agent_drain_connections, established on n0) read {seen:?} in turn, {at_least} of them the \
+             test's; n0's established peers on port 8080 (the listener is dual-stack: IPv4 ones are v4-mapped IPv6 \
+             sockets):\n{ss}\n{}",
+            lab.diagnostics()
+        );
+    }
+    total
 }
 
 /// A connection the client closes during the drain closes on the old holder too: its
@@ -443,7 +458,9 @@ fn a_connection_the_client_closes_during_the_drain_closes_on_the_old_holder() {
 fn drained_connections_are_counted(ip: Ip) {
     let Some(lab) = drain_lab("5s", ip) else { return };
     let (vip, target) = vip(&lab, ip);
-    let _prober = bring_up(&lab, target);
+    // The prober stops before the move (a probe connection caught by the flip completes
+    // at n0 too and is drained: wait_counted_drained accepts such strays).
+    drop(bring_up(&lab, target));
     let half = HalfOpen::open(&lab.topo.client().ns, target, 20000..20004, Duration::from_secs(2)).expect("half-open");
     let _ = planned_failover(&lab, 0);
     wait_draining(&lab, ip, vip);
@@ -453,22 +470,14 @@ fn drained_connections_are_counted(ip: Ip) {
     wait(&lab, "the connections to be established on n0", Duration::from_secs(2), || {
         n0_established_from(&lab, &ports) == 4
     });
-    let mut seen = None;
-    let counted = netns::wait_until(
-        "n0 to count 4 drained connections",
-        Duration::from_secs(3),
-        Duration::from_millis(50),
-        || {
-            seen = metric(&lab, 0, "havip_agent_drain_connections");
-            Ok(seen == Some(4.0))
-        },
-    );
-    assert!(counted.is_ok(), "havip_agent_drain_connections on n0 is {seen:?}; 4 connections are established on {vip}");
+    let counted = wait_counted_drained(&lab, 4);
     wait(&lab, "the drain to end", Duration::from_secs(8), || clean(&lab, 0) && draining_to(&lab, 0).is_none());
     wait(&lab, "n0 to count the cut connections", Duration::from_secs(2), || {
         metric(&lab, 0, "havip_agent_drain_connections_cut_total").is_some()
     });
-    assert_eq!(metric(&lab, 0, "havip_agent_drain_connections_cut_total"), Some(4.0), "{}", lab.metrics(0));
+    // The test's four stay open to the end; a stray one may have closed meanwhile.
+    let cut = metric(&lab, 0, "havip_agent_drain_connections_cut_total").unwrap_or(0.0);
+    assert!((4.0..=counted as f64).contains(&cut), "{cut} cut, 4 to {counted} expected\n{}", lab.metrics(0));
 }
 
 #[test]

@@ -59,6 +59,7 @@ fn forged(seq: u64) -> Vec<u8> {
             op: None,
         },
         session: Some(wire::Session { id: 0x5eed, echo: 0 }),
+        echoes: Vec::new(),
     };
     wire::encode(&hb, &wire::Key { id: 1, secret: b"not the pair's key, not at all".to_vec() })
 }

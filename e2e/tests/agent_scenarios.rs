@@ -35,6 +35,17 @@ fn bring_up_higher_priority_holds_the_vip() {
     assert_eq!(a.label.as_deref(), Some("eth0:hv"));
     assert_eq!(lab.role(0).as_deref(), Some("Active"));
     assert_eq!(lab.role(1).as_deref(), Some("Standby"));
+    // Both members measure both paths' round trips from each other's echoes, well under
+    // the heartbeat timeout on this quiet segment.
+    for i in 0..2 {
+        for path in ["data", "mgmt"] {
+            let filter = format!("path=\"{path}\"");
+            let count = lab.metric_sum(i, "havip_agent_heartbeat_rtt_seconds_count", &[&filter]);
+            let sum = lab.metric_sum(i, "havip_agent_heartbeat_rtt_seconds_sum", &[&filter]);
+            assert!(count >= 5.0, "n{i} measured {count} round trips on {path}: {}", lab.metrics(i));
+            assert!(sum / count < 0.05, "n{i}'s mean round trip on {path} is {} s", sum / count);
+        }
+    }
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "{}", report.summary());
 }
@@ -119,10 +130,16 @@ fn management_path_down_only_moves_nothing() {
     let Some(lab) = lab(PairOptions::default()) else { return };
     let prober = bring_up(&lab);
     lab.topo.cut_cable(0, Link::Mgmt).expect("cut mgmt");
+    let round_trips =
+        |path: &str| lab.metric_sum(1, "havip_agent_heartbeat_rtt_seconds_count", &[&format!("path=\"{path}\"")]);
+    let (mgmt, data) = (round_trips("mgmt"), round_trips("data"));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(lab.holders(0).expect("holders"), vec![0], "{}", lab.diagnostics());
     let st = lab.status(1).expect("status");
     assert_eq!(st["peers"][0]["heardOn"], serde_json::json!(["data"]), "heard on data only: {st}");
+    // The cut path measures no round trip any more; the other keeps measuring.
+    assert_eq!(round_trips("mgmt"), mgmt, "no round trip on the cut path");
+    assert!(round_trips("data") > data, "the data path's round trips go on");
     let report = prober.stop().expect("report");
     assert_eq!(report.failed, 0, "{}", report.summary());
 }
@@ -213,6 +230,7 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
             op: None,
         },
         session: Some(wire::Session { id: 0x5eed, echo: 0 }),
+        echoes: Vec::new(),
     };
     let forged = wire::encode(&hb, &forged_key);
     // Under the real key, without a session (as n0 sent before sessions existed): n0
@@ -290,6 +308,7 @@ fn ipv6_vip_is_added_without_dad_and_announced_with_unsolicited_na() {
     let a = netns::addresses(&n0.ns, "eth0").expect("addresses");
     let v = a.iter().find(|x| x.ip == vip6).expect("IPv6 VIP on n0");
     assert!(!v.tentative && !v.dadfailed, "added with nodad: usable at once: {v:?}");
+    assert!(v.deprecated, "never the source of n0's own connections (README: VIPs are not the node's address): {v:?}");
     // The client resolves the IPv6 VIP to n0, then a planned failover moves it and the
     // unsolicited NA (override flag) rewrites the client's existing entry to n1's MAC.
     let client = lab.topo.client();

@@ -36,8 +36,15 @@ fn the_chart_runs_the_pair_under_its_own_service_accounts_and_refuses_the_rest()
         return;
     }
     havip_e2e::init_tracing();
-    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true, bgp: None })
-        .expect("lab");
+    let mut lab = KubeLab::start(KubeLabOptions {
+        nodes: 2,
+        operator: true,
+        dir: None,
+        chart_rbac: true,
+        bgp: None,
+        ..Default::default()
+    })
+    .expect("lab");
     let live = lab.block_on(async {
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(15), "Live under the chart's RBAC", |p| {
@@ -288,8 +295,15 @@ fn live_lab() -> Option<KubeLab> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: true, bgp: None })
-        .expect("lab");
+    let lab = KubeLab::start(KubeLabOptions {
+        nodes: 2,
+        operator: true,
+        dir: None,
+        chart_rbac: true,
+        bgp: None,
+        ..Default::default()
+    })
+    .expect("lab");
     lab.block_on(async {
         lab.apply(&lab.pair_yaml("web")).await.expect("apply");
         lab.wait_pair("web", Duration::from_secs(15), "Live under the chart's RBAC", |p| {

@@ -526,6 +526,61 @@ fn the_agents_metrics_bind_address_and_probes() {
     assert!(e.contains("loopback"), "{e}");
 }
 
+/// `agent.bgp.frr.inPod`: zebra, bgpd and bfdd from the havip-frr image beside the agent,
+/// sharing an emptyDir for their sockets, which the agent reads bgpd's vty socket from (not
+/// the node's hostPath), the speaker forced to FRR, the configuration in a ConfigMap; never
+/// privileged, every capability dropped but the daemon's own. Without a configuration the
+/// chart refuses; without inPod none of it is there.
+#[test]
+fn the_in_pod_frr_runs_beside_the_agent_and_shares_its_sockets() {
+    let Some(helm) = helm() else { return };
+    let conf = "frr defaults datacenter\nrouter bgp 64600\n";
+    let o = render(
+        &helm,
+        "havip-system",
+        &["--set", "agent.bgp.frr.inPod=true", "--set-string", &format!("agent.bgp.frr.config={conf}")],
+    );
+    let ds = o.get("DaemonSet", "havip-agent");
+    let spec = &ds["spec"]["template"]["spec"];
+    let containers = spec["containers"].as_sequence().expect("containers");
+    let names: Vec<&str> = containers.iter().map(|c| str_of(&c["name"])).collect();
+    assert_eq!(names, ["agent", "frr-zebra", "frr-bgpd", "frr-bfdd"]);
+    let agent = &containers[0];
+    assert_eq!(env(agent, "HAVIP_BGP_SPEAKER").as_deref(), Some("frr"));
+    let vty =
+        agent["volumeMounts"].as_sequence().expect("mounts").iter().find(|m| m["name"].as_str() == Some("frr-vty"));
+    assert_eq!(vty.and_then(|m| m["mountPath"].as_str()), env(agent, "HAVIP_FRR_VTY_DIR").as_deref());
+    let volumes = spec["volumes"].as_sequence().expect("volumes");
+    let vol = volumes.iter().find(|v| v["name"].as_str() == Some("frr-vty")).expect("frr-vty volume");
+    assert!(vol["emptyDir"].is_mapping() && vol["hostPath"].is_null(), "{vol:?}");
+    for c in &containers[1..] {
+        let daemon = str_of(&c["name"]).trim_start_matches("frr-");
+        assert_eq!(c["command"][0].as_str(), Some(format!("/usr/lib/frr/{daemon}").as_str()));
+        assert!(str_of(&c["image"]).contains("/havip-frr:"), "{:?}", c["image"]);
+        let sc = &c["securityContext"];
+        assert_eq!((sc["privileged"].as_bool(), sc["capabilities"]["drop"][0].as_str()), (Some(false), Some("ALL")));
+        let mounts: Vec<&str> =
+            c["volumeMounts"].as_sequence().expect("mounts").iter().map(|m| str_of(&m["mountPath"])).collect();
+        assert!(mounts.contains(&"/var/run/frr") && mounts.contains(&"/etc/frr"), "{mounts:?}");
+    }
+    assert!(
+        containers[2]["securityContext"]["capabilities"]["add"]
+            .as_sequence()
+            .expect("caps")
+            .iter()
+            .any(|c| c.as_str() == Some("NET_BIND_SERVICE"))
+    );
+    let cm = o.get("ConfigMap", "havip-agent-frr");
+    assert_eq!(cm["data"]["frr.conf"].as_str(), Some(conf));
+
+    let e = template(&helm, "havip-system", &["--set", "agent.bgp.frr.inPod=true"]).expect_err("no configuration");
+    assert!(e.contains("agent.bgp.frr.config"), "{e}");
+    let o = render(&helm, "havip-system", &[]);
+    let spec = &o.get("DaemonSet", "havip-agent")["spec"]["template"]["spec"];
+    assert_eq!(spec["containers"].as_sequence().map(Vec::len), Some(1));
+    assert!(o.names("ConfigMap").iter().all(|n| !n.ends_with("-frr")));
+}
+
 #[test]
 fn the_schema_refuses_bad_values() {
     let Some(helm) = helm() else { return };
@@ -605,6 +660,7 @@ fn exported_series() -> BTreeSet<String> {
     let pair = agent.pair("web");
     pair.sent("data");
     pair.received("data");
+    pair.rtt("data", std::time::Duration::from_micros(250));
     pair.dropped("data", "bad_mac");
     pair.set_role("Active", &["Active"]);
     pair.set_epoch(1);
@@ -621,6 +677,7 @@ fn exported_series() -> BTreeSet<String> {
     pair.set_drain_connections(0);
     pair.drain_connections_cut(0);
     pair.set_speaker(true, 2, 2, 1);
+    pair.bgp_route_change("advertised");
     agent.watch_event("HAPair", "applied");
     let operator = havip_operator::metrics::Metrics::new();
     operator.reconciled("hapair", "ok", std::time::Duration::from_millis(1));
@@ -892,6 +949,8 @@ fn the_dashboard_parses_and_reads_only_exported_series() {
         "Holder over time",
         "Failovers",
         "Heartbeats received per path",
+        "Heartbeat round trip per path (p99)",
+        "Pairs by phase",
         "Probe results",
     ] {
         assert!(titles.contains(&want), "no panel {want}: {titles:?}");
@@ -900,6 +959,8 @@ fn the_dashboard_parses_and_reads_only_exported_series() {
         "havip_agent_role",
         "havip_agent_role_transitions_total",
         "havip_agent_heartbeats_received_total",
+        "havip_agent_heartbeat_rtt_seconds_bucket",
+        "havip_operator_pairs",
         "havip_agent_probes_total",
         "havip_agent_vips_held",
         "havip_operator_leader",

@@ -49,8 +49,15 @@ fn the_floating_ip_status_names_its_holder_a_foreign_host_and_nobody() {
     }
     havip_e2e::init_tracing();
     // The lab's nodes serve the pair's probe port from the start.
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None })
-        .expect("lab");
+    let lab = KubeLab::start(KubeLabOptions {
+        nodes: 2,
+        operator: true,
+        dir: None,
+        chart_rbac: false,
+        bgp: None,
+        ..Default::default()
+    })
+    .expect("lab");
     lab.block_on(lab.apply(&lab.pair_yaml(PAIR))).expect("apply the pair");
     lab.block_on(lab.wait_pair(PAIR, Duration::from_secs(10), "n0 active", |p| {
         p.status.as_ref().and_then(|s| s.active.as_deref()) == Some("n0")

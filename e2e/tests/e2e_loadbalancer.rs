@@ -25,8 +25,15 @@ const PORT: u16 = 80;
 /// `lan` of ten addresses on the data network held by it; both members standing by.
 /// Returns the lab and the pool's first address.
 fn lab_with_pool() -> (KubeLab, std::net::Ipv4Addr) {
-    let lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None })
-        .expect("lab");
+    let lab = KubeLab::start(KubeLabOptions {
+        nodes: 2,
+        operator: true,
+        dir: None,
+        chart_rbac: false,
+        bgp: None,
+        ..Default::default()
+    })
+    .expect("lab");
     let (net, _) = lab.topo.data_subnet();
     let o = net.octets();
     let first = std::net::Ipv4Addr::new(o[0], o[1], o[2], 60);

@@ -14,8 +14,15 @@ fn local(nodes: usize) -> Option<LocalCluster> {
         return None;
     }
     havip_e2e::init_tracing();
-    let lab =
-        KubeLab::start(KubeLabOptions { nodes, operator: true, dir: None, chart_rbac: false, bgp: None }).expect("lab");
+    let lab = KubeLab::start(KubeLabOptions {
+        nodes,
+        operator: true,
+        dir: None,
+        chart_rbac: false,
+        bgp: None,
+        ..Default::default()
+    })
+    .expect("lab");
     Some(LocalCluster::new(lab))
 }
 

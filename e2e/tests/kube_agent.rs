@@ -50,8 +50,7 @@ fn agents_elect_record_the_lease_and_report_status() {
         return;
     }
     havip_e2e::init_tracing();
-    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false, bgp: None })
-        .expect("lab");
+    let mut lab = KubeLab::start(KubeLabOptions::agents_only(2)).expect("lab");
     create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
         // n0 (priority 200) becomes active; its role change is a Lease CAS.
@@ -93,8 +92,7 @@ fn lab_with_pair() -> Option<KubeLab> {
         return None;
     }
     havip_e2e::init_tracing();
-    let mut lab = KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false, bgp: None })
-        .expect("lab");
+    let mut lab = KubeLab::start(KubeLabOptions::agents_only(2)).expect("lab");
     create_pair_then_start_agents(&mut lab, "web");
     lab.block_on(async {
         lab.wait_pair("web", Duration::from_secs(20), "n0 Active, n1 Standby", |p| {
@@ -326,6 +324,53 @@ fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
         let left: Vec<_> = files.iter().filter(|f| state.join(f).exists()).collect();
         panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
     });
+    lab.stop_agent(1);
+}
+
+/// A chaos-run defect: an agent whose pair cannot start kept the VIPs its killed
+/// predecessor had left in the kernel (two nodes answered for 73 s once the standby took
+/// over) and tried again at every pass. Now it gives them up and tries again after 1 s,
+/// doubling to 30 s; once the obstacle is gone the pair starts. The obstacle here: a
+/// directory where the pair's state file belongs (unreadable, and not a corrupted file the
+/// agent could set aside).
+#[test]
+fn a_pair_that_cannot_start_gives_its_vips_up_and_retries_with_back_off() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    lab.kill_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGKILL leaves the VIP");
+    let state = lab.dir().join("state-0").join("web.state.json");
+    std::fs::remove_file(&state).expect("remove the state file");
+    std::fs::create_dir(&state).expect("a directory where the state file was");
+    lab.start_agent(0).expect("restart");
+    let attempts = |lab: &KubeLab| lab.agent_metric_sum(0, "havip_agent_io_errors_total", &["name=\"pair_start\""]);
+    netns::wait_until("n0's first failed start", Duration::from_secs(20), Duration::from_millis(20), || {
+        Ok(attempts(&lab).is_some_and(|n| n >= 1.0))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    let first = std::time::Instant::now();
+    netns::wait_until(
+        "n0 to give up the VIP and n1 to hold it",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok(lab.holders().is_ok_and(|h| h == [1])),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    // The agent reconciles every second and at every watch event: without the back-off
+    // that is six attempts or more in six seconds; with it (0, 1, 3, 7 s) three.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(first.elapsed()));
+    let n = attempts(&lab).unwrap_or(0.0);
+    assert!((2.0..=4.0).contains(&n), "{n} start attempts in the first 6 s: it retries, with back-off");
+    assert_eq!(lab.holders().expect("holders"), vec![1], "n0 never took the VIP back while its pair could not run");
+    // The obstacle gone, the pair starts at its next try (at most 30 s later) as a standby.
+    std::fs::remove_dir(&state).expect("remove the directory");
+    netns::wait_until("n0's pair to start as a standby", Duration::from_secs(45), Duration::from_millis(100), || {
+        Ok(lab.agent_metric_sum(0, "havip_agent_role{", &["pair=\"web\"", "name=\"Standby\""]) == Some(1.0))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    assert_eq!(lab.holders().expect("holders"), vec![1]);
+    lab.stop_agent(0);
     lab.stop_agent(1);
 }
 
@@ -590,5 +635,37 @@ fn an_agent_restarted_while_the_api_server_is_down_resumes_its_pair_from_the_las
         .expect("n0 back in the API");
     });
     assert_eq!(lab.holders().expect("holders"), vec![0]);
+    lab.stop_agent(1);
+}
+
+/// The agent's node checks reach its member entry: n1's VIP interface answers no ARP
+/// (`arp_ignore=8`, set before its agent starts), and about 10 s after the pair starts n1
+/// reports the `ArpIgnoreHidesVip` finding (what `kubectl havip doctor` prints) while n0,
+/// healthy, reports none.
+#[test]
+fn a_members_node_check_findings_reach_its_status_entry() {
+    if !netns::skip_unless_root(module_path!()) {
+        return;
+    }
+    havip_e2e::init_tracing();
+    let mut lab = KubeLab::start(KubeLabOptions::agents_only(2)).expect("lab");
+    netns::exec(&lab.topo.node(1).ns, "sysctl", &["-qw", "net.ipv4.conf.eth0.arp_ignore=8"]).expect("sysctl");
+    create_pair_then_start_agents(&mut lab, "web");
+    lab.block_on(async {
+        let p = lab
+            .wait_pair("web", Duration::from_secs(40), "n1's finding in its entry", |p| {
+                let m = p.status.as_ref().map(|s| s.members.clone()).unwrap_or_default();
+                m.iter().any(|e| {
+                    e.node == "n1" && e.findings.iter().any(|f| f.check == havip_crds::DoctorCheck::ArpIgnoreHidesVip)
+                })
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+        let members = p.status.map(|s| s.members).unwrap_or_default();
+        let n1 = members.iter().find(|m| m.node == "n1").expect("n1");
+        assert!(n1.findings.iter().all(|f| f.subject.starts_with("eth0")), "{:?}", n1.findings);
+        let n0 = members.iter().find(|m| m.node == "n0").expect("n0");
+        assert!(n0.findings.is_empty(), "n0 is healthy: {:?}", n0.findings);
+    });
     lab.stop_agent(1);
 }

@@ -32,7 +32,8 @@ Exit codes:
   6  refused: the operator answered Refused or Failed
   7  pending: InProgress at --timeout, or maintenance not yet confirmed (may still complete)
   8  unreachable: the API server cannot be reached
-  9  configuration: no kubeconfig, unknown context, unreadable kubeconfig";
+  9  configuration: no kubeconfig, unknown context, unreadable kubeconfig
+  10  findings: doctor found something wrong (each finding on stdout, with its fix)";
 
 /// Imperative verbs and status for havip HAPairs.
 #[derive(Parser, Debug)]
@@ -130,6 +131,14 @@ pub enum Command {
         #[arg(short = 'o', long, value_enum)]
         output: Option<ListOutput>,
     },
+    /// Check every member's node (or one pair's) for what keeps havip from working: the
+    /// findings each agent reports (capabilities, reverse-path filtering, arp_ignore, a VIP
+    /// first on its interface, a heartbeat path silent) and VIPs that a Node reports as its
+    /// own address; each with its fix. Exit 10 when there is a finding.
+    Doctor {
+        /// The HAPair (default: all).
+        pair: Option<String>,
+    },
     /// Print a shell completion script for kubectl-havip.
     ///
     /// For `kubectl havip <TAB>` (kubectl 1.26+), link `kubectl_complete-havip` to
@@ -149,6 +158,8 @@ pub enum Outcome {
     Refused,
     /// Under way but not finished within the timeout (exit 7).
     Pending,
+    /// `doctor` found something (exit 10).
+    Findings,
 }
 
 impl Outcome {
@@ -158,6 +169,7 @@ impl Outcome {
             Outcome::Done => exit::OK,
             Outcome::Refused => exit::REFUSED,
             Outcome::Pending => exit::PENDING,
+            Outcome::Findings => exit::FINDINGS,
         }
     }
 }
@@ -200,6 +212,9 @@ pub fn client_options(args: &Args) -> ClientOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
         connect_timeout: Some(args.timeout.max(Duration::from_secs(1))),
+        // A request the API server holds (its etcd down) fails 5 s after --timeout rather
+        // than after the API server's own 60 s.
+        read_timeout: Some(args.timeout.max(Duration::from_secs(1)) + Duration::from_secs(5)),
     }
 }
 
@@ -208,6 +223,7 @@ pub async fn run(session: &Session, command: Command) -> Result<Outcome, PluginE
     let (pair, kind, target) = match command {
         Command::Status { pair, output } => return status(session, pair.as_deref(), output).await,
         Command::List { output } => return list(session, output).await,
+        Command::Doctor { pair } => return doctor(session, pair.as_deref()).await,
         Command::Maintenance { pair, node, state } => return maintenance(session, &pair, &node, state == "on").await,
         Command::Completion { .. } => return Err(PluginError::Internal("completion needs no cluster".to_owned())),
         Command::Failover { pair, force, to } => {
@@ -353,6 +369,23 @@ async fn status(session: &Session, pair: Option<&str>, output: Option<StatusOutp
     };
     out(&encode(&render::status_value(&pairs, pair.is_some()), format)?)?;
     Ok(Outcome::Done)
+}
+
+async fn doctor(session: &Session, pair: Option<&str>) -> Result<Outcome, PluginError> {
+    let pairs = fetch(&session.pairs(), pair).await?;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(session.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| PluginError::from_kube(Action::all("list", crate::error::NODES), e))?
+        .items;
+    let fips = Api::<havip_crds::FloatingIP>::all(session.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| PluginError::from_kube(Action::all("list", crate::error::FLOATINGIPS), e))?
+        .items;
+    let report = crate::doctor::diagnose(&pairs, &nodes, &fips);
+    out(&crate::doctor::render(&report))?;
+    Ok(if report.is_empty() { Outcome::Done } else { Outcome::Findings })
 }
 
 async fn list(session: &Session, output: Option<ListOutput>) -> Result<Outcome, PluginError> {

@@ -225,6 +225,7 @@ async fn client(a: &Analysis) -> Option<kube::Client> {
         kubeconfig: a.kubeconfig.as_ref().map(PathBuf::from),
         context: a.context.clone(),
         connect_timeout: Some(Duration::from_secs(2)),
+        read_timeout: Some(Duration::from_secs(2)),
     };
     config::client(&opts).await.ok().map(|(c, _)| c)
 }

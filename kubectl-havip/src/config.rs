@@ -22,6 +22,9 @@ pub struct ClientOptions {
     pub context: Option<String>,
     /// Bounds connecting to the API server.
     pub connect_timeout: Option<Duration>,
+    /// Bounds waiting for the API server's next bytes of an answer (an API server whose
+    /// etcd is down holds a request for its own 60 s timeout).
+    pub read_timeout: Option<Duration>,
 }
 
 /// A kubeconfig read from files, with where it came from.
@@ -128,6 +131,9 @@ pub async fn config(opts: &ClientOptions) -> Result<(kube::Config, Target), Plug
     if let Some(t) = opts.connect_timeout {
         config.connect_timeout = Some(t);
     }
+    if let Some(t) = opts.read_timeout {
+        config.read_timeout = Some(t);
+    }
     Ok((config, target))
 }
 
@@ -228,13 +234,24 @@ mod tests {
         let a = dir.path().join("a");
         std::fs::write(&a, kubeconfig("one", &[("one", "https://1.example:6443"), ("two", "https://2.example:6443")]))
             .unwrap();
-        let opts = ClientOptions { kubeconfig: Some(a.clone()), context: Some("two".into()), connect_timeout: None };
+        let opts = ClientOptions {
+            kubeconfig: Some(a.clone()),
+            context: Some("two".into()),
+            connect_timeout: None,
+            read_timeout: None,
+        };
         let (_, t) = config(&opts).await.unwrap();
         assert_eq!(t.server, "https://2.example:6443/");
         assert_eq!(t.context.as_deref(), Some("two"));
-        let opts = ClientOptions { kubeconfig: Some(a), context: None, connect_timeout: Some(Duration::from_secs(3)) };
+        let opts = ClientOptions {
+            kubeconfig: Some(a),
+            context: None,
+            connect_timeout: Some(Duration::from_secs(3)),
+            read_timeout: Some(Duration::from_secs(8)),
+        };
         let (c, t) = config(&opts).await.unwrap();
         assert_eq!(t.server, "https://1.example:6443/");
         assert_eq!(c.connect_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(c.read_timeout, Some(Duration::from_secs(8)));
     }
 }

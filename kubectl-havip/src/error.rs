@@ -36,9 +36,11 @@ pub mod exit {
     /// The client configuration is unusable: no kubeconfig, an unknown context, an
     /// unreadable or invalid kubeconfig.
     pub const CONFIG: u8 = 9;
+    /// `doctor` found something wrong (each finding is on stdout, with its fix).
+    pub const FINDINGS: u8 = 10;
 
     /// Every code with its name, in order (for the docs test and `--help`).
-    pub const ALL: [(u8, &str); 10] = [
+    pub const ALL: [(u8, &str); 11] = [
         (OK, "ok"),
         (ERROR, "error"),
         (USAGE, "usage"),
@@ -49,6 +51,7 @@ pub mod exit {
         (PENDING, "pending"),
         (UNREACHABLE, "unreachable"),
         (CONFIG, "configuration"),
+        (FINDINGS, "findings"),
     ];
 }
 
@@ -78,6 +81,10 @@ pub struct Action {
 pub const HAPAIRS: &str = "hapairs.havip.io";
 /// The Lease resource, as RBAC names it.
 pub const LEASES: &str = "leases.coordination.k8s.io";
+/// The Node resource, as RBAC names it.
+pub const NODES: &str = "nodes";
+/// The FloatingIP resource, as RBAC names it.
+pub const FLOATINGIPS: &str = "floatingips.havip.io";
 
 impl Action {
     /// `verb` on HAPair `name`.
@@ -88,6 +95,11 @@ impl Action {
     /// `verb` on every HAPair.
     pub fn pairs(verb: &'static str) -> Self {
         Self { verb, resource: HAPAIRS, name: None, namespace: None }
+    }
+
+    /// `verb` on every object of `resource` (cluster-scoped).
+    pub fn all(verb: &'static str, resource: &'static str) -> Self {
+        Self { verb, resource, name: None, namespace: None }
     }
 
     /// `verb` on Lease `namespace/name`.

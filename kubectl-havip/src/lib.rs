@@ -19,6 +19,7 @@
 pub mod cli;
 pub mod complete;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod liveness;
 pub mod maintenance;

@@ -4,7 +4,8 @@
 //! `KUBECONFIG` with several files and `--context` choosing between a working and a
 //! broken context, a request nobody answers (no operator Lease: withdrawn after the
 //! timeout; an expired Lease: refused before it is written; a live Lease whose
-//! operator stays silent), and completion of pair and node names.
+//! operator stays silent), `doctor` (members' findings, a VIP that is a Node's address),
+//! and completion of pair and node names.
 //!
 //! One control plane serves every scenario, in order, in one test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,7 +13,7 @@
 #[path = "../../operator/tests/common/api.rs"]
 mod common;
 
-use common::{NS, ago_rfc3339, apply_yaml, create_namespace, free_port, get_pair, install_crds, pair_yaml};
+use common::{NS, ago_rfc3339, apply_yaml, create_namespace, fip_yaml, free_port, get_pair, install_crds, pair_yaml};
 use havip_crds::HAPair;
 use havip_e2e::controlplane::ControlPlane;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -81,7 +82,7 @@ async fn set_status(client: &Client, pair: &str, status: serde_json::Value) {
 
 #[test]
 fn plugin_against_a_real_api_server() {
-    let cp = ControlPlane::start(Default::default()).expect("control plane");
+    let mut cp = ControlPlane::start(Default::default()).expect("control plane");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let client = cp.client().await.expect("client");
@@ -113,8 +114,25 @@ fn plugin_against_a_real_api_server() {
         forbidden(&env, &cp, &client).await;
         contexts(&env, &cp);
         operator_not_running(&env, &client).await;
+        doctor(&env, &client).await;
         completion(&env);
     });
+    etcd_down(&mut cp);
+}
+
+/// Last: etcd stopped. The API server holds every request that needs it for its own 60 s
+/// timeout; the plugin gives up 5 s after its `--timeout` (a chaos run's nemesis stalled a
+/// minute in such calls).
+fn etcd_down(cp: &mut ControlPlane) {
+    let env = Env { admin: cp.kubeconfig(), home: tempfile::tempdir().unwrap() };
+    cp.stop_etcd();
+    for args in [&["--timeout", "2s", "failover", "alpha"][..], &["--timeout", "2s", "status", "alpha"]] {
+        let start = Instant::now();
+        let r = env.run(args);
+        let took = start.elapsed();
+        assert_ne!(r.code, 0, "{args:?} cannot succeed without etcd: {r}");
+        assert!(took < Duration::from_secs(20), "{args:?} gave up after {took:?}, not 5 s after its --timeout: {r}");
+    }
 }
 
 fn list_and_status(env: &Env) {
@@ -408,6 +426,37 @@ async fn operator_not_running(env: &Env, client: &Client) {
     let p = pairs.get("beta").await.unwrap();
     assert!(!p.annotations().contains_key("havip.io/failover"), "withdrawn: {:?}", p.annotations());
     eprintln!("operator not running ✓");
+}
+
+/// `doctor`: nothing on healthy pairs; then what a member reported (its `findings`) and a
+/// Node whose InternalIP is one of the pair's VIPs, each with its fix (exit 10); a pair
+/// without either stays clean.
+async fn doctor(env: &Env, client: &Client) {
+    use k8s_openapi::api::core::v1::Node;
+    let r = env.run(&["doctor"]);
+    assert!(r.code == i32::from(exit::OK) && r.out == "no findings\n", "{r}");
+    apply_yaml(client, &fip_yaml("alpha-vip", "alpha", "192.0.2.50/24")).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n2"}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.expect("node n2");
+    let addresses = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.50"}]}});
+    nodes.patch_status("n2", &PatchParams::default(), &Patch::Merge(&addresses)).await.expect("n2's addresses");
+    let finding = serde_json::json!({
+        "check": "RpFilterDropsHeartbeats", "subject": "eth1 (path mgmt)",
+        "detail": "heartbeats from n2 (10.1.0.12) arrive on eth1, whose rp_filter is strict (1), but the route back to 10.1.0.12 leaves by eth0: the kernel drops them",
+    });
+    let members = serde_json::json!({"members": [{"node": "n1", "findings": [finding]}]});
+    set_status(client, "alpha", members).await;
+    let r = env.run(&["doctor"]);
+    assert_eq!(r.code, i32::from(exit::FINDINGS), "{r}");
+    assert!(r.out.contains("alpha/n1: RpFilterDropsHeartbeats eth1 (path mgmt): heartbeats from n2"), "{r}");
+    assert!(r.out.contains("alpha/n2: VipIsNodeAddress node n2: Node n2 reports 192.0.2.50, the VIP of FloatingIP alpha-vip, as its InternalIP"), "{r}");
+    assert_eq!(r.out.matches("\n  fix: ").count(), 2, "{r}");
+    let r = env.run(&["doctor", "beta"]);
+    assert!(r.code == i32::from(exit::OK) && r.out == "no findings\n", "another pair's findings are not beta's: {r}");
+    let r = env.run(&["doctor", "gamma"]);
+    assert_eq!(r.code, i32::from(exit::NOT_FOUND), "{r}");
+    eprintln!("doctor ✓");
 }
 
 fn completion(env: &Env) {

@@ -167,8 +167,52 @@ pub struct AgentConfig {
     pub sm: sm::Config,
     /// Policy moves paused.
     pub paused: bool,
+    /// Routed VIPs: a ready standby hands its speaker a backup path of each (the HAPair's
+    /// `bgpBackupPaths`; see [`crate::announce::bgp`]).
+    pub bgp_backup_paths: bool,
     /// The witness (standalone mode only): takeovers need its vote.
     pub witness: Option<WitnessConfig>,
+    /// Standalone control-plane mode: the members vote (a majority), see [`QuorumConfig`].
+    pub quorum: Option<QuorumConfig>,
+    /// Standalone control-plane mode: the local API server's readiness check, a listener
+    /// of every VIP (see [`ApiServerCheck`]).
+    pub api_server: Option<ApiServerCheck>,
+}
+
+/// The control-plane mode's readiness gate: `GET /readyz` over HTTPS on this node's own
+/// API server, verified with the cluster CA. It counts as every VIP's listener on `port`:
+/// a holder whose API server is not ready hands over to a member whose API server is, and
+/// a member whose API server is not ready is no target of a planned move.
+#[derive(Clone, Debug)]
+pub struct ApiServerCheck {
+    /// The API server's port (6443).
+    pub port: u16,
+    /// The check.
+    pub check: std::sync::Arc<crate::probes::https::HttpsCheck>,
+    /// How often it is asked.
+    pub interval: Duration,
+}
+
+/// The control-plane mode's arbitration: every member runs a voter (the witness protocol's
+/// server) and a takeover needs a majority of their votes; see `docs/control-plane.md`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuorumConfig {
+    /// Where this member's voter listens (its address on the first heartbeat path).
+    pub listen: SocketAddr,
+    /// Every member's voter, this member's included: (node, address).
+    pub voters: Vec<(String, SocketAddr)>,
+    /// The voters' key (the witness key of the witness protocol), derived from the
+    /// heartbeat key unless given; each member signs with its member key under it.
+    pub keys: Keyring,
+    /// A holder without a majority's confirmation for this long gives the VIPs up.
+    pub lease: Duration,
+}
+
+impl QuorumConfig {
+    /// How many voters make a majority.
+    pub fn majority(&self) -> usize {
+        self.voters.len() / 2 + 1
+    }
 }
 
 /// A standalone pair's witness, resolved.

@@ -44,10 +44,20 @@ struct Entry {
     interface: String,
 }
 
+/// A routed VIP's backup path: its destination and kernel table.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct BackupEntry {
+    address: IpAddr,
+    table: u32,
+}
+
 #[derive(Serialize, Deserialize, Debug, Default)]
 struct OnDisk {
     version: u32,
     vips: Vec<Entry>,
+    /// Backup paths the pair added (routed VIPs; an agent without them reads none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    backup: Vec<BackupEntry>,
 }
 
 /// The ledger of one pair.
@@ -74,28 +84,59 @@ impl VipLedger {
         out
     }
 
-    /// The recorded VIPs; a missing file is an empty ledger.
-    pub fn load(&self) -> Result<Vec<Vip>, LedgerError> {
+    fn read(&self) -> Result<OnDisk, LedgerError> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OnDisk::default()),
             Err(e) => return Err(LedgerError::Read { path: self.path.clone(), message: e.to_string() }),
         };
-        let d: OnDisk = serde_json::from_str(&text)
-            .map_err(|e| LedgerError::Read { path: self.path.clone(), message: e.to_string() })?;
+        serde_json::from_str(&text).map_err(|e| LedgerError::Read { path: self.path.clone(), message: e.to_string() })
+    }
+
+    fn write(&self, mut d: OnDisk) -> Result<(), LedgerError> {
+        let err = |source| LedgerError::Write { path: self.path.clone(), source };
+        d.version = 1;
+        d.vips.sort();
+        d.vips.dedup();
+        d.backup.sort();
+        d.backup.dedup();
+        let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
+        crate::state::write_atomic(&self.path, &json).map_err(err)
+    }
+
+    /// The recorded VIPs; a missing file is an empty ledger.
+    pub fn load(&self) -> Result<Vec<Vip>, LedgerError> {
+        let d = self.read()?;
         Ok(d.vips.into_iter().map(|e| Vip { addr: e.address, prefix: e.prefix, ifname: e.interface }).collect())
     }
 
-    /// Replaces the recorded VIPs with `vips`.
+    /// Replaces the recorded VIPs with `vips` (the recorded backup paths stay).
     pub fn store(&self, vips: &[Vip]) -> Result<(), LedgerError> {
-        let err = |source| LedgerError::Write { path: self.path.clone(), source };
-        let mut entries: Vec<Entry> =
+        let mut d = self.read().unwrap_or_default();
+        d.vips =
             vips.iter().map(|v| Entry { address: v.addr, prefix: v.prefix, interface: v.ifname.clone() }).collect();
-        entries.sort();
-        entries.dedup();
-        let json = serde_json::to_vec_pretty(&OnDisk { version: 1, vips: entries })
-            .map_err(|e| err(std::io::Error::other(e)))?;
-        crate::state::write_atomic(&self.path, &json).map_err(err)
+        self.write(d)
+    }
+
+    /// The recorded backup paths (destination, kernel table).
+    pub fn backup_paths(&self) -> Result<Vec<(IpAddr, u32)>, LedgerError> {
+        Ok(self.read()?.backup.into_iter().map(|b| (b.address, b.table)).collect())
+    }
+
+    /// Adds backup paths to the record (before they are added to the kernel).
+    pub fn record_backup_paths(&self, paths: &[(IpAddr, u32)]) -> Result<(), LedgerError> {
+        let mut d = self.read().unwrap_or_default();
+        let before = d.backup.len();
+        for &(address, table) in paths {
+            let e = BackupEntry { address, table };
+            if !d.backup.contains(&e) {
+                d.backup.push(e);
+            }
+        }
+        if d.backup.len() == before && self.path.exists() {
+            return Ok(());
+        }
+        self.write(d)
     }
 
     /// Adds `vips` to the record (before they are added to the kernel).
@@ -148,5 +189,22 @@ mod tests {
         assert_eq!(VipLedger::pairs_in(dir.path()), vec!["db".to_owned()]);
         std::fs::write(dir.path().join("db.vips.json"), "{torn").expect("write");
         assert!(VipLedger::new(dir.path(), "db").load().is_err(), "a corrupt ledger is an error, not empty");
+    }
+
+    #[test]
+    fn backup_paths_are_recorded_beside_the_vips_and_survive_a_store_of_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = VipLedger::new(dir.path(), "edge");
+        let a: std::net::IpAddr = "203.0.113.10".parse().expect("ip");
+        let b: std::net::IpAddr = "2001:db8::10".parse().expect("ip");
+        l.record_backup_paths(&[(a, 104)]).expect("record");
+        l.record_backup_paths(&[(a, 104), (b, 104)]).expect("record");
+        l.record(&[vip("10.0.0.50", "eth0")]).expect("record");
+        l.store(&[vip("10.0.0.51", "eth0")]).expect("store");
+        assert_eq!(l.backup_paths().expect("load"), vec![(a, 104), (b, 104)]);
+        assert_eq!(l.load().expect("load"), vec![vip("10.0.0.51", "eth0")]);
+        // A ledger written before backup paths existed reads as none.
+        std::fs::write(dir.path().join("old.vips.json"), r#"{"version":1,"vips":[]}"#).expect("write");
+        assert!(VipLedger::new(dir.path(), "old").backup_paths().expect("load").is_empty());
     }
 }

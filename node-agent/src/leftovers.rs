@@ -1,5 +1,5 @@
-//! What a pair that no longer runs on this node left behind, and its removal: the VIPs it
-//! recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
+//! What a pair that no longer runs on this node left behind, and its removal: the VIPs and
+//! backup paths it recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
 //! Kubernetes agent removes them when the API says a pair no longer names the node, a
 //! standalone agent when a pair's configuration is gone (`standalone::sweep`).
 
@@ -27,6 +27,26 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
             return false;
         }
     };
+    let backup = match ledger.backup_paths() {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(pair, error = %e, "cannot read the backup paths of a pair that is gone; they stay");
+            return false;
+        }
+    };
+    if !backup.is_empty() {
+        let Ok(nl) = Netlink::new() else {
+            tracing::warn!(pair, "cannot open netlink to remove a gone pair's backup paths");
+            return false;
+        };
+        for (addr, table) in backup {
+            if let Err(e) = nl.remove_backup_route(addr, table).await {
+                tracing::warn!(pair, error = %e, "failed to remove a backup path of a pair that is gone");
+                return false;
+            }
+            tracing::info!(pair, address = %addr, table, "removed a backup path of a pair that no longer runs on this node");
+        }
+    }
     if !recorded.is_empty() {
         match Netlink::new() {
             Ok(nl) => {

@@ -21,6 +21,8 @@
 
 pub mod announce;
 pub mod config;
+pub mod controlplane;
+pub mod doctor;
 pub mod heartbeat;
 pub mod kube;
 pub mod lease;
@@ -30,6 +32,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod nft;
 pub mod probes;
+pub mod quorum;
 pub mod runtime;
 pub mod standalone;
 pub mod state;

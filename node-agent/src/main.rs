@@ -6,6 +6,8 @@
 //!   node: the pairs share the heartbeat sockets.
 //! - `havip-agent kubernetes`: the DaemonSet mode (docs/kubernetes.md).
 //! - `havip-agent admin …`: talks to a standalone agent through its admin socket.
+//! - `havip-agent control-plane manifest --node N`: the static pod of the control-plane
+//!   mode (the cluster's own API VIP, docs/control-plane.md).
 //! - `havip-agent witness --listen ip:port --key-file F`: the optional third party of
 //!   standalone pairs, whose vote every takeover needs (docs/standalone.md).
 //! - `havip-agent witness-key --key-file F --pair P --member M`: prints the key member M
@@ -36,8 +38,36 @@ struct Args {
     /// BIRD's control socket.
     #[arg(long, env = "HAVIP_BIRD_SOCKET", default_value = "/run/bird/bird.ctl", global = true)]
     bird_socket: PathBuf,
+    /// Routed VIPs' backup paths (HAPair `bgpBackupPaths`): the kernel routing table
+    /// they go to, which the node's speaker imports (FRR `ip import-table N`).
+    #[arg(long, env = "HAVIP_BGP_BACKUP_TABLE", default_value_t = havip_node_agent::announce::bgp::BACKUP_TABLE,
+          value_parser = clap::value_parser!(u32).range(1..=252), global = true)]
+    bgp_backup_table: u32,
     #[command(subcommand)]
     command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum ControlPlaneCmd {
+    /// Print this node's static pod manifest (for /etc/kubernetes/manifests), after checking
+    /// the pair file as this member would read it.
+    Manifest {
+        /// The control-plane pair's file on the node.
+        #[arg(long, default_value = "/etc/havip/control-plane.yaml")]
+        config: PathBuf,
+        /// This node's member name in the file.
+        #[arg(long, env = "NODE_NAME")]
+        node: String,
+        /// The agent's image.
+        #[arg(long, default_value = concat!("ghcr.io/havip/havip-agent:", env!("CARGO_PKG_VERSION")))]
+        image: String,
+        /// The state directory on the node.
+        #[arg(long, default_value = "/var/lib/havip-control-plane")]
+        state_dir: PathBuf,
+        /// Metrics and health address (host network; the DaemonSet agent has 9797).
+        #[arg(long, default_value = "127.0.0.1:9798")]
+        metrics_address: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +90,21 @@ enum Cmd {
         metrics_address: Option<String>,
         /// Admin socket (overrides `adminSocket:`; only with a single pair — with several,
         /// each file names its own).
+        #[arg(long, env = "HAVIP_ADMIN_SOCKET")]
+        admin_socket: Option<PathBuf>,
+    },
+    /// Check this node for what keeps standalone pairs from working (capabilities,
+    /// reverse-path filtering, arp_ignore, a VIP first on its interface, a heartbeat path
+    /// silent): each finding with its fix; exit 1 when there is one. In Kubernetes the
+    /// agents check their nodes themselves (`kubectl havip doctor`).
+    Doctor {
+        /// The pair files or directories, as `standalone --config` takes them.
+        #[arg(long, env = "HAVIP_CONFIG", required = true, value_delimiter = ',')]
+        config: Vec<PathBuf>,
+        /// This member's node name (overrides `node:` in the file).
+        #[arg(long, env = "NODE_NAME")]
+        node: Option<String>,
+        /// The running agent's admin socket (overrides `adminSocket:`; a single pair).
         #[arg(long, env = "HAVIP_ADMIN_SOCKET")]
         admin_socket: Option<PathBuf>,
     },
@@ -88,6 +133,12 @@ enum Cmd {
         /// VIPs instead of keeping them for its successor. Empty: always keep them.
         #[arg(long, env = "HAVIP_DAEMONSET", default_value = "")]
         daemonset: String,
+    },
+    /// The control-plane mode: the cluster's own API VIP, held among the control-plane
+    /// nodes without the API (docs/control-plane.md).
+    ControlPlane {
+        #[command(subcommand)]
+        command: ControlPlaneCmd,
     },
     /// Run a witness for standalone pairs: it keeps each pair's holder and epoch, and a
     /// standby takes the VIPs only with its vote (docs/standalone.md).
@@ -212,6 +263,7 @@ async fn main() -> ExitCode {
         kind,
         frr_dir: args.frr_vty_dir.clone(),
         bird_socket: args.bird_socket.clone(),
+        backup_table: args.bgp_backup_table,
     });
     match args.command {
         Cmd::Standalone { config, node, state_dir, metrics_address, admin_socket } => {
@@ -222,6 +274,18 @@ async fn main() -> ExitCode {
                     tracing::error!(error = %e, "havip-agent failed");
                     eprintln!("havip-agent: {e}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Doctor { config, node, admin_socket } => {
+            match havip_node_agent::standalone::doctor::run(&config, node.as_deref(), admin_socket.as_deref()).await {
+                Ok(report) => {
+                    print!("{}", havip_node_agent::standalone::doctor::render(&report));
+                    if report.findings.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+                }
+                Err(e) => {
+                    eprintln!("havip-agent doctor: {e}");
+                    ExitCode::from(2)
                 }
             }
         }
@@ -261,6 +325,22 @@ async fn main() -> ExitCode {
                 Err(e) => {
                     tracing::error!(error = %e, "havip-agent witness failed");
                     eprintln!("havip-agent witness: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::ControlPlane {
+            command: ControlPlaneCmd::Manifest { config, node, image, state_dir, metrics_address },
+        } => {
+            let opts =
+                havip_node_agent::controlplane::ManifestOptions { config, node, image, state_dir, metrics_address };
+            match havip_node_agent::controlplane::manifest(&opts) {
+                Ok(m) => {
+                    print!("{m}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("havip-agent control-plane manifest: {e}");
                     ExitCode::FAILURE
                 }
             }

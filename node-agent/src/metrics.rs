@@ -5,6 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +74,14 @@ pub struct ProbeLabels {
     pub result: String,
 }
 
+/// Buckets of the heartbeat round-trip time, seconds: from a quiet LAN (≈ 0.1 ms) to a
+/// path that costs a Fast pair its timeout.
+pub const RTT_BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+fn rtt_histogram() -> Histogram {
+    Histogram::new(RTT_BUCKETS)
+}
+
 /// Every metric of the agent. Everything about a pair carries a `pair` label: one agent
 /// serves every pair of its node.
 pub struct AgentMetrics {
@@ -83,6 +92,8 @@ pub struct AgentMetrics {
     pub heartbeats_received: Family<PathLabel, Counter>,
     /// Datagrams dropped, per pair, path and reason.
     pub heartbeats_dropped: Family<DropLabels, Counter>,
+    /// Heartbeat round-trip time, per pair and path (from the peers' echoes).
+    pub heartbeat_rtt: Family<PathLabel, Histogram>,
     /// 1 for the current role, 0 for the others.
     pub role: Family<PairNameLabel, Gauge>,
     /// The epoch this member knows.
@@ -115,6 +126,9 @@ pub struct AgentMetrics {
     pub bgp_sessions: Family<PairLabel, Gauge>,
     /// Routed VIPs held here that the speaker advertises to at least one peer.
     pub bgp_vips_advertised: Family<PairLabel, Gauge>,
+    /// Routed VIPs: routes handed to the speaker or taken back (`name`: advertised,
+    /// withdrawn, backup_advertised, backup_withdrawn).
+    pub bgp_route_changes: Family<PairNameLabel, Counter>,
     /// Packets of the old holder's connections forwarded to it (new holder).
     pub drain_forwarded_packets: Family<PairLabel, Counter>,
     /// Bytes of the old holder's connections forwarded to it (new holder).
@@ -140,6 +154,7 @@ impl AgentMetrics {
             heartbeats_sent: Family::default(),
             heartbeats_received: Family::default(),
             heartbeats_dropped: Family::default(),
+            heartbeat_rtt: Family::new_with_constructor(rtt_histogram),
             role: Family::default(),
             epoch: Family::default(),
             transitions: Family::default(),
@@ -156,6 +171,7 @@ impl AgentMetrics {
             bgp_sessions_established: Family::default(),
             bgp_sessions: Family::default(),
             bgp_vips_advertised: Family::default(),
+            bgp_route_changes: Family::default(),
             drain_forwarded_packets: Family::default(),
             drain_forwarded_bytes: Family::default(),
             drain_connections: Family::default(),
@@ -164,6 +180,11 @@ impl AgentMetrics {
         registry.register("heartbeats_sent", "Heartbeats sent", m.heartbeats_sent.clone());
         registry.register("heartbeats_received", "Authentic heartbeats accepted", m.heartbeats_received.clone());
         registry.register("heartbeats_dropped", "Heartbeat datagrams dropped", m.heartbeats_dropped.clone());
+        registry.register(
+            "heartbeat_rtt_seconds",
+            "Heartbeat round-trip time per path: a heartbeat sent until the peer's echo of it came back on the same path, less the time the peer held it",
+            m.heartbeat_rtt.clone(),
+        );
         registry.register("role", "1 for the member's current role", m.role.clone());
         registry.register("epoch", "Pair epoch known to this member", m.epoch.clone());
         registry.register("role_transitions", "Role changes of this member", m.transitions.clone());
@@ -199,6 +220,11 @@ impl AgentMetrics {
             "bgp_vips_advertised",
             "Routed VIPs held here that the node's speaker advertises to at least one peer",
             m.bgp_vips_advertised.clone(),
+        );
+        registry.register(
+            "bgp_route_changes",
+            "Routed VIPs: routes this member handed to its BGP speaker or took back (advertised, withdrawn, backup_advertised, backup_withdrawn)",
+            m.bgp_route_changes.clone(),
         );
         registry.register(
             "drain_forwarded_packets",
@@ -279,6 +305,13 @@ impl PairMetrics {
     pub fn received(&self, path: &str) {
         self.all.heartbeats_received.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).inc();
     }
+    /// A round trip measured on `path`.
+    pub fn rtt(&self, path: &str, rtt: std::time::Duration) {
+        self.all
+            .heartbeat_rtt
+            .get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() })
+            .observe(rtt.as_secs_f64());
+    }
     /// A datagram naming this pair dropped on `path`.
     pub fn dropped(&self, path: &str, reason: &str) {
         self.all.dropped(&self.pair, path, reason);
@@ -339,6 +372,11 @@ impl PairMetrics {
         self.all.bgp_sessions_established.get_or_create(&self.label()).set(n(established));
         self.all.bgp_sessions.get_or_create(&self.label()).set(n(sessions));
         self.all.bgp_vips_advertised.get_or_create(&self.label()).set(n(advertised));
+    }
+    /// A route handed to the node's speaker or taken back (`advertised`, `withdrawn`,
+    /// `backup_advertised`, `backup_withdrawn`).
+    pub fn bgp_route_change(&self, change: &str) {
+        self.all.bgp_route_changes.get_or_create(&self.named(change)).inc();
     }
     /// Whether this member drains or forwards a drain.
     pub fn set_drain_active(&self, on: bool) {

@@ -13,6 +13,16 @@
 //! (unusable) for about a second, and could mark it `dadfailed` while the old holder
 //! still answers; duplicate detection is done by our own probe instead.
 //!
+//! VIPs are never the node's own address: an IPv6 VIP is added **deprecated**
+//! (`preferred_lft 0`, valid forever), so the kernel's source address selection (RFC 6724
+//! rule 3) never picks it for a connection the node opens — a connection that would break
+//! when the VIP moves — while it still answers neighbour solicitations and accepts
+//! connections to it. An IPv4 VIP in the subnet of the interface's own address becomes a
+//! secondary address of that subnet, and a `/32` VIP comes after the address the node
+//! already has (the kernel keeps addresses in the order they were added): the kernel,
+//! kubelet and CNIs that take the interface's first (primary) IPv4 address never see a
+//! VIP there. README ("VIPs are not the node's address") lists what that covers.
+//!
 //! Removing a primary IPv4 address deletes the secondaries of its subnet unless
 //! `promote_secondaries` is on, so [`Netlink::add_vip`] turns it on for the interface
 //! before a VIP can become anyone's primary. It is set through netlink (the interface's
@@ -25,7 +35,7 @@
 
 use futures::TryStreamExt;
 use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol, CacheInfo,
 };
 use netlink_packet_route::link::{AfSpecInet, AfSpecUnspec, InetDevConf, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType};
@@ -48,6 +58,8 @@ pub const LOCAL_ROUTE_METRIC: u32 = 1;
 const RT_TABLE_LOCAL: u8 = 255;
 /// Suffix of the IPv4 label havip puts on its addresses (`eth0:hv`).
 pub const LABEL_SUFFIX: &str = ":hv";
+/// An address lifetime that never runs out (`INFINITY_LIFE_TIME`, `forever` in `ip addr`).
+const INFINITE_LIFETIME: u32 = u32::MAX;
 
 /// A VIP as the netlink layer sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +95,8 @@ pub struct AddrInfo {
     pub dad_failed: bool,
     /// IPv6 duplicate address detection is still running (not usable yet).
     pub tentative: bool,
+    /// Its preferred lifetime is over: never picked as the source of a new connection.
+    pub deprecated: bool,
 }
 
 impl AddrInfo {
@@ -163,6 +177,17 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// A routed VIP's backup path could not be added or removed.
+    #[error("failed to {op} the backup path of {addr}: {source}")]
+    BackupRoute {
+        /// `add` or `remove`.
+        op: &'static str,
+        /// The address.
+        addr: IpAddr,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
     /// A local route (a drained routed VIP's placeholder) could not be added or removed.
     #[error("failed to {op} the local route of {addr}: {source}")]
     LocalRoute {
@@ -206,6 +231,7 @@ impl NetlinkError {
             Self::NoInterfaceForSubnet { .. } => "no_interface",
             Self::AddLink { .. } => "add_link",
             Self::LocalRoute { .. } | Self::BadRoute { .. } => "local_route",
+            Self::BackupRoute { .. } => "backup_route",
             Self::PromoteSecondaries { .. } => "sysctl",
         }
     }
@@ -323,13 +349,29 @@ impl Netlink {
     /// Removes the local route of `addr` that [`Netlink::add_local_route`] added (and no
     /// other: the kernel's own is of another protocol and metric). Gone is success.
     pub async fn remove_local_route(&self, addr: IpAddr) -> Result<(), NetlinkError> {
-        let err = |source| NetlinkError::LocalRoute { op: "remove", addr, source };
         let msg = self.local_route(addr).await?;
+        self.delete_route(msg).await.map_err(|source| NetlinkError::LocalRoute { op: "remove", addr, source })
+    }
+
+    /// Deletes a route; one that is gone already is success.
+    async fn delete_route(&self, msg: RouteMessage) -> Result<(), rtnetlink::Error> {
         match self.handle.route().del(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if matches!(errno(&e), Some(ESRCH) | Some(ENOENT)) => Ok(()),
-            Err(e) => Err(err(e)),
+            Err(e) => Err(e),
         }
+    }
+
+    /// What `pick` makes of each route of the main and every other table, both families.
+    async fn routes_where<T>(&self, pick: impl Fn(&RouteMessage) -> Option<T>) -> Result<Vec<T>, NetlinkError> {
+        let mut out = Vec::new();
+        for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
+            let mut s = self.handle.route().get(msg).execute();
+            while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
+                out.extend(pick(&route));
+            }
+        }
+        Ok(out)
     }
 
     async fn local_route(&self, addr: IpAddr) -> Result<RouteMessage, NetlinkError> {
@@ -345,6 +387,48 @@ impl Netlink {
             .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
             .priority(LOCAL_ROUTE_METRIC)
             .build())
+    }
+
+    /// A routed VIP's **backup path** (see `announce::bgp`): the host route of `addr` in
+    /// `table`, protocol 0x68, through `gateway` on interface `oif` — the way the node
+    /// reaches the address anyway, so that when the speaker imports the table (and zebra
+    /// installs the route in the main table) the node's own traffic to the VIP still
+    /// goes where it went. Replaces one that is there (another gateway). The speaker
+    /// advertises it with the worse preference its configuration gives imported routes.
+    pub async fn add_backup_route(
+        &self,
+        addr: IpAddr,
+        table: u32,
+        gateway: IpAddr,
+        oif: u32,
+    ) -> Result<(), NetlinkError> {
+        let err = |source| NetlinkError::BackupRoute { op: "add", addr, source };
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(addr, host_prefix(addr))
+            .and_then(|b| b.gateway(gateway))
+            .map_err(|e| NetlinkError::BadRoute { addr, reason: e.to_string() })?
+            .output_interface(oif)
+            .table_id(table)
+            .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
+            .build();
+        self.handle.route().add(msg).replace().execute().await.map_err(err)
+    }
+
+    /// Removes the backup path of `addr` from `table` (only havip's: protocol 0x68).
+    /// Gone is success.
+    pub async fn remove_backup_route(&self, addr: IpAddr, table: u32) -> Result<(), NetlinkError> {
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(addr, host_prefix(addr))
+            .map_err(|e| NetlinkError::BadRoute { addr, reason: e.to_string() })?
+            .table_id(table)
+            .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
+            .build();
+        self.delete_route(msg).await.map_err(|source| NetlinkError::BackupRoute { op: "remove", addr, source })
+    }
+
+    /// The destinations of havip's backup paths in `table` (protocol 0x68 host routes).
+    pub async fn backup_routes(&self, table: u32) -> Result<Vec<IpAddr>, NetlinkError> {
+        self.routes_where(|r| backup_destination(r, table)).await
     }
 
     /// Every address (of every interface).
@@ -408,7 +492,10 @@ impl Netlink {
         if vip.addr.is_ipv4() {
             self.promote_secondaries(&vip.ifname, link.index).await?;
         }
-        if metric.is_some() {
+        // IPv6: an address of ours already there is replaced, so that one added by an
+        // older agent (not deprecated) becomes deprecated too.
+        let check = metric.is_some() || vip.addr.is_ipv6();
+        if check {
             let present = self
                 .addresses()
                 .await?
@@ -420,7 +507,7 @@ impl Netlink {
             }
         }
         let mut req = self.handle.address().add(link.index, vip.addr, vip.prefix);
-        if metric.is_some() {
+        if check {
             req = req.replace();
         }
         let msg = req.message_mut();
@@ -438,6 +525,10 @@ impl Netlink {
             IpAddr::V6(_) => {
                 msg.header.flags |= AddressHeaderFlags::Nodad;
                 msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+                let mut lifetimes = CacheInfo::default();
+                lifetimes.ifa_preferred = 0;
+                lifetimes.ifa_valid = INFINITE_LIFETIME;
+                msg.attributes.push(AddressAttribute::CacheInfo(lifetimes));
             }
         }
         match req.execute().await {
@@ -537,18 +628,14 @@ impl Netlink {
         (removed, errors)
     }
 
+    /// The unicast routes of the main table (both families), for the node checks.
+    pub async fn main_routes(&self) -> Result<Vec<RouteFact>, NetlinkError> {
+        self.routes_where(main_route).await
+    }
+
     /// The default gateways (IPv4 and IPv6) with their interface index.
     pub async fn default_gateways(&self) -> Result<Vec<(IpAddr, u32)>, NetlinkError> {
-        let mut out = Vec::new();
-        for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
-            let mut s = self.handle.route().get(msg).execute();
-            while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
-                if let Some(gw) = default_gateway(&route) {
-                    out.push(gw);
-                }
-            }
-        }
-        Ok(out)
+        self.routes_where(default_gateway).await
     }
 
     /// The interface that holds one of the node's own (non-havip) addresses in the
@@ -738,6 +825,7 @@ fn addr_info(msg: &AddressMessage) -> Option<AddrInfo> {
         proto,
         dad_failed: flags.contains(AddressFlags::Dadfailed),
         tentative: flags.contains(AddressFlags::Tentative),
+        deprecated: flags.contains(AddressFlags::Deprecated),
     })
 }
 
@@ -756,6 +844,70 @@ fn default_gateway(route: &RouteMessage) -> Option<(IpAddr, u32)> {
         }
     }
     Some((gw?, oif?))
+}
+
+/// A route of the main table, as the node checks read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteFact {
+    /// Destination (the family's unspecified address for a default route).
+    pub dst: IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The outgoing interface, when the route names one (not for multipath routes).
+    pub oif: Option<u32>,
+    /// Its metric (priority).
+    pub metric: u32,
+}
+
+fn main_route(route: &RouteMessage) -> Option<RouteFact> {
+    let h = &route.header;
+    if h.kind != RouteType::Unicast {
+        return None;
+    }
+    let mut table = u32::from(h.table);
+    let mut dst = None;
+    let mut oif = None;
+    let mut metric = 0;
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Priority(m) => metric = *m,
+            _ => {}
+        }
+    }
+    if table != 254 {
+        return None;
+    }
+    let dst = match (dst, h.address_family) {
+        (Some(d), _) => d,
+        (None, AddressFamily::Inet) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        (None, AddressFamily::Inet6) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        (None, _) => return None,
+    };
+    Some(RouteFact { dst, prefix: h.destination_prefix_length, oif, metric })
+}
+
+/// The destination of `route` if it is one of havip's backup paths in `table`.
+fn backup_destination(route: &RouteMessage, table: u32) -> Option<IpAddr> {
+    let h = &route.header;
+    if h.protocol != RouteProtocol::Other(HAVIP_ADDR_PROTO) {
+        return None;
+    }
+    let mut in_table = u32::from(h.table) == table;
+    let mut dst = None;
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Table(t) => in_table = *t == table,
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
+            _ => {}
+        }
+    }
+    let dst = dst?;
+    (in_table && h.destination_prefix_length == host_prefix(dst)).then_some(dst)
 }
 
 /// Whether `a` and `b` share the first `prefix` bits (false across families).

@@ -83,11 +83,32 @@ impl StateFile {
         &self.path
     }
 
+    /// The pair's lock file (see [`StateFile::lock`]).
+    pub fn lock_path(&self) -> PathBuf {
+        self.path.with_extension("lock")
+    }
+
+    /// Removes the lock file of a pair that is gone from this node, holding the lock
+    /// meanwhile: a file another agent holds (it runs the pair right now) stays, and
+    /// nobody can lock the file in the moment between the check and the removal.
+    pub fn remove_lock_file(&self) -> Result<(), StateError> {
+        let path = self.lock_path();
+        if !path.exists() {
+            return Ok(());
+        }
+        let _held = self.lock()?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Write { path, source }),
+        }
+    }
+
     /// Takes an exclusive lock on the pair's lock file next to the state file, so that
     /// two agents never run the same pair on one node (with a heartbeat port of its own
     /// each, their binds would not catch it). The lock lives as long as the returned value.
     pub fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StateError> {
-        let path = self.path.with_extension("lock");
+        let path = self.lock_path();
         let err = |source| StateError::Write { path: path.clone(), source };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(err)?;
@@ -106,6 +127,11 @@ impl StateFile {
         };
         let d: OnDisk = serde_json::from_str(&text)
             .map_err(|e| StateError::Read { path: self.path.clone(), message: e.to_string() })?;
+        self.persisted(d)
+    }
+
+    /// What a parsed file says, refused when its epoch is outside the domain.
+    fn persisted(&self, d: OnDisk) -> Result<sm::Persisted, StateError> {
         if d.epoch > sm::MAX_EPOCH {
             return Err(StateError::EpochOutOfRange { path: self.path.clone(), epoch: d.epoch });
         }
@@ -118,6 +144,27 @@ impl StateFile {
             paused: d.paused,
             suspended: d.suspended,
         })
+    }
+
+    /// Loads the persisted state like [`StateFile::load`], except that a file that is not
+    /// a state file at all — not UTF-8, or not the JSON of one (a crash of the filesystem,
+    /// an edit by hand) — is moved aside to `<file>.corrupt` and the member starts afresh,
+    /// as with no file: it learns the pair's epoch from its peers and the Lease, the same
+    /// as when the file is deleted. Returns where the bad file went. A file that parses
+    /// but holds an epoch outside the domain is still refused
+    /// ([`StateError::EpochOutOfRange`]): it may be a newer version's.
+    pub fn load_or_set_aside(&self) -> Result<(sm::Persisted, Option<PathBuf>), StateError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((sm::Persisted::default(), None)),
+            Err(e) => return Err(StateError::Read { path: self.path.clone(), message: e.to_string() }),
+        };
+        if let Some(d) = std::str::from_utf8(&bytes).ok().and_then(|t| serde_json::from_str::<OnDisk>(t).ok()) {
+            return self.persisted(d).map(|p| (p, None));
+        }
+        let aside = self.path.with_extension("json.corrupt");
+        std::fs::rename(&self.path, &aside).map_err(|source| StateError::Write { path: aside.clone(), source })?;
+        Ok((sm::Persisted::default(), Some(aside)))
     }
 
     /// Writes `p` durably. The epoch never goes backwards: a lower epoch than the one
@@ -193,6 +240,46 @@ mod tests {
         drop(first);
         f.lock().expect("free again after the first agent is gone");
         StateFile::new(dir.path(), "db").lock().expect("another pair is independent");
+    }
+
+    #[test]
+    fn a_corrupted_state_file_is_set_aside_and_the_member_starts_afresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        assert_eq!(f.load_or_set_aside().expect("no file"), (sm::Persisted::default(), None));
+        let p = sm::Persisted { epoch: 7, ..Default::default() };
+        f.store(&p).expect("store");
+        assert_eq!(f.load_or_set_aside().expect("a good file").0.epoch, 7);
+        for garbage in [&b"{\"epoch\": garbage\x00\xff"[..], b"", b"[1, 2]", b"{\"version\": 1}"] {
+            std::fs::write(f.path(), garbage).expect("write");
+            assert!(f.load().is_err(), "load refuses {garbage:?}");
+            let (loaded, aside) = f.load_or_set_aside().expect("set aside");
+            assert_eq!(loaded, sm::Persisted::default());
+            let aside = aside.expect("moved aside");
+            assert_eq!(std::fs::read(&aside).expect("kept for a post-mortem"), garbage);
+            assert!(!f.path().exists());
+        }
+        // An epoch beyond the domain parses: refused, not set aside.
+        let beyond = format!(
+            r#"{{"version":1,"epoch":{},"maintenance":false,"lastRole":"Active","failbackPaused":false,"paused":false,"suspended":false}}"#,
+            sm::MAX_EPOCH + 1
+        );
+        std::fs::write(f.path(), beyond).expect("write");
+        assert!(matches!(f.load_or_set_aside(), Err(super::StateError::EpochOutOfRange { .. })));
+        assert!(f.path().exists());
+    }
+
+    #[test]
+    fn a_gone_pairs_lock_file_is_removed_unless_an_agent_holds_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::new(dir.path(), "web");
+        f.remove_lock_file().expect("no lock file: nothing to do");
+        let held = f.lock().expect("lock");
+        assert!(f.remove_lock_file().is_err(), "held by a running agent: refused");
+        assert!(f.lock_path().exists(), "and left in place");
+        drop(held);
+        f.remove_lock_file().expect("free: removed");
+        assert!(!f.lock_path().exists());
     }
 
     #[test]

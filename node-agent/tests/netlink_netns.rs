@@ -147,6 +147,95 @@ fn ipv6_vips_skip_duplicate_address_detection() {
     });
 }
 
+/// The source address the kernel picks for a new connection to `dst` (`ip route get`).
+fn source_for(dst: &str) -> String {
+    let out = std::process::Command::new("ip").args(["route", "get", dst]).output().expect("ip route get");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "src" {
+            return words.next().unwrap_or_default().to_owned();
+        }
+    }
+    panic!("no src in {text}")
+}
+
+fn ip(args: &[&str]) {
+    let st = std::process::Command::new("ip").args(args).status().expect("ip");
+    assert!(st.success(), "ip {args:?}");
+}
+
+/// An IPv6 address on hv0 as an agent before deprecated VIPs added one (`ours`: marked
+/// with havip's `IFA_PROTO`), preferred forever.
+async fn add_preferred(addr: &str, ours: bool) {
+    use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressProtocol};
+    let (conn, handle, _) = rtnetlink::new_connection().expect("netlink");
+    tokio::spawn(conn);
+    let idx = index(&handle, "hv0").await;
+    let mut req = handle.address().add(idx, addr.parse().expect("ip"), 64);
+    let msg = req.message_mut();
+    msg.header.flags |= AddressHeaderFlags::Nodad;
+    msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+    if ours {
+        msg.attributes.push(AddressAttribute::Protocol(AddressProtocol::Other(HAVIP_ADDR_PROTO)));
+    }
+    req.execute().await.expect("add");
+}
+
+#[test]
+fn a_vip_is_never_the_source_of_the_nodes_own_connections() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        // IPv6: the kernel prefers the address sharing the longest prefix with the
+        // destination (RFC 6724 rule 8) — the VIP for 2001:db8:9::51 — unless it is
+        // deprecated (rule 3).
+        let v6 = vip("2001:db8:9::50", 64);
+        nl.add_vip(&v6).await.expect("add");
+        let a = nl.addresses().await.expect("list").into_iter().find(|a| a.addr == v6.addr).expect("present");
+        assert!(a.deprecated && !a.tentative, "{a:?}");
+        // The namespace's own address must have finished its duplicate detection: a
+        // tentative address is no candidate at all.
+        let own: IpAddr = "2001:db8:9::1".parse().expect("ip");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while nl.addresses().await.expect("list").iter().any(|a| a.addr == own && a.tentative) {
+            assert!(std::time::Instant::now() < deadline, "2001:db8:9::1 still tentative after 10 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(source_for("2001:db8:9::51"), "2001:db8:9::1", "the node's own address, not the VIP");
+        // The control: an ordinary address next to it is picked for its neighbour.
+        ip(&["addr", "add", "2001:db8:9::60/64", "dev", "hv0", "nodad"]);
+        assert_eq!(source_for("2001:db8:9::61"), "2001:db8:9::60", "rule 8 applies to addresses not deprecated");
+        // A VIP of ours added by an older agent (preferred) is deprecated when added again;
+        // the same address not ours is left as it is.
+        add_preferred("2001:db8:9::70", true).await;
+        add_preferred("2001:db8:9::80", false).await;
+        for s in ["2001:db8:9::70", "2001:db8:9::80"] {
+            nl.add_vip(&vip(s, 64)).await.expect("add");
+        }
+        let list = nl.addresses().await.expect("list");
+        let dep = |s: &str| list.iter().find(|a| a.addr.to_string() == s).expect("present").deprecated;
+        assert!(dep("2001:db8:9::70"), "ours: deprecated now");
+        assert!(!dep("2001:db8:9::80"), "not ours: untouched");
+        // IPv4: a VIP in the interface's subnet is a secondary address of it, a /32 comes
+        // after the node's own; the node's address stays the source either way.
+        nl.add_vip(&vip("10.9.0.50", 24)).await.expect("add");
+        nl.add_vip(&vip("10.9.0.60", 32)).await.expect("add");
+        assert_eq!(source_for("10.9.0.51"), "10.9.0.1");
+        assert_eq!(source_for("10.9.0.61"), "10.9.0.1");
+        ip(&["route", "add", "192.0.2.0/24", "dev", "hv0"]);
+        assert_eq!(source_for("192.0.2.7"), "10.9.0.1", "a destination off every subnet: the first address");
+        let out =
+            std::process::Command::new("ip").args(["-4", "-o", "addr", "show", "dev", "hv0"]).output().expect("ip");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.contains("10.9.0.1/24"), "the node's address stays the interface's first: {text}");
+        assert!(text.lines().any(|l| l.contains("10.9.0.50/24") && l.contains("secondary")), "{text}");
+    });
+}
+
 #[test]
 fn carrier_changes_arrive_as_events() {
     if !root() {

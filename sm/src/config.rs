@@ -237,6 +237,14 @@ pub struct Config {
     /// standalone rules, a holder keeps its VIPs and raises `LeaseBehind` until the
     /// Lease is brought within reach.
     pub lease_max_step: Option<u64>,
+    /// Quorum fencing (the control-plane mode, where the store is a majority of the
+    /// members' votes): a holder keeps the VIPs only while the store has confirmed it as
+    /// holder within this long ([`crate::Input::LeaseConfirmed`]); otherwise it gives them
+    /// up (`QuorumLost`) — the side of a partition without a majority stops serving before
+    /// the majority's voters grant anybody else a claim (they refuse one for longer than
+    /// this after they last heard the holder). Needs [`Config::lease_vote_required`].
+    /// `None`: off (a holder that cannot reach its store keeps the VIPs).
+    pub quorum_lease_ms: Option<u64>,
 }
 
 impl Config {
@@ -256,6 +264,7 @@ impl Config {
             flap: FlapPolicy::default(),
             lease_vote_required: false,
             lease_max_step: None,
+            quorum_lease_ms: None,
         }
     }
 
@@ -312,6 +321,11 @@ impl Config {
         }
         if t.lease_renew_ms == 0 || t.lease_alive_ms <= t.lease_renew_ms {
             return bad("the Lease renewal interval must be positive and below the Lease alive window");
+        }
+        if let Some(l) = self.quorum_lease_ms
+            && (l <= t.heartbeat_interval_ms || !self.lease_vote_required)
+        {
+            return bad("a quorum lease must exceed the heartbeat interval, and needs takeovers that need a vote");
         }
         if let FailbackPolicy::Automatic(a) = &self.failback
             && a.quarantine_failovers == 0

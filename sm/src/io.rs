@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use super::advert::Advert;
 use super::config::Config;
-use super::types::{AnnounceKind, Link, NodeId, PathId, ProbeResult, Role, VipId};
+use super::types::{AnnounceKind, Link, Millis, NodeId, PathId, ProbeResult, Role, VipId};
 
 /// An observation fed to [`crate::Machine::step`].
 ///
@@ -91,6 +91,15 @@ pub enum Input {
     /// The Lease store could not be read (standalone mode with a witness: the witness did
     /// not answer). The Lease counts as stale until the next [`Input::LeaseObserved`].
     LeaseUnreachable,
+    /// Quorum fencing ([`crate::Config::quorum_lease_ms`]): a majority of the store's voters
+    /// confirmed this member as holder (or took no newer claim) on evidence no older than
+    /// `at` — the member's own monotonic time when the oldest of those voters' proofs of
+    /// its liveness was taken. A holder keeps the VIPs until `at` plus the quorum lease.
+    /// The I/O layer feeds it before the [`Input::CasResult`] of a granted claim too.
+    LeaseConfirmed {
+        /// Since when the confirmation holds.
+        at: Millis,
+    },
     /// Answer to the last [`Action::CasLease`].
     CasResult(CasResult),
     /// Traffic through the VIPs on this member (`None` = unknown).
@@ -508,13 +517,16 @@ pub enum Reason {
     Unpaired,
     /// The local node joined the pair's configuration.
     Paired,
+    /// Quorum fencing: no majority of the members' votes confirmed this holder within the
+    /// quorum lease (it is on the minority side of a partition, or cannot reach the others).
+    QuorumLost,
 }
 
 impl Reason {
     /// Every reason, in declaration order (the label values of
     /// `havip_agent_role_transitions_total{name}`: the chart's dashboard test checks the
     /// reasons it queries against these).
-    pub const ALL: [Reason; 26] = [
+    pub const ALL: [Reason; 27] = [
         Reason::Startup,
         Reason::Adopted,
         Reason::Election,
@@ -541,6 +553,7 @@ impl Reason {
         Reason::AbortedByPeer,
         Reason::Unpaired,
         Reason::Paired,
+        Reason::QuorumLost,
     ];
 
     /// Name for logs, agent Events and metric labels (`"Takeover"`, ...).
@@ -572,6 +585,7 @@ impl Reason {
             Reason::AbortedByPeer => "AbortedByPeer",
             Reason::Unpaired => "Unpaired",
             Reason::Paired => "Paired",
+            Reason::QuorumLost => "QuorumLost",
         }
     }
 
@@ -650,6 +664,7 @@ mod tests {
             Reason::AbortedByPeer => 23,
             Reason::Unpaired => 24,
             Reason::Paired => 25,
+            Reason::QuorumLost => 26,
         }
     }
 

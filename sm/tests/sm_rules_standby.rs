@@ -603,3 +603,37 @@ fn startup_better_peer_that_pauses_in_the_initial_election_still_gets_two_listen
     let out = b.run(4_500, &[], Some(false));
     assert_eq!(cas_of(&out).len(), 1, "{out:?}");
 }
+
+// ---------------------------------------------------------------- backup paths (routed VIPs)
+
+/// Only a ready standby advertises a backup path: not while starting, not once its own
+/// listeners fail or its carrier is gone (fenced), not in maintenance, and not as the
+/// holder; it advertises again once ready.
+#[test]
+fn only_a_ready_standby_advertises_a_backup_path() {
+    let mut h = H::new(pair(B), Persisted::default());
+    h.env_ok();
+    assert!(!h.m.advertises_backup(), "starting (Init): none");
+    h.lease(Some(A), 1);
+    h.run(2_000, &[active(A, 200, 1)], Some(true));
+    assert_eq!(h.role(), Role::Standby);
+    assert!(h.m.advertises_backup(), "a ready standby advertises one");
+    h.listeners(false);
+    assert!(!h.m.advertises_backup(), "its listeners down: not ready, none");
+    h.listeners(true);
+    assert!(h.m.advertises_backup());
+    h.carrier(false);
+    h.run(2_100, &[active(A, 200, 1)], Some(true));
+    assert_eq!(h.role(), Role::Fenced);
+    assert!(!h.m.advertises_backup(), "fenced: none");
+    h.carrier(true);
+    h.run(30_000, &[active(A, 200, 1)], Some(true));
+    assert_eq!(h.role(), Role::Standby);
+    assert!(h.m.advertises_backup(), "back once the carrier settled");
+    h.cmd(Command::Maintenance { on: true, force: false });
+    assert!(!h.m.advertises_backup(), "in maintenance: none");
+
+    // The holder never does.
+    let a = active_a_with_b(3);
+    assert!(a.m.holds_vips() && !a.m.advertises_backup());
+}

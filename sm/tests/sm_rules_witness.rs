@@ -153,3 +153,30 @@ fn a_claim_refused_just_as_the_holder_died_is_retried_after_a_heartbeat_timeout(
     let out = h.cas(CasResult::Ok { epoch: 3 });
     assert_eq!(adds(&out).len(), 1);
 }
+
+#[test]
+fn a_holders_reconciling_write_refused_because_another_holds_is_not_repeated_at_once() {
+    // A holds under epoch 1; the record names B under the same epoch (a handover's
+    // target, or the other side of a partition) while the witness hears B holding: A's
+    // reconciling write is refused. Retried at once, it would spin for as long as both
+    // hold (seen: eight writes in 10 ms during a handover); A waits a heartbeat interval.
+    let mut cfg = pair(A);
+    cfg.lease_vote_required = true;
+    let interval = cfg.timings.heartbeat_interval_ms;
+    let mut a = H::new(cfg, Persisted { epoch: 1, last_role: Role::Active, ..Persisted::default() });
+    a.env_links();
+    a.local_vips(&[VIP]);
+    a.lease(Some(A), 1);
+    a.run(3_000, &[standby(B, 100, 1)], None);
+    assert!(a.m.holds_vips());
+    let out = a.lease(Some(B), 1);
+    let first = cas_of(&out);
+    assert_eq!(first.len(), 1, "A reconciles the record: {first:?}");
+    let out = a.cas(CasResult::HolderAlive { holder: node(B), epoch: 1 });
+    assert!(cas_of(&out).is_empty(), "written again at once: {:?}", cas_of(&out));
+    let out = a.lease(Some(B), 1);
+    assert!(cas_of(&out).is_empty(), "written again at the next observation: {:?}", cas_of(&out));
+    a.run(3_000 + interval, &[standby(B, 100, 1)], None);
+    let out = a.lease(Some(B), 1);
+    assert_eq!(cas_of(&out).len(), 1, "written again after a heartbeat interval");
+}

@@ -4,8 +4,10 @@
 
 use super::mac::{Key, Keyring, MAC_LEN, mac_of, verify_mac};
 use super::message::{
-    Body, Heartbeat, MAX_DATAGRAM, MAX_NAME, PROTOCOL_MAJOR, SESSION_MINOR, Session, WireGateway, WireOp, WireRole,
+    Body, ECHO_MINOR, Heartbeat, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PathEcho, SESSION_MINOR, Session,
+    WireGateway, WireOp, WireRole,
 };
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The first two bytes of every heartbeat.
 pub(super) const MAGIC: [u8; 2] = *b"HV";
@@ -99,12 +101,63 @@ pub fn encode(hb: &Heartbeat, key: &Key) -> Vec<u8> {
     if let Some(sess) = hb.session.filter(|_| hb.minor >= SESSION_MINOR) {
         body.extend_from_slice(&sess.id.to_be_bytes());
         body.extend_from_slice(&sess.echo.to_be_bytes());
+        if hb.minor >= ECHO_MINOR {
+            encode_echoes(&mut body, &hb.echoes);
+        }
     }
     out.extend_from_slice(&(body.len() as u16).to_be_bytes());
     out.extend_from_slice(&body);
     let mac = mac_of(&key.secret, &out);
     out.extend_from_slice(&mac);
     out
+}
+
+/// A count, then per echo: the address (a byte 4 or 6, then its bytes), the sequence
+/// number and the µs held. At most [`MAX_ECHOES`] (the first ones).
+fn encode_echoes(out: &mut Vec<u8>, echoes: &[PathEcho]) {
+    let echoes = &echoes[..echoes.len().min(MAX_ECHOES)];
+    out.push(echoes.len() as u8);
+    for e in echoes {
+        match e.to {
+            IpAddr::V4(a) => {
+                out.push(4);
+                out.extend_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                out.push(6);
+                out.extend_from_slice(&a.octets());
+            }
+        }
+        out.extend_from_slice(&e.seq.to_be_bytes());
+        out.extend_from_slice(&e.held_us.to_be_bytes());
+    }
+}
+
+fn decode_echoes(r: &mut Reader<'_>) -> Result<Vec<PathEcho>, DecodeError> {
+    let n = usize::from(r.u8("echo count")?);
+    if n > MAX_ECHOES {
+        return Err(DecodeError::Malformed { field: "echo count" });
+    }
+    let mut echoes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let to = match r.u8("echo address")? {
+            4 => {
+                let mut a = [0u8; 4];
+                a.copy_from_slice(r.take(4, "echo address")?);
+                IpAddr::V4(Ipv4Addr::from(a))
+            }
+            6 => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(r.take(16, "echo address")?);
+                IpAddr::V6(Ipv6Addr::from(a))
+            }
+            _ => return Err(DecodeError::Malformed { field: "echo address" }),
+        };
+        let seq = r.u64("echo seq")?;
+        let held_us = r.u32("echo held")?;
+        echoes.push(PathEcho { to, seq, held_us });
+    }
+    Ok(echoes)
 }
 
 pub(super) fn encode_body(b: &Body) -> Vec<u8> {
@@ -243,8 +296,8 @@ pub fn decode(buf: &[u8], keys: &Keyring) -> Result<Heartbeat, DecodeError> {
     if r.pos != signed.len() {
         return Err(DecodeError::Malformed { field: "trailing bytes" });
     }
-    let (body, session) = decode_body(body_bytes, minor)?;
-    Ok(Heartbeat { major, minor, key_id, seq, timestamp_ms, pair, sender, body, session })
+    let (body, session, echoes) = decode_body(body_bytes, minor)?;
+    Ok(Heartbeat { major, minor, key_id, seq, timestamp_ms, pair, sender, body, session, echoes })
 }
 
 /// The pair a datagram names, read from its header **without authenticating it**: only
@@ -269,7 +322,10 @@ pub fn peek_pair(buf: &[u8]) -> Result<&str, DecodeError> {
     std::str::from_utf8(name).map_err(|_| DecodeError::Malformed { field: "pair" })
 }
 
-fn decode_body(buf: &[u8], minor: u8) -> Result<(Body, Option<Session>), DecodeError> {
+/// A decoded body: its fields, the sender's session, its echoes.
+type Decoded = (Body, Option<Session>, Vec<PathEcho>);
+
+fn decode_body(buf: &[u8], minor: u8) -> Result<Decoded, DecodeError> {
     let mut r = Reader { buf, pos: 0 };
     let role = WireRole::from_u8(r.u8("role")?).ok_or(DecodeError::Malformed { field: "role" })?;
     let epoch = r.u64("epoch")?;
@@ -303,6 +359,7 @@ fn decode_body(buf: &[u8], minor: u8) -> Result<(Body, Option<Session>), DecodeE
     } else {
         None
     };
+    let echoes = if minor >= ECHO_MINOR { decode_echoes(&mut r)? } else { Vec::new() };
     // Bytes after the known fields belong to a newer minor version: ignored.
     let body = Body {
         role,
@@ -319,5 +376,5 @@ fn decode_body(buf: &[u8], minor: u8) -> Result<(Body, Option<Session>), DecodeE
         config_revision,
         op,
     };
-    Ok((body, session))
+    Ok((body, session, echoes))
 }

@@ -27,6 +27,13 @@
 //! id (random per agent start) and 8 bytes of echo (the receiver's session id as the
 //! sender last heard it, 0 if never). A receiver of minor 0 ignores them.
 //!
+//! Since minor version 2 the session is followed by the sender's [`PathEcho`]es: a count
+//! (≤ [`MAX_ECHOES`]), then per path the receiver's address on it (a byte 4 or 6 and
+//! the address), the receiver's sequence number the sender heard last there (8 bytes)
+//! and the microseconds it held it before sending (4 bytes). The receiver takes the
+//! echo naming the address a heartbeat arrived on and reads that path's round-trip time:
+//! now − when it sent that sequence number − held. A receiver of minor 1 ignores them.
+//!
 //! **Demultiplexing.** One agent serves every pair of its node on one socket per (local
 //! address, port). [`peek_pair`] reads the pair name from the header *before* the MAC
 //! check — it is authenticated later, with that pair's keys — so that a datagram is
@@ -66,8 +73,8 @@ pub mod witness;
 pub use codec::{DecodeError, decode, encode, peek_pair};
 pub use mac::{Key, Keyring, MAC_LEN};
 pub use message::{
-    Body, Heartbeat, MAX_DATAGRAM, MAX_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR, SESSION_MINOR, Session, WireGateway,
-    WireOp, WireRole,
+    Body, ECHO_MINOR, Heartbeat, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR, PathEcho,
+    SESSION_MINOR, Session, WireGateway, WireOp, WireRole,
 };
 pub use replay::{RETIRED_SESSIONS, ReplayError, ReplayWindow, SenderWindow};
 

@@ -4,10 +4,15 @@
 /// The protocol major version this build speaks. Members with another major do not
 /// take over from each other automatically.
 pub const PROTOCOL_MAJOR: u8 = 1;
-/// The protocol minor version this build writes (1: the body ends with a [`Session`]).
-pub const PROTOCOL_MINOR: u8 = 1;
+/// The protocol minor version this build writes (1: the body ends with a [`Session`];
+/// 2: then with the sender's [`PathEcho`]es).
+pub const PROTOCOL_MINOR: u8 = 2;
 /// The first minor version that carries a [`Session`].
 pub const SESSION_MINOR: u8 = 1;
+/// The first minor version that carries [`PathEcho`]es (after the [`Session`]).
+pub const ECHO_MINOR: u8 = 2;
+/// Most [`PathEcho`]es one heartbeat carries (more is malformed).
+pub const MAX_ECHOES: usize = 4;
 /// Datagrams larger than this are dropped unread.
 pub const MAX_DATAGRAM: usize = 512;
 /// Longest pair or node name on the wire.
@@ -156,6 +161,25 @@ pub struct Heartbeat {
     pub body: Body,
     /// The sender's session (minor ≥ 1; `None` from an older sender).
     pub session: Option<Session>,
+    /// The receiver's heartbeats the sender heard last, one per path (minor ≥ 2 with a
+    /// session; empty from an older sender). They give the receiver each path's round trip.
+    pub echoes: Vec<PathEcho>,
+}
+
+/// The last heartbeat the sender heard from the receiver on one path, and how long before
+/// sending this one: the receiver, knowing when it sent that sequence number, reads the
+/// path's round-trip time off a heartbeat arriving on the same path
+/// (`now − sent − held`). The path is named by the receiver's address on it — the source
+/// address of what the sender heard — which both ends agree on whatever their paths are
+/// called or in which order they are configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PathEcho {
+    /// The receiver's address on the path.
+    pub to: std::net::IpAddr,
+    /// The receiver's sequence number the sender heard last on it.
+    pub seq: u64,
+    /// Microseconds between hearing it and sending this heartbeat (saturated).
+    pub held_us: u32,
 }
 
 /// A sender's session, carried at the end of the body since minor version 1.

@@ -3,11 +3,12 @@
 
 use super::codec::{FIXED_HEADER, MAGIC, encode_body};
 use super::{
-    Body, DecodeError, Heartbeat, Key, Keyring, MAC_LEN, MAX_DATAGRAM, PROTOCOL_MAJOR, PROTOCOL_MINOR,
-    RETIRED_SESSIONS, ReplayError, ReplayWindow, SESSION_MINOR, SenderWindow, Session, WireGateway, WireOp, WireRole,
-    decode, encode, mac_of, peek_pair, put_name,
+    Body, DecodeError, ECHO_MINOR, Heartbeat, Key, Keyring, MAC_LEN, MAX_DATAGRAM, MAX_ECHOES, PROTOCOL_MAJOR,
+    PROTOCOL_MINOR, PathEcho, RETIRED_SESSIONS, ReplayError, ReplayWindow, SESSION_MINOR, SenderWindow, Session,
+    WireGateway, WireOp, WireRole, decode, encode, mac_of, peek_pair, put_name,
 };
 use proptest::prelude::*;
+use std::net::IpAddr;
 
 fn keyring() -> Keyring {
     Keyring { current: Key { id: 7, secret: b"0123456789abcdef0123456789abcdef".to_vec() }, previous: None }
@@ -38,14 +39,93 @@ fn sample() -> Heartbeat {
             op: Some(WireOp::Commit { id: 9, to: "node-b".into(), epoch: 43 }),
         },
         session: Some(Session { id: 0x1234_5678_9abc_def0, echo: 77 }),
+        echoes: vec![
+            PathEcho { to: IpAddr::from([10, 0, 0, 2]), seq: 1_700_000_000_000_123, held_us: 4_321 },
+            PathEcho { to: "fd00::2".parse().expect("address"), seq: 1_700_000_000_000_124, held_us: u32::MAX },
+        ],
     }
+}
+
+/// Signs `signed` (everything before the MAC) with the sample keyring's key.
+fn sign(mut signed: Vec<u8>, k: &Keyring) -> Vec<u8> {
+    let mac = mac_of(&k.current.secret, &signed);
+    signed.extend_from_slice(&mac);
+    signed
+}
+
+/// The sample's datagram with minor `minor` and `tail` after the session, by hand.
+fn with_tail(minor: u8, tail: &[u8]) -> Vec<u8> {
+    let k = keyring();
+    let hb = sample();
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAGIC);
+    out.push(PROTOCOL_MAJOR);
+    out.push(minor);
+    out.extend_from_slice(&k.current.id.to_be_bytes());
+    out.extend_from_slice(&hb.seq.to_be_bytes());
+    out.extend_from_slice(&hb.timestamp_ms.to_be_bytes());
+    put_name(&mut out, &hb.pair);
+    put_name(&mut out, &hb.sender);
+    let mut body = encode_body(&hb.body);
+    let sess = hb.session.expect("sample has a session");
+    body.extend_from_slice(&sess.id.to_be_bytes());
+    body.extend_from_slice(&sess.echo.to_be_bytes());
+    body.extend_from_slice(tail);
+    out.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    out.extend_from_slice(&body);
+    sign(out, &k)
+}
+
+#[test]
+fn echoes_roundtrip_and_a_minor_one_receiver_ignores_them() {
+    let k = keyring();
+    let hb = sample();
+    let bytes = encode(&hb, &k.current);
+    let got = decode(&bytes, &k).expect("accepted");
+    assert_eq!(got.echoes, hb.echoes);
+    // What a minor-1 agent does with a minor-2 datagram: it reads the session and ignores
+    // the bytes after it — here the same bytes labelled minor 1.
+    let mut old = bytes[..bytes.len() - MAC_LEN].to_vec();
+    old[3] = SESSION_MINOR;
+    let got = decode(&sign(old, &k), &k).expect("a minor-1 reading is accepted");
+    assert_eq!((got.body, got.session, got.echoes), (hb.body.clone(), hb.session, Vec::new()));
+    // A minor-1 sender's datagram carries none.
+    let got = decode(&encode(&Heartbeat { minor: SESSION_MINOR, ..hb.clone() }, &k.current), &k).expect("accepted");
+    assert!(got.echoes.is_empty());
+    // Never more than MAX_ECHOES on the wire.
+    let many = Heartbeat { echoes: vec![hb.echoes[0]; MAX_ECHOES + 3], ..hb };
+    let got = decode(&encode(&many, &k.current), &k).expect("accepted");
+    assert_eq!(got.echoes.len(), MAX_ECHOES);
+}
+
+#[test]
+fn malformed_echoes_are_refused() {
+    let k = keyring();
+    let mut too_many = vec![(MAX_ECHOES + 1) as u8];
+    for _ in 0..=MAX_ECHOES {
+        too_many.extend_from_slice(&[4, 10, 0, 0, 2]);
+        too_many.extend_from_slice(&[0; 12]);
+    }
+    assert_eq!(decode(&with_tail(ECHO_MINOR, &too_many), &k), Err(DecodeError::Malformed { field: "echo count" }));
+    let mut family = vec![1, 5];
+    family.extend_from_slice(&[0; 16]);
+    assert_eq!(decode(&with_tail(ECHO_MINOR, &family), &k), Err(DecodeError::Malformed { field: "echo address" }));
+    assert_eq!(
+        decode(&with_tail(ECHO_MINOR, &[1, 4, 10, 0]), &k),
+        Err(DecodeError::Malformed { field: "echo address" })
+    );
+    assert_eq!(
+        decode(&with_tail(ECHO_MINOR, &[1, 4, 10, 0, 0, 2, 0, 0]), &k),
+        Err(DecodeError::Malformed { field: "echo seq" })
+    );
+    assert_eq!(decode(&with_tail(ECHO_MINOR, &[]), &k), Err(DecodeError::Malformed { field: "echo count" }));
 }
 
 #[test]
 fn roundtrip() {
     let k = keyring();
     let bytes = encode(&sample(), &k.current);
-    assert!(bytes.len() < 160, "compact: {} bytes", bytes.len());
+    assert!(bytes.len() < 192, "compact: {} bytes", bytes.len());
     assert_eq!(decode(&bytes, &k), Ok(sample()));
 }
 
@@ -111,25 +191,8 @@ fn other_major_is_reported_after_authentication() {
 fn newer_minor_with_extra_body_bytes_is_accepted() {
     let k = keyring();
     let hb = sample();
-    // Re-encode by hand with 3 extra body bytes and minor 5.
-    let mut out = Vec::new();
-    out.extend_from_slice(&MAGIC);
-    out.push(PROTOCOL_MAJOR);
-    out.push(5);
-    out.extend_from_slice(&k.current.id.to_be_bytes());
-    out.extend_from_slice(&hb.seq.to_be_bytes());
-    out.extend_from_slice(&hb.timestamp_ms.to_be_bytes());
-    put_name(&mut out, &hb.pair);
-    put_name(&mut out, &hb.sender);
-    let mut body = encode_body(&hb.body);
-    let sess = hb.session.expect("sample has a session");
-    body.extend_from_slice(&sess.id.to_be_bytes());
-    body.extend_from_slice(&sess.echo.to_be_bytes());
-    body.extend_from_slice(&[1, 2, 3]);
-    out.extend_from_slice(&(body.len() as u16).to_be_bytes());
-    out.extend_from_slice(&body);
-    let mac = mac_of(&k.current.secret, &out);
-    out.extend_from_slice(&mac);
+    // Minor 5: no echoes, then 3 bytes this build does not know.
+    let out = with_tail(5, &[0, 1, 2, 3]);
     let got = decode(&out, &k).expect("accepted");
     assert_eq!(got.minor, 5);
     assert_eq!(got.body, hb.body);
@@ -326,10 +389,14 @@ fn arb_body() -> impl Strategy<Value = Body> {
 proptest! {
     #[test]
     fn any_heartbeat_roundtrips(body in arb_body(), seq in any::<u64>(), ts in any::<u64>(),
-                                pair in "[a-z0-9-]{1,63}", sender in "[a-z0-9.-]{1,63}") {
+                                pair in "[a-z0-9-]{1,63}", sender in "[a-z0-9.-]{1,63}",
+                                echoes in proptest::collection::vec((any::<[u8; 4]>(), any::<[u8; 16]>(), any::<bool>(), any::<u64>(), any::<u32>()), 0..=MAX_ECHOES)) {
         let k = keyring();
         let session = Some(Session { id: seq | 1, echo: ts });
-        let hb = Heartbeat { major: PROTOCOL_MAJOR, minor: PROTOCOL_MINOR, key_id: 7, seq, timestamp_ms: ts, pair, sender, body, session };
+        let echoes = echoes.into_iter().map(|(v4, v6, pick, seq, held_us)| PathEcho {
+            to: if pick { IpAddr::from(v4) } else { IpAddr::from(v6) }, seq, held_us,
+        }).collect();
+        let hb = Heartbeat { major: PROTOCOL_MAJOR, minor: PROTOCOL_MINOR, key_id: 7, seq, timestamp_ms: ts, pair, sender, body, session, echoes };
         let bytes = encode(&hb, &k.current);
         prop_assert!(bytes.len() <= MAX_DATAGRAM);
         prop_assert_eq!(decode(&bytes, &k), Ok(hb));

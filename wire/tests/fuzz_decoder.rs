@@ -86,6 +86,7 @@ fn mutated_valid_heartbeats_never_panic() {
             op: Some(wire::WireOp::Prepare { id: 1, to: "m".into() }),
         },
         session: Some(wire::Session { id: 5, echo: 6 }),
+        echoes: vec![wire::PathEcho { to: std::net::IpAddr::from([10, 0, 0, 1]), seq: 9, held_us: 100 }],
     };
     let valid = wire::encode(&hb, &k.current);
     let unsigned = valid[..valid.len() - MAC_LEN].to_vec();

@@ -124,6 +124,8 @@ pub struct KeepalivedConfig {
     pub extra_global: Vec<String>,
     /// Extra lines for the `vrrp_instance`.
     pub extra_instance: Vec<String>,
+    /// Blocks between `global_defs` and the `vrrp_instance` (a `vrrp_script`).
+    pub extra_top: Vec<String>,
     /// More virtual addresses of the instance, after the VIP (same interface).
     pub more_vips: Vec<(Ipv4Addr, u8)>,
 }
@@ -144,6 +146,7 @@ impl KeepalivedConfig {
             garp_master_repeat: None,
             extra_global: Vec::new(),
             extra_instance: Vec::new(),
+            extra_top: Vec::new(),
             more_vips: Vec::new(),
         }
     }
@@ -225,6 +228,9 @@ impl KeepalivedConfig {
             let _ = writeln!(c, "    {l}");
         }
         let _ = writeln!(c, "}}\n");
+        for b in &self.extra_top {
+            let _ = writeln!(c, "{b}\n");
+        }
         let _ = writeln!(c, "vrrp_instance {INSTANCE} {{");
         let _ = writeln!(c, "    state BACKUP");
         let _ = writeln!(c, "    interface {}", self.interface);

@@ -62,8 +62,14 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-k8s needs root: {why}");
         return std::process::ExitCode::FAILURE;
     }
-    let lab = match KubeLab::start(KubeLabOptions { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None })
-    {
+    let lab = match KubeLab::start(KubeLabOptions {
+        nodes: 2,
+        operator: true,
+        dir: None,
+        chart_rbac: false,
+        bgp: None,
+        ..Default::default()
+    }) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("lab: {e}");

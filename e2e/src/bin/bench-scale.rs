@@ -304,8 +304,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), BoxError> {
-    let mut lab =
-        KubeLab::start(KubeLabOptions { nodes: 2, operator: false, dir: None, chart_rbac: false, bgp: None })?;
+    let mut lab = KubeLab::start(KubeLabOptions::agents_only(2))?;
     let rt = tokio::runtime::Runtime::new()?;
     let client = rt.block_on(lab.client())?;
     let agent_build = build_of(havip_e2e::harness::agent::agent_binary().ok());

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 pub const SERVICE_PORT: u16 = 8080;
 /// The heartbeat port.
 pub const HEARTBEAT_PORT: u16 = 7946;
+/// The API servers' port in a control-plane lab ([`PairOptions::api_server`]).
+pub const API_PORT: u16 = 6443;
 /// The heartbeat key of every lab pair (hex).
 pub const KEY_HEX: &str = "6861766970206c6162206b65792030316861766970206c6162206b6579203031";
 
@@ -159,6 +161,34 @@ pub struct PairOptions {
     /// The routed lab's BFD interval (ms, × 3) on the router and the members (`None`:
     /// [`crate::harness::bgp::bfd_interval_ms`]).
     pub bfd_ms: Option<u32>,
+    /// `bgpBackupPaths: true`: a ready standby advertises a backup path of each routed VIP.
+    pub bgp_backup_paths: bool,
+    /// With [`PairOptions::bgp`]: the VIPs in `Both` mode instead — addresses of the data
+    /// subnet on `eth0` (as without `bgp`), also advertised by the members' speakers.
+    pub announce_both: bool,
+    /// `quorum: {lease: …}`: the members vote (the control-plane mode's arbitration; three
+    /// or more members); the lease as given (`None`: no quorum).
+    pub quorum: Option<String>,
+    /// The control-plane mode's readiness gate: an `apiServer:` section (the cluster CA at
+    /// [`AgentLab::api_ca_file`], which the test writes once its control plane exists —
+    /// the agents start before it, as before `kubeadm init`) with this YAML added under
+    /// it (e.g. `"  notReadyFor: 600ms\n"`), and every VIP probed on the API port 6443.
+    pub api_server: Option<String>,
+    /// The members whose agents start with the lab (`None`: all); the others start when
+    /// the test says ([`AgentLab::start_agent`]).
+    pub started: Option<Vec<usize>>,
+    /// The members the pair files list at the start (`None`: every node); a test grows or
+    /// shrinks the pair with [`AgentLab::write_members`].
+    pub file_members: Option<Vec<usize>>,
+}
+
+impl PairOptions {
+    /// A control-plane pair: three members that vote (`quorum.lease` 400 ms) and gate on
+    /// their own API server with the `apiServer:` defaults (see [`PairOptions::api_server`];
+    /// start the control plane with `CpCluster::for_agent_lab`).
+    pub fn control_plane() -> Self {
+        Self { members: 3, quorum: Some("400ms".to_owned()), api_server: Some(String::new()), ..Self::default() }
+    }
 }
 
 impl Default for PairOptions {
@@ -178,6 +208,12 @@ impl Default for PairOptions {
             forwarding: false,
             bgp: None,
             bfd_ms: None,
+            bgp_backup_paths: false,
+            announce_both: false,
+            quorum: None,
+            api_server: None,
+            started: None,
+            file_members: None,
         }
     }
 }
@@ -284,7 +320,9 @@ impl AgentLab {
             lab.agents.push(None);
         }
         for i in 0..lab.opts.members {
-            lab.start_agent(i)?;
+            if lab.opts.started.as_ref().is_none_or(|s| s.contains(&i)) {
+                lab.start_agent(i)?;
+            }
         }
         Ok(lab)
     }
@@ -294,8 +332,21 @@ impl AgentLab {
         self.pair_config_yaml(i, 0)
     }
 
+    /// Rewrites member `i`'s file of pair 0 listing only `members` (a pair that grows or
+    /// shrinks); the agent applies it at SIGHUP ([`AgentLab::signal_agent`]) or when it
+    /// sees the file change.
+    pub fn write_members(&self, i: usize, members: &[usize]) -> Result<()> {
+        let path = self.configs[i][0].clone();
+        let yaml = self.pair_config_yaml_members(i, 0, Some(members));
+        std::fs::write(&path, yaml).map_err(|source| LabError::Write { path, source })
+    }
+
     /// The configuration of pair `k` as member `i` sees it.
     pub fn pair_config_yaml(&self, i: usize, k: usize) -> String {
+        self.pair_config_yaml_members(i, k, self.opts.file_members.as_deref())
+    }
+
+    fn pair_config_yaml_members(&self, i: usize, k: usize, members: Option<&[usize]>) -> String {
         let mut y = String::new();
         y.push_str(&format!("pair: {}\nnode: {}\nmembers:\n", pair_name(k), node_name(i)));
         // With an IPv6 VIP the members also heartbeat over IPv6 on the data link: a drain
@@ -303,6 +354,9 @@ impl AgentLab {
         // which the members know from their paths.
         let v6 = self.opts.ipv6_vip;
         for (j, n) in self.topo.nodes().iter().enumerate() {
+            if members.is_some_and(|m| !m.contains(&j)) {
+                continue;
+            }
             let data6 = if v6 { format!(", data6: \"{}\"", n.data_ip6) } else { String::new() };
             y.push_str(&format!(
                 "  - node: {}\n    priority: {}\n    addresses: {{data: {}, mgmt: {}{data6}}}\n",
@@ -331,8 +385,19 @@ impl AgentLab {
         if let Some(d) = &self.opts.drain_timeout {
             y.push_str(&format!("drainTimeout: {d}\n"));
         }
+        if self.opts.bgp_backup_paths {
+            y.push_str("bgpBackupPaths: true\n");
+        }
         y.push_str("vips:\n");
         for j in 0..self.opts.vips {
+            if self.opts.bgp.is_some() && self.opts.announce_both {
+                y.push_str(&format!(
+                    "  - address: {}/24\n    interface: eth0\n    announce: {{mode: Both}}\n    probePorts: [{}]\n",
+                    self.vip_addr(self.pair_vip(k, j)),
+                    SERVICE_PORT + k as u16
+                ));
+                continue;
+            }
             if self.opts.bgp.is_some() {
                 y.push_str(&format!(
                     "  - address: {}/32\n    announce: {{mode: BGP}}\n    probePorts: [{}]\n",
@@ -344,7 +409,7 @@ impl AgentLab {
             y.push_str(&format!(
                 "  - address: {}/24\n    interface: eth0\n    probePorts: [{}]\n",
                 self.vip_addr(self.pair_vip(k, j)),
-                SERVICE_PORT + k as u16
+                if self.opts.api_server.is_some() { API_PORT } else { SERVICE_PORT + k as u16 }
             ));
         }
         if self.opts.ipv6_vip && k == 0 && self.opts.bgp.is_some() {
@@ -365,6 +430,12 @@ impl AgentLab {
                 witness_member_key_hex(&pair_name(k), &node_name(i))
             ));
         }
+        if let Some(lease) = &self.opts.quorum {
+            y.push_str(&format!("quorum:\n  lease: {lease}\n"));
+        }
+        if let Some(extra) = &self.opts.api_server {
+            y.push_str(&format!("apiServer:\n  port: {API_PORT}\n  caFile: {}\n{extra}", self.api_ca_file().display()));
+        }
         y.push_str(&format!(
             "startAlone: {}\nstateDir: {}\nmetricsAddress: 127.0.0.1:9797\nadminSocket: {}\n",
             self.opts.start_alone,
@@ -372,6 +443,11 @@ impl AgentLab {
             self.pair_admin_socket(i, k).display()
         ));
         y
+    }
+
+    /// Where the members' `apiServer:` expects the cluster CA ([`PairOptions::api_server`]).
+    pub fn api_ca_file(&self) -> PathBuf {
+        self.topo.dir().join("pki").join("ca.crt")
     }
 
     /// The index (for [`Self::vip_addr`]) of pair `k`'s VIP `j`.
@@ -386,13 +462,19 @@ impl AgentLab {
 
     /// Address of VIP `j`: the topology's VIPs for 0..10, then `10.k.0.150…249`.
     pub fn vip_addr(&self, j: u8) -> std::net::Ipv4Addr {
-        if self.opts.bgp.is_some() { self.topo.routed_vip(j) } else { self.topo.vip_at(j) }
+        if self.routed_vips() { self.topo.routed_vip(j) } else { self.topo.vip_at(j) }
+    }
+
+    /// The VIPs are routed only (a BGP lab, not `Both` mode): outside every subnet, on the
+    /// agent's dummy interface.
+    fn routed_vips(&self) -> bool {
+        self.opts.bgp.is_some() && !self.opts.announce_both
     }
 
     /// The interface member `i` holds the VIPs on: `eth0`, or in a BGP lab the agent's
     /// dummy interface.
     pub fn vip_if(&self, i: usize) -> String {
-        if self.opts.bgp.is_some() {
+        if self.routed_vips() {
             havip_node_agent::announce::bgp::LINK.to_owned()
         } else {
             self.topo.node(i).data_if.clone()
@@ -548,6 +630,27 @@ impl AgentLab {
                 format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
             ),
             Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// `havip-agent doctor` for member `i` (its pair files and admin socket), run in its
+    /// namespace behind `wrap` (e.g. `setpriv --bounding-set -net_raw`); (exit code,
+    /// stdout and stderr).
+    pub fn doctor(&self, i: usize, wrap: &[&str]) -> (Option<i32>, String) {
+        let files: Vec<String> = self.config_files(i).iter().map(|f| f.display().to_string()).collect();
+        let mut all: Vec<String> = ["netns", "exec", &self.topo.node(i).ns].map(str::to_owned).to_vec();
+        all.extend(wrap.iter().map(|s| (*s).to_owned()));
+        all.push(self.binary.display().to_string());
+        all.extend(["doctor".to_owned(), "--config".to_owned(), files.join(","), "--node".to_owned(), node_name(i)]);
+        if self.config_files(i).len() == 1 {
+            all.extend(["--admin-socket".to_owned(), self.admin_socket(i).display().to_string()]);
+        }
+        match std::process::Command::new("ip").args(&all).output() {
+            Ok(o) => (
+                o.status.code(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            ),
+            Err(e) => (None, e.to_string()),
         }
     }
 

@@ -75,13 +75,49 @@ pub fn external_ip(svc: &k8s_openapi::api::core::v1::Service) -> Option<std::net
     svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.as_deref()?.parse().ok()
 }
 
-/// Runs `kubectl-havip <args>` with `kubeconfig`; (success, stdout and stderr).
-pub fn run_plugin(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    match Command::new(bin).env("KUBECONFIG", kubeconfig).args(args).output() {
+/// [`run_plugin`], killed after `limit`: while etcd is down the API server holds a request
+/// for its own 60 s timeout, and the plugin's `--timeout` bounds only the wait for the
+/// agents' answer — a chaos nemesis stalled a minute in such a call.
+pub fn run_plugin_within(bin: &Path, kubeconfig: &Path, args: &[&str], limit: std::time::Duration) -> (bool, String) {
+    let child = Command::new(bin)
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return (false, format!("{}: {e}", bin.display())),
+    };
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (false, format!("{}: no answer within {limit:?} (killed)", bin.display()));
+            }
+        }
+    }
+    plugin_outcome(bin, child.wait_with_output())
+}
+
+/// A plugin run's (success, stdout and stderr).
+fn plugin_outcome(bin: &Path, out: std::io::Result<std::process::Output>) -> (bool, String) {
+    match out {
         Ok(o) => (
             o.status.success(),
             format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
         ),
         Err(e) => (false, format!("{}: {e}", bin.display())),
     }
+}
+
+/// Runs `kubectl-havip <args>` with `kubeconfig`; (success, stdout and stderr).
+pub fn run_plugin(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    plugin_outcome(bin, Command::new(bin).env("KUBECONFIG", kubeconfig).args(args).output())
 }

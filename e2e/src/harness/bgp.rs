@@ -86,36 +86,55 @@ pub fn router_config(topo: &Topology, bfd_ms: Option<u32>) -> String {
 }
 
 /// A member's `frr.conf`, as docs/bgp.md has it: the connected routes of `havip0`, and
-/// nothing else, advertised to the router (BFD at `bfd` ms × 3).
+/// nothing else, advertised to the router (BFD at `bfd` ms × 3); and the backup paths
+/// (HAPair `bgpBackupPaths`): the routes of table [`BACKUP_TABLE`] imported and
+/// advertised with a worse preference (the worst MED, the AS path prepended twice) and
+/// this member as their next hop (IPv4: FRR 8.4 imports no IPv6 table).
+///
+/// [`BACKUP_TABLE`]: havip_node_agent::announce::bgp::BACKUP_TABLE
 pub fn node_frr_config(topo: &Topology, i: usize, bfd: u32) -> String {
     let n = topo.node(i);
     let (gw, gw6) = (topo.gateway().ip, topo.gateway().ip6);
     format!(
-        "frr defaults datacenter\nhostname {name}\n!\nbfd\n profile {BFD_PROFILE}\n  detect-multiplier 3\n  \
-         receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\nroute-map HAVIP-VIPS permit 10\n match interface {link}\n\
-         !\nrouter bgp {NODE_ASN}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n bgp graceful-restart\n \
+        "frr defaults datacenter\nhostname {name}\nip import-table {table}\n!\nbfd\n profile {BFD_PROFILE}\n  \
+         detect-multiplier 3\n  receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\n\
+         route-map HAVIP-VIPS permit 10\n match interface {link}\n!\n\
+         route-map HAVIP-BACKUP permit 10\n set metric 4294967295\n set as-path prepend {NODE_ASN} {NODE_ASN}\n!\n\
+         router bgp {NODE_ASN}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n bgp graceful-restart\n \
          neighbor {gw} remote-as {ROUTER_ASN}\n neighbor {gw} bfd profile {BFD_PROFILE}\n \
          neighbor {gw6} remote-as {ROUTER_ASN}\n neighbor {gw6} bfd profile {BFD_PROFILE}\n \
-         address-family ipv4 unicast\n  redistribute connected route-map HAVIP-VIPS\n  no neighbor {gw6} activate\n \
+         address-family ipv4 unicast\n  redistribute connected route-map HAVIP-VIPS\n  \
+         redistribute table {table} route-map HAVIP-BACKUP\n  neighbor {gw} next-hop-self\n  no neighbor {gw6} activate\n \
          exit-address-family\n address-family ipv6 unicast\n  redistribute connected route-map HAVIP-VIPS\n  \
          neighbor {gw6} activate\n exit-address-family\n!\n",
         name = n.name,
         link = havip_node_agent::announce::bgp::LINK,
+        table = havip_node_agent::announce::bgp::BACKUP_TABLE,
         id = n.data_ip,
     )
 }
 
-/// A member's `bird.conf`, as docs/bgp.md has it.
+/// A member's `bird.conf`, as docs/bgp.md has it: the addresses of `havip0`, and the
+/// backup paths learnt from table [`BACKUP_TABLE`] exported with the AS path prepended
+/// twice and the worst MED, this member as their next hop.
+///
+/// [`BACKUP_TABLE`]: havip_node_agent::announce::bgp::BACKUP_TABLE
 pub fn node_bird_config(topo: &Topology, i: usize) -> String {
     let n = topo.node(i);
     let gw = topo.gateway().ip;
     format!(
         "router id {id};\nprotocol device {{ scan time 1; }}\n\
          protocol direct havip {{\n  ipv4;\n  interface \"{link}\";\n}}\n\
+         protocol kernel havip_backup {{\n  ipv4 {{ import all; export none; }};\n  kernel table {table};\n  \
+         learn;\n  scan time 1;\n}}\n\
          protocol bgp upstream {{\n  local {id} as {NODE_ASN};\n  neighbor {gw} as {ROUTER_ASN};\n  \
-         graceful restart on;\n  ipv4 {{ import none; export where proto = \"havip\"; }};\n}}\n",
+         graceful restart on;\n  ipv4 {{\n    import none;\n    next hop self;\n    export filter {{\n      \
+         if proto = \"havip\" then accept;\n      if proto = \"havip_backup\" then {{\n        \
+         bgp_path.prepend({NODE_ASN}); bgp_path.prepend({NODE_ASN}); bgp_med = 4294967295; accept;\n      }}\n      \
+         reject;\n    }};\n  }};\n}}\n",
         id = n.data_ip,
         link = havip_node_agent::announce::bgp::LINK,
+        table = havip_node_agent::announce::bgp::BACKUP_TABLE,
     )
 }
 

@@ -129,7 +129,9 @@ impl Dir {
 pub struct ControlPlane {
     // Field order matters: processes drop (stop) before the directory is removed.
     apiserver: Option<ManagedProcess>,
-    etcd: ManagedProcess,
+    etcd: Option<ManagedProcess>,
+    etcd_args: Vec<String>,
+    etcd_health: SocketAddr,
     testbin: TestBin,
     apiserver_args: Vec<String>,
     api_port: u16,
@@ -235,7 +237,9 @@ impl ControlPlane {
         )?;
         let mut cp = Self {
             apiserver: None,
-            etcd,
+            etcd: Some(etcd),
+            etcd_args,
+            etcd_health: SocketAddr::new(loopback, etcd_port),
             testbin,
             apiserver_args,
             api_port,
@@ -360,6 +364,26 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Stops etcd (SIGTERM; the API server keeps running and fails its requests).
+    pub fn stop_etcd(&mut self) {
+        if let Some(mut p) = self.etcd.take() {
+            p.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts etcd again (same data, ports and flags) and waits until it is healthy. A
+    /// no-op while it runs.
+    pub fn start_etcd(&mut self) -> Result<(), ControlPlaneError> {
+        if self.etcd.as_mut().is_some_and(ManagedProcess::is_running) {
+            return Ok(());
+        }
+        let log = self.dir().join("etcd.log");
+        let mut p = ManagedProcess::spawn("etcd", &self.testbin.etcd(), &self.etcd_args, &[], &log)?;
+        wait_http_ok(&mut p, "etcd", self.etcd_health, "/health", self.ready_timeout)?;
+        self.etcd = Some(p);
+        Ok(())
+    }
+
     /// The last lines of the API server's and etcd's logs (for failure reports).
     pub fn logs_tail(&self, lines: usize) -> String {
         format!(
@@ -371,7 +395,12 @@ impl ControlPlane {
 
     /// Process ids of etcd and the API server (for `lab`'s state file).
     pub fn pids(&self) -> Vec<u32> {
-        self.etcd.pid().into_iter().chain(self.apiserver.as_ref().and_then(ManagedProcess::pid)).collect()
+        self.etcd
+            .as_ref()
+            .and_then(ManagedProcess::pid)
+            .into_iter()
+            .chain(self.apiserver.as_ref().and_then(ManagedProcess::pid))
+            .collect()
     }
 }
 

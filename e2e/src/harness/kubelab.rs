@@ -157,12 +157,28 @@ pub struct KubeLabOptions {
     /// A routed lab (see [`crate::harness::bgp`]): the gateway is an FRR router peering
     /// with this BGP speaker on every node, and a client sits in another subnet behind it.
     pub bgp: Option<crate::harness::bgp::Speaker>,
+    /// Extra environment of node `i`'s agent (`agent_env[i]`; none past the end), e.g.
+    /// the chaos run's libfaketime.
+    pub agent_env: Vec<Vec<(String, String)>>,
 }
 
 impl Default for KubeLabOptions {
     fn default() -> Self {
-        Self { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None }
+        Self { nodes: 2, operator: true, dir: None, chart_rbac: false, bgp: None, agent_env: Vec::new() }
     }
+}
+
+impl KubeLabOptions {
+    /// `nodes` nodes with their agents and no operator (the caller creates what the
+    /// operator would), the admin kubeconfig, a switched lab.
+    pub fn agents_only(nodes: usize) -> Self {
+        Self { nodes, operator: false, ..Default::default() }
+    }
+}
+
+/// The `kubectl-havip` binary: next to the agent binary, as cargo builds them.
+fn plugin_binary() -> Result<PathBuf> {
+    Ok(agent_binary()?.with_file_name("kubectl-havip"))
 }
 
 /// A running Kubernetes lab. Drop order: processes, control plane, topology.
@@ -183,6 +199,7 @@ pub struct KubeLab {
     pub topo: Topology,
     dir: PathBuf,
     agent_kubeconfigs: Vec<PathBuf>,
+    agent_env: Vec<Vec<(String, String)>>,
     operator_kubeconfig: PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -246,6 +263,7 @@ impl KubeLab {
             topo,
             dir,
             agent_kubeconfigs: vec![admin.clone(); opts.nodes],
+            agent_env: opts.agent_env,
             operator_kubeconfig: admin,
             _tmp: tmp,
         };
@@ -425,6 +443,15 @@ impl KubeLab {
 
     /// Starts (or restarts) the operator.
     pub fn start_operator(&mut self) -> Result<()> {
+        let p = self.spawn_operator("operator")?;
+        self.operator = Some(p);
+        Ok(())
+    }
+
+    /// Starts an operator replica that the caller owns, logging to `<name>.log` in the
+    /// lab's directory (replicas elect their leader on the Lease `havip-operator`; each
+    /// one's identity is `<hostname>-<pid>`).
+    pub fn spawn_operator(&self, name: &str) -> Result<ManagedProcess> {
         let bin = operator_binary()?;
         let args = vec![
             "--namespace".to_owned(),
@@ -437,9 +464,7 @@ impl KubeLab {
             ("RUST_LOG".to_owned(), std::env::var("HAVIP_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned())),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
-        let p = ManagedProcess::spawn("operator", &bin, &args, &envs, &self.dir.join("operator.log"))?;
-        self.operator = Some(p);
-        Ok(())
+        Ok(ManagedProcess::spawn(name, &bin, &args, &envs, &self.dir.join(format!("{name}.log")))?)
     }
 
     /// Stops the operator.
@@ -474,6 +499,7 @@ impl KubeLab {
         if let Some(r) = &self.routing {
             envs.extend(r.agent_env(i));
         }
+        envs.extend(self.agent_env.get(i).cloned().unwrap_or_default());
         let log = self.dir.join(format!("agent-{i}.log"));
         let p = netns::spawn_in(&node.ns, &format!("agent-{i}"), &bin, &args, &envs, &log)?;
         self.agents[i] = Some(p);
@@ -658,11 +684,18 @@ impl KubeLab {
 
     /// Runs `kubectl-havip <args>` against the lab; (success, output).
     pub fn plugin(&self, args: &[&str]) -> (bool, String) {
-        let bin = match agent_binary() {
-            Ok(a) => a.with_file_name("kubectl-havip"),
-            Err(e) => return (false, e.to_string()),
-        };
-        crate::harness::api::run_plugin(&bin, &self.cp.kubeconfig(), args)
+        match plugin_binary() {
+            Ok(bin) => crate::harness::api::run_plugin(&bin, &self.cp.kubeconfig(), args),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// [`KubeLab::plugin`], killed after `limit`.
+    pub fn plugin_within(&self, args: &[&str], limit: Duration) -> (bool, String) {
+        match plugin_binary() {
+            Ok(bin) => crate::harness::api::run_plugin_within(&bin, &self.cp.kubeconfig(), args, limit),
+            Err(e) => (false, e.to_string()),
+        }
     }
 
     /// `kubectl <args>` against the lab; (success, stdout).

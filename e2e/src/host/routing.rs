@@ -75,6 +75,28 @@ fn instance_dir(name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The next hops of the selected route of `prefix` in FRR's answer to `show ip route
+/// <prefix> json` (`show ipv6 route …`), as addresses.
+pub fn selected_next_hops(v: &serde_json::Value, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for route in v.get(prefix).and_then(|r| r.as_array()).into_iter().flatten() {
+        if route.get("selected").and_then(|s| s.as_bool()) != Some(true) {
+            continue;
+        }
+        for nh in route.get("nexthops").and_then(|n| n.as_array()).into_iter().flatten() {
+            if let Some(ip) = nh.get("ip").and_then(|i| i.as_str()) {
+                out.push(ip.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Whether FRR's answer to `show bgp neighbors <peer> json` says the session is Established.
+pub fn session_established(v: &serde_json::Value, peer: &str) -> bool {
+    v.get(peer).and_then(|n| n.get("bgpState")).and_then(|s| s.as_str()) == Some("Established")
+}
+
 /// Polls `cond` every 100 ms until it holds.
 pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<Duration> {
     let start = Instant::now();
@@ -88,6 +110,9 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A BGP path as [`Frr::bgp_path_attrs`] reads it: (peer, best, AS-path length, MED).
+pub type PathAttrs = (String, bool, u64, Option<u64>);
 
 /// One FRR instance (zebra, bgpd, bfdd) in a namespace.
 pub struct Frr {
@@ -195,46 +220,62 @@ impl Frr {
     pub fn best_next_hops(&self, prefix: &str) -> Result<Vec<String>> {
         let family = if prefix.contains(':') { "ipv6" } else { "ip" };
         let v = self.vtysh_json(&format!("show {family} route {prefix} json"))?;
-        let mut out = Vec::new();
-        for route in v.get(prefix).and_then(|r| r.as_array()).into_iter().flatten() {
-            if route.get("selected").and_then(|s| s.as_bool()) != Some(true) {
-                continue;
-            }
-            for nh in route.get("nexthops").and_then(|n| n.as_array()).into_iter().flatten() {
-                if let Some(ip) = nh.get("ip").and_then(|i| i.as_str()) {
-                    out.push(ip.to_owned());
-                }
-            }
-        }
-        Ok(out)
+        Ok(selected_next_hops(&v, prefix))
     }
 
     /// The BGP paths of `prefix` this instance knows (`show bgp … json`): each as
     /// (peer address, best).
     pub fn bgp_paths(&self, prefix: &str) -> Result<Vec<(String, bool)>> {
+        Ok(self.bgp_path_attrs(prefix)?.into_iter().map(|(peer, best, _, _)| (peer, best)).collect())
+    }
+
+    /// The paths of `prefix` in the BGP table: (peer, best, AS-path length, MED).
+    pub fn bgp_path_attrs(&self, prefix: &str) -> Result<Vec<PathAttrs>> {
         let family = if prefix.contains(':') { "ipv6" } else { "ipv4" };
         let v = self.vtysh_json(&format!("show bgp {family} unicast {prefix} json"))?;
         let mut out = Vec::new();
         for p in v.get("paths").and_then(|p| p.as_array()).into_iter().flatten() {
             let peer = p.pointer("/peer/peerId").and_then(|x| x.as_str()).unwrap_or_default().to_owned();
             let best = p.pointer("/bestpath/overall").and_then(|x| x.as_bool()).unwrap_or(false);
-            out.push((peer, best));
+            let len = p.pointer("/aspath/length").and_then(serde_json::Value::as_u64).unwrap_or(0);
+            let med = p.get("metric").and_then(serde_json::Value::as_u64);
+            out.push((peer, best, len, med));
         }
         Ok(out)
     }
 
+    /// Applies configuration lines (`configure terminal`, then each line in order).
+    pub fn configure(&self, lines: &[&str]) -> Result<()> {
+        let mut cmd = Command::new("vtysh");
+        cmd.arg("--vty_socket").arg(&self.dir).args(["-c", "configure terminal"]);
+        for l in lines {
+            cmd.args(["-c", l]);
+        }
+        let out = cmd.output().map_err(io("run vtysh"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() || text.contains('%') {
+            return Err(RoutingError::Query {
+                cmd: format!("vtysh configure {lines:?} ({})", self.name),
+                reason: text,
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the BGP session with `peer` is Established.
     pub fn established(&self, peer: &str) -> bool {
-        self.vtysh_json(&format!("show bgp neighbors {peer} json"))
-            .ok()
-            .and_then(|v| v.get(peer).and_then(|n| n.get("bgpState")).and_then(|s| s.as_str()).map(str::to_owned))
-            .is_some_and(|s| s == "Established")
+        self.vtysh_json(&format!("show bgp neighbors {peer} json")).is_ok_and(|v| session_established(&v, peer))
     }
 
     /// Stops bgpd alone (SIGKILL: a crash, as a graceful restart must survive) and starts
     /// it again.
     pub fn restart_bgpd(&mut self) -> Result<()> {
         self.kill_bgpd();
+        self.start_bgpd()
+    }
+
+    /// Starts bgpd (after [`Frr::kill_bgpd`]) and waits until it answers.
+    pub fn start_bgpd(&mut self) -> Result<()> {
         self.start_daemon("bgpd")?;
         wait_for(&format!("{}: bgpd answers again", self.name), Duration::from_secs(10), || {
             self.vtysh("show bgp summary").is_ok()

@@ -1,7 +1,8 @@
 //! Scenarios only a real kubelet can run, on the kind provider after the shared
 //! [`crate::scenarios`]: the agent DaemonSet rolled, the operator's leader pod deleted,
-//! a node drained, the chart upgraded with a changed value and uninstalled, and a
-//! Service of type LoadBalancer with a Deployment behind kube-proxy.
+//! a node drained, the chart upgraded with a changed value and uninstalled, a Service of
+//! type LoadBalancer with a Deployment behind kube-proxy, and the holder's kubelet
+//! restarted.
 //!
 //! The agent pod deleted on the active is the shared scenario
 //! `agent_restart_on_the_active_loses_no_connect_and_moves_nothing` (on kind, an agent
@@ -62,6 +63,16 @@ pub fn all() -> Vec<KindScenario> {
             name: "load_balancer_service_with_external_traffic_policy_local_follows_its_endpoint",
             expect: Expect::Pass,
             run: load_balancer_local,
+        },
+        KindScenario {
+            name: "bgp_with_the_charts_in_pod_frr_routes_the_vip_to_its_holder_and_moves_on_a_cut",
+            expect: Expect::Pass,
+            run: super::kind_bgp::in_pod_frr,
+        },
+        KindScenario {
+            name: "kubelet_restarted_on_the_holder_keeps_its_internal_ip_and_the_vip_stays",
+            expect: Expect::Pass,
+            run: kubelet_restart_on_the_holder,
         },
         KindScenario { name: "helm_uninstall_leaves_no_vip_on_any_node", expect: Expect::Pass, run: helm_uninstall },
     ]
@@ -218,6 +229,61 @@ fn helm_upgrade(c: &mut KindCluster) {
     let report = client.stop().expect("report");
     assert_eq!(report.failed, 0, "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+}
+
+/// The Node's addresses as `Type=address` lines.
+fn node_addresses(c: &KindCluster, node: &str) -> Vec<String> {
+    let out = c
+        .kubectl_run(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={range .status.addresses[*]}{.type}={.address}{\"\\n\"}{end}",
+        ])
+        .expect("node addresses");
+    out.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect()
+}
+
+/// When the Node's Ready condition was last posted by its kubelet.
+fn ready_heartbeat(c: &KindCluster, node: &str) -> String {
+    c.kubectl_run(&["get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].lastHeartbeatTime}"])
+        .expect("node conditions")
+        .trim()
+        .to_owned()
+}
+
+/// The holder's kubelet restarted while the VIP sits on the node's eth0 (after the node's
+/// own address): the restarted kubelet posts the Node's status again with the same
+/// InternalIP, never the VIP, and the VIP neither moves nor misses a connect (README, "VIPs
+/// are not the node's address").
+fn kubelet_restart_on_the_holder(c: &mut KindCluster) {
+    let (_, e) = scenarios::live_pair(c, 2, "");
+    let n0 = node(c, 0);
+    let vip = c.vip().0.to_string();
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let eth0 = crate::harness::kind::run(&crate::harness::kind::KindConfig::addresses(&n0)).expect("n0's addresses");
+    assert!(eth0.contains(&format!(" {vip}/")), "n0 holds the VIP on eth0: {eth0}");
+    let before = node_addresses(c, &n0);
+    assert!(before.iter().any(|a| a.starts_with("InternalIP=")), "n0 has an InternalIP: {before:?}");
+    assert!(!before.iter().any(|a| a.ends_with(&format!("={vip}"))), "the VIP is not a Node address: {before:?}");
+    let posted = ready_heartbeat(c, &n0);
+    let restart = ["docker", "exec", n0.as_str(), "systemctl", "restart", "kubelet"].map(str::to_owned);
+    crate::harness::kind::run(&restart).expect("restart n0's kubelet");
+    // The restarted kubelet posts the Node's status at once (its first sync).
+    let start = Instant::now();
+    while ready_heartbeat(c, &n0) == posted {
+        assert!(start.elapsed() < Duration::from_secs(90), "n0's restarted kubelet never posted its status");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let after = node_addresses(c, &n0);
+    assert_eq!(after, before, "the restarted kubelet reports the same addresses (the VIP {vip} is held on eth0)");
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+    assert_eq!(c.lease(PAIR).expect("lease"), (Some(n0), e));
 }
 
 /// `helm uninstall`: within 30 s no node holds the VIP any more.

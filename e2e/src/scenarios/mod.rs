@@ -4,6 +4,7 @@
 //! status and the logs) when something is wrong.
 
 pub mod kind;
+pub mod kind_bgp;
 
 use crate::harness::cluster::{Cluster, ClusterError, Result};
 use havip_crds::{HAPair, MemberRole, OperationResult, Phase};

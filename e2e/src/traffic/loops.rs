@@ -74,9 +74,10 @@ pub struct LoopWatch {
 
 impl LoopWatch {
     /// Installs `inet hvtest-loops` on every node of `topo`, watching the client's
-    /// packets (from its IPv4 and IPv6 address) to `vips`.
+    /// packets (from its IPv4 and IPv6 address; in a routed lab the client behind the
+    /// router) to `vips`.
     pub fn install(topo: &Topology, vips: &[IpAddr]) -> Result<LoopWatch, NetnsError> {
-        let client = topo.client();
+        let client = topo.routed_client().unwrap_or_else(|| topo.client());
         let nodes = topo.nodes();
         let mut namespaces = Vec::new();
         for n in nodes {

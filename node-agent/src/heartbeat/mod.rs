@@ -14,8 +14,8 @@ pub use types::{Endpoint, EndpointSpec, HeartbeatError, Hub, PathSpec, Received}
 
 use crate::metrics::PairMetrics;
 use crate::sm;
-use havip_crds::wire::{self, Body, DecodeError, Heartbeat, Keyring, Session, WireGateway, WireOp, WireRole};
-use std::collections::HashMap;
+use havip_crds::wire::{self, Body, DecodeError, Heartbeat, Keyring, PathEcho, Session, WireGateway, WireOp, WireRole};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -32,6 +32,46 @@ pub const MAX_CLOCK_DIFFERENCE: Duration = Duration::from_secs(60);
 /// they keep coming (its alarms clear seconds after the last one), and a flood of them
 /// must not crowd the authentic heartbeats out of the queue they share.
 pub const REJECT_REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// Our heartbeats kept to match the members' echoes against: an echo comes back within a
+/// round trip plus the member's interval, a few of our intervals at most.
+pub(super) const SENT_KEPT: usize = 64;
+
+/// The round trip on the path that ends at `local`, from the member's echo naming it:
+/// now − when we sent the echoed sequence number − how long the member held it. `None`
+/// without such an echo, for a sequence number we no longer know, or one already counted.
+fn echo_rtt(
+    sent: &VecDeque<(u64, Instant)>,
+    echoes: &[PathEcho],
+    local: IpAddr,
+    already: Option<u64>,
+    now: Instant,
+) -> Option<(u64, Duration)> {
+    let e = echoes.iter().find(|e| e.to == local)?;
+    if already == Some(e.seq) {
+        return None;
+    }
+    let (_, at) = sent.iter().rev().find(|(s, _)| *s == e.seq)?;
+    let rtt = now.checked_duration_since(*at)?.checked_sub(Duration::from_micros(u64::from(e.held_us)))?;
+    Some((e.seq, rtt))
+}
+
+/// What we echo to a member: per address of it, its last sequence number we accepted from
+/// there and how long ago (saturated), newest first, at most [`wire::MAX_ECHOES`].
+fn echoes_for(peer: Option<&Peer>, now: Instant) -> Vec<PathEcho> {
+    let Some(peer) = peer else { return Vec::new() };
+    let mut heard: Vec<(&IpAddr, &(u64, Instant))> = peer.heard.iter().collect();
+    heard.sort_by_key(|(_, (_, at))| std::cmp::Reverse(*at));
+    heard
+        .into_iter()
+        .take(wire::MAX_ECHOES)
+        .map(|(to, (seq, at))| PathEcho {
+            to: *to,
+            seq: *seq,
+            held_us: u32::try_from(now.duration_since(*at).as_micros()).unwrap_or(u32::MAX),
+        })
+        .collect()
+}
 
 impl Peer {
     /// Whether a key-mismatch or clock-skew rejection may be reported now (and notes it).
@@ -61,7 +101,12 @@ impl Endpoint {
             hub: hub.clone(),
             metrics,
             tx,
-            state: Mutex::new(State { spec: spec.clone(), sockets: Vec::new(), peers: HashMap::new() }),
+            state: Mutex::new(State {
+                spec: spec.clone(),
+                sockets: Vec::new(),
+                peers: HashMap::new(),
+                sent: VecDeque::with_capacity(SENT_KEPT),
+            }),
         });
         let sockets = acquire_all(hub, &spec, &Arc::downgrade(&ep)).await?;
         ep.lock().sockets = sockets;
@@ -87,6 +132,14 @@ impl Endpoint {
         let old = {
             let mut st = self.lock();
             st.peers.retain(|name, _| spec.paths.iter().any(|p| p.peers.iter().any(|(n, _)| n == name)));
+            for (name, peer) in &mut st.peers {
+                let addresses: Vec<IpAddr> = spec
+                    .paths
+                    .iter()
+                    .flat_map(|p| p.peers.iter().filter(|(n, _)| n == name).map(|(_, a)| *a))
+                    .collect();
+                peer.heard.retain(|a, _| addresses.contains(a));
+            }
             st.spec = spec;
             fresh.map(|f| std::mem::replace(&mut st.sockets, f))
         };
@@ -101,18 +154,26 @@ impl Endpoint {
     }
 
     /// Sends `advert` to every peer on every path (best effort; errors are counted). Each
-    /// peer's copy echoes that peer's session as this member last heard it.
+    /// peer's copy echoes that peer's session as this member last heard it, and the peer's
+    /// last heartbeat heard on each path ([`PathEcho`]: the peer's round trips).
     pub fn send(&self, advert: &sm::Advert) {
-        let st = self.lock();
-        let key = &st.spec.keys.current;
+        let mut guard = self.lock();
         let body = to_wire(advert);
         let seq = self.hub.next_seq();
         let timestamp_ms = unix_ms();
+        let now = Instant::now();
+        if guard.sent.len() == SENT_KEPT {
+            guard.sent.pop_front();
+        }
+        guard.sent.push_back((seq, now));
+        let st = &*guard;
+        let key = &st.spec.keys.current;
         let mut encoded: HashMap<&str, Vec<u8>> = HashMap::new();
         for (p, sock) in st.spec.paths.iter().zip(&st.sockets) {
             for (peer, addr) in &p.peers {
                 let bytes = encoded.entry(peer.as_str()).or_insert_with(|| {
-                    let echo = st.peers.get(peer.as_str()).and_then(|x| x.window.session()).unwrap_or(0);
+                    let known = st.peers.get(peer.as_str());
+                    let echo = known.and_then(|x| x.window.session()).unwrap_or(0);
                     wire::encode(
                         &Heartbeat {
                             major: wire::PROTOCOL_MAJOR,
@@ -124,6 +185,7 @@ impl Endpoint {
                             sender: st.spec.node.clone(),
                             body: body.clone(),
                             session: Some(Session { id: self.hub.session(), echo }),
+                            echoes: echoes_for(known, now),
                         },
                         key,
                     )
@@ -263,6 +325,15 @@ impl Endpoint {
             return None;
         };
         self.metrics.received(&path_name);
+        let st = &mut *st;
+        if let Some(peer) = st.peers.get_mut(&hb.sender) {
+            peer.heard.insert(from, (hb.seq, now));
+            let already = peer.echo_sampled.get(&local.ip()).copied();
+            if let Some((seq, rtt)) = echo_rtt(&st.sent, &hb.echoes, local.ip(), already, now) {
+                peer.echo_sampled.insert(local.ip(), seq);
+                self.metrics.rtt(&path_name, rtt);
+            }
+        }
         Some(Received::Advert { path, advert, skew_ms: now_ms as i64 - hb.timestamp_ms as i64 })
     }
 }

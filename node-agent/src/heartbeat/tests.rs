@@ -163,6 +163,7 @@ async fn unknown_pairs_truncated_and_forged_datagrams_are_counted_where_they_bel
         sender: "n0".to_owned(),
         body: to_wire(&advert("n0", 9)),
         session: Some(Session { id: 42, echo: 0 }),
+        echoes: Vec::new(),
     };
     // A pair this agent does not run (even signed with a key it knows).
     s.send_to(&wire::encode(&hb("other"), &keys(1).current), to).expect("send");
@@ -282,6 +283,7 @@ fn forged(pair: &str, sender: &str, seq: u64) -> Vec<u8> {
         sender: sender.to_owned(),
         body: to_wire(&advert(sender, 9)),
         session: Some(Session { id: 42, echo: 0 }),
+        echoes: Vec::new(),
     };
     wire::encode(&hb, &Key { id: 1, secret: vec![9; 32] })
 }
@@ -376,6 +378,7 @@ async fn an_authentic_heartbeat_from_another_members_address_is_dropped() {
         sender: "n0".to_owned(),
         body: to_wire(&advert("n0", 99)),
         session: Some(Session { id: 42, echo: 0 }),
+        echoes: Vec::new(),
     };
     let s = std::net::UdpSocket::bind((STRANGER, 0)).expect("bind");
     s.send_to(&wire::encode(&hb, &keys(1).current), SocketAddr::new(N1, port)).expect("send");
@@ -397,6 +400,7 @@ async fn replays_of_another_major_version_are_refused() {
         sender: "n0".to_owned(),
         body: to_wire(&advert("n0", 99)),
         session: None,
+        echoes: Vec::new(),
     };
     let d = wire::encode(&hb, &keys(1).current);
     let s = std::net::UdpSocket::bind((N0, 0)).expect("bind");
@@ -409,4 +413,63 @@ async fn replays_of_another_major_version_are_refused() {
     }
     assert!(silent(&mut n1.endpoints[0].1).await, "a replayed copy was taken for a live member");
     assert_eq!(dropped(&n1, "replayed"), 2, "{}", n1.metrics.encode());
+}
+
+/// The count and sum of a pair's round-trip histogram on `path` (0, 0 when absent).
+fn rtt(m: &Member, pair: &str, path: &str) -> (u64, f64) {
+    let text = m.metrics.encode();
+    let value = |suffix: &str| {
+        let prefix = format!("havip_agent_heartbeat_rtt_seconds_{suffix}{{pair=\"{pair}\",path=\"{path}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse::<f64>().ok())
+    };
+    (value("count").unwrap_or(0.0) as u64, value("sum").unwrap_or(0.0))
+}
+
+#[tokio::test]
+async fn each_path_measures_its_round_trip_from_the_peers_echoes_less_the_time_the_peer_held_it() {
+    let port = free_port();
+    let mut n0 = member("n0", N0, ("n1", N1), port, &[("web", 1)]).await;
+    let mut n1 = member("n1", N1, ("n0", N0), port, &[("web", 1)]).await;
+    // n0 speaks, n1 hears it and answers (echoing it), n0 hears the echo: a round trip per
+    // round for n0; n1's answers are echoed by n0's next round.
+    for round in 0..5u64 {
+        n0.endpoints[0].0.send(&advert("n0", 1 + round));
+        assert!(epoch_of(next(&mut n1.endpoints[0].1).await).is_some());
+        n1.endpoints[0].0.send(&advert("n1", 1 + round));
+        assert!(epoch_of(next(&mut n0.endpoints[0].1).await).is_some());
+    }
+    let (count, sum) = rtt(&n0, "web", "data");
+    assert_eq!(count, 5, "one round trip per echo: {}", n0.metrics.encode());
+    assert_eq!(rtt(&n1, "web", "data").0, 4, "n0's first heartbeat had nothing of n1's to echo");
+    // An echo repeated while n1 hears nothing newer of n0 counts once.
+    for round in 0..2u64 {
+        n1.endpoints[0].0.send(&advert("n1", 10 + round));
+        assert!(epoch_of(next(&mut n0.endpoints[0].1).await).is_some());
+    }
+    assert_eq!(rtt(&n0, "web", "data").0, 5, "a repeated echo is no new round trip");
+    // n1 holds n0's heartbeat for 400 ms before it answers: the round trip leaves that out.
+    n0.endpoints[0].0.send(&advert("n0", 20));
+    assert!(epoch_of(next(&mut n1.endpoints[0].1).await).is_some());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    n1.endpoints[0].0.send(&advert("n1", 20));
+    assert!(epoch_of(next(&mut n0.endpoints[0].1).await).is_some());
+    let (count6, sum6) = rtt(&n0, "web", "data");
+    assert_eq!(count6, 6);
+    let last = sum6 - sum;
+    assert!(last < 0.2, "the 400 ms n1 held the heartbeat are not part of the round trip: {last} s");
+}
+
+#[test]
+fn an_echo_counts_only_on_the_path_it_names_and_for_a_heartbeat_we_sent() {
+    use super::echo_rtt;
+    use std::collections::VecDeque;
+    let t0 = Instant::now();
+    let sent: VecDeque<(u64, Instant)> = [(7, t0), (9, t0 + Duration::from_millis(10))].into_iter().collect();
+    let echo = |to: IpAddr, seq: u64, held_us: u32| vec![wire::PathEcho { to, seq, held_us }];
+    let now = t0 + Duration::from_millis(30);
+    assert_eq!(echo_rtt(&sent, &echo(N0, 9, 5_000), N0, None, now), Some((9, Duration::from_millis(15))));
+    assert_eq!(echo_rtt(&sent, &echo(N1, 9, 5_000), N0, None, now), None, "another path's echo");
+    assert_eq!(echo_rtt(&sent, &echo(N0, 8, 0), N0, None, now), None, "a sequence number we never sent");
+    assert_eq!(echo_rtt(&sent, &echo(N0, 9, 0), N0, Some(9), now), None, "already counted");
+    assert_eq!(echo_rtt(&sent, &echo(N0, 7, 40_000), N0, None, now), None, "held longer than the trip: no sample");
 }

@@ -9,7 +9,7 @@
 use crate::metrics::{AgentMetrics, PairMetrics};
 use crate::sm;
 use havip_crds::wire::{self, Keyring, SenderWindow};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -113,6 +113,12 @@ pub(super) struct Peer {
     pub(super) reported_at: Option<Instant>,
     /// Last time a key mismatch or clock skew was reported.
     pub(super) rejection_reported_at: Option<Instant>,
+    /// Per address of the member (one per path): its last sequence number accepted from
+    /// there, and when — echoed back to it on every heartbeat ([`wire::PathEcho`]).
+    pub(super) heard: HashMap<IpAddr, (u64, Instant)>,
+    /// Per local address: the last of our sequence numbers the member echoed there that
+    /// gave a round trip (an echo repeated while the member hears nothing newer counts once).
+    pub(super) echo_sampled: HashMap<IpAddr, u64>,
 }
 
 pub(super) struct State {
@@ -120,6 +126,9 @@ pub(super) struct State {
     /// One socket per path, in path order.
     pub(super) sockets: Vec<Arc<SocketLease>>,
     pub(super) peers: HashMap<String, Peer>,
+    /// Our last heartbeats (sequence number, when sent), oldest first, at most
+    /// [`super::SENT_KEPT`]: what a member's echo is matched against.
+    pub(super) sent: VecDeque<(u64, Instant)>,
 }
 
 /// One pair's heartbeat sender and receiver on the hub's sockets.

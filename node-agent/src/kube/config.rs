@@ -284,6 +284,8 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
     let heartbeat_port =
         u16::try_from(spec.heartbeat.port).map_err(|_| PairConfigError::HeartbeatPort { port: spec.heartbeat.port })?;
     Ok(AgentConfig {
+        quorum: None,
+        api_server: None,
         pair: name,
         node: view.node.to_owned(),
         members,
@@ -294,6 +296,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
         probe,
         sm,
         paused: spec.paused,
+        bgp_backup_paths: spec.bgp_backup_paths,
         witness: None,
     })
 }
@@ -645,6 +648,7 @@ mod tests {
             proto: None,
             dad_failed: false,
             tentative: false,
+            deprecated: false,
         }
     }
 

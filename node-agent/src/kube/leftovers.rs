@@ -15,19 +15,25 @@ fn uid_path(dir: &Path, pair: &str) -> std::path::PathBuf {
     dir.join(format!("{pair}.uid"))
 }
 
-/// Removes the VIPs `pair` recorded adding on this node, its ledger, its state file and
-/// its UID record. Errors are logged; what could not be removed stays recorded.
+/// Removes the VIPs `pair` recorded adding on this node, its ledger, its state file (and
+/// a corrupted one set aside), its UID record and its lock file (unless an agent holds it). Errors are logged; what could
+/// not be removed stays recorded.
 pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
     if !crate::leftovers::remove_vips_and_drain_tables(dir, pair).await {
         return;
     }
     let state = StateFile::new(dir, pair);
-    for p in [state.path().to_owned(), uid_path(dir, pair), super::snapshot::path(dir, pair)] {
+    // A corrupted state file set aside at a start (`.json.corrupt`) goes with its pair.
+    let corrupt = state.path().with_extension("json.corrupt");
+    for p in [state.path().to_owned(), corrupt, uid_path(dir, pair), super::snapshot::path(dir, pair)] {
         if let Err(e) = std::fs::remove_file(&p)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(pair, file = %p.display(), error = %e, "failed to remove a gone pair's file");
         }
+    }
+    if let Err(e) = state.remove_lock_file() {
+        tracing::warn!(pair, error = %e, "failed to remove a gone pair's lock file");
     }
 }
 

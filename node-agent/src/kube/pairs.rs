@@ -113,7 +113,8 @@ pub(super) async fn start_pair(
         },
     )
     .await?;
-    let aux = report::spawn_writers(client, pair, reporter.clone(), outlets);
+    let mut aux = report::spawn_writers(client, pair, reporter.clone(), outlets);
+    aux.push(report::spawn_doctor(handle.clone(), reporter.clone()));
     Ok(PairRun { handle, task, aux, reporter })
 }
 

@@ -12,13 +12,20 @@ use super::pairs::start_pair;
 use super::plan::{self, Membership, Note, Observed, PairObserved, Step};
 use super::watches::Watches;
 use crate::lease::LeaseInput;
+use crate::runtime::RuntimeError;
 use crate::sm;
+use crate::state::StateError;
 use havip_crds::HAPair;
 use kube::Client;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The first wait before a pair whose start failed is tried again…
+const START_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// …doubling up to this.
+const START_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Reads pair `pair` by name to tell whether it still names `node`.
 async fn membership_of(client: &Client, pair: &str, node: &str) -> Membership {
@@ -177,16 +184,38 @@ impl Agent {
             }
             Step::Start { pair, config, .. } => {
                 let Some(seen) = observed.pairs.get(pair) else { return false };
+                if self.start_retry.get(pair).is_some_and(|(at, _)| Instant::now() < *at) {
+                    failed.insert(pair.clone());
+                    return false;
+                }
                 match start_pair(&self.client, &self.opts, &self.metrics, &self.hub, &seen.pair, (**config).clone())
                     .await
                 {
                     Ok(run) => {
+                        self.start_retry.remove(pair);
                         self.running.insert(pair.clone(), run);
                         true
                     }
                     Err(err) => {
                         self.metrics.io_error("pair_start");
-                        tracing::error!(pair = %pair, error = %err, "failed to start the pair");
+                        let first = !self.start_retry.contains_key(pair);
+                        let wait = self
+                            .start_retry
+                            .get(pair)
+                            .map_or(START_RETRY_FIRST, |(_, w)| (*w * 2).min(START_RETRY_MAX));
+                        self.start_retry.insert(pair.clone(), (Instant::now() + wait, wait));
+                        tracing::error!(pair = %pair, error = %err, retry_in = ?wait, "failed to start the pair");
+                        // A pair that cannot run here must not leave its addresses
+                        // answering: a killed agent's VIPs stay in the kernel, and nothing
+                        // here would give them up when a peer takes over. Unless another
+                        // agent runs the pair on this node: they are its VIPs.
+                        let locked = matches!(&err, RuntimeError::State(StateError::Locked { .. }));
+                        if !locked
+                            && crate::leftovers::remove_vips_and_drain_tables(&self.opts.state_dir, pair).await
+                            && first
+                        {
+                            tracing::warn!(pair = %pair, "gave up the VIPs of a pair that cannot start on this node");
+                        }
                         failed.insert(pair.clone());
                         false
                     }

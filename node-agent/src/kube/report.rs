@@ -147,6 +147,10 @@ pub(super) struct KubeReporter {
     transition_seen: Mutex<Option<(sm::Millis, Time)>>,
     /// What the node's BGP speaker last said (pairs with routed VIPs).
     speaker: Mutex<Option<SpeakerStatus>>,
+    /// The configuration as last applied, for the node checks.
+    config: Mutex<AgentConfig>,
+    /// What the node checks last found (see [`crate::doctor`]).
+    findings: Mutex<Vec<havip_crds::Finding>>,
 }
 
 /// What the reporter knows of the configuration (updated on a reconfiguration).
@@ -227,6 +231,8 @@ impl KubeReporter {
             last_op: Mutex::new(None),
             transition_seen: Mutex::new(None),
             speaker: Mutex::new(None),
+            config: Mutex::new(cfg.clone()),
+            findings: Mutex::new(Vec::new()),
         };
         (reporter, Outlets { fip: fip_rx, entry: entry_rx, events: events_rx })
     }
@@ -234,6 +240,7 @@ impl KubeReporter {
     /// Takes a new configuration into account (paths, VIPs, revision, key id): called
     /// once the runtime applied it, never before.
     pub(super) fn set_config(&self, cfg: &AgentConfig) {
+        *lock(&self.config) = cfg.clone();
         let next = ReporterView::of(cfg);
         let vips_changed = {
             let mut v = lock(&self.view);
@@ -246,6 +253,27 @@ impl KubeReporter {
         if vips_changed {
             self.fip.send_modify(|_| {});
         }
+    }
+
+    /// Records what the node checks found and publishes the entry when that changed.
+    pub(super) fn set_findings(&self, findings: Vec<havip_crds::Finding>) {
+        {
+            let mut cur = lock(&self.findings);
+            if *cur == findings {
+                return;
+            }
+            for f in findings.iter().filter(|f| !cur.contains(f)) {
+                tracing::warn!(check = %f.check, subject = %f.subject, detail = %f.detail, fix = f.check.fix(), "node check");
+            }
+            *cur = findings.clone();
+        }
+        self.entry.send_if_modified(|e| match e {
+            Some(e) if e.findings != findings => {
+                e.findings = findings;
+                true
+            }
+            _ => false,
+        });
     }
 
     /// Records why the current configuration cannot be applied (`None`: it was), and
@@ -352,6 +380,7 @@ impl KubeReporter {
             draining_to: st.draining.as_ref().map(|(to, _)| to.as_str().to_owned()),
             forwarding_to: st.forwarding_to.as_ref().map(|n| n.as_str().to_owned()),
             bgp: lock(&self.speaker).clone(),
+            findings: lock(&self.findings).clone(),
         }
     }
 }
@@ -516,7 +545,8 @@ fn api_reason(r: sm::Reason) -> TransitionReason {
         R::Failback => TransitionReason::Failback,
         R::MaintenanceOn => TransitionReason::Maintenance,
         R::MaintenanceOff => TransitionReason::MaintenanceOff,
-        R::Fenced => TransitionReason::Fenced,
+        // Quorum fencing is a standalone (control-plane) rule; it reads as fenced here.
+        R::Fenced | R::QuorumLost => TransitionReason::Fenced,
         R::Unfenced => TransitionReason::Unfenced,
         R::Aborted => TransitionReason::Aborted,
         R::AbortedByPeer => TransitionReason::AbortedByPeer,
@@ -526,6 +556,41 @@ fn api_reason(r: sm::Reason) -> TransitionReason {
 }
 
 /// Starts the three writers of one pair: member entry, FloatingIP status, Events.
+/// How often a pair's agent checks its node (`members[].findings`); the first check waits
+/// [`DOCTOR_FIRST`], so that a peer heard on one path but not yet on the other at start is
+/// no finding.
+pub(super) const DOCTOR_EVERY: Duration = Duration::from_secs(60);
+/// See [`DOCTOR_EVERY`].
+pub(super) const DOCTOR_FIRST: Duration = Duration::from_secs(10);
+
+/// Checks the node every [`DOCTOR_EVERY`] against the pair's configuration and its state
+/// machine's view of its peers, and hands the findings to the reporter.
+pub(super) fn spawn_doctor(
+    handle: runtime::Handle,
+    reporter: std::sync::Arc<KubeReporter>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(DOCTOR_FIRST).await;
+        loop {
+            let cfg = lock(&reporter.config).clone();
+            let facts = match crate::netlink::Netlink::new() {
+                Ok(nl) => crate::doctor::gather(&nl, &[&cfg]).await,
+                Err(e) => Err(e),
+            };
+            match facts {
+                Ok(facts) => {
+                    let heard = crate::doctor::Heard::of(&handle.status(), &cfg.paths);
+                    reporter.set_findings(crate::doctor::check(&facts, &[&cfg], &[Some(heard)]));
+                }
+                Err(e) => {
+                    tracing::warn!(pair = %cfg.pair, error = %e, "node check: cannot read the node's network state")
+                }
+            }
+            tokio::time::sleep(DOCTOR_EVERY).await;
+        }
+    })
+}
+
 pub(super) fn spawn_writers(
     client: &Client,
     pair: &HAPair,

@@ -6,11 +6,13 @@
 //! means is the state machine's business, never decided here.
 //!
 //! Rooms: [`tcp`] (the data plane through the VIPs and the member's own listeners),
-//! [`l2`] (an interface's sender and listeners, who claimed what), [`gateway`],
+//! [`l2`] (an interface's sender and listeners, who claimed what), [`https`] (the
+//! control-plane mode's readiness check of the local API server), [`gateway`],
 //! [`conflict`] and [`traffic`].
 
 pub mod conflict;
 pub mod gateway;
+pub mod https;
 pub mod l2;
 pub mod tcp;
 pub mod traffic;

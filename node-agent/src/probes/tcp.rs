@@ -26,28 +26,13 @@ pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
 /// `GET path` over HTTP/1.0 on `addr`: true when the answer's status is 200 within
 /// `timeout` (connect, request and status line together).
 pub async fn http_probe(addr: SocketAddr, path: &str, timeout: Duration) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: havip-agent\r\n\r\n");
         s.write_all(request.as_bytes()).await.ok()?;
         // The status line is all that is read: "HTTP/1.x 200 …".
-        let mut buf = [0u8; 64];
-        let mut n = 0;
-        while n < buf.len() {
-            let read = s.read(&mut buf[n..]).await.ok()?;
-            if read == 0 {
-                break;
-            }
-            n += read;
-            if buf[..n].contains(&b'\n') {
-                break;
-            }
-        }
-        let line = std::str::from_utf8(&buf[..n]).ok()?;
-        let mut words = line.split_whitespace();
-        let version = words.next()?;
-        Some(version.starts_with("HTTP/") && words.next() == Some("200"))
+        super::https::read_status_is_200(&mut s).await
     };
     matches!(tokio::time::timeout(timeout, exchange).await, Ok(Some(true)))
 }
@@ -161,15 +146,21 @@ pub struct LocalTarget {
     pub port: u16,
     /// How.
     pub check: LocalCheck,
+    /// Advertised by the node's BGP speaker (`BGP`, `Both`): up only while the speaker
+    /// carries routes (see [`spawn_local_probes`]).
+    pub needs_speaker: bool,
 }
 
 /// How a local target is probed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalCheck {
     /// A TCP connect: on the VIP while holding it, else on the node's own address.
     Tcp,
     /// `GET <path>` over HTTP/1.0 on the node's own address; healthy on status 200.
     Http(String),
+    /// `GET <path>` over HTTPS on the node's own address, the server's certificate
+    /// verified (the control-plane mode's `/readyz` of the local kube-apiserver).
+    Https(Arc<super::https::HttpsCheck>),
 }
 
 /// Probes this member's own listeners every [`LOCAL_PROBE_INTERVAL`] — all of them after
@@ -179,7 +170,9 @@ pub enum LocalCheck {
 pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
     targets: Vec<LocalTarget>,
     holding: Arc<AtomicBool>,
+    speaker_ok: Arc<AtomicBool>,
     timeout: Duration,
+    interval: Duration,
     metrics: PairMetrics,
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
@@ -199,12 +192,16 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
         let mut failing: BTreeSet<(u16, bool)> = BTreeSet::new();
         let mut next = 0usize;
         let mut last_hold = None;
+        // Targets that share a check (equal kind, path, TLS set-up) share its result in a
+        // round: each target's check by the index of the first target with an equal one.
+        let check_of: Vec<usize> =
+            targets.iter().map(|t| targets.iter().position(|o| o.check == t.check).unwrap_or_default()).collect();
         loop {
             let hold = holding.load(Ordering::Relaxed);
             // Taking or giving up the VIPs changes the addresses probed: a full round.
             let all = last_hold != Some(hold);
             last_hold = Some(hold);
-            let key = |t: &LocalTarget| (t.port, matches!(t.check, LocalCheck::Http(_)));
+            let key = |t: &LocalTarget| (t.port, !matches!(t.check, LocalCheck::Tcp));
             let mut due = vec![false; targets.len()];
             let mut seen: BTreeSet<(u16, bool)> = BTreeSet::new();
             for (i, t) in targets.iter().enumerate() {
@@ -217,24 +214,30 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
             failing.clear();
             // One probe per distinct address in a round: the VIPs of a standby all probe the
             // node's own address, usually on the same port.
-            let mut round: HashMap<(SocketAddr, &LocalCheck), bool> = HashMap::new();
+            let mut round: HashMap<(SocketAddr, usize), bool> = HashMap::new();
             for (i, t) in targets.iter().enumerate().filter(|(i, _)| due[*i]) {
                 let addr = match &t.check {
                     LocalCheck::Tcp => SocketAddr::new(if hold { t.vip_addr } else { t.own_addr }, t.port),
-                    LocalCheck::Http(_) => SocketAddr::new(t.own_addr, t.port),
+                    LocalCheck::Http(_) | LocalCheck::Https(_) => SocketAddr::new(t.own_addr, t.port),
                 };
-                let up = match round.get(&(addr, &t.check)) {
+                let up = match round.get(&(addr, check_of[i])) {
                     Some(up) => *up,
                     None => {
                         let up = match &t.check {
                             LocalCheck::Tcp => tcp_probe(addr, timeout).await,
                             LocalCheck::Http(path) => http_probe(addr, path, timeout).await,
+                            LocalCheck::Https(check) => check.probe(addr, check.timeout).await,
                         };
                         metrics.probe("local", up);
-                        round.insert((addr, &t.check), up);
+                        round.insert((addr, check_of[i]), up);
                         up
                     }
                 };
+                // A routed VIP's listener is as good as the route to it: while the node's
+                // speaker carries nothing (no established session, or it cannot be asked),
+                // the member is no ready target and a holder hands over as for a listener
+                // down.
+                let up = up && (!t.needs_speaker || speaker_ok.load(Ordering::Relaxed));
                 if !up {
                     failing.insert(key(t));
                 }
@@ -243,7 +246,7 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
                     return;
                 }
             }
-            timer.sleep(LOCAL_PROBE_INTERVAL).await;
+            timer.sleep(interval).await;
         }
     })
 }

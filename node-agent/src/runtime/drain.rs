@@ -262,7 +262,14 @@ impl Runtime {
                 // missing meanwhile.
                 self.nl.add_local_route(v.vip.addr).await?;
                 self.nl.remove_vip(&v.vip).await?;
+                self.metrics.bgp_route_change("withdrawn");
             } else {
+                // `Both`: the route is withdrawn now (the target advertises it already),
+                // the address kept on `lo` as for any layer-2 VIP.
+                if let Some(a) = &v.also_routed {
+                    self.nl.remove_vip(a).await?;
+                    self.metrics.bgp_route_change("withdrawn");
+                }
                 self.nl.add_vip(k).await?;
                 self.nl.remove_vip(&v.vip).await?;
             }

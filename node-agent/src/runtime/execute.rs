@@ -30,18 +30,18 @@ impl Runtime {
             Some(e) if self.machine.holds_vips() => e,
             _ => return,
         };
-        if self.routed_epoch == Some(held) || !self.vips.iter().any(|v| v.routed) {
+        if self.routed_epoch == Some(held) || !self.vips.iter().any(|v| v.advertised().is_some()) {
             return;
         }
         // Tried once per epoch: a kernel that refuses is not asked again at every step.
         self.routed_epoch = Some(held);
         let metric = Some(bgp::route_metric(held));
-        for v in self.vips.iter().filter(|v| v.routed) {
-            match self.nl.add_vip_with_metric(&v.vip, metric).await {
-                Ok(()) => tracing::info!(vip = %v.vip.addr, epoch = held, "routed VIP advertises its epoch"),
+        for a in self.vips.iter().filter_map(ResolvedVip::advertised) {
+            match self.nl.add_vip_with_metric(a, metric).await {
+                Ok(()) => tracing::info!(vip = %a.addr, epoch = held, "routed VIP advertises its epoch"),
                 Err(e) => {
                     self.metrics.io_error(e.category());
-                    tracing::warn!(error = %e, vip = %v.vip.addr, epoch = held,
+                    tracing::warn!(error = %e, vip = %a.addr, epoch = held,
                         "failed to set the routed VIP's metric: routers prefer its path only by age until the next takeover");
                 }
             }
@@ -54,6 +54,17 @@ impl Runtime {
     /// holds them).
     pub(super) fn speaker_report(&mut self, r: bgp::SpeakerReport) {
         self.metrics.set_speaker(r.error.is_none(), r.sessions.len(), r.established(), r.advertised_count());
+        let carries = r.carries();
+        if self.speaker_ok.swap(carries, Ordering::Relaxed) != carries {
+            match carries {
+                true => {
+                    tracing::info!("the node's BGP speaker carries routes again: routed VIPs' listeners count again")
+                }
+                false => tracing::warn!(
+                    "the node's BGP speaker carries no route (no established session, or it cannot be asked): this member is no ready target for routed VIPs, and hands them over after 10 s if it holds them"
+                ),
+            }
+        }
         self.reporter.speaker(&r);
         let problem = r.problem();
         if problem != self.speaker_problem {
@@ -97,7 +108,7 @@ impl Runtime {
                 self.drain_end().await;
                 // Recorded before they are added: a crash after the add still knows them.
                 let adding: Vec<Vip> =
-                    self.vips.iter().filter(|v| ids.contains(&v.id)).map(|v| v.vip.clone()).collect();
+                    self.vips.iter().filter(|v| ids.contains(&v.id)).flat_map(|v| v.addresses().cloned()).collect();
                 if let Err(e) = self.ledger.record(&adding) {
                     self.metrics.io_error("persist");
                     tracing::error!(error = %e, "failed to record the VIPs in the ledger");
@@ -106,14 +117,23 @@ impl Runtime {
                 // Routed VIPs carry the epoch they are held under as their metric.
                 let epoch = self.machine.held_epoch().unwrap_or(self.machine.epoch());
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
-                    let metric = v.routed.then(|| bgp::route_metric(epoch));
-                    if v.routed {
+                    if v.advertised().is_some() {
                         self.routed_epoch = Some(epoch);
                     }
-                    if let Err(e) = self.nl.add_vip_with_metric(&v.vip, metric).await {
-                        self.metrics.io_error(e.category());
-                        tracing::error!(error = %e, vip = %v.vip.addr, "failed to add VIP; retrying in a second");
-                        failed = true;
+                    // The layer-2 address first (`Both`): answered for before advertised.
+                    for a in v.addresses() {
+                        let metric =
+                            (a.ifname == bgp::LINK && v.advertised().is_some()).then(|| bgp::route_metric(epoch));
+                        match self.nl.add_vip_with_metric(a, metric).await {
+                            Ok(()) if metric.is_some() => self.metrics.bgp_route_change("advertised"),
+                            Ok(()) => {}
+                            Err(e) => {
+                                self.metrics.io_error(e.category());
+                                tracing::error!(error = %e, vip = %a.addr, ifname = %a.ifname,
+                                    "failed to add VIP; retrying in a second");
+                                failed = true;
+                            }
+                        }
                     }
                 }
                 if failed {
@@ -135,10 +155,17 @@ impl Runtime {
                 // At once, not after the step: an announcement schedule checks it.
                 self.holding.store(false, Ordering::Relaxed);
                 self.routed_epoch = None;
+                // The advertised address first (`Both`): withdrawn before it stops answering.
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
-                    if let Err(e) = self.nl.remove_vip(&v.vip).await {
-                        self.metrics.io_error(e.category());
-                        tracing::error!(error = %e, "failed to remove VIP");
+                    for a in v.addresses().collect::<Vec<_>>().into_iter().rev() {
+                        match self.nl.remove_vip(a).await {
+                            Ok(()) if v.advertised() == Some(a) => self.metrics.bgp_route_change("withdrawn"),
+                            Ok(()) => {}
+                            Err(e) => {
+                                self.metrics.io_error(e.category());
+                                tracing::error!(error = %e, "failed to remove VIP");
+                            }
+                        }
                     }
                 }
                 true

@@ -10,8 +10,8 @@ use crate::heartbeat::{EndpointSpec, PathSpec};
 use crate::ledger::VipLedger;
 use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
 use crate::probes::{
-    FenceProbe, L2Port, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch, spawn_gateway_watch,
-    spawn_local_probes, spawn_traffic_sampler,
+    FenceProbe, L2Port, LOCAL_PROBE_INTERVAL, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch,
+    spawn_gateway_watch, spawn_local_probes, spawn_traffic_sampler,
 };
 use crate::sm;
 use havip_crds::AnnounceMode;
@@ -74,6 +74,12 @@ pub(super) async fn build_io(
     let mut vips = Vec::new();
     for v in &cfg.vips {
         let routed = v.announce.mode == AnnounceMode::BGP;
+        let also_routed = if v.announce.mode == AnnounceMode::Both {
+            nl.ensure_dummy(bgp::LINK).await?;
+            Some(Vip { addr: v.addr, prefix: crate::netlink::host_prefix(v.addr), ifname: bgp::LINK.to_owned() })
+        } else {
+            None
+        };
         let (ifname, prefix) = if routed {
             // A host address of the dummy interface the node's BGP speaker advertises.
             let ifname = v.interface.clone().unwrap_or_else(|| bgp::LINK.to_owned());
@@ -95,6 +101,7 @@ pub(super) async fn build_io(
             announce: v.announce.clone(),
             mac: None,
             routed,
+            also_routed,
         });
     }
     // The data link: the interface holding this node's address on the first path.
@@ -231,7 +238,7 @@ pub(super) async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current:
             return;
         }
     };
-    let keep: Vec<Vip> = current.iter().map(|v| v.vip.clone()).collect();
+    let keep: Vec<Vip> = current.iter().flat_map(|v| v.addresses().cloned()).collect();
     let (removed, errors) = nl.remove_stale(&recorded, &keep).await;
     for a in &removed {
         tracing::info!(address = %a.addr, "removed a stale VIP of this pair");
@@ -290,21 +297,37 @@ impl Runtime {
             .spawn(self.tx.clone()),
         );
 
+        let api = self.cfg.api_server.clone();
         let local: Vec<LocalTarget> = self
             .vips
             .iter()
             .flat_map(|v| {
-                let own_addr = own
-                    .iter()
-                    .find(|(a, p)| crate::netlink::same_subnet(*a, v.vip.addr, *p))
-                    .map(|(a, _)| *a)
-                    .unwrap_or(v.vip.addr);
-                let tcp = v.ports.iter().map(move |p| LocalTarget {
+                // A routed VIP is in no subnet of the node: a member that does not hold it
+                // checks its listeners on the loopback address (listeners bound to every
+                // address answer there) — not on the VIP, which would reach the holder
+                // through the router, or, on a backup path, come back here.
+                let loopback = match v.vip.addr {
+                    IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+                };
+                let needs_speaker = v.advertised().is_some();
+                let own_addr = if v.routed {
+                    loopback
+                } else {
+                    own.iter()
+                        .find(|(a, p)| crate::netlink::same_subnet(*a, v.vip.addr, *p))
+                        .map(|(a, _)| *a)
+                        .unwrap_or(v.vip.addr)
+                };
+                // The control-plane mode's API server check stands for its port's listener.
+                let api_port = api.as_ref().map(|a| a.port);
+                let tcp = v.ports.iter().filter(move |p| Some(**p) != api_port).map(move |p| LocalTarget {
                     vip: v.id.clone(),
                     vip_addr: v.vip.addr,
                     own_addr,
                     port: *p,
                     check: LocalCheck::Tcp,
+                    needs_speaker,
                 });
                 let http = v.health_checks.iter().map(move |(p, path)| LocalTarget {
                     vip: v.id.clone(),
@@ -312,15 +335,28 @@ impl Runtime {
                     own_addr,
                     port: *p,
                     check: LocalCheck::Http(path.clone()),
+                    needs_speaker,
                 });
-                tcp.chain(http)
+                let https = api.clone().map(|a| LocalTarget {
+                    vip: v.id.clone(),
+                    vip_addr: v.vip.addr,
+                    own_addr,
+                    port: a.port,
+                    check: LocalCheck::Https(a.check),
+                    needs_speaker,
+                });
+                tcp.chain(http).chain(https)
             })
             .collect();
         let timeout = self.cfg.probe.timeout.max(Duration::from_millis(200));
+        let interval =
+            self.cfg.api_server.as_ref().map_or(LOCAL_PROBE_INTERVAL, |a| a.interval.min(LOCAL_PROBE_INTERVAL));
         self.tasks.push(spawn_local_probes(
             local,
             self.holding.clone(),
+            self.speaker_ok.clone(),
             timeout,
+            interval,
             self.metrics.clone(),
             self.tx.clone(),
         ));
@@ -340,7 +376,7 @@ impl Runtime {
             self.vips.iter().map(|v| v.ingress.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         self.tasks.push(spawn_traffic_sampler(ifaces, self.tx.clone()));
 
-        let routed: Vec<IpAddr> = self.vips.iter().filter(|v| v.routed).map(|v| v.vip.addr).collect();
+        let routed: Vec<IpAddr> = self.advertised_addrs().into_iter().collect();
         if !routed.is_empty() {
             self.tasks.push(spawn_speaker_watch(routed, self.holding.clone(), self.tx.clone()));
         }
@@ -348,7 +384,7 @@ impl Runtime {
 }
 
 /// Asks the node's BGP speaker every [`bgp::speaker::POLL`] (the first time after a
-/// second) for its sessions and, while this member holds the VIPs, what it advertises of
+/// second, and every second while it carries nothing) for its sessions and, while this member holds the VIPs, what it advertises of
 /// `routed`; the answer goes to the runtime.
 fn spawn_speaker_watch(
     routed: Vec<IpAddr>,
@@ -360,9 +396,11 @@ fn spawn_speaker_watch(
         let mut wait = Duration::from_secs(1);
         loop {
             tokio::time::sleep(wait).await;
-            wait = bgp::speaker::POLL;
             let held: &[IpAddr] = if holding.load(std::sync::atomic::Ordering::Relaxed) { &routed } else { &[] };
             let report = bgp::speaker::observe(&cfg, held).await;
+            // Every second while the speaker carries nothing: the member's readiness
+            // waits on it (a session that comes back makes it a ready target again).
+            wait = if report.carries() { bgp::speaker::POLL } else { Duration::from_secs(1) };
             if tx.send(Event::Speaker(report)).await.is_err() {
                 return;
             }
@@ -384,6 +422,7 @@ mod tests {
             proto: None,
             dad_failed: false,
             tentative: false,
+            deprecated: false,
         }
     }
 

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod backup;
 mod drain;
 mod execute;
 mod io;
@@ -67,6 +68,8 @@ pub fn log_event(event: &sm::Event) {
 pub struct Handle {
     tx: mpsc::Sender<Event>,
     status: watch::Receiver<Arc<sm::Status>>,
+    /// The machine's time origin.
+    origin: Instant,
 }
 
 impl Handle {
@@ -76,6 +79,11 @@ impl Handle {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Event::Request(req, tx)).await.ok()?;
         tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+    /// The machine's monotonic time at `at` (an input dated in the past, such as a quorum
+    /// confirmation's proof).
+    pub fn millis_at(&self, at: Instant) -> sm::Millis {
+        sm::Millis(u64::try_from(at.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX))
     }
     /// The latest status.
     pub fn status(&self) -> Arc<sm::Status> {
@@ -104,6 +112,12 @@ impl Handle {
         }
         rx.await.unwrap_or(Err(RuntimeError::Stopped))
     }
+    /// Replaces the store that arbitrates takeovers (a standalone pair's witness or
+    /// voters after a reload; `None`: no store). A request in flight at the old store
+    /// still answers; later ones go to the new one.
+    pub async fn set_lease(&self, lease: Option<Arc<dyn LeaseStore>>) {
+        let _ = self.tx.send(Event::SetLease(lease)).await;
+    }
     /// Removes the pair's VIPs from this node and stops (the node left the pair).
     pub async fn release(&self) {
         let _ = self.tx.send(Event::Release).await;
@@ -127,7 +141,14 @@ pub struct Options {
 /// Starts the agent for one pair and returns its handle and the task that runs it.
 pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::task::JoinHandle<()>), RuntimeError> {
     let lock = opts.state.lock()?;
-    let persisted = opts.state.load()?;
+    let (persisted, set_aside) = opts.state.load_or_set_aside()?;
+    if let Some(aside) = set_aside {
+        tracing::warn!(
+            pair = %cfg.pair, file = %opts.state.path().display(), moved_to = %aside.display(),
+            "the pair's state file was not a state file (corrupted): moved aside; this member starts afresh and \
+             learns the pair's epoch from its peers and the Lease"
+        );
+    }
     let nl = Netlink::new()?;
     let io = build_io(&cfg, &nl, &HashMap::new()).await?;
     let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
@@ -189,6 +210,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         status_tx,
         holding: holding.clone(),
         probes_urgent: Arc::new(AtomicBool::new(true)),
+        speaker_ok: Arc::new(AtomicBool::new(true)),
         probes_wake: Arc::new(tokio::sync::Notify::new()),
         waiters: HashMap::new(),
         announcer: None,
@@ -200,10 +222,12 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         gate,
         routed_epoch: None,
         speaker_problem: None,
+        backup_installed: None,
+        backup_tried: None,
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
-    let handle = Handle { tx, status: status_rx };
+    let handle = Handle { tx, status: status_rx, origin };
     let task = tokio::spawn(async move { rt.run(rx).await });
     Ok((handle, task))
 }
@@ -247,6 +271,7 @@ impl Runtime {
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
                     Some(Event::Speaker(r)) => self.speaker_report(r),
                     Some(Event::SetKeys(k)) => self.hb.set_keys(k),
+                    Some(Event::SetLease(l)) => self.lease = l,
                     Some(Event::Reconfigure(cfg, done)) => {
                         let r = self.reconfigure(*cfg).await;
                         if let Err(e) = &r {
@@ -256,14 +281,15 @@ impl Runtime {
                         let _ = done.send(r);
                     }
                     Some(Event::Release) => {
+                        self.withdraw_backup_paths().await;
                         self.stop_announcer();
                         self.drain_stop().await;
                         self.metrics.forget(&sm::Role::ALL.map(sm::Role::as_str), &sm::Alarm::ALL.map(sm::Alarm::as_str));
                         let mut all_gone = true;
-                        for v in &self.vips {
-                            if let Err(e) = self.nl.remove_vip(&v.vip).await {
+                        for a in self.vips.iter().flat_map(ResolvedVip::addresses) {
+                            if let Err(e) = self.nl.remove_vip(a).await {
                                 all_gone = false;
-                                tracing::warn!(vip = %v.vip, error = %e, "failed to remove VIP on release");
+                                tracing::warn!(vip = %a, error = %e, "failed to remove VIP on release");
                             }
                         }
                         if all_gone && let Err(e) = self.ledger.remove() {
@@ -289,6 +315,9 @@ impl Runtime {
         }
         // A drain does not outlive the runtime (the held VIPs do), nor does the guard.
         self.drain_stop().await;
+        // Before the guard goes: a backup path without the guard would send its traffic
+        // back to the router.
+        self.withdraw_backup_paths().await;
         if was_draining {
             self.guard_grace().await;
         }
@@ -334,6 +363,10 @@ impl Runtime {
         self.drain().await;
         self.vips = io.vips;
         drain::install_guard(&self.cfg.pair, &self.nl, &self.vips, &self.metrics).await;
+        // The backup paths of the new VIPs (and none of a VIP that is gone, nor any if
+        // the pair no longer asks for them).
+        self.backup_tried = None;
+        self.sync_backup_paths().await;
         self.observe_local_vips().await;
         Ok(())
     }
@@ -393,6 +426,7 @@ impl Runtime {
         }
         if changed {
             self.sync_routed_metric().await;
+            self.sync_backup_paths().await;
             let st = self.machine.status();
             let released = self.holding.swap(st.holds_vips, Ordering::Relaxed) && !st.holds_vips;
             let urgent = self.machine.holder_overdue(self.now());

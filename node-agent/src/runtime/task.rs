@@ -39,6 +39,9 @@ pub(super) struct Runtime {
     pub(super) tx: mpsc::Sender<Event>,
     pub(super) status_tx: watch::Sender<Arc<sm::Status>>,
     pub(super) holding: Arc<AtomicBool>,
+    /// Routed VIPs: the node's speaker carries routes (answers, a session established);
+    /// true until it says otherwise. The local probes read it.
+    pub(super) speaker_ok: Arc<AtomicBool>,
     /// Set while the machine needs a data-plane verdict now (the peer probes run fast).
     pub(super) probes_urgent: Arc<AtomicBool>,
     /// Wakes the peer probes when they must start (urgent, or the VIPs were given up).
@@ -58,6 +61,10 @@ pub(super) struct Runtime {
     pub(super) routed_epoch: Option<u64>,
     /// What was last wrong with the node's BGP speaker (pairs with routed VIPs).
     pub(super) speaker_problem: Option<String>,
+    /// Routed VIPs' backup paths in the kernel (`None`: not read yet).
+    pub(super) backup_installed: Option<std::collections::BTreeSet<std::net::IpAddr>>,
+    /// The wanted backup paths last applied (`None`: apply at the next step).
+    pub(super) backup_tried: Option<std::collections::BTreeSet<std::net::IpAddr>>,
     pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
 }
 

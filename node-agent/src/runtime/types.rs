@@ -81,6 +81,7 @@ pub(super) enum Event {
     /// What the node's BGP speaker said (pairs with routed VIPs).
     Speaker(crate::announce::bgp::SpeakerReport),
     SetKeys(havip_crds::wire::Keyring),
+    SetLease(Option<std::sync::Arc<dyn super::LeaseStore>>),
     Reconfigure(Box<AgentConfig>, oneshot::Sender<Result<(), RuntimeError>>),
     Release,
     Received(Received),
@@ -133,9 +134,25 @@ pub(super) struct ResolvedVip {
     /// The link its traffic arrives on: its own for a layer-2 VIP, the data link (the
     /// first heartbeat path's, facing the router) for a routed one.
     pub(super) ingress: String,
+    /// Announce mode `Both`: beside the layer-2 address ([`ResolvedVip::vip`]), the host
+    /// address of [`crate::announce::bgp::LINK`] the node's speaker advertises; added and
+    /// removed with it, withdrawn at a drain's start.
+    pub(super) also_routed: Option<Vip>,
 }
 
 impl ResolvedVip {
+    /// The address the node's BGP speaker advertises while this VIP is held: the VIP
+    /// itself in `BGP` mode, its host address of `havip0` in `Both` mode.
+    pub(super) fn advertised(&self) -> Option<&Vip> {
+        if self.routed { Some(&self.vip) } else { self.also_routed.as_ref() }
+    }
+
+    /// The kernel addresses holding this VIP takes: the VIP's, and in `Both` mode its host
+    /// address of `havip0` too.
+    pub(super) fn addresses(&self) -> impl Iterator<Item = &Vip> {
+        std::iter::once(&self.vip).chain(self.also_routed.as_ref())
+    }
+
     /// What the reporter is told of it.
     pub(super) fn link(&self) -> VipLink {
         VipLink { id: self.id.as_str().to_owned(), ifname: self.vip.ifname.clone(), mac: self.mac }

@@ -5,8 +5,8 @@
 //! two modes without translation.
 
 use crate::config::{
-    AgentConfig, AnnounceSchedule, ConfigError, KeySource, MemberConfig, ProbeConfig, SmSettings, VipConfig,
-    WitnessConfig, build_sm_config, dur, health_checks, invalid, keyring, parse_cidr, revision_of,
+    AgentConfig, AnnounceSchedule, ConfigError, KeySource, MemberConfig, ProbeConfig, QuorumConfig, SmSettings,
+    VipConfig, WitnessConfig, build_sm_config, dur, health_checks, invalid, keyring, ms, parse_cidr, revision_of,
 };
 use havip_crds::{AnnounceSpec, FailbackSpec, FlapSuspensionSpec, TakeoverSpec};
 use serde::Deserialize;
@@ -37,9 +37,10 @@ pub struct StandaloneFile {
     /// Failback policy (the HAPair `failback` schema).
     #[serde(default)]
     pub failback: FailbackSpec,
-    /// Flap suspension (the HAPair `flapSuspension` schema).
+    /// Flap suspension (the HAPair `flapSuspension` schema); unset: the HAPair defaults,
+    /// or with `apiServer:` [`CONTROL_PLANE_FLAP_MOVES`] moves (see docs/control-plane.md).
     #[serde(default)]
-    pub flap_suspension: FlapSuspensionSpec,
+    pub flap_suspension: Option<FlapSuspensionSpec>,
     /// The VIPs.
     pub vips: Vec<StandaloneVip>,
     /// Serve alone without the boot hold when no peer was ever heard.
@@ -52,6 +53,10 @@ pub struct StandaloneFile {
     /// HAPair's `announceMode`): `L2` (default) or `BGP`.
     #[serde(default)]
     pub announce_mode: havip_crds::AnnounceMode,
+    /// Routed VIPs: a ready standby advertises a backup path of each (as the HAPair's
+    /// `bgpBackupPaths`; docs/bgp.md).
+    #[serde(default)]
+    pub bgp_backup_paths: bool,
     /// Timing profile (`Standard` or `Fast`, as in the HAPair): sets the heartbeat and
     /// probe timings left at their defaults.
     #[serde(default)]
@@ -72,6 +77,160 @@ pub struct StandaloneFile {
     /// A witness whose vote every takeover needs (see docs/standalone.md).
     #[serde(default)]
     pub witness: Option<StandaloneWitness>,
+    /// The control-plane mode's arbitration: the members vote, a takeover needs a
+    /// majority, and a holder without a majority gives the VIPs up (docs/control-plane.md).
+    #[serde(default)]
+    pub quorum: Option<StandaloneQuorum>,
+    /// The control-plane mode's readiness gate: this node's kube-apiserver must answer
+    /// `GET /readyz` over HTTPS (docs/control-plane.md).
+    #[serde(default)]
+    pub api_server: Option<StandaloneApiServer>,
+}
+
+/// Flap suspension's move count in control-plane mode (`apiServer:` set, `flapSuspension`
+/// not): the schema's largest — in practice never.
+pub const CONTROL_PLANE_FLAP_MOVES: i32 = 100;
+
+/// The `apiServer:` section of the standalone file.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StandaloneApiServer {
+    /// The API server's port on this node's address in each VIP's subnet.
+    #[serde(default = "default_api_port")]
+    pub port: u16,
+    /// The readiness path.
+    #[serde(default = "default_api_path")]
+    pub path: String,
+    /// The cluster CA (PEM) the API server's serving certificate is verified with.
+    pub ca_file: PathBuf,
+    /// A client certificate (PEM) for an API server that refuses anonymous `/readyz`.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// Its key (PEM).
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+    /// The name the serving certificate must carry (default: the address asked).
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// How often it is asked.
+    #[serde(default = "default_api_interval")]
+    pub interval: String,
+    /// How long one answer may take.
+    #[serde(default = "default_api_timeout")]
+    pub timeout: String,
+    /// A holder whose API server has not been ready for this long hands the VIPs to a
+    /// member whose API server is.
+    #[serde(default = "default_api_not_ready_for")]
+    pub not_ready_for: String,
+}
+
+fn default_api_port() -> u16 {
+    6443
+}
+
+fn default_api_path() -> String {
+    "/readyz".to_owned()
+}
+
+fn default_api_interval() -> String {
+    "200ms".to_owned()
+}
+
+fn default_api_timeout() -> String {
+    "500ms".to_owned()
+}
+
+fn default_api_not_ready_for() -> String {
+    "600ms".to_owned()
+}
+
+impl StandaloneApiServer {
+    fn resolve(&self) -> Result<crate::config::ApiServerCheck, ConfigError> {
+        if self.port == 0 {
+            return Err(invalid("apiServer.port must be 1..=65535"));
+        }
+        if !self.path.starts_with('/') {
+            return Err(invalid(format!("apiServer.path {:?} must start with /", self.path)));
+        }
+        let client = match (&self.client_cert_file, &self.client_key_file) {
+            (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+            (None, None) => None,
+            _ => return Err(invalid("apiServer: clientCertFile and clientKeyFile go together")),
+        };
+        let mut check =
+            crate::probes::https::HttpsCheck::new(&self.path, &self.ca_file, client, self.server_name.as_deref())
+                .map_err(|e| invalid(format!("apiServer: {e}")))?;
+        check.timeout = dur("apiServer.timeout", &self.timeout)?;
+        if check.timeout.is_zero() {
+            return Err(invalid("apiServer.timeout must be positive"));
+        }
+        let interval = dur("apiServer.interval", &self.interval)?;
+        if interval.is_zero() {
+            return Err(invalid("apiServer.interval must be positive"));
+        }
+        Ok(crate::config::ApiServerCheck { port: self.port, check: std::sync::Arc::new(check), interval })
+    }
+}
+
+/// The `quorum:` section of the standalone file.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StandaloneQuorum {
+    /// UDP port of every member's voter, on its address on the first heartbeat path.
+    #[serde(default = "default_quorum_port")]
+    pub port: u16,
+    /// A holder that no majority confirmed for this long gives the VIPs up.
+    #[serde(default = "default_quorum_lease")]
+    pub lease: String,
+}
+
+/// The default UDP port of the members' voters.
+pub const QUORUM_PORT: u16 = 7948;
+
+fn default_quorum_port() -> u16 {
+    QUORUM_PORT
+}
+
+fn default_quorum_lease() -> String {
+    "400ms".to_owned()
+}
+
+/// The member name under which the voters' key is derived from the heartbeat key (no
+/// member can have it: node names are DNS labels).
+const QUORUM_KEY_LABEL: &str = "\u{1}havip-quorum-voters";
+
+impl StandaloneQuorum {
+    /// Every member's voter on the first heartbeat path, the voters' key derived from the
+    /// heartbeat key ring (it rotates with it), and the lease.
+    fn resolve(
+        &self,
+        pair: &str,
+        node: &str,
+        members: &[MemberConfig],
+        first_path: &str,
+        heartbeat: &havip_crds::wire::Keyring,
+    ) -> Result<QuorumConfig, ConfigError> {
+        // Two members are allowed — a step while a control plane grows from one node to
+        // three, one member at a time — but both are then needed (the daemon warns).
+        if self.port == 0 {
+            return Err(invalid("quorum.port must be 1..=65535"));
+        }
+        let lease = dur("quorum.lease", &self.lease)?;
+        let mut voters = Vec::new();
+        for m in members {
+            let ip = m.addresses.get(first_path).ok_or_else(|| {
+                invalid(format!("member {} has no address for heartbeat path {first_path:?}", m.node))
+            })?;
+            voters.push((m.node.clone(), SocketAddr::new(*ip, self.port)));
+        }
+        let listen = voters
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| invalid(format!("node {node:?} is not a member of pair {pair}")))?;
+        let keys = havip_crds::witness::member_keyring(heartbeat, pair, QUORUM_KEY_LABEL);
+        Ok(QuorumConfig { listen, voters, keys, lease })
+    }
 }
 
 /// The `witness:` section of the standalone file.
@@ -281,6 +440,15 @@ impl StandaloneFile {
             self.heartbeat.previous_key_id,
         )?;
         let witness = self.witness.as_ref().map(StandaloneWitness::resolve).transpose()?;
+        if witness.is_some() && self.quorum.is_some() {
+            return Err(invalid("witness and quorum: a pair is arbitrated by one or the other"));
+        }
+        let first_path = paths.first().cloned().unwrap_or_default();
+        let api_server = self.api_server.as_ref().map(StandaloneApiServer::resolve).transpose()?;
+        let quorum = match &self.quorum {
+            Some(q) => Some(q.resolve(&self.pair, &node, &members, &first_path, &keys)?),
+            None => None,
+        };
         let mut vips = Vec::new();
         for v in &self.vips {
             let (addr, prefix) = parse_cidr(&v.address)?;
@@ -315,6 +483,13 @@ impl StandaloneFile {
             timeout: dur("takeover.probeTimeout", &takeover.probe_timeout)?,
             fence_targets,
         };
+        // A control-plane pair moves away from an API server that is not ready whenever a
+        // ready one exists: suspending those moves after three would leave the VIP on a dead
+        // API server (a rolling upgrade restarts every API server, and etcd, in turn).
+        let flap = self.flap_suspension.clone().unwrap_or_else(|| match self.api_server {
+            Some(_) => FlapSuspensionSpec { moves: CONTROL_PLANE_FLAP_MOVES, ..FlapSuspensionSpec::default() },
+            None => FlapSuspensionSpec::default(),
+        });
         // Everything pair-wide (not this node's identity) goes into the revision.
         let canonical = format!(
             "{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}{}",
@@ -327,10 +502,19 @@ impl StandaloneFile {
             vips,
             self.takeover,
             self.failback,
-            self.flap_suspension,
+            flap,
             // Every member must agree on whether takeovers need the witness's vote.
             witness.as_ref().map(|w| format!("|witness {}", w.address)).unwrap_or_default()
-        ) + if self.profile.is_standard() { "" } else { "|profile fast" }
+        ) + &quorum
+            .as_ref()
+            .map(|q| format!("|quorum {} {:?}", q.listen.port(), q.lease))
+            .unwrap_or_default()
+            + &self
+                .api_server
+                .as_ref()
+                .map(|a| format!("|apiserver {} {} {} {} {}", a.port, a.path, a.interval, a.timeout, a.not_ready_for))
+                .unwrap_or_default()
+            + if self.profile.is_standard() { "" } else { "|profile fast" }
             + &if self.drain_timeout == havip_crds::defaults::DRAIN_TIMEOUT {
                 String::new()
             } else {
@@ -345,12 +529,26 @@ impl StandaloneFile {
             heartbeat_timeout: &hb_timeout,
             takeover: &takeover,
             failback: &self.failback,
-            flap: &self.flap_suspension,
+            flap: &flap,
             drain_timeout: &self.drain_timeout,
             start_alone: self.start_alone,
             config_revision: revision_of(&canonical),
         })?;
-        sm.lease_vote_required = witness.is_some();
+        sm.lease_vote_required = witness.is_some() || quorum.is_some();
+        if let (Some(a), Some(api)) = (&self.api_server, &api_server) {
+            // The API server is every VIP's listener on its port; a holder whose API server
+            // is not ready hands over after notReadyFor.
+            for v in &mut sm.vips {
+                if !v.probe_ports.contains(&api.port) && !v.health_ports.contains(&api.port) {
+                    v.health_ports.push(api.port);
+                }
+            }
+            sm.timings.listener_down_ms = ms("apiServer.notReadyFor", &a.not_ready_for)?;
+        }
+        if let Some(q) = &quorum {
+            sm.quorum_lease_ms = Some(u64::try_from(q.lease.as_millis()).unwrap_or(u64::MAX));
+            sm.validate().map_err(|e| invalid(format!("quorum.lease {:?}: {e}", q.lease)))?;
+        }
         Ok(AgentConfig {
             pair: self.pair,
             node,
@@ -362,7 +560,10 @@ impl StandaloneFile {
             probe,
             sm,
             paused: self.paused,
+            bgp_backup_paths: self.bgp_backup_paths,
             witness,
+            quorum,
+            api_server,
         })
     }
 }

@@ -28,6 +28,31 @@ const UNREACHABLE_AFTER: u32 = 2;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
+/// Removes a request's waiter when dropped.
+struct Forget<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&self.id);
+        }
+    }
+}
+
+/// No later than when the witness issued the challenge this member holds: the beginning
+/// of the exchange whose answer brought it, or of an earlier one whose answer was lost.
+/// (A witness that restarted issued it at its start: a member reads every voter each
+/// poll interval, so that is at most about a poll interval earlier — the quorum grace's
+/// margin covers it.)
+#[derive(Default)]
+struct Proof {
+    since: Option<std::time::Instant>,
+    unanswered_since: Option<std::time::Instant>,
+}
+
 /// One member's connection to the witness, for one pair.
 pub struct WitnessClient {
     sock: Arc<UdpSocket>,
@@ -38,6 +63,12 @@ pub struct WitnessClient {
     /// The pair's heartbeat timeout.
     timeout: Duration,
     challenge: AtomicU64,
+    /// When the exchange that brought the current challenge began: the witness dates this
+    /// member's liveness at the challenge's issue, which is no earlier (quorum fencing
+    /// measures a holder's lease from it).
+    challenge_from: Mutex<Proof>,
+    /// The grace a claim asks for, when not [`Self::grace`]'s default (quorum voters).
+    grace_override: Option<Duration>,
     pending: Pending,
     receiver: tokio::task::JoinHandle<()>,
 }
@@ -58,6 +89,19 @@ impl WitnessClient {
         member: &str,
         timeout: Duration,
     ) -> Result<Arc<WitnessClient>, WitnessError> {
+        Self::connect_with_grace(address, keys, pair, member, timeout, None).await
+    }
+
+    /// Like [`Self::connect`], with the grace every claim asks for given (a quorum voter's:
+    /// the quorum lease plus two reads and a margin).
+    pub async fn connect_with_grace(
+        address: SocketAddr,
+        keys: Keyring,
+        pair: &str,
+        member: &str,
+        timeout: Duration,
+        grace: Option<Duration>,
+    ) -> Result<Arc<WitnessClient>, WitnessError> {
         let any = match address.ip() {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -76,6 +120,8 @@ impl WitnessClient {
             address,
             timeout,
             challenge: AtomicU64::new(0),
+            challenge_from: Mutex::new(Proof::default()),
+            grace_override: grace,
             pending,
             receiver,
         }))
@@ -84,6 +130,13 @@ impl WitnessClient {
     /// Sends `op` until an answer arrives or `limit` passes; a stale challenge is replaced
     /// by the one the answer carries and the request sent again (at most three times).
     async fn ask(&self, op: Op, limit: Duration) -> Option<Response> {
+        self.ask_proven(op, limit).await.map(|(r, _)| r)
+    }
+
+    /// Like [`Self::ask`], with the earliest moment the witness can have dated this
+    /// member's liveness at, for an accepted request (the beginning of the exchange that
+    /// brought the challenge it carried; `None` when unknown).
+    pub async fn ask_proven(&self, op: Op, limit: Duration) -> Option<(Response, Option<std::time::Instant>)> {
         let deadline = tokio::time::Instant::now() + limit;
         for _ in 0..4 {
             let req = Request {
@@ -93,10 +146,22 @@ impl WitnessClient {
                 member: self.member.clone(),
                 op,
             };
-            let resp = self.exchange(&req, deadline).await?;
+            let proof = self.challenge_from.lock().ok().and_then(|c| c.since);
+            let began = std::time::Instant::now();
+            let Some(resp) = self.exchange(&req, deadline).await else {
+                // Its answer may have been lost after the witness issued a challenge
+                // (which a later answer then carries): date that one from here.
+                if let Ok(mut c) = self.challenge_from.lock() {
+                    c.unanswered_since.get_or_insert(began);
+                }
+                return None;
+            };
             self.challenge.store(resp.challenge, Ordering::Relaxed);
+            if let Ok(mut c) = self.challenge_from.lock() {
+                c.since = Some(c.unanswered_since.take().map_or(began, |u| u.min(began)));
+            }
             if resp.outcome != Outcome::Stale {
-                return Some(resp);
+                return Some((resp, proof));
             }
         }
         None
@@ -108,8 +173,11 @@ impl WitnessClient {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(req.id, tx);
         }
+        // Forgets the waiter however this ends, also when the caller drops the future (a
+        // quorum claim stops asking once a majority decided).
+        let _forget = Forget { pending: &self.pending, id: req.id };
         let buf = witness::encode_request(req, &self.keys.current);
-        let answer = loop {
+        loop {
             if let Err(e) = self.sock.send(&buf).await {
                 tracing::debug!(witness = %self.address, error = %e, "witness request not sent");
             }
@@ -120,11 +188,7 @@ impl WitnessClient {
                 Err(_) if tokio::time::Instant::now() >= deadline => break None,
                 Err(_) => {}
             }
-        };
-        if let Ok(mut p) = self.pending.lock() {
-            p.remove(&req.id);
         }
-        answer
     }
 
     /// Reads the record, saying whether this member holds the VIPs.
@@ -145,8 +209,8 @@ impl WitnessClient {
     /// the timeout) is never older there than two intervals (half the timeout) plus the
     /// round trip; a dead one last proved itself before it died, and a peer claims no
     /// earlier than a heartbeat timeout after that.
-    fn grace(&self) -> Duration {
-        self.timeout * 3 / 4
+    pub fn grace(&self) -> Duration {
+        self.grace_override.unwrap_or(self.timeout * 3 / 4)
     }
 
     /// Reads the record every [`Self::poll_interval`] and shows it to the machine behind
@@ -236,7 +300,9 @@ impl LeaseStore for WitnessClient {
             Some(Response { outcome: Outcome::HolderAlive, holder: Some(h), epoch, .. }) => {
                 match sm::NodeId::new(h.clone()) {
                     Ok(holder) => {
-                        tracing::warn!(pair = %self.pair, witness = %self.address, holder = %h, epoch, "the witness refused a claim: it hears the holder, which this member cannot (a cut between the members)");
+                        // Normal right after a handover; a cut between the members shows in
+                        // the machine's blocker and alarms.
+                        tracing::debug!(pair = %self.pair, witness = %self.address, holder = %h, epoch, "the witness refused the write: it heard another member holding the VIPs within the grace");
                         sm::CasResult::HolderAlive { holder, epoch }
                     }
                     Err(_) => sm::CasResult::Unavailable,

@@ -8,7 +8,7 @@ use havip_crds::{
     HAPairStatus, MemberRole, Operation, OperationResult, PairCommand, Phase, TransitionReason, condition, reason,
 };
 use k8s_openapi::jiff::Timestamp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 /// An Event to publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +144,62 @@ pub fn member_role_events(o: &Observed, roles: &mut BTreeMap<String, MemberRole>
                 format!("{}: {old} → {role} (epoch {})", s.node, s.epoch.unwrap_or(0)),
             ));
         }
+    }
+    out
+}
+
+/// Routed VIPs: which members' speakers advertise each VIP (to at least one peer), as the
+/// members report it (`status.members[].bgp`, refreshed every 5 s); an Event when that
+/// changes from what was last seen (`routes`, updated): `RouteMoved` when somebody
+/// advertises it now, `RouteWithdrawn` (Warning) when nobody does any more. The first
+/// sight of a VIP only records it.
+pub fn route_events(o: &Observed, routes: &mut BTreeMap<String, BTreeSet<String>>) -> Vec<Ev> {
+    let mut now: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut peers: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for s in o.status.members.iter().filter(|s| o.spec.members.iter().any(|x| x.node == s.node)) {
+        for a in s.bgp.iter().flat_map(|b| b.advertised.iter()).filter(|a| !a.peers.is_empty()) {
+            now.entry(a.address.clone()).or_default().insert(s.node.clone());
+            peers.insert((a.address.clone(), s.node.clone()), a.peers.clone());
+        }
+    }
+    let names = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let mut out = Vec::new();
+    for (vip, was) in routes.iter() {
+        match now.get(vip) {
+            Some(by) if by != was => {
+                let to: Vec<String> = by
+                    .iter()
+                    .map(|n| {
+                        format!(
+                            "{n} (to {})",
+                            peers.get(&(vip.clone(), n.clone())).map(|p| p.join(", ")).unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                out.push(Ev::normal(
+                    reason::ROUTE_MOVED,
+                    "ObserveRoute",
+                    format!(
+                        "{vip}: advertised by {}; was {}",
+                        to.join(", "),
+                        if was.is_empty() { "nobody".to_owned() } else { names(was) }
+                    ),
+                ));
+            }
+            None if !was.is_empty() => out.push(Ev::warning(
+                reason::ROUTE_WITHDRAWN,
+                "ObserveRoute",
+                format!("{vip}: no member advertises it any more (was {})", names(was)),
+            )),
+            _ => {}
+        }
+    }
+    // A VIP nobody advertises stays remembered (empty), so that its return is news.
+    for (vip, was) in routes.iter_mut() {
+        *was = now.get(vip).cloned().unwrap_or_default();
+    }
+    for (vip, by) in now {
+        routes.entry(vip).or_insert(by);
     }
     out
 }

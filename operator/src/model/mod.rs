@@ -24,7 +24,7 @@ pub use addresses::{AddressIndex, ApiServerSource, Reserved};
 pub use assess::{Assessment, Cause, assess, is_reporting, next_settle, standby_problem};
 pub use events::{
     Announcement, Ev, ROLE_CHANGE_GRACE, command_event, invalid_spec_event, is_warning_transition, member_lost_event,
-    member_role_events, operation_event, phase_event, role_change_announcement,
+    member_role_events, operation_event, phase_event, role_change_announcement, route_events,
 };
 pub use fip::{FipVerdict, Verdict, fip_conditions, fip_conditions_current, fip_verdict, orphan_verdict};
 pub use keys::{KeyAction, key_action, key_progress, random_key_hex};

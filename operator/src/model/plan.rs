@@ -8,7 +8,7 @@
 use super::assess::{assess, next_settle};
 use super::events::{
     Announcement, Ev, command_event, invalid_spec_event, member_lost_event, member_role_events, operation_event,
-    phase_event, role_change_announcement,
+    phase_event, role_change_announcement, route_events,
 };
 use super::fip::{FipVerdict, fip_conditions_current, fip_verdict};
 use super::keys::{KeyAction, key_action};
@@ -32,6 +32,9 @@ pub const MEMBER_REMOVAL: &str = "member-removal-";
 pub struct PairMemo {
     /// Member roles last seen (for role-change Events).
     pub roles: BTreeMap<String, MemberRole>,
+    /// Routed VIPs: the members whose speakers advertised each, as last seen (for the
+    /// route Events).
+    pub routes: BTreeMap<String, BTreeSet<String>>,
     /// A role change seen but not yet announced by an Event (epoch), waiting for the
     /// new active to report why.
     pub unannounced_epoch: Option<i64>,
@@ -467,6 +470,7 @@ pub fn plan(i: &PairInputs, memo: &PairMemo) -> Plan {
         Announcement::Wait(d) => requeue = requeue.min(d),
     }
     events.extend(member_role_events(&o, &mut memory.roles));
+    events.extend(route_events(&o, &mut memory.routes));
     events.extend(member_lost_event(&o, &previous, &assessment));
     events.extend(invalid_spec_event(&o, &previous));
     if !o.spec_problems.is_empty() {

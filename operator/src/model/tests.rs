@@ -1011,3 +1011,42 @@ fn a_floatingip_in_conflict_or_held_by_another_member_is_not_ready() {
     assert_eq!((v.ready.status, v.ready.reason), ("False", reason::PAIR_NOT_FOUND));
     assert!(v.pending);
 }
+
+#[test]
+fn route_events_say_which_member_advertises_a_routed_vip_now() {
+    use havip_crds::hapair::{BgpAdvertisement, SpeakerStatus};
+    let adv = |peers: &[&str]| SpeakerStatus {
+        speaker: Some("FRR".to_owned()),
+        advertised: vec![BgpAdvertisement {
+            address: "10.9.0.50/32".to_owned(),
+            peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+        }],
+        ..SpeakerStatus::default()
+    };
+    let mut routes = std::collections::BTreeMap::new();
+    let mut o = healthy();
+    m(&mut o, "a").bgp = Some(adv(&["10.0.0.254"]));
+    assert!(super::route_events(&o, &mut routes).is_empty(), "the first sight is recorded only");
+    assert!(super::route_events(&o, &mut routes).is_empty(), "nothing changed");
+    // The route moved: a holds it no more (advertised to nobody), b advertises it.
+    m(&mut o, "a").bgp = Some(adv(&[]));
+    m(&mut o, "b").bgp = Some(adv(&["10.0.0.254"]));
+    let ev = super::route_events(&o, &mut routes);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].reason.as_str(), ev[0].warning), (reason::ROUTE_MOVED, false));
+    assert_eq!(ev[0].note, "10.9.0.50/32: advertised by b (to 10.0.0.254); was a");
+    // Nobody advertises it: a warning, once.
+    m(&mut o, "b").bgp = None;
+    let ev = super::route_events(&o, &mut routes);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].reason.as_str(), ev[0].warning), (reason::ROUTE_WITHDRAWN, true));
+    assert_eq!(ev[0].note, "10.9.0.50/32: no member advertises it any more (was b)");
+    assert!(super::route_events(&o, &mut routes).is_empty(), "said once");
+    // Back on a.
+    m(&mut o, "a").bgp = Some(adv(&["10.0.0.254"]));
+    let ev = super::route_events(&o, &mut routes);
+    assert_eq!(
+        ev.iter().map(|e| e.note.as_str()).collect::<Vec<_>>(),
+        ["10.9.0.50/32: advertised by a (to 10.0.0.254); was nobody"]
+    );
+}

@@ -35,6 +35,9 @@ impl Machine {
         if self.yield_to_unverified_peer(now, out) {
             return;
         }
+        if self.fence_without_quorum(now, out) {
+            return;
+        }
         if self.store.lease_disowned_since.is_some() {
             // Waiting to see whether the peer a newer Lease names acts on it.
             self.reconcile_lease(now, out);
@@ -195,6 +198,29 @@ impl Machine {
         }
     }
 
+    /// Quorum fencing ([`crate::Config::quorum_lease_ms`]): whether this holder's last
+    /// confirmation by a majority of the votes is older than the quorum lease.
+    pub(super) fn quorum_lost(&self, now: Millis) -> bool {
+        // Before any confirmation, the lease runs from the start (an adopting holder's).
+        let since = self.store.confirmed_at.or(self.started_at);
+        self.holding && self.cfg.quorum_lease_ms.is_some_and(|l| since.is_none_or(|c| now.since(c) >= l))
+    }
+
+    /// Gives the VIPs up when [`Self::quorum_lost`] (also during a catch-up after a stall:
+    /// giving up is always allowed then); a planned operation in flight ends unsuccessfully.
+    pub(super) fn fence_without_quorum(&mut self, now: Millis, out: &mut Vec<Action>) -> bool {
+        if !self.quorum_lost(now) {
+            return false;
+        }
+        if let Some(op) = self.ops.op.take() {
+            let msg = "no majority of the members' votes confirms this holder: it gave the VIPs up".to_owned();
+            self.report_op(op.id, false, msg, out);
+        }
+        let to = self.out_role(Role::Standby);
+        self.release(now, to, Reason::QuorumLost, out);
+        true
+    }
+
     /// Role to leave to when giving up: maintenance wins over `otherwise`, and a member
     /// that is cut off rests in Fenced rather than Standby.
     pub(super) fn out_role(&self, otherwise: Role) -> Role {
@@ -330,15 +356,20 @@ impl Machine {
             self.pacing.advert_now = true;
             return;
         }
+        if !mine
+            && l.epoch == self.held_epoch
+            && let Some(h) = &l.holder
+            && self.cfg.priority_of(h).unwrap_or(0) > self.my_priority
+        {
+            self.abort_op_superseded(out);
+            let to = self.out_role(Role::Standby);
+            self.release(now, to, Reason::NewerEpochLease, out);
+            return;
+        }
+        if self.store.reconcile_backoff_until.is_some_and(|u| now < u) {
+            return;
+        }
         if !mine && l.epoch == self.held_epoch {
-            if let Some(h) = &l.holder
-                && self.cfg.priority_of(h).unwrap_or(0) > self.my_priority
-            {
-                self.abort_op_superseded(out);
-                let to = self.out_role(Role::Standby);
-                self.release(now, to, Reason::NewerEpochLease, out);
-                return;
-            }
             // Tie won on priority, or a Lease with no holder under our epoch: move to a
             // fresh epoch (every compare-and-swap raises the epoch; the Kubernetes
             // admission policy refuses one that does not), if the domain has one left.

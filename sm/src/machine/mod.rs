@@ -77,8 +77,8 @@ impl Machine {
         self.handle(now, input, out);
         if self.catch_up {
             // Only give up what a newer holder claims (the Lease side is in `on_lease`).
-            if self.holding || self.store.claim.is_some() {
-                self.check_rival(now, out);
+            if (self.holding || self.store.claim.is_some()) && !self.check_rival(now, out) {
+                self.fence_without_quorum(now, out);
             }
         } else {
             self.evaluate(now, out);
@@ -494,6 +494,11 @@ impl Machine {
         self.active_since = Some(now);
         self.last_vip_change = Some(now);
         self.vip_missing_since = None;
+        if matches!(reason, Reason::HandoverAccepted | Reason::AutoHandoverAccepted) {
+            // A handover is the confirmed holder's own decision: the quorum lease starts
+            // with it (the voters hear the new holder from its next read).
+            self.store.confirmed_at = Some(now);
+        }
         self.persist_if_changed(out);
         out.push(Action::AddVips(self.vip_ids()));
         out.push(Action::Announce { kind: AnnounceKind::Burst });

@@ -23,6 +23,9 @@ impl Machine {
             Input::LeaseObserved { holder, epoch } => self.on_lease(now, holder, epoch, out),
             Input::LeaseRenewed { holder, epoch } => self.on_lease_renewed(now, holder, epoch),
             Input::LeaseUnreachable => self.store.lease_stale = true,
+            Input::LeaseConfirmed { at } => {
+                self.store.confirmed_at = Some(self.store.confirmed_at.map_or(at, |c| c.max(at)));
+            }
             Input::CasResult(r) => self.on_cas(now, r, out),
             Input::Traffic { bytes_per_sec } => self.on_traffic(now, bytes_per_sec),
             Input::Conflict { vip, foreign_mac } => self.on_conflict(now, &vip, foreign_mac, out),
@@ -277,6 +280,9 @@ impl Machine {
                 if self.store.claim.is_some() {
                     self.abandon_claim(now, Reason::LeaseConflict, out);
                 } else if self.holding {
+                    // A holder reconciling (after a handover, or both sides holding after
+                    // a partition): again at an observation a heartbeat interval from now.
+                    self.store.reconcile_backoff_until = Some(now.plus(self.t().heartbeat_interval_ms));
                     self.reconcile_lease(now, out);
                 }
             }

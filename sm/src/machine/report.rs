@@ -176,6 +176,19 @@ impl Machine {
         holds_or_claims.then_some(self.held_epoch)
     }
 
+    /// Routed VIPs: whether this member hands its node's speaker a **backup path** of the
+    /// VIPs (where the pair asks for them): a worse-preference route that lets routers
+    /// know the next holder before it is needed. Only a ready standby does — in role
+    /// Standby, holding and claiming nothing, its listeners up, not cut off (carrier,
+    /// gateway) and its carrier settled: the member peers would hand the VIPs to. Every
+    /// other member (holder, claimant, demoting, starting, fenced, in maintenance,
+    /// unpaired) withdraws it at the step that makes it one, before any action of that
+    /// step is executed; the runtime applies it after each step. A backup path never
+    /// makes a member answer for a VIP: traffic that follows it is dropped there.
+    pub fn advertises_backup(&self) -> bool {
+        self.role == Role::Standby && !self.holding && self.store.claim.is_none() && self.not_ready().is_none()
+    }
+
     /// Last role change, if any.
     pub fn last_transition(&self) -> Option<&Transition> {
         self.last_transition.as_ref()

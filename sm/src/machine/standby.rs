@@ -17,8 +17,11 @@ use crate::types::{AnnounceKind, Millis, Role};
 impl Machine {
     pub(super) fn eval_init(&mut self, now: Millis, out: &mut Vec<Action>) {
         if self.holding {
-            // Adopting after an agent restart: a peer holding under a newer epoch wins.
-            self.check_rival(now, out);
+            // Adopting after an agent restart: a peer holding under a newer epoch wins;
+            // with quorum fencing, the votes must confirm it within a lease of the start.
+            if !self.check_rival(now, out) && self.quorum_lost(now) {
+                self.release(now, Role::Init, Reason::QuorumLost, out);
+            }
         }
         let started = self.started_at.unwrap_or(now);
         if now.since(started) < self.t().init_listen_ms || self.local_vips.is_none() {

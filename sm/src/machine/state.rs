@@ -248,12 +248,14 @@ impl Machine {
                 lease: None,
                 lease_stale: false,
                 lease_written: None,
+                confirmed_at: None,
                 last_renew: None,
                 lease_disowned_since: None,
                 cas: None,
                 claim: None,
                 candidate_since: None,
                 claim_backoff_until: None,
+                reconcile_backoff_until: None,
                 claim_granted: None,
             },
             flap: FlapGuard {
@@ -434,6 +436,9 @@ pub(super) struct StoreTrack {
     /// The Lease's holder and when it was last seen writing the Lease (a claim or a
     /// renewal): proof through the API server that it is alive.
     pub(super) lease_written: Option<(NodeId, Millis)>,
+    /// Quorum fencing: since when the store's last confirmation of this member as holder
+    /// holds ([`crate::Input::LeaseConfirmed`]; a handover or an adoption starts one).
+    pub(super) confirmed_at: Option<Millis>,
     /// Last renewal this holder sent (while a peer was silent).
     pub(super) last_renew: Option<Millis>,
     /// Since when this holder has seen the Lease name a peer that is heard but does not
@@ -444,6 +449,10 @@ pub(super) struct StoreTrack {
     pub(super) candidate_since: Option<Millis>,
     /// No new claim before then (after losing a Lease CAS to another member).
     pub(super) claim_backoff_until: Option<Millis>,
+    /// No reconciling write before then (the store refused the last one because it heard
+    /// another member holding: retried at the next observation after a heartbeat
+    /// interval, not at once — that would spin as long as both hold).
+    pub(super) reconcile_backoff_until: Option<Millis>,
     /// A claim the Lease granted (`Some(true)`) or that an unavailable store left to the
     /// local rules (`Some(false)`) during a catch-up: settled at its end.
     pub(super) claim_granted: Option<bool>,

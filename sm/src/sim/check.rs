@@ -75,6 +75,8 @@ pub(super) struct Checker {
     /// other's heartbeats (different keys) but exchange them and reach each other on the
     /// data network.
     unverified_dual_since: [[Option<u64>; MAX_NODES]; MAX_NODES],
+    /// (o): since when node `n` runs, cannot reach the store and holds a VIP.
+    minority_since: [Option<u64>; MAX_NODES],
     last_world: u64,
     n: usize,
     nv: usize,
@@ -119,6 +121,7 @@ impl Checker {
             witness_dual_since: [[None; MAX_NODES]; MAX_NODES],
             witness_ok_since: [None; MAX_NODES],
             unverified_dual_since: [[None; MAX_NODES]; MAX_NODES],
+            minority_since: [None; MAX_NODES],
             last_world: 0,
             n,
             nv,
@@ -243,6 +246,11 @@ impl Checker {
         self.check_dual(w);
         self.check_witness_dual(w);
         self.check_unverified_dual(w);
+        self.check_quorum_minority(w);
+        if w.p.quorum.is_some() {
+            // The store lost during the window: the restarted member is on the minority side.
+            self.pending_i.retain(|p| w.nodes[p.n].store);
+        }
         let due: Vec<PendingI> = self.pending_i.iter().filter(|p| w.t >= p.deadline).cloned().collect();
         self.pending_i.retain(|p| w.t < p.deadline);
         for p in due {
@@ -336,6 +344,34 @@ impl Checker {
                     self.check_silent_dual(w, i, j, both);
                     self.check_silent_dual(w, j, i, both);
                 }
+            }
+        }
+    }
+
+    /// (o): with quorum fencing, a member that runs but cannot reach the store (the
+    /// minority side) gives the VIPs up within the quorum lease — counted from its last
+    /// confirmation, which is no later than the loss — plus a heartbeat interval (an idle
+    /// holder's tick) and the check's granularity. A stopped agent is not running; the count
+    /// starts again when it resumes (its first step gives them up).
+    fn check_quorum_minority(&mut self, w: &World) {
+        let Some(lease) = w.p.quorum else {
+            return;
+        };
+        let bound = lease + w.p.timings.heartbeat_interval_ms + w.p.timings.tick_ms + 2 * CHECK_INTERVAL;
+        for n in 0..self.n {
+            let nd = &w.nodes[n];
+            let on = nd.live() && !nd.store && nd.kernel != 0;
+            upd(&mut self.minority_since[n], on, w.t);
+            if let Some(s) = self.minority_since[n]
+                && w.t.saturating_sub(s) > bound
+            {
+                self.minority_since[n] = None;
+                let d = format!(
+                    "{} cannot reach the store (the minority side) and still holds a VIP {} ms later (bound {bound} ms)",
+                    node_name(n),
+                    w.t - s
+                );
+                self.violate(w.t, Invariant::QuorumMinority, d);
             }
         }
     }
@@ -523,6 +559,8 @@ impl Checker {
             // The witness may have heard the holder after the last heartbeat the standby
             // heard: one refused claim, then a heartbeat timeout of back-off.
             bound += w.p.timings.heartbeat_timeout_ms + w.p.witness_poll();
+            // Quorum fencing: the voters' longer grace (the quorum lease and two reads).
+            bound += w.p.witness_grace().saturating_sub(w.p.timings.heartbeat_timeout_ms / 2);
         }
         self.pending_d = Some(PendingD { armed: false, t0: t, deadline: t + bound, dead: h, standby: s });
     }
@@ -613,7 +651,10 @@ impl Checker {
         let alone = node.kernel == all && (0..self.n).all(|i| i == n || w.nodes[i].kernel == 0 || !w.nodes[i].powered);
         let fine = node.listener && node.carrier && (!w.p.gateway_configured || node.gw) && !node.add_fails;
         let adopts = !node.persisted.maintenance || matches!(node.persisted.last_role, Role::Active | Role::Demoting);
-        let lease_ok = w.store_holder == Some(n) || w.store_epoch == 0 || !node.store;
+        // (With quorum fencing a member that cannot reach the store is on the minority side:
+        // it gives the VIPs up by design — invariant (o) — so its restart may move them.)
+        let lease_ok =
+            (w.store_holder == Some(n) || w.store_epoch == 0 || !node.store) && (w.p.quorum.is_none() || node.store);
         // Every peer has reached the VIP for a while (its probes say "up"): a partition that
         // began just before the restart may rightly move the VIPs.
         let window = bounds::stale_evidence(&w.p.timings);
@@ -714,6 +755,14 @@ impl Checker {
             self.violate(w.t, Invariant::EpochBackwards, d);
         }
         self.max_epoch[n] = self.max_epoch[n].max(after.epoch);
+        if w.nodes[n].kernel != 0 && w.nodes[n].machine.as_ref().is_some_and(|m| m.advertises_backup()) {
+            let d = format!(
+                "{} advertises a backup path while its kernel holds VIPs {:#b}",
+                node_name(n),
+                w.nodes[n].kernel
+            );
+            self.violate(w.t, Invariant::BackupPath, d);
+        }
         let reason = w.nodes[n].machine.as_ref().and_then(|m| m.last_transition().map(|t| t.reason));
         if after.epoch > MAX_EPOCH || after.held.is_some_and(|e| e > MAX_EPOCH) {
             let d = format!("{} knows epoch {} (held {:?}), beyond the domain", node_name(n), after.epoch, after.held);
@@ -871,6 +920,27 @@ impl Checker {
                 full.iter().map(|&i| node_name(i)).collect::<Vec<_>>()
             );
             self.violate(w.t, Invariant::NoHolderAfterHeal, d);
+        }
+        // (n): every healed member that holds nothing and is not in maintenance is the
+        // ready standby a router should already know a path to.
+        for (n, node) in w.nodes.iter().enumerate() {
+            let Some(m) = node.machine.as_ref() else { continue };
+            // A link that flapped may still be dampened (its settle time grows with the
+            // flaps, beyond the settle period here): no backup path then, rightly.
+            let dampened = matches!(m.status().not_ready, Some(crate::status::NotReady::CarrierSettling));
+            if node.powered
+                && !node.paused
+                && node.kernel == 0
+                && m.role() == Role::Standby
+                && !dampened
+                && !m.advertises_backup()
+            {
+                let d = format!(
+                    "after the heal, {} is a standby that holds nothing yet advertises no backup path",
+                    node_name(n)
+                );
+                self.violate(w.t, Invariant::BackupPath, d);
+            }
         }
     }
 }

@@ -134,6 +134,18 @@
 //!   and two check intervals. Schedules power every node off and on again at about the same
 //!   time with one of them on another key and no Lease store (a key change gone wrong
 //!   before a standalone pair's members restarted).
+//! * **(n) backup paths come from ready standbys only** — a member's
+//!   [`crate::Machine::advertises_backup`] (routed VIPs: a worse-preference path handed to
+//!   its speaker) is never true while its kernel holds one of the VIPs (checked after
+//!   every step, once its actions are applied); and after the final heal every running
+//!   member in role Standby that holds nothing advertises one (the router knows the next
+//!   path once the world is healthy again).
+//! * **(o) the minority side stops serving** — with quorum fencing (half the witness
+//!   schedules, [`crate::Config::quorum_lease_ms`] 300–600 ms; the store stands for the
+//!   majority of the members' votes, which count a granted claimer as holding from the
+//!   grant and confirm a reading holder that no newer claim superseded), a running member
+//!   that cannot reach the store holds no VIP for longer than the quorum lease, a heartbeat
+//!   interval, a tick and two check intervals.
 //! * **(l) a witness keeps a cut between the members from moving the VIPs** — with a
 //!   witness, no member takes the VIPs over (takeover, election) from a member that ran,
 //!   reached the witness and held them throughout the claim (its last read, the claim's

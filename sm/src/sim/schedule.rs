@@ -74,6 +74,7 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
     } else {
         0
     };
+    let witness = r.chance(0.25);
     let p = Params {
         n,
         vips,
@@ -89,7 +90,10 @@ pub(super) fn generate(seed: u64) -> (Params, SplitMix64, Vec<(u64, Fault)>) {
         base_epoch,
         fault_end,
         settle: 8_000,
-        witness: r.chance(0.25),
+        witness,
+        // Half the witness schedules are control-plane schedules: quorum fencing with a
+        // lease of one to two heartbeat timeouts.
+        quorum: (witness && r.chance(0.5)).then(|| r.range(300, 600)),
     };
     let mut faults = Vec::new();
     let k = if r.chance(0.3) { r.range(1, 2) } else { r.range(0, 8) };

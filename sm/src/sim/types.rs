@@ -53,12 +53,20 @@ pub enum Invariant {
     /// than a conflict probe, the settling time and a few ticks: the one of lower priority
     /// did not give it up.
     UnverifiedDual,
+    /// (o) quorum fencing: a member that runs and cannot reach the store (the minority
+    /// side of a partition) held a VIP for longer than the quorum lease and a heartbeat
+    /// interval after it lost the store.
+    QuorumMinority,
     /// After the final heal, not exactly one holder.
     NoHolderAfterHeal,
+    /// (n) a member advertised a backup path of the VIPs (routed mode) while its kernel
+    /// held one of them; or, after the final heal, a running member that holds nothing
+    /// and is not in maintenance did not advertise one.
+    BackupPath,
 }
 
 impl Invariant {
-    /// Short code: "a".."k", or "heal".
+    /// Short code: "a".."n", or "heal".
     pub fn code(self) -> &'static str {
         match self {
             Invariant::DualHolders => "a",
@@ -75,6 +83,8 @@ impl Invariant {
             Invariant::WitnessDual => "l",
             Invariant::UnverifiedDual => "m",
             Invariant::NoHolderAfterHeal => "heal",
+            Invariant::BackupPath => "n",
+            Invariant::QuorumMinority => "o",
         }
     }
 }

@@ -68,6 +68,10 @@ pub(super) struct Params {
     /// it refuses a claim while it hears the holder, which reads it every
     /// [`Params::witness_poll`]).
     pub witness: bool,
+    /// Quorum fencing (the control-plane mode; only with `witness`): the store stands for
+    /// the majority of the members' votes, and a holder keeps the VIPs only while it
+    /// confirms it within this quorum lease (ms).
+    pub quorum: Option<u64>,
 }
 
 impl Params {
@@ -84,7 +88,12 @@ impl Params {
     /// How long the witness must not have heard a holder for a claim (the client's: half
     /// the heartbeat timeout).
     pub(super) fn witness_grace(&self) -> u64 {
-        self.timings.heartbeat_timeout_ms / 2
+        match self.quorum {
+            // The quorum client's: the lease plus two reads and a margin, so that a holder
+            // gives the VIPs up before any voter grants another claim.
+            Some(lease) => lease + 2 * self.witness_poll() + 50,
+            None => self.timings.heartbeat_timeout_ms / 2,
+        }
     }
 }
 
@@ -272,6 +281,11 @@ enum NodeEv {
         epoch: u64,
     },
     CasReply(CasResult),
+    /// Quorum mode: the store confirmed this node as holder on a proof taken at true time
+    /// `at`.
+    LeaseConfirmed {
+        at: u64,
+    },
     /// The witness did not answer two reads (witness mode).
     WitnessUnreachable,
     /// Node `from` answers for VIP `vip` too (its announcement, or its answer to this
@@ -448,6 +462,7 @@ impl World {
                 cfg.failback = p.failback.clone();
                 cfg.start_alone = p.start_alone;
                 cfg.lease_vote_required = p.witness;
+                cfg.quorum_lease_ms = p.quorum;
                 // The Kubernetes Lease store bounds an agent's epoch step (the admission
                 // policy); the witness does not.
                 cfg.lease_max_step = (!p.witness).then_some(crate::MAX_LEASE_STEP);
@@ -656,6 +671,10 @@ impl World {
                 }
             }
             NodeEv::CasReply(r) => self.feed(n, Input::CasResult(r)),
+            NodeEv::LeaseConfirmed { at } => {
+                let at = crate::Millis(at + self.nodes[n].mono_base);
+                self.feed(n, Input::LeaseConfirmed { at });
+            }
             NodeEv::WitnessUnreachable => {
                 if !self.nodes[n].store {
                     self.feed(n, Input::LeaseUnreachable);
@@ -701,6 +720,13 @@ impl World {
                 // A read: it says whether this member holds the VIPs (only a holder's counts;
                 // 0: not heard holding).
                 self.witness_heard[n] = if holds { self.t.max(1) } else { 0 };
+                // Quorum mode: the answer confirms a holder that no newer claim superseded.
+                let held = self.nodes[n].machine.as_ref().and_then(|m| m.held_epoch()).unwrap_or(0);
+                if holds && self.p.quorum.is_some() && (self.store_holder == Some(n) || self.store_epoch <= held) {
+                    let d = self.store_delay();
+                    let at = self.t;
+                    self.push_node(n, d, NodeEv::LeaseConfirmed { at });
+                }
             }
         }
     }
@@ -931,6 +957,16 @@ impl World {
                     let d = self.store_delay();
                     self.push_node(m, d, NodeEv::LeaseFeed);
                 }
+            }
+            if self.p.quorum.is_some() {
+                // The voters count a granted claimer as holding from the grant (it adds the
+                // VIPs next), and the claimer's lease starts there; the confirmation
+                // reaches it before the answer.
+                self.witness_heard[n] = self.t.max(1);
+                let (d, at) = (self.store_delay(), self.t);
+                self.push(self.t + d, Ev::Node { n, inc, ev: NodeEv::LeaseConfirmed { at } });
+                self.push(self.t + d, Ev::Node { n, inc, ev: NodeEv::CasReply(CasResult::Ok { epoch: new_epoch }) });
+                return;
             }
             CasResult::Ok { epoch: new_epoch }
         } else {

@@ -51,6 +51,7 @@
 //! Root only. `make bench-failover` and `make bench` run it; `--runs N` sets the runs per
 //! scenario.
 
+mod apiserver;
 mod drain;
 mod idle;
 mod many;
@@ -76,16 +77,26 @@ struct Args {
     /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
     /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
     /// 0.03`), metallb-l2, havip-bgp and havip-bgp-fast (routed: FRR on a router and the
-    /// members, the client behind the router), metallb-bgp and metallb-bgp-3s (MetalLB's
+    /// members, the client behind the router), havip-bgp-fast-backup (Fast with backup
+    /// paths and BFD 50 ms × 3), metallb-bgp and metallb-bgp-3s (MetalLB's
     /// BGP speaker peering with that router; holdTime default and 3 s). Default: all of
     /// them, MetalLB's only when its binaries are built (`bash hack/testbin.sh metallb` and
     /// `bash hack/testbin.sh control-plane`), the routed ones only when FRR is installed.
     #[arg(long)]
     systems: Option<String>,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
-    /// planned-200 (the last two for havip and keepalived-v3 only).
-    #[arg(long, default_value = "cut,kill-then-cut,planned,planned-drain,planned-200")]
+    /// planned-200 (the last two for havip and keepalived-v3 only), and the control-plane
+    /// VIP's api-planned, api-kill, api-cut (for `--api-systems`; see `apiserver.rs`).
+    #[arg(long, default_value = "cut,kill-then-cut,planned,planned-drain,planned-200,api-planned,api-kill,api-cut")]
     scenarios: String,
+    /// Systems of the control-plane scenarios (comma separated): havip-cp,
+    /// keepalived-kubeadm (the kubeadm HA guide's keepalived.conf and check_apiserver.sh),
+    /// keepalived-kubeadm-tuned.
+    #[arg(long, default_value = "havip-cp,keepalived-kubeadm,keepalived-kubeadm-tuned")]
+    api_systems: String,
+    /// Runs of each control-plane scenario (one lab per system).
+    #[arg(long, default_value_t = 5)]
+    api_runs: usize,
     /// Moves of `planned-200`.
     #[arg(long, default_value_t = 200)]
     moves: usize,
@@ -118,7 +129,7 @@ fn main() -> std::process::ExitCode {
     let metallb_missing = metallb_missing();
     let asked = args.systems.clone().unwrap_or_else(|| {
         "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2,havip-bgp,havip-bgp-fast,\
-         metallb-bgp,metallb-bgp-3s"
+         havip-bgp-fast-backup,metallb-bgp,metallb-bgp-3s"
             .to_owned()
     });
     let mut systems: Vec<&str> = asked.split(',').collect();
@@ -168,6 +179,21 @@ fn main() -> std::process::ExitCode {
         }
         // Ratios of each havip profile to each other system, for this scenario.
         runs::print_ratios(&results, *scenario);
+    }
+    let api_scenarios: Vec<&str> = args.scenarios.split(',').filter(|s| apiserver::SCENARIOS.contains(s)).collect();
+    if !api_scenarios.is_empty() {
+        let api_systems: Vec<&str> = args
+            .api_systems
+            .split(',')
+            .filter(|s| {
+                let known = apiserver::SYSTEMS.contains(s);
+                if !known {
+                    eprintln!("--api-systems: unknown system {s}");
+                }
+                known
+            })
+            .collect();
+        apiserver::bench(&api_systems, &api_scenarios, args.api_runs, &mut failed_runs);
     }
     if !args.no_footprint {
         for &vips in &args.footprint_vips {

@@ -14,6 +14,19 @@ use std::time::Duration;
 /// (ms) and the most failed connects of a run.
 pub(crate) type Summary = (String, Scenario, f64, f64, usize);
 
+/// `havip-bgp-fast-backup`'s BFD interval (ms, × 3) unless `$HAVIP_BACKUP_BFD_MS`
+/// (10..=1000) says otherwise: the router drops a dead holder's path after three intervals
+/// and falls back on the standby's backup path, which it already has.
+const BACKUP_BFD_MS: u32 = 50;
+
+fn backup_bfd_ms() -> u32 {
+    std::env::var("HAVIP_BACKUP_BFD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|v| (10..=1000).contains(v))
+        .unwrap_or(BACKUP_BFD_MS)
+}
+
 /// One run of `scenario` (one move per lab, or `planned-drain`) on `system`.
 fn run_once(scenario: Scenario, system: &str) -> Result<Outcome, String> {
     match (scenario, system) {
@@ -22,10 +35,11 @@ fn run_once(scenario: Scenario, system: &str) -> Result<Outcome, String> {
             Some(c) => run_keepalived_drain(c),
             None => Err(format!("unknown system {other}")),
         },
-        (_, "havip") => run_havip(scenario, false, false),
-        (_, "havip-fast") => run_havip(scenario, true, false),
-        (_, "havip-bgp") => run_havip(scenario, false, true),
-        (_, "havip-bgp-fast") => run_havip(scenario, true, true),
+        (_, "havip") => run_havip(scenario, false, false, None),
+        (_, "havip-fast") => run_havip(scenario, true, false, None),
+        (_, "havip-bgp") => run_havip(scenario, false, true, None),
+        (_, "havip-bgp-fast") => run_havip(scenario, true, true, None),
+        (_, "havip-bgp-fast-backup") => run_havip(scenario, true, true, Some(backup_bfd_ms())),
         (_, "metallb-l2") => run_metallb(scenario, Mode::Layer2),
         (_, "metallb-bgp") => run_metallb(scenario, Mode::Bgp { hold_time: None }),
         (_, "metallb-bgp-3s") => run_metallb(scenario, Mode::Bgp { hold_time: Some(Duration::from_secs(3)) }),

@@ -13,12 +13,25 @@ use std::time::Duration;
 
 /// One move of havip (the Standard or the Fast profile).
 /// `bgp`: the routed lab (FRR on the router and the members, BFD 100 ms × 3), the
-/// client behind the router.
-pub(crate) fn run_havip(scenario: Scenario, fast_profile: bool, bgp: bool) -> Result<Outcome, String> {
+/// client behind the router. `backup_bfd`: with backup paths (`bgpBackupPaths`), BFD at
+/// that interval (ms, × 3) instead.
+pub(crate) fn run_havip(
+    scenario: Scenario,
+    fast_profile: bool,
+    bgp: bool,
+    backup_bfd: Option<u32>,
+) -> Result<Outcome, String> {
     let bgp = bgp.then_some(havip_e2e::bgp::Speaker::Frr);
     let forwarding = bgp.is_some();
-    let mut lab = AgentLab::start(PairOptions { fast_profile, bgp, forwarding, ..Default::default() })
-        .map_err(|e| e.to_string())?;
+    let mut lab = AgentLab::start(PairOptions {
+        fast_profile,
+        bgp,
+        forwarding,
+        bgp_backup_paths: backup_bfd.is_some(),
+        bfd_ms: backup_bfd,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     lab.wait_sole_holder(0, Duration::from_secs(15)).map_err(|e| e.to_string())?;
     if let Some(r) = &lab.routing {
         r.wait_routed(lab.vip_addr(0).into(), lab.topo.node(0).data_ip.into(), Duration::from_secs(15))

@@ -14,10 +14,11 @@
 //! `make bench` runs every benchmark and then this.
 //!
 //! The report's sections live next to this file: [`runs`] (files and lines),
-//! [`markdown`], one module per section ([`failover`], [`timeline`], [`idle`], [`api`],
+//! [`markdown`], one module per section ([`failover`], [`controlplane`], [`timeline`], [`idle`], [`api`],
 //! [`operator`], [`scale`]) and [`render`](mod@render), which puts them together.
 
 mod api;
+mod controlplane;
 mod failover;
 mod idle;
 mod markdown;

@@ -2,6 +2,7 @@
 //! file.
 
 use crate::api::api_section;
+use crate::controlplane::control_plane_section;
 use crate::failover::failover_section;
 use crate::idle::footprint_section;
 use crate::markdown::{fmt, mib, num, text};
@@ -37,6 +38,14 @@ havip's and keepalived's p50 gap per scenario):\n\n",
                 text(v, "system"),
                 text(v, "scenario"),
                 fmt(num(v, "p50_gap_ms"), 1)
+            ));
+        }
+        for v in rows(f, Kind::ControlPlane) {
+            summary.push(format!(
+                "{} {} p50 {} ms unavailable",
+                text(v, "system"),
+                text(v, "scenario"),
+                fmt(v.get("unavailable_ms").and_then(|u| u.get("p50")).and_then(serde_json::Value::as_f64), 1)
             ));
         }
         for v in rows(f, Kind::Footprint) {
@@ -91,6 +100,7 @@ it, when, and the machine. The machine is shared with other builds and tests, so
 bounds and gaps include some scheduling noise.\n\n",
     );
     failover_section(&mut out, files);
+    control_plane_section(&mut out, files);
     footprint_section(&mut out, files);
     api_section(&mut out, files);
     operator_section(&mut out, files);

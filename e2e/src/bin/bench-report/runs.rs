@@ -133,9 +133,23 @@ pub(crate) enum Kind {
     Timeline,
     /// bench-failover: a system it could not run here (`{"system":…,"skipped":why}`).
     Skipped,
+    /// bench-failover: the control-plane VIP's API unavailability, one (system, scenario).
+    ControlPlane,
+    /// bench-failover: havip-cp's ratios to keepalived's control-plane variants.
+    ControlPlaneRatio,
 }
 
 pub(crate) fn kind(v: &Value) -> Option<Kind> {
+    // (The first results file's ratio lines carry no `bench`: their key names them.)
+    if v.get("bench").and_then(Value::as_str) == Some("control-plane") || v.get("p50_unavailable_ratio").is_some() {
+        return Some(if v.get("ratio").is_some() {
+            Kind::ControlPlaneRatio
+        } else if v.get("skipped").is_some() {
+            Kind::Skipped
+        } else {
+            Kind::ControlPlane
+        });
+    }
     if v.get("stage").is_some() {
         return Some(Kind::OperatorStage);
     }

@@ -243,3 +243,29 @@ fn the_meta_line_names_the_command_and_the_machine() {
     assert!(m.get("nproc").and_then(Value::as_u64).is_some_and(|n| n >= 1));
     assert!(m.get("started").and_then(Value::as_str).is_some_and(|s| s.ends_with('Z')));
 }
+
+const CONTROL_PLANE: &str = r#"{"meta":{"name":"control-plane","command":"target/release/bench-failover --scenarios api-kill","started":"2026-12-06T03:00:00Z","nproc":2,"kernel":"6.18.0","cpu":"","loadavg":[]}}
+{"bench":"control-plane","system":"havip-cp","scenario":"api-kill","runs":5,"unavailable_ms":{"p50":741.1,"p99":761.5,"max":761.5},"failed_requests":111,"requests":462,"per_run_ms":[741.1]}
+{"bench":"control-plane","system":"keepalived-kubeadm","scenario":"api-kill","runs":5,"unavailable_ms":{"p50":30261.3,"p99":30300.0,"max":30300.0},"failed_requests":1513,"requests":1630,"per_run_ms":[30261.3]}
+{"bench":"control-plane","ratio":"havip-cp/keepalived-kubeadm","scenario":"api-kill","p50_unavailable_ratio":0.024}
+{"bench":"control-plane","system":"keepalived-kubeadm-tuned","skipped":"not built"}
+"#;
+
+#[test]
+fn the_control_plane_section_shows_each_system_and_the_ratios() {
+    let files: Vec<RunFile> = parse_file("control-plane-2026-12-06.jsonl", CONTROL_PLANE).into_iter().collect();
+    assert_eq!(files.len(), 1, "control-plane-<date>.jsonl is a results file");
+    let md = render(&files);
+    let section = md
+        .split("## The control-plane VIP")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the control-plane section");
+    assert!(section.contains("| api-kill | havip-cp | 5 | 741.1 | 761.5 | 761.5 | 111 of 462 |"), "{section}");
+    assert!(section.contains("| api-kill | keepalived-kubeadm | 5 | 30261.3 |"), "{section}");
+    assert!(section.contains("api-kill `havip-cp/keepalived-kubeadm`: 0.024"), "{section}");
+    // Not mistaken for the layer-2 failover rows or their ratios.
+    let failover = md.split("## Failover gaps").nth(1).and_then(|s| s.split("\n## ").next()).unwrap_or_default();
+    assert!(!failover.contains("havip-cp"), "{failover}");
+    assert!(md.contains("havip-cp api-kill p50 741.1 ms unavailable"), "the history lists the file");
+}

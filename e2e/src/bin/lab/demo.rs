@@ -34,31 +34,30 @@ const INDENT: &str = "      ";
 
 /// Logs at `warn` unless `RUST_LOG` says otherwise: the demo's output is its steps.
 pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    havip_e2e::host::logging::init_tracing_quiet();
 }
 
-/// Prints the steps: `[n/9] what … result`, details indented below.
-#[derive(Default)]
-struct Out {
+/// Prints the steps: `[n/steps] what … result`, details indented below.
+pub(crate) struct Out {
     /// A step line waits for its result.
-    open: bool,
+    pub(crate) open: bool,
+    /// Steps in all.
+    steps: usize,
 }
 
 impl Out {
-    fn step(&mut self, n: usize, what: &str) {
+    pub(crate) fn new(steps: usize) -> Out {
+        Out { open: false, steps }
+    }
+
+    pub(crate) fn step(&mut self, n: usize, what: &str) {
         self.close();
-        print!("[{n}/{STEPS}] {what} … ");
+        print!("[{n}/{}] {what} … ", self.steps);
         let _ = std::io::stdout().flush();
         self.open = true;
     }
 
-    fn done(&mut self, result: &str) {
+    pub(crate) fn done(&mut self, result: &str) {
         if self.open {
             println!("{result}");
         } else {
@@ -67,7 +66,7 @@ impl Out {
         self.open = false;
     }
 
-    fn detail(&mut self, line: &str) {
+    pub(crate) fn detail(&mut self, line: &str) {
         self.close();
         println!("{}", format!("{INDENT}{line}").trim_end());
     }
@@ -96,7 +95,7 @@ fn show(path: &Path) -> String {
     }
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s < 60.0 { format!("{s:.1} s") } else { format!("{} min {:02} s", d.as_secs() / 60, d.as_secs() % 60) }
 }
@@ -110,7 +109,7 @@ pub fn run(dir: &Path, timeout: Duration, bgp: bool) -> Result<(), String> {
             s.pid
         ));
     }
-    let mut out = Out::default();
+    let mut out = Out::new(STEPS);
     let result = tour(&mut out, dir, timeout, bgp);
     if let Err(e) = result {
         if out.open {
@@ -292,6 +291,11 @@ fn tour(out: &mut Out, dir: &Path, timeout: Duration, bgp: bool) -> Result<(), S
     let p = rt.block_on(wait_pair(&client, &pair, Duration::from_secs(30), "the node back as standby", |p, _| {
         phase(p) == Some(Phase::FailedOver) && active(p).as_deref() == Some(second.as_str()) && ready_standby(p, &first)
     }))?;
+    // Routed: back also means peered again — a member whose BGP session is not up yet is
+    // no ready target (its agent refuses the move until its speaker carries routes).
+    if lab.routed.is_some() {
+        lab.wait_peered(0, Duration::from_secs(30))?;
+    }
     let back = t.elapsed();
     std::thread::sleep(Duration::from_millis(500));
     let report = prober.stop().map_err(|e| e.to_string())?;
@@ -483,6 +487,29 @@ impl Lab {
     }
 
     /// Waits (every 20 ms) until the router's only next hop for `vip` is node `i`.
+    /// Waits until the router's BGP session with node `i` is Established.
+    fn wait_peered(&self, i: usize, timeout: Duration) -> Result<(), String> {
+        let r = self.routed.as_ref().ok_or("not a routed lab")?;
+        let peer = self.state.node_ips[i].to_string();
+        let start = Instant::now();
+        loop {
+            let out = std::process::Command::new("vtysh")
+                .arg("--vty_socket")
+                .arg(&r.router_vty)
+                .args(["-c", &format!("show bgp neighbors {peer} json")])
+                .output()
+                .map_err(|e| format!("vtysh: {e}"))?;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            if havip_e2e::routing::session_established(&v, &peer) {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(format!("the router's session with {} is not up within {timeout:?}", self.names[i]));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn wait_routed(&self, vip: Ipv4Addr, i: usize, timeout: Duration) -> Result<(), String> {
         let want = [self.state.node_ips[i]];
         let start = Instant::now();

@@ -252,6 +252,7 @@ pub(crate) fn serve(dir: &Path, nodes: usize, bgp: bool) -> Result<(), String> {
             dir: Some(dir.join("kubelab")),
             chart_rbac: false,
             bgp: bgp.then_some(havip_e2e::harness::bgp::Speaker::Frr),
+            agent_env: Vec::new(),
         })
         .map_err(|e| e.to_string())?;
         let mut children = lab.cp.pids();

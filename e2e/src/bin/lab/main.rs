@@ -6,6 +6,7 @@
 //! `make demo` runs (see `demo.rs`).
 
 mod demo;
+mod democp;
 mod lifecycle;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,10 @@ enum Cmd {
         #[arg(long)]
         bgp: bool,
     },
+    /// The control-plane VIP's tour (`make demo-control-plane`, root): three node
+    /// namespaces with etcd, kube-apiserver and havip in control-plane mode; kills and
+    /// cuts, kubectl through the VIP; removes everything at the end.
+    DemoControlPlane,
     /// Run the lab in the foreground until SIGTERM or SIGINT (what `up` starts).
     #[command(hide = true)]
     Serve {
@@ -73,7 +78,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if matches!(args.command, Cmd::Demo { .. }) {
+    if matches!(args.command, Cmd::Demo { .. } | Cmd::DemoControlPlane) {
         demo::init_tracing();
     } else {
         havip_e2e::host::logging::init_tracing();
@@ -83,6 +88,7 @@ fn main() -> ExitCode {
         Cmd::Down => down(&args.dir),
         Cmd::Status => status(&args.dir),
         Cmd::Demo { timeout, bgp } => demo::run(&args.dir, Duration::from_secs(timeout), bgp),
+        Cmd::DemoControlPlane => democp::run(),
         Cmd::Serve { nodes, bgp } => serve(&args.dir, nodes, bgp),
     };
     match result {

@@ -272,7 +272,13 @@ impl KindCluster {
 
     /// A client container probing `target` (`e2e-tool probe`).
     pub fn client_for(&self, target: SocketAddr) -> Result<Box<dyn TrafficClient>> {
-        let argv = self.cfg.client(target);
+        self.client_on(super::NETWORK, target)
+    }
+
+    /// [`KindCluster::client_for`] on docker network `network` (`container:<name>`: in
+    /// that container's network namespace).
+    pub fn client_on(&self, network: &str, target: SocketAddr) -> Result<Box<dyn TrafficClient>> {
+        let argv = self.cfg.client_on(network, target);
         let _ = run(&self.cfg.client_rm());
         let (bin, args) = argv.split_first().ok_or(ClusterError::EmptyCommand)?;
         let mut child = Command::new(bin)
@@ -329,6 +335,18 @@ impl KindCluster {
         for kv in sets {
             argv.extend(["--set".to_owned(), (*kv).to_owned()]);
         }
+        self.chart_changed = true;
+        run(&argv).map(drop)
+    }
+
+    /// `helm upgrade` of the chart with the suite's values plus a values file of
+    /// `values_yaml` (for values `--set` cannot carry: multi-line strings, commas).
+    pub fn helm_upgrade_values(&mut self, values_yaml: &str) -> Result<()> {
+        let path = std::env::temp_dir().join(format!("{}-values.yaml", self.cfg.cluster));
+        std::fs::write(&path, values_yaml)
+            .map_err(|source| ClusterError::Spawn { cmd: format!("write {}", path.display()), source })?;
+        let mut argv = self.cfg.install_chart();
+        argv.extend(["-f".to_owned(), path.display().to_string()]);
         self.chart_changed = true;
         run(&argv).map(drop)
     }

@@ -56,9 +56,9 @@ impl KindConfig {
         format!("{}/{name}:{}", self.image_prefix, self.tag)
     }
 
-    /// The images the suite loads into the cluster.
+    /// The images the suite loads into the cluster (`havip-frr`: the chart's in-pod FRR).
     pub fn images(&self) -> Vec<String> {
-        ["havip-operator", "havip-agent", "havip-e2e-tools"].iter().map(|n| self.image(n)).collect()
+        ["havip-operator", "havip-agent", "havip-e2e-tools", "havip-frr"].iter().map(|n| self.image(n)).collect()
     }
 
     /// `kind create cluster`.
@@ -282,6 +282,12 @@ spec:
 
     /// The client container: `e2e-tool probe` against `target`, one JSON line per probe.
     pub fn client(&self, target: SocketAddr) -> Vec<String> {
+        self.client_on(NETWORK, target)
+    }
+
+    /// [`KindConfig::client`] on another docker network (`container:<name>`: in another
+    /// container's network namespace).
+    pub fn client_on(&self, network: &str, target: SocketAddr) -> Vec<String> {
         vec![
             s("docker"),
             s("run"),
@@ -289,7 +295,7 @@ spec:
             s("--name"),
             format!("{}-client", self.cluster),
             s("--network"),
-            s(NETWORK),
+            network.to_owned(),
             self.image("havip-e2e-tools"),
             s("probe"),
             s("--target"),
@@ -395,7 +401,7 @@ mod tests {
         assert_eq!(c.delete_cluster().join(" "), "/c/kind delete cluster --name havip-e2e");
         assert_eq!(
             c.load_images().join(" "),
-            "/c/kind load docker-image havip/havip-operator:dev havip/havip-agent:dev havip/havip-e2e-tools:dev --name havip-e2e"
+            "/c/kind load docker-image havip/havip-operator:dev havip/havip-agent:dev havip/havip-e2e-tools:dev havip/havip-frr:dev --name havip-e2e"
         );
         let helm = c.install_chart().join(" ");
         assert!(helm.starts_with("/c/helm upgrade --install havip /src/havip/charts/havip --namespace havip-system"));

@@ -30,9 +30,20 @@ pub struct Fault {
 /// instead fail `send`/`connect` with EPERM.) ARP is affected only by an empty
 /// match.
 fn netdev_drop_table(ns: &str, table: &str, devices: &[&str], matches: &[String]) -> Result<Fault> {
+    netdev_drop_table_hooks(ns, table, devices, matches, &[("in", "ingress"), ("out", "egress")])
+}
+
+/// [`netdev_drop_table`] with a chain at only the given `(name, hook)`s.
+fn netdev_drop_table_hooks(
+    ns: &str,
+    table: &str,
+    devices: &[&str],
+    matches: &[String],
+    hooks: &[(&str, &str)],
+) -> Result<Fault> {
     let mut script = format!("add table netdev {table}\ndelete table netdev {table}\ntable netdev {table} {{\n");
     for (i, dev) in devices.iter().enumerate() {
-        for (chain, hook) in [("in", "ingress"), ("out", "egress")] {
+        for &(chain, hook) in hooks {
             script.push_str(&format!(
                 "  chain {chain}{i} {{\n    type filter hook {hook} device \"{dev}\" priority 0; policy accept;\n"
             ));
@@ -73,6 +84,15 @@ impl Topology {
     /// Cuts both of a node's cables.
     pub fn cut_node(&self, node: usize) -> Result<()> {
         Link::BOTH.into_iter().try_for_each(|l| self.cut_cable(node, l))
+    }
+
+    /// Cuts a node off the way a dead node goes: the management cable first, then the data
+    /// cable. ([`Topology::cut_node`] goes the other way: a holder that sees its data
+    /// carrier drop hands the VIPs over the management path in the moments before that
+    /// cable goes too — a planned move the cut then interrupts, not a takeover.)
+    pub fn kill_node_links(&self, node: usize) -> Result<()> {
+        self.cut_cable(node, Link::Mgmt)?;
+        self.cut_cable(node, Link::Data)
     }
 
     /// Restores both of a node's cables.
@@ -212,5 +232,19 @@ impl Topology {
         tracing::info!(node = %n.name, %link, percent, "setting link loss");
         netdev_drop_table(self.switch_ns(), &table, &[port.as_str()], &[rule])?;
         Ok(fault)
+    }
+
+    /// Random loss of `percent` % of the frames in one direction only on a node's
+    /// cable, at the switch port (`hvloss_n<i>_<link>_to` for frames towards the node,
+    /// `…_from` for frames from it): a one-way fault, as a bad transceiver makes it.
+    /// 100 drops every frame that way, ARP included.
+    pub fn set_link_loss_one_way(&self, node: usize, link: Link, percent: u8, towards_node: bool) -> Result<Fault> {
+        let n = self.node_checked(node)?;
+        let port = n.switch_port(link).to_owned();
+        let (dir, hook) = if towards_node { ("to", ("out", "egress")) } else { ("from", ("in", "ingress")) };
+        let table = format!("{LOSS_TABLE_PREFIX}n{node}_{}_{dir}", link.short());
+        let rule = if percent >= 100 { String::new() } else { format!("numgen random mod 100 < {percent}") };
+        tracing::info!(node = %n.name, %link, percent, dir, "setting one-way link loss");
+        netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &[rule], &[hook])
     }
 }

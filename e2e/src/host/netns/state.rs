@@ -25,6 +25,8 @@ pub struct Address {
     pub tentative: bool,
     /// DAD found a duplicate.
     pub dadfailed: bool,
+    /// Its preferred lifetime is over (never a source address for new connections).
+    pub deprecated: bool,
 }
 
 /// State of an interface, from `ip -j link`.
@@ -144,6 +146,7 @@ pub fn addresses(ns: &str, dev: &str) -> Result<Vec<Address>> {
                 scope: a.get("scope").and_then(|x| x.as_str()).unwrap_or_default().to_owned(),
                 tentative: flag("tentative"),
                 dadfailed: flag("dadfailed"),
+                deprecated: flag("deprecated"),
             });
         }
     }

@@ -27,7 +27,7 @@
 
 pub mod speaker;
 
-pub use speaker::{Advertised, Session, SpeakerConfig, SpeakerError, SpeakerKind, SpeakerReport};
+pub use speaker::{Advertised, BACKUP_TABLE, Session, SpeakerConfig, SpeakerError, SpeakerKind, SpeakerReport};
 
 /// The dummy interface whose addresses the node's BGP speaker advertises.
 pub const LINK: &str = "havip0";

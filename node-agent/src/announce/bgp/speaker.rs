@@ -53,13 +53,25 @@ pub struct SpeakerConfig {
     pub frr_dir: PathBuf,
     /// BIRD's control socket (Debian: `/run/bird/bird.ctl`).
     pub bird_socket: PathBuf,
+    /// The kernel routing table the backup paths go to (HAPair `bgpBackupPaths`), which
+    /// the speaker imports (FRR: `ip import-table`; BIRD: a `kernel` protocol on it).
+    pub backup_table: u32,
 }
 
 impl Default for SpeakerConfig {
     fn default() -> Self {
-        Self { kind: None, frr_dir: PathBuf::from("/var/run/frr"), bird_socket: PathBuf::from("/run/bird/bird.ctl") }
+        Self {
+            kind: None,
+            frr_dir: PathBuf::from("/var/run/frr"),
+            bird_socket: PathBuf::from("/run/bird/bird.ctl"),
+            backup_table: BACKUP_TABLE,
+        }
     }
 }
+
+/// The kernel routing table of the backup paths unless `--bgp-backup-table` says
+/// otherwise (0x68, havip's protocol number; FRR's `ip import-table` takes 1–252).
+pub const BACKUP_TABLE: u32 = 104;
 
 static CONFIG: OnceLock<SpeakerConfig> = OnceLock::new();
 
@@ -154,6 +166,12 @@ impl SpeakerReport {
     /// Established sessions.
     pub fn established(&self) -> usize {
         self.sessions.iter().filter(|s| s.established).count()
+    }
+
+    /// Whether the speaker can carry routes at all: it answered and has an established
+    /// session. A member whose speaker cannot is no ready target for routed VIPs.
+    pub fn carries(&self) -> bool {
+        self.error.is_none() && self.established() > 0
     }
 
     /// Held VIPs advertised to at least one peer.
