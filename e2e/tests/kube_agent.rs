@@ -638,6 +638,43 @@ fn an_agent_restarted_while_the_api_server_is_down_resumes_its_pair_from_the_las
     lab.stop_agent(1);
 }
 
+/// The chaos run's seed 1796561414828083453 (CI): the holder's agent SIGKILLed (its VIP
+/// stays in the kernel), its node cut off, the standby takes over, and the agent is
+/// started again while the node is still cut (no API server, no peer). It must not wait
+/// for the API server to deal with the VIP its predecessor left: it resumes the pair from
+/// its snapshot after 2 s and, cut off, gives the VIP up — so that when the cables come
+/// back the node does not answer for the VIP next to the member that took it over. (It
+/// waited 10 s before: a cut healed within those answered for 1.6 s from both nodes.)
+#[test]
+fn an_agent_restarted_on_a_node_that_is_cut_off_lets_go_of_its_predecessors_vip_before_the_cables_are_back() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    lab.kill_agent(0);
+    lab.topo.kill_node_links(0).expect("cut n0 off");
+    netns::wait_until("n1 to take the VIP over", Duration::from_secs(10), Duration::from_millis(20), || {
+        Ok(lab.holders().is_ok_and(|h| h.contains(&1)))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    assert_eq!(lab.holders().expect("holders"), vec![0, 1], "n0's kernel keeps its dead agent's VIP");
+    lab.start_agent(0).expect("n0's agent started again while cut off");
+    let started = std::time::Instant::now();
+    netns::wait_until("n0 to give its predecessor's VIP up", Duration::from_secs(6), Duration::from_millis(20), || {
+        Ok(lab.holders().is_ok_and(|h| h == [1]))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(40)));
+    let let_go = started.elapsed();
+    lab.topo.restore_node(0).expect("cables back");
+    // From the cables' return on: n1 alone, never n0 as well.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let h = lab.holders().expect("holders");
+        assert_eq!(h, vec![1], "only n1 holds the VIP after the cables are back\n{}", lab.logs_tail(40));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(let_go < Duration::from_secs(5), "n0 let go {let_go:?} after its agent started");
+    lab.stop_agent(1);
+    lab.stop_agent(0);
+}
+
 /// The agent's node checks reach its member entry: n1's VIP interface answers no ARP
 /// (`arp_ignore=8`, set before its agent starts), and about 10 s after the pair starts n1
 /// reports the `ArpIgnoreHidesVip` finding (what `kubectl havip doctor` prints) while n0,

@@ -399,11 +399,13 @@ fn partition_explains(vip: &Vip, span: (f64, f64), executed: &[Executed]) -> Opt
 pub const AGENT_START_MS: f64 = 3_000.0;
 
 /// Whether a dual-answer window of `nodes` is the documented limitation of a holder whose
-/// agent is down (SIGKILLed, SIGSTOPped, restarting) while its data path loses frames: the
-/// standby hears no heartbeat, its probes of the VIP fail through the loss, so it takes
-/// over — and nothing on the old holder can withdraw the address its kernel keeps
-/// answering for until that agent runs again. The window must open while the agent is
-/// down and close within [`AGENT_START_MS`] of its return.
+/// agent is down (SIGKILLed, SIGSTOPped, restarting) while its data path loses frames or
+/// is cut (the data cable, or the whole node): the standby hears no heartbeat, its probes
+/// of the VIP fail through the loss or the cut, so it takes over — and nothing on the old
+/// holder can withdraw the address its kernel keeps answering for (at once through the
+/// loss, or the moment the cable is back) until that agent runs again. The window must
+/// open while the agent is down or within [`AGENT_START_MS`] of its return, and close
+/// within [`AGENT_START_MS`] of its return.
 fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &[Executed]) -> Option<String> {
     use super::schedule::{Action, Cable};
     let ok = |e: &&Executed| e.outcome == "ok";
@@ -418,16 +420,26 @@ fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &
         if !answering(node) || span.0 < down.injected_ms || span.0 > back || span.1 > back {
             return None;
         }
-        let lossy = executed.iter().filter(ok).find(|e| {
-            e.injected_ms <= span.0
-                && e.healed_ms >= down.injected_ms
-                && matches!(e.fault.action,
-                    Action::Loss { node: n, cable: Cable::Data, .. }
-                    | Action::OneWayLoss { node: n, cable: Cable::Data, percent: 1..=99, .. } if n == node)
+        let (unreachable, how) = executed.iter().filter(ok).find_map(|e| {
+            if e.injected_ms > span.0 || e.healed_ms < down.injected_ms || e.injected_ms > down.healed_ms {
+                return None;
+            }
+            match e.fault.action {
+                Action::Loss { node: n, cable: Cable::Data, .. }
+                | Action::OneWayLoss { node: n, cable: Cable::Data, percent: 1..=99, .. }
+                    if n == node =>
+                {
+                    Some((e, "its data cable lost frames"))
+                }
+                Action::NodeCut { node: n } | Action::CableCut { node: n, cable: Cable::Data } if n == node => {
+                    Some((e, "its data cable was cut"))
+                }
+                _ => None,
+            }
         })?;
         Some(format!(
-            "n{node}'s agent down (fault {}) while its data cable lost frames (fault {}): the standby's probes failed and it took over; the old holder's kernel answers until its agent runs again",
-            down.fault.id, lossy.fault.id
+            "n{node}'s agent down (fault {}) while {how} (fault {}): the standby's probes failed and it took over; the old holder's kernel answers until its agent runs again",
+            down.fault.id, unreachable.fault.id
         ))
     })
 }
@@ -623,7 +635,7 @@ pub fn summary_table(v: &Verdict, leftovers: &[String]) -> String {
     let limited: Vec<&DualWindow> = v.dual_windows.iter().filter(|d| d.limitation.is_some()).collect();
     out.push_str(&format!(
         "probes {} (failed {}), outages {} (unexplained {}), dual-answer windows {} (over the limit {}; documented \
-         limitations {} — members partitioned without an arbiter, a holder's agent down on a lossy cable — longest \
+         limitations {} — members partitioned without an arbiter, a holder's agent down on a lossy or cut cable — longest \
          {:.0} ms), status contradictions {}, Lease epochs gone down {}, left behind {}",
         v.probes,
         v.failed_probes,
@@ -805,6 +817,48 @@ mod tests {
         // The loss on the other member's cable: broken.
         let elsewhere = ex(0, Action::Loss { node: 1, cable: Cable::Data, percent: 30 }, 10_000.0, 16_000.0, vec![1]);
         let v = judge(&record(vec![elsewhere, kill], samples((0.0, 0.0)), arp(14_500.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+    }
+
+    /// CI's seed 1796561414828083453: the holder's agent killed, its node cut, the agent
+    /// started again while the node is still cut off (it cannot reach the API server and
+    /// has not resumed its pairs yet), the standby took over meanwhile; the moment the
+    /// cables are back the old holder's kernel answers ARP for the VIP again until its
+    /// agent runs the pair.
+    #[test]
+    fn two_holders_when_a_node_cut_while_its_agent_was_down_comes_back_are_the_documented_limitation() {
+        let arp = |from: f64, to: f64| {
+            vec![
+                ArpChange { t_ms: 0.0, nodes: vec![0] },
+                ArpChange { t_ms: 9_000.0, nodes: vec![1] },
+                ArpChange { t_ms: from, nodes: vec![0, 1] },
+                ArpChange { t_ms: to, nodes: vec![1] },
+            ]
+        };
+        let kill = ex(0, Action::AgentKill { node: 0 }, 7_000.0, 11_000.0, vec![0]);
+        let cut = ex(1, Action::NodeCut { node: 0 }, 8_000.0, 12_000.0, vec![0]);
+        let v = judge(&record(vec![kill.clone(), cut.clone()], samples((0.0, 0.0)), arp(12_000.0, 13_600.0)));
+        assert_eq!(v.dual_windows.len(), 1);
+        assert!(
+            v.dual_windows[0].limitation.as_deref().is_some_and(|l| l.contains("its data cable was cut")),
+            "{:?}",
+            v.dual_windows
+        );
+        assert!(v.broken().is_empty(), "{:?}", v.broken());
+        // Only the data cable cut: the same.
+        let data = ex(1, Action::CableCut { node: 0, cable: Cable::Data }, 8_000.0, 12_000.0, vec![0]);
+        let v = judge(&record(vec![kill.clone(), data], samples((0.0, 0.0)), arp(12_000.0, 13_600.0)));
+        assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
+        // Two holders long after the agent is back: broken.
+        let v = judge(&record(vec![kill.clone(), cut.clone()], samples((0.0, 0.0)), arp(12_000.0, 15_000.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        // Only the management cable cut (the standby's probes reach the VIP): broken.
+        let mgmt = ex(1, Action::CableCut { node: 0, cable: Cable::Mgmt }, 8_000.0, 12_000.0, vec![0]);
+        let v = judge(&record(vec![kill.clone(), mgmt], samples((0.0, 0.0)), arp(12_000.0, 13_600.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        // The cut on the other member: broken.
+        let other = ex(1, Action::NodeCut { node: 1 }, 8_000.0, 12_000.0, vec![1]);
+        let v = judge(&record(vec![kill, other], samples((0.0, 0.0)), arp(12_000.0, 13_600.0)));
         assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
     }
 

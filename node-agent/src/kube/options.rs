@@ -41,5 +41,10 @@ pub enum KubeAgentError {
 }
 
 /// How long the agent waits for its first lists before it resumes its pairs from their
-/// last applied configuration.
-pub(super) const OFFLINE_AFTER: Duration = Duration::from_secs(10);
+/// last applied configuration. Short: meanwhile the VIPs its predecessor added stay in
+/// the kernel with nobody heartbeating for them or able to give them up (a node cut off
+/// while its agent restarted answers for them again the moment its cable is back, next
+/// to the member that took them over). The lists of this node's own objects take
+/// milliseconds when the API server answers; a pair resumed from its snapshot is brought
+/// in line by the first lists anyway.
+pub(super) const OFFLINE_AFTER: Duration = Duration::from_secs(2);
