@@ -325,7 +325,12 @@ fn window(vip: &Vip, from: f64, to: f64, mut nodes: Vec<usize>, executed: &[Exec
     let mut limitation = None;
     match partition_explains(vip, (from, to), executed) {
         Some((why, true)) => limitation = Some(why),
-        Some((_, false)) => limit_ms = limit_ms.max(LEASE_WATCH_MS),
+        Some((_, false)) => {
+            limit_ms = limit_ms.max(LEASE_WATCH_MS);
+            if to - from > limit_ms {
+                limitation = dead_agent_explains(vip, (from, to), &nodes, executed);
+            }
+        }
         None => limitation = dead_agent_explains(vip, (from, to), &nodes, executed),
     }
     DualWindow { vip: vip.name.clone(), from_ms: from, to_ms: to, nodes, limit_ms, faults, limitation }
@@ -399,8 +404,9 @@ fn partition_explains(vip: &Vip, span: (f64, f64), executed: &[Executed]) -> Opt
 pub const AGENT_START_MS: f64 = 3_000.0;
 
 /// Whether a dual-answer window of `nodes` is the documented limitation of a holder whose
-/// agent is down (SIGKILLed, SIGSTOPped, restarting) while its data path loses frames or
-/// is cut (the data cable, or the whole node): the standby hears no heartbeat, its probes
+/// agent is down (SIGKILLed, SIGSTOPped, restarting, its state files destroyed) while its
+/// data path loses frames or is cut (the data cable, the whole node, or every frame
+/// between it and the member that takes over): the standby hears no heartbeat, its probes
 /// of the VIP fail through the loss or the cut, so it takes over — and nothing on the old
 /// holder can withdraw the address its kernel keeps answering for (at once through the
 /// loss, or the moment the cable is back) until that agent runs again. The window must
@@ -411,17 +417,20 @@ fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &
     let ok = |e: &&Executed| e.outcome == "ok";
     let answering = |n: usize| vip.members.contains(&n) && nodes.contains(&n);
     executed.iter().filter(ok).find_map(|down| {
-        let node = match down.fault.action {
-            Action::AgentKill { node } | Action::AgentStop { node } | Action::AgentRestart { node } => node,
-            Action::DrainInterrupted { .. } => *down.nodes.iter().find(|n| answering(**n))?,
+        let (node, back) = match down.fault.action {
+            Action::AgentKill { node } | Action::AgentStop { node } | Action::AgentRestart { node } => {
+                (node, down.healed_ms + AGENT_START_MS)
+            }
+            // Killed and started again at once when the files are destroyed.
+            Action::StateFile { node, .. } => (node, down.injected_ms + AGENT_START_MS),
+            Action::DrainInterrupted { .. } => (*down.nodes.iter().find(|n| answering(**n))?, down.healed_ms + AGENT_START_MS),
             _ => return None,
         };
-        let back = down.healed_ms + AGENT_START_MS;
         if !answering(node) || span.0 < down.injected_ms || span.0 > back || span.1 > back {
             return None;
         }
         let (unreachable, how) = executed.iter().filter(ok).find_map(|e| {
-            if e.injected_ms > span.0 || e.healed_ms < down.injected_ms || e.injected_ms > down.healed_ms {
+            if e.injected_ms > span.0 || e.healed_ms < down.injected_ms || e.injected_ms > back {
                 return None;
             }
             match e.fault.action {
@@ -433,6 +442,12 @@ fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &
                 }
                 Action::NodeCut { node: n } | Action::CableCut { node: n, cable: Cable::Data } if n == node => {
                     Some((e, "its data cable was cut"))
+                }
+                // Cut off from the member that took over (the client still reaches both).
+                Action::PeerPartition { a, b }
+                    if (a == node && b != node && answering(b)) || (b == node && a != node && answering(a)) =>
+                {
+                    Some((e, "it was partitioned from the member that took over"))
                 }
                 _ => None,
             }
@@ -859,6 +874,50 @@ mod tests {
         // The cut on the other member: broken.
         let other = ex(1, Action::NodeCut { node: 1 }, 8_000.0, 12_000.0, vec![1]);
         let v = judge(&record(vec![kill, other], samples((0.0, 0.0)), arp(12_000.0, 13_600.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+    }
+
+    /// The 60-minute run of 2026-12-06 (alpha-vip at 2,800 s, svc-a at 2,420 s): the
+    /// holder's agent killed while it is partitioned from its peer, which takes over; the
+    /// client reaches both, and the old holder's kernel answers until its agent runs again.
+    /// And its state files destroyed (the agent killed and started at once) on a lossy cable.
+    #[test]
+    fn two_holders_while_the_old_holders_agent_is_down_and_partitioned_from_the_new_holder_are_the_documented_limitation()
+     {
+        let arp = |from: f64, to: f64| {
+            vec![
+                ArpChange { t_ms: 0.0, nodes: vec![0] },
+                ArpChange { t_ms: from, nodes: vec![0, 1] },
+                ArpChange { t_ms: to, nodes: vec![1] },
+            ]
+        };
+        let partition = ex(0, Action::PeerPartition { a: 0, b: 1 }, 5_000.0, 12_800.0, vec![0, 1]);
+        let kill = ex(1, Action::AgentKill { node: 0 }, 9_600.0, 13_800.0, vec![0]);
+        let v = judge(&record(vec![partition.clone(), kill.clone()], samples((0.0, 0.0)), arp(12_300.0, 13_900.0)));
+        assert_eq!(v.dual_windows.len(), 1);
+        assert!(
+            v.dual_windows[0]
+                .limitation
+                .as_deref()
+                .is_some_and(|l| l.contains("partitioned from the member that took over")),
+            "{:?}",
+            v.dual_windows
+        );
+        assert!(v.broken().is_empty(), "{:?}", v.broken());
+        // Long after the agent is back: broken.
+        let v = judge(&record(vec![partition, kill.clone()], samples((0.0, 0.0)), arp(12_300.0, 17_500.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        // A partition between the new holder and a third node explains nothing.
+        let elsewhere = ex(0, Action::PeerPartition { a: 1, b: 2 }, 5_000.0, 12_800.0, vec![1, 2]);
+        let v = judge(&record(vec![elsewhere, kill], samples((0.0, 0.0)), arp(12_300.0, 13_900.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        // State files destroyed on a lossy cable: the agent restarts at the injection.
+        let loss = ex(0, Action::Loss { node: 0, cable: Cable::Data, percent: 30 }, 5_000.0, 12_800.0, vec![0]);
+        let files = ex(1, Action::StateFile { node: 0, corrupt: false }, 9_000.0, 12_000.0, vec![0]);
+        let v = judge(&record(vec![loss.clone(), files.clone()], samples((0.0, 0.0)), arp(10_000.0, 11_500.0)));
+        assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
+        // …and must be over within 3 s of that start, whenever the fault's hold ends.
+        let v = judge(&record(vec![loss, files], samples((0.0, 0.0)), arp(10_000.0, 12_500.0)));
         assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
     }
 
