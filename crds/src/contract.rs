@@ -233,6 +233,14 @@ string_enum! {
         /// A VIP is a Node's address in the Kubernetes API (`status.addresses`): kubelet or
         /// a cloud provider reported it, and whatever routes to that Node follows the VIP.
         VipIsNodeAddress = "VipIsNodeAddress",
+        /// A peer's clock is seconds away from this node's (the timestamps of its
+        /// heartbeats): NTP is not keeping them together. Lease times, Events and logs
+        /// disagree across the nodes, and heartbeats more than 60 s off are refused.
+        ClockSkewed = "ClockSkewed",
+        /// A heartbeat path's interface has an IPv4 MTU below the largest heartbeat on
+        /// the wire: larger heartbeats leave in fragments, which firewalls and some
+        /// networks drop.
+        HeartbeatMtuTooSmall = "HeartbeatMtuTooSmall",
     }
 }
 
@@ -265,6 +273,14 @@ impl DoctorCheck {
             DoctorCheck::VipIsNodeAddress => {
                 "start kubelet with --node-ip set to the node's own address (kubeadm: nodeRegistration.kubeletExtraArgs), \
                  then restart kubelet; a cloud provider's node addresses must not include the VIP"
+            }
+            DoctorCheck::ClockSkewed => {
+                "synchronise both nodes' clocks with NTP (chrony, systemd-timesyncd) from the same servers, and check \
+                 that the service runs (chronyc tracking, timedatectl)"
+            }
+            DoctorCheck::HeartbeatMtuTooSmall => {
+                "raise the interface's MTU to at least 576 bytes (ip link set dev IFACE mtu 1500, or the network's MTU), \
+                 or use another heartbeat path"
             }
             DoctorCheck::Other(_) => {
                 "see the agent's documentation for this check (an agent newer than this tool wrote it)"

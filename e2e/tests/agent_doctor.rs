@@ -1,8 +1,8 @@
 //! `havip-agent doctor` on the standalone lab (two members, a client; see
 //! `agent_scenarios.rs`): a healthy node reports nothing, and each check provoked on n0 —
 //! a heartbeat path blocked one way, `arp_ignore`, strict reverse-path filtering with the
-//! route back elsewhere, a capability dropped — is found with its fix, and gone once the
-//! cause is. Root only; the test creates and removes its own namespaces.
+//! route back elsewhere, a heartbeat interface's MTU too small, the peer's clock 30 s
+//! ahead, a capability dropped — is found with its fix, and gone once the cause is. Root only; the test creates and removes its own namespaces.
 
 use havip_e2e::agent::{AgentLab, HEARTBEAT_PORT, PairOptions};
 use havip_e2e::netns::{self, Link};
@@ -43,7 +43,7 @@ fn sh(ns: &str, program: &str, args: &[&str]) {
 
 #[test]
 fn the_doctor_finds_each_provoked_fault_and_nothing_on_a_healthy_node() {
-    let Some(lab) = lab(PairOptions::default()) else { return };
+    let Some(mut lab) = lab(PairOptions::default()) else { return };
     let _prober = havip_e2e::agent::bring_up(&lab, UP);
     let n0 = lab.topo.node(0);
     let n1 = lab.topo.node(1);
@@ -76,6 +76,25 @@ fn the_doctor_finds_each_provoked_fault_and_nothing_on_a_healthy_node() {
     assert!(out.contains(&format!("leaves by {data}")), "{out}");
     sh(&n0.ns, "ip", &["route", "del", &back, "dev", &data]);
     sh(&n0.ns, "sysctl", &["-qw", &format!("net.ipv4.conf.{mgmt}.rp_filter=0")]);
+    healthy(&lab);
+
+    // An MTU below the largest heartbeat on the wire on n0's management interface.
+    sh(&n0.ns, "ip", &["link", "set", "dev", &mgmt, "mtu", "500"]);
+    found(&lab, "a heartbeat path's MTU too small", &format!("HeartbeatMtuTooSmall {mgmt} (path mgmt)"));
+    sh(&n0.ns, "ip", &["link", "set", "dev", &mgmt, "mtu", "1500"]);
+    healthy(&lab);
+
+    // n1's clock 30 s ahead (its agent under libfaketime): n0 reads it from the
+    // timestamps of n1's heartbeats.
+    let lib = havip_e2e::chaos::lab::libfaketime().expect("libfaketime (Debian's faketime; make prereqs)");
+    lab.stop_agent(1);
+    let env = [("LD_PRELOAD", lib), ("FAKETIME", "+30s"), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    lab.start_agent_with_env(1, &env).expect("n1's agent with its clock ahead");
+    let out = found(&lab, "n1's clock 30 s ahead", "ClockSkewed n1");
+    assert!(out.contains("ahead of this node's"), "{out}");
+    lab.stop_agent(1);
+    lab.start_agent(1).expect("n1's agent on time again");
     healthy(&lab);
 
     // The agent's capabilities: CAP_NET_RAW dropped (as a restrictive pod policy would).

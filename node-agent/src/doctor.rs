@@ -15,7 +15,7 @@
 
 use crate::config::AgentConfig;
 use crate::netlink::{AddrInfo, LinkState, Netlink, NetlinkError, RouteFact, same_subnet};
-use havip_crds::{AnnounceMode, DoctorCheck, Finding};
+use havip_crds::{AnnounceMode, DoctorCheck, Finding, wire};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -86,12 +86,20 @@ fn effective_caps(status: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// A peer whose clock is this far from this node's (as its heartbeats' timestamps show,
+/// smoothed) is reported: NTP keeps clocks within milliseconds of each other.
+pub const CLOCK_SKEW_FINDING_MS: i64 = 2_000;
+
 /// What one pair's agent knows at run time that the checks use: which peers it hears on
-/// which paths (from its state machine's status).
+/// which paths (from its state machine's status), and how far their clocks are from this
+/// node's.
 #[derive(Clone, Debug, Default)]
 pub struct Heard {
     /// Per peer node: the names of the paths it is heard on now.
     pub peers: BTreeMap<String, Vec<String>>,
+    /// Per peer node: its clock's skew (ms; positive: behind this node's), from the
+    /// timestamps of the heartbeats accepted from it.
+    pub skew_ms: BTreeMap<String, i64>,
 }
 
 impl Heard {
@@ -105,7 +113,13 @@ impl Heard {
                 (p.node.as_str().to_owned(), heard)
             })
             .collect();
-        Heard { peers }
+        Heard { peers, skew_ms: BTreeMap::new() }
+    }
+
+    /// With the peers' clock skew (from [`crate::runtime::Handle::clock_skew`]).
+    pub fn with_skew(mut self, skew_ms: BTreeMap<String, i64>) -> Heard {
+        self.skew_ms = skew_ms;
+        self
     }
 }
 
@@ -117,8 +131,10 @@ pub fn check(facts: &NodeFacts, pairs: &[&AgentConfig], heard: &[Option<Heard>])
         out.extend(rp_filter(facts, cfg));
         out.extend(arp_ignore(facts, cfg));
         out.extend(first_address(facts, cfg));
+        out.extend(heartbeat_mtu(facts, cfg));
         if let Some(Some(h)) = heard.get(i) {
             out.extend(silent_paths(cfg, h));
+            out.extend(clock_skew(cfg, h));
         }
     }
     out.sort();
@@ -279,6 +295,54 @@ fn silent_paths(cfg: &AgentConfig, heard: &Heard) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The most bytes a heartbeat takes on the wire over IPv4: the largest datagram a
+/// receiver reads, a UDP and an IPv4 header.
+const HEARTBEAT_WIRE_V4: u32 = wire::MAX_DATAGRAM as u32 + 8 + 20;
+
+fn heartbeat_mtu(facts: &NodeFacts, cfg: &AgentConfig) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let Some(me) = cfg.members.iter().find(|m| m.node == cfg.node) else { return out };
+    // IPv6 links carry at least 1280 bytes: only IPv4 paths can be too small.
+    for (path, mine) in me.addresses.iter().filter(|(_, a)| a.is_ipv4()) {
+        let Some(ifname) = interface_of(facts, *mine) else { continue };
+        let Some(mtu) = facts.links.iter().find(|l| l.name == ifname).and_then(|l| l.mtu) else { continue };
+        if mtu < HEARTBEAT_WIRE_V4 {
+            out.push(finding(
+                DoctorCheck::HeartbeatMtuTooSmall,
+                format!("{ifname} (path {path})"),
+                format!(
+                    "{ifname}'s MTU is {mtu} bytes, and a heartbeat takes up to {HEARTBEAT_WIRE_V4} on the wire ({} \
+                     bytes of payload, the most a receiver reads): larger ones leave in fragments",
+                    wire::MAX_DATAGRAM
+                ),
+            ));
+        }
+    }
+    out
+}
+
+fn clock_skew(cfg: &AgentConfig, heard: &Heard) -> Vec<Finding> {
+    heard
+        .skew_ms
+        .iter()
+        .filter(|(peer, skew)| skew.abs() >= CLOCK_SKEW_FINDING_MS && cfg.members.iter().any(|m| &&m.node == peer))
+        .map(|(peer, skew)| {
+            let way = if *skew > 0 { "behind" } else { "ahead of" };
+            // Whole seconds: two pairs' smoothed samples of one peer name the same finding.
+            let secs = (skew.abs() + 500) / 1000;
+            finding(
+                DoctorCheck::ClockSkewed,
+                peer.clone(),
+                format!(
+                    "{peer}'s clock is about {secs} s {way} this node's (the timestamps of its heartbeats); heartbeats \
+                     more than {} s off are refused",
+                    crate::heartbeat::MAX_CLOCK_DIFFERENCE.as_secs()
+                ),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

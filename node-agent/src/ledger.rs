@@ -154,6 +154,31 @@ impl VipLedger {
         self.store(&all)
     }
 
+    /// The addresses the other pairs' ledgers next to this one record. An address that
+    /// moved from one pair to another (a FloatingIP deleted from one pair and created
+    /// with the same address in another) is in both ledgers for a while: the pair it
+    /// left must not remove it from under the pair that holds it now. An unreadable
+    /// ledger of another pair claims nothing (warned).
+    pub fn claimed_by_others(&self) -> Vec<IpAddr> {
+        let (Some(dir), Some(own)) = (self.path.parent(), self.path.file_name()) else { return Vec::new() };
+        let mut out = Vec::new();
+        for pair in Self::pairs_in(dir) {
+            let other = Self::new(dir, &pair);
+            if other.path.file_name() == Some(own) {
+                continue;
+            }
+            match other.load() {
+                Ok(vips) => out.extend(vips.into_iter().map(|v| v.addr)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read another pair's VIP ledger; its VIPs are not protected from this pair's cleanup")
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Removes the ledger (the pair left this node and its VIPs are gone).
     pub fn remove(&self) -> Result<(), LedgerError> {
         match std::fs::remove_file(&self.path) {
@@ -168,6 +193,26 @@ impl VipLedger {
 mod tests {
     use super::VipLedger;
     use crate::netlink::Vip;
+
+    #[test]
+    fn an_address_another_pair_records_is_claimed_by_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let gamma = VipLedger::new(dir.path(), "gamma");
+        let alpha = VipLedger::new(dir.path(), "alpha");
+        assert!(gamma.claimed_by_others().is_empty());
+        // extra-vip was gamma's, then moved to alpha: in both ledgers.
+        gamma.record(&[vip("10.0.0.55", "eth0"), vip("10.0.0.60", "eth0")]).expect("record");
+        alpha.record(&[vip("10.0.0.55", "eth0"), vip("10.0.0.50", "eth0")]).expect("record");
+        let addr = |a: &str| a.parse::<std::net::IpAddr>().expect("ip");
+        assert_eq!(gamma.claimed_by_others(), vec![addr("10.0.0.50"), addr("10.0.0.55")]);
+        assert_eq!(alpha.claimed_by_others(), vec![addr("10.0.0.55"), addr("10.0.0.60")]);
+        // A pair whose name is a prefix of another's is another pair.
+        VipLedger::new(dir.path(), "alpha2").record(&[vip("10.0.0.70", "eth0")]).expect("record");
+        assert!(alpha.claimed_by_others().contains(&addr("10.0.0.70")));
+        // An unreadable ledger claims nothing.
+        std::fs::write(dir.path().join("broken.vips.json"), b"{garbage").expect("write");
+        assert_eq!(gamma.claimed_by_others().len(), 3);
+    }
 
     fn vip(a: &str, ifname: &str) -> Vip {
         Vip { addr: a.parse().expect("ip"), prefix: 24, ifname: ifname.to_owned() }

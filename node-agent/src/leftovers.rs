@@ -27,6 +27,9 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
             return false;
         }
     };
+    // An address that moved to another pair is that pair's now.
+    let others = ledger.claimed_by_others();
+    let recorded: Vec<_> = recorded.into_iter().filter(|r| !others.contains(&r.addr)).collect();
     let backup = match ledger.backup_paths() {
         Ok(b) => b,
         Err(e) => {

@@ -119,6 +119,8 @@ pub struct LinkState {
     pub carrier: bool,
     /// Hardware address (6 bytes for Ethernet).
     pub mac: Vec<u8>,
+    /// MTU in bytes, when the kernel says.
+    pub mtu: Option<u32>,
 }
 
 /// Errors of netlink operations. Variants name the operation that failed.
@@ -783,10 +785,12 @@ pub fn spawn_carrier_watch<E: From<crate::sm::Input> + Send + 'static>(
 fn link_state(msg: &LinkMessage) -> LinkState {
     let mut name = String::new();
     let mut mac = Vec::new();
+    let mut mtu = None;
     for a in &msg.attributes {
         match a {
             LinkAttribute::IfName(n) => name = n.clone(),
             LinkAttribute::Address(m) => mac = m.clone(),
+            LinkAttribute::Mtu(m) => mtu = Some(*m),
             _ => {}
         }
     }
@@ -796,6 +800,7 @@ fn link_state(msg: &LinkMessage) -> LinkState {
         up: msg.header.flags.contains(LinkFlags::Up),
         carrier: msg.header.flags.contains(LinkFlags::LowerUp),
         mac,
+        mtu,
     }
 }
 

@@ -130,6 +130,34 @@ fn stale_cleanup_removes_only_unwanted_havip_addresses() {
     });
 }
 
+/// The 60-minute chaos run of 2026-12-06: a FloatingIP's address deleted from pair gamma
+/// and created again in pair alpha is in both pairs' ledgers for a while. When gamma's
+/// cleanup runs (gamma gone here; the same rule holds for its reconfiguration's stale
+/// VIPs), the address alpha holds now stays — before, gamma removed it from under alpha
+/// and nobody answered for it until the FloatingIP was deleted.
+#[test]
+fn a_gone_pairs_cleanup_leaves_an_address_that_moved_to_another_pair() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let dir = tempfile::tempdir().expect("dir");
+        let moved = vip("10.9.0.55", 24);
+        let gammas_own = vip("10.9.0.60", 24);
+        for v in [&moved, &gammas_own] {
+            nl.add_vip(v).await.expect("add");
+        }
+        let gamma = havip_node_agent::ledger::VipLedger::new(dir.path(), "gamma");
+        gamma.record(&[moved.clone(), gammas_own.clone()]).expect("gamma's ledger");
+        havip_node_agent::ledger::VipLedger::new(dir.path(), "alpha")
+            .record(std::slice::from_ref(&moved))
+            .expect("alpha's ledger");
+        assert!(havip_node_agent::leftovers::remove_vips_and_drain_tables(dir.path(), "gamma").await);
+        let ours: Vec<IpAddr> = nl.havip_addresses().await.expect("list").iter().map(|a| a.addr).collect();
+        assert_eq!(ours, vec![moved.addr], "alpha's address stays, gamma's own is gone");
+    });
+}
+
 #[test]
 fn ipv6_vips_skip_duplicate_address_detection() {
     if !root() {

@@ -328,10 +328,15 @@ fn window(vip: &Vip, from: f64, to: f64, mut nodes: Vec<usize>, executed: &[Exec
         Some((_, false)) => {
             limit_ms = limit_ms.max(LEASE_WATCH_MS);
             if to - from > limit_ms {
-                limitation = dead_agent_explains(vip, (from, to), &nodes, executed);
+                limitation = dead_agent_explains(vip, (from, to), &nodes, executed, limit_ms);
             }
         }
-        None => limitation = dead_agent_explains(vip, (from, to), &nodes, executed),
+        None => {
+            if clock_refuses_heartbeats(vip, from, executed) {
+                limit_ms = limit_ms.max(LEASE_WATCH_MS);
+            }
+            limitation = dead_agent_explains(vip, (from, to), &nodes, executed, limit_ms);
+        }
     }
     DualWindow { vip: vip.name.clone(), from_ms: from, to_ms: to, nodes, limit_ms, faults, limitation }
 }
@@ -399,6 +404,20 @@ fn partition_explains(vip: &Vip, span: (f64, f64), executed: &[Executed]) -> Opt
     })
 }
 
+/// Whether a member's clock was stepped by more than the heartbeats' 60 s bound when the
+/// window opened: its peers refuse its heartbeats and it refuses theirs (a heartbeat that
+/// far off may be a replay), so the members are partitioned as far as heartbeats go and a
+/// takeover is settled by the Lease, as in a partition with the arbiter answering. The
+/// agents read the stepped clock up to a second late (libfaketime's cache).
+fn clock_refuses_heartbeats(vip: &Vip, from: f64, executed: &[Executed]) -> bool {
+    use super::schedule::Action;
+    executed.iter().filter(|e| e.outcome == "ok").any(|e| {
+        e.injected_ms <= from
+            && from <= e.healed_ms + 1_000.0
+            && matches!(e.fault.action, Action::ClockStep { node, seconds } if vip.members.contains(&node) && seconds.unsigned_abs() > 60)
+    })
+}
+
 /// How long a restarted agent may take to hear its peer's newer epoch and give the VIPs
 /// up: its start (the API server's lists, the state file) and a listen.
 pub const AGENT_START_MS: f64 = 3_000.0;
@@ -412,7 +431,13 @@ pub const AGENT_START_MS: f64 = 3_000.0;
 /// loss, or the moment the cable is back) until that agent runs again. The window must
 /// open while the agent is down or within [`AGENT_START_MS`] of its return, and close
 /// within [`AGENT_START_MS`] of its return.
-fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &[Executed]) -> Option<String> {
+fn dead_agent_explains(
+    vip: &Vip,
+    span: (f64, f64),
+    nodes: &[usize],
+    executed: &[Executed],
+    limit_ms: f64,
+) -> Option<String> {
     use super::schedule::{Action, Cable};
     let ok = |e: &&Executed| e.outcome == "ok";
     let answering = |n: usize| vip.members.contains(&n) && nodes.contains(&n);
@@ -426,7 +451,9 @@ fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &
             Action::DrainInterrupted { .. } => (*down.nodes.iter().find(|n| answering(**n))?, down.healed_ms + AGENT_START_MS),
             _ => return None,
         };
-        if !answering(node) || span.0 < down.injected_ms || span.0 > back || span.1 > back {
+        // The window may have opened shortly before the agent went down: it was within its
+        // limit then, and the agent could not end it afterwards.
+        if !answering(node) || span.0 < down.injected_ms - limit_ms || span.0 > back || span.1 > back {
             return None;
         }
         let (unreachable, how) = executed.iter().filter(ok).find_map(|e| {
@@ -439,6 +466,9 @@ fn dead_agent_explains(vip: &Vip, span: (f64, f64), nodes: &[usize], executed: &
                     if n == node =>
                 {
                     Some((e, "its data cable lost frames"))
+                }
+                Action::OneWayLoss { node: n, cable: Cable::Data, .. } if n == node => {
+                    Some((e, "its data cable lost every frame one way"))
                 }
                 Action::NodeCut { node: n } | Action::CableCut { node: n, cable: Cable::Data } if n == node => {
                     Some((e, "its data cable was cut"))
@@ -918,6 +948,55 @@ mod tests {
         assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
         // …and must be over within 3 s of that start, whenever the fault's hold ends.
         let v = judge(&record(vec![loss, files], samples((0.0, 0.0)), arp(10_000.0, 12_500.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+    }
+
+    /// The 60-minute run of 2026-12-06, seed 1796533585799727321: (1) at 416.9 s the
+    /// holder's agent SIGSTOPped while its data cable dropped every frame towards it — the
+    /// standby took over, and the old holder's kernel answered again from the loss's heal
+    /// to SIGCONT; (2) at 1,496 s the window opened 20 ms before the old holder's agent
+    /// was killed (partitioned from its peer: it had no time to learn of the takeover);
+    /// (3) at 2,491 s a member's clock was 90 s ahead: heartbeats refused both ways, the
+    /// takeover settled by the Lease (109 ms against the Fast pair's 90 ms).
+    #[test]
+    fn the_60_minute_runs_windows_are_named_and_their_limits_still_hold() {
+        let arp = |from: f64, to: f64| {
+            vec![
+                ArpChange { t_ms: 0.0, nodes: vec![0] },
+                ArpChange { t_ms: from, nodes: vec![0, 1] },
+                ArpChange { t_ms: to, nodes: vec![1] },
+            ]
+        };
+        // (1)
+        let towards = ex(
+            0,
+            Action::OneWayLoss { node: 0, cable: Cable::Data, towards_node: true, percent: 100 },
+            5_000.0,
+            9_000.0,
+            vec![0],
+        );
+        let stop = ex(1, Action::AgentStop { node: 0 }, 7_600.0, 10_000.0, vec![0]);
+        let v = judge(&record(vec![towards.clone(), stop.clone()], samples((0.0, 0.0)), arp(9_000.0, 10_200.0)));
+        assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
+        assert!(v.dual_windows[0].limitation.as_deref().is_some_and(|l| l.contains("lost every frame one way")));
+        let v = judge(&record(vec![towards, stop], samples((0.0, 0.0)), arp(9_000.0, 13_500.0)));
+        assert_eq!(v.broken().len(), 1, "past 3 s after SIGCONT: {:?}", v.dual_windows);
+        // (2): opened 20 ms before the kill, inside the window's limit; 2 s before is not.
+        let partition = ex(0, Action::PeerPartition { a: 0, b: 1 }, 5_000.0, 9_000.0, vec![0, 1]);
+        let kill = ex(1, Action::AgentKill { node: 0 }, 5_420.0, 9_010.0, vec![0]);
+        let v = judge(&record(vec![partition.clone(), kill.clone()], samples((0.0, 0.0)), arp(5_400.0, 9_900.0)));
+        assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
+        let late = ex(1, Action::AgentKill { node: 0 }, 7_400.0, 9_010.0, vec![0]);
+        let v = judge(&record(vec![partition, late], samples((0.0, 0.0)), arp(5_400.0, 9_900.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        // (3): a 90 s step raises the limit to the Lease's; a 30 s one does not.
+        let step = |seconds| ex(0, Action::ClockStep { node: 1, seconds }, 5_000.0, 20_000.0, vec![1]);
+        let v = judge(&record(vec![step(90)], samples((0.0, 0.0)), arp(8_000.0, 8_600.0)));
+        assert!(v.broken().is_empty(), "{:?}", v.dual_windows);
+        assert_eq!(v.dual_windows[0].limit_ms, LEASE_WATCH_MS);
+        let v = judge(&record(vec![step(90)], samples((0.0, 0.0)), arp(8_000.0, 9_500.0)));
+        assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
+        let v = judge(&record(vec![step(-30)], samples((0.0, 0.0)), arp(8_000.0, 8_600.0)));
         assert_eq!(v.broken().len(), 1, "{:?}", v.dual_windows);
     }
 

@@ -106,7 +106,10 @@ pub struct ChaosLab {
 /// A failure to build the lab or to carry out a fault.
 pub type LabResult<T> = Result<T, String>;
 
-fn libfaketime() -> Option<&'static str> {
+/// libfaketime's library, when installed (Debian's `faketime`): a process started with it
+/// in `LD_PRELOAD` reads its wall clock with an offset (`FAKETIME`, or the file named by
+/// `FAKETIME_TIMESTAMP_FILE`).
+pub fn libfaketime() -> Option<&'static str> {
     LIBFAKETIME.into_iter().find(|p| Path::new(p).exists())
 }
 

@@ -22,7 +22,14 @@ fn pair() -> AgentConfig {
 }
 
 fn link(index: u32, name: &str) -> LinkState {
-    LinkState { index, name: name.into(), up: true, carrier: true, mac: vec![2, 0, 0, 0, 0, index as u8] }
+    LinkState {
+        index,
+        name: name.into(),
+        up: true,
+        carrier: true,
+        mac: vec![2, 0, 0, 0, 0, index as u8],
+        mtu: Some(1500),
+    }
 }
 
 fn addr(ifindex: u32, a: &str, prefix: u8, havip: bool) -> AddrInfo {
@@ -66,7 +73,10 @@ fn checks(facts: &NodeFacts, heard: Option<Heard>) -> Vec<(DoctorCheck, String)>
 
 #[test]
 fn a_healthy_node_has_no_findings() {
-    let heard = Heard { peers: BTreeMap::from([("b".to_owned(), vec!["data".to_owned(), "mgmt".to_owned()])]) };
+    let heard = Heard {
+        peers: BTreeMap::from([("b".to_owned(), vec!["data".to_owned(), "mgmt".to_owned()])]),
+        skew_ms: BTreeMap::from([("b".to_owned(), 3)]),
+    };
     assert_eq!(checks(&healthy(), Some(heard)), vec![]);
 }
 
@@ -126,11 +136,49 @@ fn missing_capabilities_are_found() {
 
 #[test]
 fn a_peer_heard_on_some_paths_but_not_another_is_found() {
-    let one = Heard { peers: BTreeMap::from([("b".to_owned(), vec!["data".to_owned()])]) };
+    let one = Heard { peers: BTreeMap::from([("b".to_owned(), vec!["data".to_owned()])]), skew_ms: BTreeMap::new() };
     assert_eq!(checks(&healthy(), Some(one)), vec![(DoctorCheck::HeartbeatPathSilent, "b on path mgmt".to_owned())]);
     // Silent on every path: the PeerSilent alarm says so, not the doctor.
-    let none = Heard { peers: BTreeMap::from([("b".to_owned(), vec![])]) };
+    let none = Heard { peers: BTreeMap::from([("b".to_owned(), vec![])]), skew_ms: BTreeMap::new() };
     assert_eq!(checks(&healthy(), Some(none)), vec![]);
+}
+
+#[test]
+fn a_peer_whose_clock_is_seconds_away_is_found() {
+    let heard = |skew: i64| {
+        let both = vec!["data".to_owned(), "mgmt".to_owned()];
+        Heard { peers: BTreeMap::from([("b".to_owned(), both)]), skew_ms: BTreeMap::from([("b".to_owned(), skew)]) }
+    };
+    assert_eq!(checks(&healthy(), Some(heard(1_999))), vec![], "under 2 s: transit and smoothing");
+    assert_eq!(checks(&healthy(), Some(heard(-30_000))), vec![(DoctorCheck::ClockSkewed, "b".to_owned())]);
+    let cfg = pair();
+    let f = check(&healthy(), &[&cfg], &[Some(heard(30_200))]);
+    assert!(f[0].detail.contains("b's clock is about 30 s behind this node's"), "{}", f[0].detail);
+    let f = check(&healthy(), &[&cfg], &[Some(heard(-2_600))]);
+    assert!(f[0].detail.contains("about 3 s ahead of this node's"), "{}", f[0].detail);
+    // A node that is no member of the pair (a stale entry) is not reported.
+    let stranger = Heard { peers: BTreeMap::new(), skew_ms: BTreeMap::from([("c".to_owned(), 90_000)]) };
+    assert_eq!(checks(&healthy(), Some(stranger)), vec![]);
+}
+
+#[test]
+fn a_heartbeat_path_whose_mtu_fragments_heartbeats_is_found() {
+    let mut f = healthy();
+    let mtu = |f: &mut NodeFacts, name: &str, m: u32| {
+        if let Some(l) = f.links.iter_mut().find(|l| l.name == name) {
+            l.mtu = Some(m);
+        }
+    };
+    mtu(&mut f, "eth1", 540);
+    assert_eq!(checks(&f, None), vec![], "540: the largest heartbeat fits");
+    mtu(&mut f, "eth1", 539);
+    assert_eq!(checks(&f, None), vec![(DoctorCheck::HeartbeatMtuTooSmall, "eth1 (path mgmt)".to_owned())]);
+    // An interface no heartbeat path uses does not matter; unknown MTUs are not judged.
+    mtu(&mut f, "eth1", 1500);
+    mtu(&mut f, "lo", 200);
+    assert_eq!(checks(&f, None), vec![]);
+    f.links.iter_mut().for_each(|l| l.mtu = None);
+    assert_eq!(checks(&f, None), vec![]);
 }
 
 #[test]

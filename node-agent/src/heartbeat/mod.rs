@@ -494,6 +494,12 @@ impl SkewTracker {
         // Exponential smoothing keeps one delayed packet from dominating.
         *e = (*e * 7 + skew_ms) / 8;
     }
+    /// The smoothed skew of every peer heard (ms; positive: its clock is behind this
+    /// node's, or its heartbeats were long on the way).
+    pub fn by_peer(&self) -> std::collections::BTreeMap<String, i64> {
+        let m = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
     /// The largest absolute smoothed skew.
     pub fn max_abs(&self) -> i64 {
         self.inner

@@ -579,7 +579,7 @@ pub(super) fn spawn_doctor(
             };
             match facts {
                 Ok(facts) => {
-                    let heard = crate::doctor::Heard::of(&handle.status(), &cfg.paths);
+                    let heard = crate::doctor::Heard::of(&handle.status(), &cfg.paths).with_skew(handle.clock_skew());
                     reporter.set_findings(crate::doctor::check(&facts, &[&cfg], &[Some(heard)]));
                 }
                 Err(e) => {

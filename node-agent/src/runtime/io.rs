@@ -229,7 +229,8 @@ pub(super) async fn build_io(
 /// Removes what the pair's ledger holds beyond `current` (VIPs of a configuration that
 /// changed while the agent was down), then records exactly what is left. The pair's
 /// current VIPs are left to the state machine (adopted after an agent restart, removed
-/// on a standby); another pair's VIPs are never in this pair's ledger.
+/// on a standby). An address another pair's ledger records is that pair's now (a VIP
+/// that moved between pairs): it is neither removed nor kept in this ledger.
 pub(super) async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current: &[ResolvedVip]) {
     let recorded = match ledger.load() {
         Ok(r) => r,
@@ -238,7 +239,11 @@ pub(super) async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current:
             return;
         }
     };
-    let keep: Vec<Vip> = current.iter().flat_map(|v| v.addresses().cloned()).collect();
+    let others = ledger.claimed_by_others();
+    let keep_now: Vec<Vip> = current.iter().flat_map(|v| v.addresses().cloned()).collect();
+    let recorded: Vec<Vip> =
+        recorded.into_iter().filter(|r| keep_now.contains(r) || !others.contains(&r.addr)).collect();
+    let keep = keep_now;
     let (removed, errors) = nl.remove_stale(&recorded, &keep).await;
     for a in &removed {
         tracing::info!(address = %a.addr, "removed a stale VIP of this pair");

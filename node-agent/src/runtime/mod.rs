@@ -70,6 +70,8 @@ pub struct Handle {
     status: watch::Receiver<Arc<sm::Status>>,
     /// The machine's time origin.
     origin: Instant,
+    /// The peers' clock skew, as their heartbeats show it.
+    skew: Arc<SkewTracker>,
 }
 
 impl Handle {
@@ -88,6 +90,11 @@ impl Handle {
     /// The latest status.
     pub fn status(&self) -> Arc<sm::Status> {
         self.status.borrow().clone()
+    }
+    /// Each peer's clock skew as its accepted heartbeats show it (ms, smoothed; positive:
+    /// the peer's clock is behind this node's).
+    pub fn clock_skew(&self) -> std::collections::BTreeMap<String, i64> {
+        self.skew.by_peer()
     }
     /// Feeds an observation (Kubernetes mode: Lease watch, config changes).
     pub async fn input(&self, input: sm::Input) {
@@ -192,6 +199,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     let metrics = opts.metrics.clone();
     let timer = crate::timer::Timer::new();
     Runtime::drain_cleanup_at_start(&cfg.pair).await;
+    let skew = Arc::new(SkewTracker::default());
     let mut rt = Runtime {
         timer,
         drain: DrainIo::default(),
@@ -214,7 +222,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         probes_wake: Arc::new(tokio::sync::Notify::new()),
         waiters: HashMap::new(),
         announcer: None,
-        skew: Arc::new(SkewTracker::default()),
+        skew: skew.clone(),
         queue: VecDeque::new(),
         tasks: Vec::new(),
         relay,
@@ -227,7 +235,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
-    let handle = Handle { tx, status: status_rx, origin };
+    let handle = Handle { tx, status: status_rx, origin, skew };
     let task = tokio::spawn(async move { rt.run(rx).await });
     Ok((handle, task))
 }

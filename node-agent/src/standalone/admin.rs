@@ -85,8 +85,13 @@ pub struct AdminReply {
     pub status: Option<serde_json::Value>,
 }
 
-/// The status as JSON (a stable, readable subset of [`sm::Status`]).
-pub fn status_json(st: &sm::Status, paths: &[String]) -> serde_json::Value {
+/// The status as JSON (a stable, readable subset of [`sm::Status`]), with each peer's
+/// clock skew (`skew`, ms, from [`Handle::clock_skew`]).
+pub fn status_json(
+    st: &sm::Status,
+    paths: &[String],
+    skew: &std::collections::BTreeMap<String, i64>,
+) -> serde_json::Value {
     let path_name = |p: &sm::PathId| paths.get(p.0 as usize).cloned().unwrap_or_else(|| format!("path{}", p.0));
     serde_json::json!({
         "node": st.node.as_str(),
@@ -117,6 +122,7 @@ pub fn status_json(st: &sm::Status, paths: &[String]) -> serde_json::Value {
             "heardOn": p.heard_paths.iter().map(path_name).collect::<Vec<_>>(),
             "holdsVips": p.holds_vips,
             "readyAll": p.ready_all,
+            "clockSkewMs": skew.get(p.node.as_str()),
         })).collect::<Vec<_>>(),
     })
 }
@@ -133,7 +139,11 @@ async fn handle_one(req: AdminRequest, agent: &Handle, paths: &[String]) -> Admi
     let (request, wait) = match req {
         AdminRequest::Status => {
             let st = agent.status();
-            return AdminReply { ok: true, message: st.role.as_str().into(), status: Some(status_json(&st, paths)) };
+            return AdminReply {
+                ok: true,
+                message: st.role.as_str().into(),
+                status: Some(status_json(&st, paths, &agent.clock_skew())),
+            };
         }
         AdminRequest::Failover { to, force } => {
             let id = next_op_id();

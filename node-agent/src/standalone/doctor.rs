@@ -77,6 +77,9 @@ async fn peers_heard(socket: &Path, paths: &[String]) -> Result<Heard, String> {
             .map(str::to_owned)
             .collect();
         heard.peers.insert(node.to_owned(), on);
+        if let Some(skew) = p["clockSkewMs"].as_i64() {
+            heard.skew_ms.insert(node.to_owned(), skew);
+        }
     }
     Ok(heard)
 }
