@@ -190,11 +190,19 @@ fn effective(facts: &NodeFacts, ifname: &str, pick: impl Fn(&Ipv4Conf) -> Option
     all.max(own)
 }
 
+/// This node's IPv4 heartbeat paths: (path, the interface holding its address on it).
+fn own_ipv4_paths<'a>(facts: &'a NodeFacts, cfg: &'a AgentConfig) -> Vec<(&'a String, &'a str)> {
+    let Some(me) = cfg.members.iter().find(|m| m.node == cfg.node) else { return Vec::new() };
+    me.addresses
+        .iter()
+        .filter(|(_, a)| a.is_ipv4())
+        .filter_map(|(path, mine)| Some((path, interface_of(facts, *mine)?)))
+        .collect()
+}
+
 fn rp_filter(facts: &NodeFacts, cfg: &AgentConfig) -> Vec<Finding> {
     let mut out = Vec::new();
-    let Some(me) = cfg.members.iter().find(|m| m.node == cfg.node) else { return out };
-    for (path, mine) in me.addresses.iter().filter(|(_, a)| a.is_ipv4()) {
-        let Some(arrive) = interface_of(facts, *mine) else { continue };
+    for (path, arrive) in own_ipv4_paths(facts, cfg) {
         if effective(facts, arrive, |c| c.rp_filter) != Some(1) {
             continue;
         }
@@ -303,10 +311,8 @@ const HEARTBEAT_WIRE_V4: u32 = wire::MAX_DATAGRAM as u32 + 8 + 20;
 
 fn heartbeat_mtu(facts: &NodeFacts, cfg: &AgentConfig) -> Vec<Finding> {
     let mut out = Vec::new();
-    let Some(me) = cfg.members.iter().find(|m| m.node == cfg.node) else { return out };
     // IPv6 links carry at least 1280 bytes: only IPv4 paths can be too small.
-    for (path, mine) in me.addresses.iter().filter(|(_, a)| a.is_ipv4()) {
-        let Some(ifname) = interface_of(facts, *mine) else { continue };
+    for (path, ifname) in own_ipv4_paths(facts, cfg) {
         let Some(mtu) = facts.links.iter().find(|l| l.name == ifname).and_then(|l| l.mtu) else { continue };
         if mtu < HEARTBEAT_WIRE_V4 {
             out.push(finding(

@@ -154,6 +154,15 @@ impl VipLedger {
         self.store(&all)
     }
 
+    /// The recorded VIPs this pair may remove: those another pair's ledger does not
+    /// record too (see [`VipLedger::claimed_by_others`]), and those in `keep` (its VIPs
+    /// now) whatever the others record.
+    pub fn load_unclaimed(&self, keep: &[Vip]) -> Result<Vec<Vip>, LedgerError> {
+        let recorded = self.load()?;
+        let others = self.claimed_by_others();
+        Ok(recorded.into_iter().filter(|r| keep.contains(r) || !others.contains(&r.addr)).collect())
+    }
+
     /// The addresses the other pairs' ledgers next to this one record. An address that
     /// moved from one pair to another (a FloatingIP deleted from one pair and created
     /// with the same address in another) is in both ledgers for a while: the pair it

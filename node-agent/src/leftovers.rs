@@ -20,16 +20,14 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
         Err(e) => tracing::warn!(pair, error = %e, "failed to delete the drain tables of a pair that is gone"),
     }
     let ledger = VipLedger::new(dir, pair);
-    let recorded = match ledger.load() {
+    // An address that moved to another pair is that pair's now.
+    let recorded = match ledger.load_unclaimed(&[]) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(pair, error = %e, "cannot read the VIP ledger of a pair that is gone; its VIPs stay");
             return false;
         }
     };
-    // An address that moved to another pair is that pair's now.
-    let others = ledger.claimed_by_others();
-    let recorded: Vec<_> = recorded.into_iter().filter(|r| !others.contains(&r.addr)).collect();
     let backup = match ledger.backup_paths() {
         Ok(b) => b,
         Err(e) => {

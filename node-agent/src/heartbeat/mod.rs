@@ -480,7 +480,8 @@ fn version_mismatch_advert(sender: &str, major: u8) -> Option<sm::Advert> {
     })
 }
 
-/// Clock-skew bookkeeping for status: the largest |skew| seen per peer, decaying.
+/// Clock-skew bookkeeping: each peer's skew as its accepted heartbeats show it, smoothed
+/// (read by the doctor's `ClockSkewed` check).
 #[derive(Default)]
 pub struct SkewTracker {
     inner: Mutex<HashMap<String, i64>>,
@@ -499,16 +500,6 @@ impl SkewTracker {
     pub fn by_peer(&self) -> std::collections::BTreeMap<String, i64> {
         let m = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         m.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-    /// The largest absolute smoothed skew.
-    pub fn max_abs(&self) -> i64 {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .map(|v| v.abs())
-            .max()
-            .unwrap_or(0)
     }
 }
 

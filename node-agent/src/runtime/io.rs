@@ -232,18 +232,14 @@ pub(super) async fn build_io(
 /// on a standby). An address another pair's ledger records is that pair's now (a VIP
 /// that moved between pairs): it is neither removed nor kept in this ledger.
 pub(super) async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current: &[ResolvedVip]) {
-    let recorded = match ledger.load() {
+    let keep: Vec<Vip> = current.iter().flat_map(|v| v.addresses().cloned()).collect();
+    let recorded = match ledger.load_unclaimed(&keep) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the VIP ledger; stale VIPs of this pair are left in place");
             return;
         }
     };
-    let others = ledger.claimed_by_others();
-    let keep_now: Vec<Vip> = current.iter().flat_map(|v| v.addresses().cloned()).collect();
-    let recorded: Vec<Vip> =
-        recorded.into_iter().filter(|r| keep_now.contains(r) || !others.contains(&r.addr)).collect();
-    let keep = keep_now;
     let (removed, errors) = nl.remove_stale(&recorded, &keep).await;
     for a in &removed {
         tracing::info!(address = %a.addr, "removed a stale VIP of this pair");
