@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make kind-e2e`: havip's end-to-end scenarios on a kind cluster built entirely on this
 # machine. In order: a Docker engine (hack/dockerd.sh, unless DOCKER_HOST is set), the
-# test binaries (kind, helm, kubectl), havip's images (hack/images.sh), the kind node
+# test binaries (kind, helm, kubectl), havip's images (hack/images.sh), the previous
+# release's chart and images (hack/previous-release.sh, cached), the kind node
 # image (hack/kind-node-image.sh, cached), `kind-e2e up` (cluster, `kind load`, helm
 # install, responders), `kind-e2e run` (every scenario, one JSON line each), and
 # `kind-e2e down` — also when something failed, after `kind export logs`.
@@ -40,10 +41,15 @@ helm="$(bash hack/testbin.sh helm | tail -1)/helm"
 kubectl="$(bash hack/testbin.sh control-plane 2>/dev/null | tail -1)/kubectl"
 
 phase images nice -n 10 bash hack/images.sh
+# The previous release's chart and images for the upgrade scenario (built from this
+# repository's history once, cached in $HAVIP_CACHE/previous/).
+phase previous-release nice -n 10 bash hack/previous-release.sh >"$logs/previous-release.dir"
+previous=$(tail -1 "$logs/previous-release.dir")
 phase node-image bash hack/kind-node-image.sh >/dev/null
 node_image=$(bash hack/kind-node-image.sh image)
 phase build-suite nice -n 10 cargo build -q -p havip-e2e --bin kind-e2e -p kubectl-havip
-suite=(./target/debug/kind-e2e --kind "$kind" --helm "$helm" --kubectl "$kubectl" --node-image "$node_image")
+suite=(./target/debug/kind-e2e --kind "$kind" --helm "$helm" --kubectl "$kubectl" --node-image "$node_image"
+  --previous-release "$previous")
 
 down() {
   local rc=$?

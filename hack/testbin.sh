@@ -2,7 +2,7 @@
 # Provides pinned, real test binaries (kube-apiserver, etcd, kubectl, and optionally helm, kind
 # and MetalLB) for the havip test suites.
 #
-#   hack/testbin.sh [control-plane|helm|kind|metallb|promtool|all]   (default: control-plane)
+#   hack/testbin.sh [control-plane|helm|kind|metallb|promtool|prometheus|all]   (default: control-plane)
 #
 # `metallb` builds MetalLB's controller and speaker (go.universe.tf/metallb, test tooling only:
 # bench-failover's `metallb-l2` rows and tests/metallb_l2.rs) and copies its CRDs from the
@@ -23,7 +23,9 @@ ETCD_VERSION="${HAVIP_ETCD_VERSION:-3.7.0}"
 HELM_VERSION="${HAVIP_HELM_VERSION:-3.22.0}"
 KIND_VERSION="${HAVIP_KIND_VERSION:-0.33.0}"
 # promtool (github.com/prometheus/prometheus v0.316.0 is Prometheus 3.x's module version):
-# `promtool test rules` evaluates the chart's alert rules in tests/chart_alerts.rs.
+# `promtool test rules` evaluates the chart's alert rules in tests/chart_render.rs; the
+# Prometheus server of the same version scrapes a live lab and runs every dashboard query
+# (tests/dashboard_live.rs).
 PROMETHEUS_VERSION="${HAVIP_PROMETHEUS_VERSION:-0.316.0}"
 # Must match e2e/src/harness/testbin.rs (METALLB_VERSION).
 METALLB_VERSION="${HAVIP_METALLB_VERSION:-0.15.2}"
@@ -167,11 +169,12 @@ case "$what" in
   helm) simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
   kind) simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" ;;
   promtool) simple_tool promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" ;;
+  prometheus) simple_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" ;;
   all)
     simple_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" >/dev/null
     simple_tool kind sigs.k8s.io/kind "$KIND_VERSION" >/dev/null
     metallb >/dev/null
     control_plane
     ;;
-  *) echo "usage: $0 [control-plane|helm|kind|metallb|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [control-plane|helm|kind|metallb|promtool|prometheus|all]" >&2; exit 2 ;;
 esac

@@ -5,7 +5,7 @@
 //! `e2e/src/harness/kind/commands.rs`; the scenarios are the ones `make e2e` runs.
 
 use havip_e2e::kind::KindConfig;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
@@ -32,6 +32,7 @@ fn cfg(kind: PathBuf, helm: PathBuf) -> KindConfig {
         kubectl: PathBuf::from("kubectl"),
         repo: repo(),
         node_image: Some("havip/kind-node:v1.37.2".to_owned()),
+        previous: None,
     }
 }
 
@@ -70,22 +71,53 @@ fn the_chart_renders_with_the_values_the_kind_provider_installs_it_with() {
     let Some(dir) = testbin("helm") else { panic!("hack/testbin.sh helm") };
     let helm = dir.join("helm");
     let c = cfg(PathBuf::from("kind"), helm.clone());
-    // `helm upgrade --install NAME CHART <flags…>` → `helm template NAME CHART <the same --set/--namespace>`.
-    let install = c.install_chart();
+    let text = template_of(&helm, &c.install_chart());
+    assert!(text.contains("image: havip/havip-agent:dev"), "{text}");
+    assert!(text.contains("image: havip/havip-operator:dev"), "{text}");
+    assert!(text.contains("imagePullPolicy: Never"), "{text}");
+}
+
+/// `helm upgrade --install NAME CHART <flags…>` run as `helm template NAME CHART <the same
+/// --set/--set-string/--namespace>`: the rendered manifests (the test fails when helm does).
+fn template_of(helm: &Path, install: &[String]) -> String {
     let mut args = vec!["template".to_owned(), "havip".to_owned(), install[4].clone()];
     let mut it = install.iter().skip(5);
     while let Some(a) = it.next() {
-        if a == "--set" || a == "--namespace" {
+        if a == "--set" || a == "--set-string" || a == "--namespace" {
             args.push(a.clone());
             args.push(it.next().expect("value").clone());
         }
     }
-    let out = Command::new(&helm).args(&args).output().expect("helm template");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = Command::new(helm).args(&args).output().expect("helm template");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("image: havip/havip-agent:dev"), "{text}");
-    assert!(text.contains("image: havip/havip-operator:dev"), "{text}");
-    assert!(text.contains("imagePullPolicy: Never"), "{text}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The upgrade scenario's previous release is in this clone's history (CI's clone is a full
+/// one; a shallow clone fails here, in `make test`, rather than in the kind suite) and its
+/// chart takes the values the suite installs it with, its images tagged `prev`.
+#[test]
+fn the_previous_release_is_in_the_history_and_its_chart_takes_the_suites_values() {
+    let Some(dir) = testbin("helm") else { panic!("hack/testbin.sh helm") };
+    let helm = dir.join("helm");
+    let out = Command::new("bash").arg(repo().join("hack/previous-release.sh")).arg("commit").output().expect("run");
+    let commit = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(out.status.success() && commit.len() == 40, "hack/previous-release.sh commit: {commit}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let archive = Command::new("bash")
+        .arg("-c")
+        .arg(format!("git -C {} archive {commit} charts/havip | tar -x -C {}", repo().display(), tmp.path().display()))
+        .output()
+        .expect("git archive");
+    assert!(
+        archive.status.success(),
+        "the previous release {commit} is not in this clone's history: {}",
+        String::from_utf8_lossy(&archive.stderr)
+    );
+    let c = cfg(PathBuf::from("kind"), helm.clone());
+    let text = template_of(&helm, &c.install_chart_from(&tmp.path().join("charts/havip"), "prev", false));
+    assert!(text.contains("image: havip/havip-agent:prev"), "{text}");
+    assert!(text.contains("image: havip/havip-operator:prev"), "{text}");
 }
 
 /// The recipe lines of `target` in the Makefile.

@@ -74,6 +74,48 @@ pub struct ProbeLabels {
     pub result: String,
 }
 
+/// Every category of `havip_agent_io_errors_total` (the `io_error` calls' own and what the
+/// netlink, nftables and drain errors' `category()` name): each starts at 0, so that a
+/// dashboard or alert tells "no errors" from "not scraped". A test checks the list against
+/// the source.
+pub const IO_ERROR_CATEGORIES: &[&str] = &[
+    // The io_error call sites' own.
+    "announce",
+    "drain",
+    "guard",
+    "heartbeat_queue_full",
+    "heartbeat_recv",
+    "heartbeat_send",
+    "lease_cas_late",
+    "pair_start",
+    "persist",
+    "reconfigure",
+    // DrainError::category.
+    "ledger",
+    "no_own_address",
+    "task",
+    // NetlinkError::category.
+    "add_address",
+    "add_link",
+    "backup_route",
+    "del_address",
+    "link_not_found",
+    "list",
+    "local_route",
+    "no_interface",
+    "not_ours",
+    "open",
+    "sysctl",
+    // NftError::category ("open" as well).
+    "dump",
+    "invalid",
+    "io",
+    "kernel",
+    "permission",
+    "remove",
+    "timeout",
+];
+
 /// Buckets of the heartbeat round-trip time, seconds: from a quiet LAN (≈ 0.1 ms) to a
 /// path that costs a Fast pair its timeout.
 pub const RTT_BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
@@ -193,6 +235,9 @@ impl AgentMetrics {
         registry.register("probes", "Data-plane probe results", m.probes.clone());
         registry.register("vip_conflicts", "Foreign MACs answering for a held VIP", m.conflicts.clone());
         registry.register("alarms", "1 while an alarm is raised", m.alarms.clone());
+        for name in IO_ERROR_CATEGORIES {
+            let _ = m.io_errors.get_or_create(&NameLabel { name: (*name).to_owned() });
+        }
         registry.register("io_errors", "Errors of I/O operations", m.io_errors.clone());
         registry.register(
             "heartbeats_ignored_epoch",
@@ -442,8 +487,47 @@ pub fn parse_address(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{AgentMetrics, parse_address};
+    use super::{AgentMetrics, IO_ERROR_CATEGORIES, parse_address};
+    use std::collections::BTreeSet;
+    use std::path::Path;
     use std::sync::Arc;
+
+    fn sources(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("source dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                sources(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(std::fs::read_to_string(&p).expect("source"));
+            }
+        }
+    }
+
+    /// The list is what the source names: the `io_error` calls' string literals and the string arms of
+    /// every `fn category(&self) -> &'static str` (netlink, nftables, drain errors).
+    #[test]
+    fn every_io_error_category_of_the_source_is_listed_and_starts_at_zero() {
+        let mut files = Vec::new();
+        sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let mut named = BTreeSet::new();
+        for src in &files {
+            for rest in src.split("io_error(\"").skip(1) {
+                named.insert(rest.split('"').next().unwrap_or_default().to_owned());
+            }
+            for body in src.split("pub fn category(&self) -> &'static str {").skip(1) {
+                let body = body.split("\n    }\n").next().unwrap_or_default();
+                named.extend(body.split("=> \"").skip(1).filter_map(|r| r.split('"').next()).map(str::to_owned));
+            }
+        }
+        let listed: BTreeSet<String> = IO_ERROR_CATEGORIES.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(listed.len(), IO_ERROR_CATEGORIES.len(), "a category listed twice");
+        assert!(named.len() > 20, "{named:?}");
+        assert_eq!(named, listed);
+        let text = AgentMetrics::new().encode();
+        for c in IO_ERROR_CATEGORIES {
+            assert!(text.contains(&format!("havip_agent_io_errors_total{{name=\"{c}\"}} 0")), "{c}: {text}");
+        }
+    }
 
     #[test]
     fn encodes_every_family_with_the_pair_label() {

@@ -189,6 +189,33 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every category [`Error::category`] names: the error counter starts at 0 for each, so
+    /// that a dashboard or alert tells "no errors" from "not scraped" (a test checks the
+    /// list against the function).
+    pub const CATEGORIES: &'static [&'static str] = &[
+        "client",
+        "create_lease",
+        "create_secret",
+        "update_secret",
+        "update_lease",
+        "malformed_secret",
+        "apply_status",
+        "annotate",
+        "label",
+        "get",
+        "floating_ip",
+        "list",
+        "watch",
+        "leader_lease",
+        "renew_timeout",
+        "cache_sync",
+        "not_leader",
+        "metrics",
+        "signals",
+        "random",
+        "usage",
+    ];
+
     /// A bounded label for metrics (never derived from messages).
     pub fn category(&self) -> &'static str {
         match self {
@@ -250,5 +277,21 @@ mod tests {
         let e = Error::NotLeader { what: "status" };
         assert_eq!(e.category(), "not_leader");
         assert!(!e.is_conflict());
+    }
+
+    #[test]
+    fn every_category_the_function_names_is_listed_once() {
+        let src = include_str!("error.rs");
+        let body = src
+            .split("pub fn category(&self) -> &'static str {")
+            .nth(1)
+            .and_then(|r| r.split("\n    }\n").next())
+            .expect("the category function");
+        let named: Vec<&str> = body.split("=> \"").skip(1).filter_map(|r| r.split('"').next()).collect();
+        assert!(named.len() > 10, "{named:?}");
+        let named: std::collections::BTreeSet<&str> = named.into_iter().collect();
+        let listed: std::collections::BTreeSet<&str> = Error::CATEGORIES.iter().copied().collect();
+        assert_eq!(listed.len(), Error::CATEGORIES.len(), "a category listed twice");
+        assert_eq!(named, listed);
     }
 }

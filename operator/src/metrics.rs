@@ -132,6 +132,10 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         let errors = Family::<ErrorLabels, Counter>::default();
+        for category in crate::Error::CATEGORIES {
+            // 0 from the start: "no errors" reads as 0, not as a missing series.
+            let _ = errors.get_or_create(&ErrorLabels { category });
+        }
         registry.register("errors", "Reconcile and leader-election errors by category", errors.clone());
         let status_writes = Family::<KindLabels, Counter>::default();
         registry.register("status_writes", "Status server-side applies by kind", status_writes.clone());

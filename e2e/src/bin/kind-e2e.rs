@@ -44,6 +44,11 @@ struct Args {
     /// The kind node image (`hack/kind-node-image.sh` builds it offline); empty: kind's default.
     #[arg(long, env = "HAVIP_KIND_NODE_IMAGE", default_value = "havip/kind-node:v1.37.2", global = true)]
     node_image: String,
+    /// The previous release (the directory `hack/previous-release.sh` prints: its chart and
+    /// CRDs; its images tagged `prev`), for the upgrade scenario; without it that scenario
+    /// fails saying so.
+    #[arg(long, env = "HAVIP_KIND_PREVIOUS_RELEASE", global = true)]
+    previous_release: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         kubectl: args.kubectl,
         repo,
         node_image: Some(args.node_image).filter(|i| !i.is_empty()),
+        previous: args.previous_release,
     };
     let res = match args.command {
         Cmd::Up => {

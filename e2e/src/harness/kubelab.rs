@@ -467,6 +467,16 @@ impl KubeLab {
         Ok(ManagedProcess::spawn(name, &bin, &args, &envs, &self.dir.join(format!("{name}.log")))?)
     }
 
+    /// Where the operator started by [`KubeLab::start_operator`] serves its metrics: it
+    /// binds an ephemeral port on 127.0.0.1 and logs the address (the last start's).
+    pub fn operator_metrics_address(&self) -> Option<SocketAddr> {
+        let log = std::fs::read_to_string(self.dir.join("operator.log")).ok()?;
+        log.lines()
+            .rev()
+            .filter(|l| l.contains("metrics and health endpoints listening"))
+            .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("address=")).and_then(|a| a.parse().ok()))
+    }
+
     /// Stops the operator.
     pub fn stop_operator(&mut self) {
         if let Some(mut p) = self.operator.take() {

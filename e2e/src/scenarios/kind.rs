@@ -9,7 +9,7 @@
 //! restart is exactly that).
 
 use crate::harness::cluster::{Cluster, Result};
-use crate::harness::kind::{KindCluster, NAMESPACE};
+use crate::harness::kind::{KindCluster, NAMESPACE, PREVIOUS_TAG};
 use crate::scenarios::{self, PAIR};
 use havip_crds::{HAPair, MemberRole, Phase};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -73,6 +73,11 @@ pub fn all() -> Vec<KindScenario> {
             name: "kubelet_restarted_on_the_holder_keeps_its_internal_ip_and_the_vip_stays",
             expect: Expect::Pass,
             run: kubelet_restart_on_the_holder,
+        },
+        KindScenario {
+            name: "helm_upgrade_from_the_previous_release_with_skewed_versions_loses_no_connect",
+            expect: Expect::Pass,
+            run: upgrade_from_the_previous_release,
         },
         KindScenario { name: "helm_uninstall_leaves_no_vip_on_any_node", expect: Expect::Pass, run: helm_uninstall },
     ]
@@ -284,6 +289,235 @@ fn kubelet_restart_on_the_holder(c: &mut KindCluster) {
     assert_eq!(report.failed, 0, "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
     assert_eq!(c.lease(PAIR).expect("lease"), (Some(n0), e));
+}
+
+/// The images a component's pods run (`operator`, `agent`), terminating pods included.
+fn pod_images(c: &KindCluster, component: &str) -> Vec<String> {
+    let out = c
+        .kubectl_run(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            &format!("app.kubernetes.io/component={component}"),
+            "-o",
+            "jsonpath={range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}",
+        ])
+        .expect("pod images");
+    out.lines().map(str::to_owned).collect()
+}
+
+/// Waits until every pod of `component` runs an image tagged `tag`.
+fn wait_pod_images(c: &KindCluster, component: &str, tag: &str) {
+    let start = Instant::now();
+    loop {
+        let images = pod_images(c, component);
+        if !images.is_empty() && images.iter().all(|i| i.ends_with(&format!(":{tag}"))) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "the {component} pods never all ran :{tag}: {images:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Waits until a running operator pod holds the leader-election Lease.
+fn wait_operator_leader(c: &KindCluster) {
+    let start = Instant::now();
+    loop {
+        let pods = c
+            .kubectl_run(&[
+                "-n",
+                NAMESPACE,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--field-selector=status.phase=Running",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ])
+            .unwrap_or_default();
+        let leader = c.operator_leader().ok().flatten().unwrap_or_default();
+        if !leader.is_empty() && pods.split_whitespace().any(|p| leader.starts_with(p)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "no operator pod of {pods:?} leads (Lease holder {leader:?})"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The ERROR lines the havip pods logged in the last `since` (JSON or text format).
+fn error_lines(c: &KindCluster, since: Duration) -> Vec<String> {
+    let pods = c
+        .kubectl_run(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=havip",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .expect("havip pods");
+    let since = format!("--since={}s", since.as_secs() + 1);
+    let mut out = Vec::new();
+    for pod in pods.split_whitespace() {
+        let Ok(log) = c.kubectl_run(&["-n", NAMESPACE, "logs", pod, "--all-containers", &since]) else { continue };
+        out.extend(
+            log.lines()
+                .filter(|l| l.contains("\"level\":\"ERROR\"") || l.contains(" ERROR "))
+                .map(|l| format!("{pod}: {l}")),
+        );
+    }
+    out
+}
+
+/// Every `spec` property path (`a.b.c`) of each CRD in a CRD file, by CRD name.
+fn crd_spec_properties(yaml: &str) -> std::collections::BTreeSet<String> {
+    fn walk(prefix: &str, schema: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+        for (k, v) in schema["properties"].as_object().into_iter().flatten() {
+            let path = format!("{prefix}.{k}");
+            out.insert(path.clone());
+            walk(&path, v, out);
+            walk(&format!("{path}[]"), &v["items"], out);
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let Ok(v) = <serde_json::Value as serde::Deserialize>::deserialize(doc) else { continue };
+        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        for ver in v["spec"]["versions"].as_array().into_iter().flatten() {
+            walk(&name, &ver["schema"]["openAPIV3Schema"], &mut out);
+        }
+    }
+    out
+}
+
+fn crd_dir_properties(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        out.extend(crd_spec_properties(&std::fs::read_to_string(e.path()).expect("a CRD file")));
+    }
+    out
+}
+
+/// The previous release (`hack/previous-release.sh`: the chart, CRDs and images of a
+/// pinned earlier commit, built here) installed as a user has it, then upgraded to this
+/// release the way the README's upgrade section says, with a client on the VIP throughout
+/// and the versions held skewed on purpose each way: the previous operator with this
+/// release's agents (the operator's rollout paused while the agents roll), then this
+/// release's operator with the previous agents (the agents rolled back, the operator
+/// resumed), then everything new. Throughout: 0 failed connects, the VIP never moves,
+/// its epoch stays, the pair keeps its active and its standby, and no pod logs an ERROR;
+/// the CRD fields the previous release lacked are in the cluster after the CRD step.
+fn upgrade_from_the_previous_release(c: &mut KindCluster) {
+    let prev = c.cfg.previous.clone().unwrap_or_else(|| {
+        panic!("no previous release: hack/kind-e2e.sh builds it (hack/previous-release.sh; kind-e2e --previous-release DIR)")
+    });
+    let tag = c.cfg.tag.clone();
+    let this_chart = c.cfg.repo.join("charts/havip");
+    let this_crds = this_chart.join("charts/crds/crds");
+    // The previous release as a user has it: its chart installed on a cluster without
+    // CRDs (so that helm creates them, as it did for the user), its images.
+    c.helm_uninstall().expect("helm uninstall");
+    for crd in ["hapairs.havip.io", "floatingips.havip.io", "vippools.havip.io"] {
+        c.kubectl_run(&["delete", "crd", crd, "--ignore-not-found", "--wait"]).expect("delete the CRD");
+    }
+    c.helm_install_from(&prev.join("chart"), PREVIOUS_TAG, true).expect("install the previous release");
+    wait_pod_images(c, "operator", PREVIOUS_TAG);
+    wait_pod_images(c, "agent", PREVIOUS_TAG);
+    // The uninstalled operator's leader Lease outlives it: a fresh replica leads once it
+    // has expired.
+    wait_operator_leader(c);
+    let (_, e) = scenarios::live_pair(c, 2, "");
+    let (n0, n1) = (node(c, 0), node(c, 1));
+    let client = c.client().expect("client");
+    client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
+    let steady = |c: &KindCluster, what: &str| {
+        c.wait_pair(
+            PAIR,
+            Duration::from_secs(60),
+            &format!("{what}: {n0} Active under epoch {e}, {n1} Standby"),
+            |p| {
+                member_active_under(p, &n0, e)
+                    && p.status
+                        .as_ref()
+                        .is_some_and(|s| s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Standby)))
+            },
+        )
+        .unwrap_or_else(|err| panic!("{what}: {err}\n{}", c.logs_tail(40)));
+    };
+
+    // README, step 3: this release's CRDs first (server-side apply, as written there).
+    let started = Instant::now();
+    let before = crd_dir_properties(&prev.join("crds"));
+    let now = crd_dir_properties(&this_crds);
+    let crds = this_crds.display().to_string();
+    // Without --force-conflicts it is refused: helm's field manager owns the CRDs it created
+    // (the README says so, and this shows it still holds).
+    let refused = c.kubectl_run(&["apply", "--server-side", "-f", &crds]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.to_string().contains("conflict with \"helm\"")),
+        "a server-side apply without --force-conflicts over helm's CRDs: {refused:?}"
+    );
+    c.kubectl_run(&["apply", "--server-side", "--force-conflicts", "-f", &crds]).expect("the README's CRD step");
+    let live = c.kubectl_run(&["get", "crd", "-o", "yaml"]).expect("the cluster's CRDs");
+    let live: serde_json::Value = serde_yaml::from_str(&live).expect("CRD list");
+    let mut applied = std::collections::BTreeSet::new();
+    for item in live["items"].as_array().into_iter().flatten() {
+        applied.extend(crd_spec_properties(&serde_yaml::to_string(item).expect("yaml")));
+    }
+    let added: Vec<&String> = now.difference(&before).collect();
+    let missing: Vec<&&String> = added.iter().filter(|p| !applied.contains(**p)).collect();
+    assert!(missing.is_empty(), "CRD fields of this release missing in the cluster after the CRD step: {missing:?}");
+    tracing::info!(added = added.len(), "CRD fields the previous release lacked are in the cluster");
+
+    // The previous operator with this release's agents: the operator's rollout paused,
+    // the chart upgraded, the agents rolled.
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "pause", "deployment/havip-operator"]).expect("pause");
+    c.helm_install_from(&this_chart, &tag, false).expect("helm upgrade to this release");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
+        .expect("agents rolled");
+    wait_pod_images(c, "agent", &tag);
+    assert!(pod_images(c, "operator").iter().all(|i| i.ends_with(&format!(":{PREVIOUS_TAG}"))), "the operator rolled");
+    steady(c, "previous operator, new agents");
+    let errors = error_lines(c, started.elapsed());
+    assert!(errors.is_empty(), "previous operator, new agents: {errors:#?}");
+
+    // This release's operator with the previous agents: the agents rolled back, then the
+    // operator's rollout resumed.
+    let started = Instant::now();
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "undo", "daemonset/havip-agent"]).expect("roll the agents back");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
+        .expect("agents rolled back");
+    wait_pod_images(c, "agent", PREVIOUS_TAG);
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "resume", "deployment/havip-operator"]).expect("resume");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "deployment/havip-operator", "--timeout=300s"])
+        .expect("operator rolled");
+    wait_pod_images(c, "operator", &tag);
+    steady(c, "new operator, previous agents");
+    let errors = error_lines(c, started.elapsed());
+    assert!(errors.is_empty(), "new operator, previous agents: {errors:#?}");
+
+    // Everything of this release.
+    let started = Instant::now();
+    c.helm_install_from(&this_chart, &tag, true).expect("helm upgrade, all new");
+    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
+        .expect("agents rolled");
+    wait_pod_images(c, "agent", &tag);
+    wait_pod_images(c, "operator", &tag);
+    steady(c, "all new");
+    let errors = error_lines(c, started.elapsed());
+    assert!(errors.is_empty(), "all new: {errors:#?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let report = client.stop().expect("report");
+    assert_eq!(report.failed, 0, "{}", report.summary());
+    assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
 }
 
 /// `helm uninstall`: within 30 s no node holds the VIP any more.

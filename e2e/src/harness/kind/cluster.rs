@@ -351,6 +351,13 @@ impl KindCluster {
         run(&argv).map(drop)
     }
 
+    /// `helm upgrade --install` of the chart in `chart` with images tagged `tag` (the
+    /// previous release's, or this one's without `--wait`): the chart counts as changed.
+    pub fn helm_install_from(&mut self, chart: &std::path::Path, tag: &str, wait: bool) -> Result<()> {
+        self.chart_changed = true;
+        run(&self.cfg.install_chart_from(chart, tag, wait)).map(drop)
+    }
+
     /// `helm uninstall` of the chart, waiting for its resources to go.
     pub fn helm_uninstall(&mut self) -> Result<()> {
         self.chart_changed = true;
@@ -365,6 +372,12 @@ impl KindCluster {
             run(&self.cfg.kubectl(&["uncordon", &n]))?;
         }
         if self.chart_changed {
+            // A scenario that ran an earlier release may have left its CRDs or a paused
+            // operator rollout (the upgrade scenario): this release's CRDs, rollouts resumed.
+            let crds = self.cfg.repo.join("charts/havip/charts/crds/crds");
+            let crds = crds.display().to_string();
+            run(&self.cfg.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crds]))?;
+            let _ = run(&self.cfg.kubectl(&["-n", NAMESPACE, "rollout", "resume", "deployment/havip-operator"]));
             let installed = run(&self.cfg.kubectl(&["-n", NAMESPACE, "get", "daemonset/havip-agent"])).is_ok();
             if !installed {
                 let (vip, prefix) = self.vip;

@@ -37,7 +37,13 @@ pub struct KindConfig {
     /// The kind node image (`hack/kind-node-image.sh` builds `havip/kind-node:v1.37.2`);
     /// `None`: kind's default image.
     pub node_image: Option<String>,
+    /// The previous release (`hack/previous-release.sh`: a directory with its `chart/`
+    /// and `crds/`; its images are tagged [`PREVIOUS_TAG`]) for the upgrade scenario.
+    pub previous: Option<PathBuf>,
 }
+
+/// The tag of the previous release's images (`hack/previous-release.sh`).
+pub const PREVIOUS_TAG: &str = "prev";
 
 fn s(v: &str) -> String {
     v.to_owned()
@@ -56,9 +62,17 @@ impl KindConfig {
         format!("{}/{name}:{}", self.image_prefix, self.tag)
     }
 
-    /// The images the suite loads into the cluster (`havip-frr`: the chart's in-pod FRR).
+    /// The images the suite loads into the cluster (`havip-frr`: the chart's in-pod FRR),
+    /// and the previous release's operator and agent when there is one.
     pub fn images(&self) -> Vec<String> {
-        ["havip-operator", "havip-agent", "havip-e2e-tools", "havip-frr"].iter().map(|n| self.image(n)).collect()
+        let mut v: Vec<String> =
+            ["havip-operator", "havip-agent", "havip-e2e-tools", "havip-frr"].iter().map(|n| self.image(n)).collect();
+        if self.previous.is_some() {
+            v.extend(
+                ["havip-operator", "havip-agent"].iter().map(|n| format!("{}/{n}:{PREVIOUS_TAG}", self.image_prefix)),
+            );
+        }
+        v
     }
 
     /// `kind create cluster`.
@@ -97,12 +111,19 @@ impl KindConfig {
 
     /// `helm upgrade --install` of the chart with the suite's images.
     pub fn install_chart(&self) -> Vec<String> {
-        vec![
+        self.install_chart_from(&self.repo.join("charts/havip"), &self.tag, true)
+    }
+
+    /// `helm upgrade --install` of the chart in `chart` (this one's, or the previous
+    /// release's) with the suite's values and images tagged `tag`; `wait`: until every
+    /// workload is ready (`--wait`, 180 s).
+    pub fn install_chart_from(&self, chart: &std::path::Path, tag: &str, wait: bool) -> Vec<String> {
+        let mut v = vec![
             self.helm.display().to_string(),
             s("upgrade"),
             s("--install"),
             s("havip"),
-            self.repo.join("charts/havip").display().to_string(),
+            chart.display().to_string(),
             s("--namespace"),
             s(NAMESPACE),
             s("--create-namespace"),
@@ -111,7 +132,7 @@ impl KindConfig {
             s("--set"),
             format!("image.repository={}", self.image_prefix),
             s("--set"),
-            format!("image.tag={}", self.tag),
+            format!("image.tag={tag}"),
             s("--set"),
             s("image.pullPolicy=Never"),
             // The operator on the control-plane node, off the pair's members: a cut member
@@ -126,10 +147,11 @@ impl KindConfig {
             s("operator.tolerations[0].operator=Exists"),
             s("--set"),
             s("operator.tolerations[0].effect=NoSchedule"),
-            s("--wait"),
-            s("--timeout"),
-            s("180s"),
-        ]
+        ];
+        if wait {
+            v.extend([s("--wait"), s("--timeout"), s("180s")]);
+        }
+        v
     }
 
     /// `helm uninstall` of the chart.
@@ -383,12 +405,32 @@ mod tests {
             kubectl: PathBuf::from("/c/kubectl"),
             repo: PathBuf::from("/src/havip"),
             node_image: Some("havip/kind-node:v1.37.2".to_owned()),
+            previous: None,
         }
     }
 
     #[test]
     fn workers_are_named_as_kind_names_them() {
         assert_eq!(cfg().worker_nodes(), ["havip-e2e-worker", "havip-e2e-worker2", "havip-e2e-worker3"]);
+    }
+
+    #[test]
+    fn the_previous_release_is_loaded_and_installed_from_its_own_chart() {
+        let c = KindConfig { previous: Some(PathBuf::from("/cache/previous/abc")), ..cfg() };
+        assert_eq!(
+            c.load_images().join(" "),
+            "/c/kind load docker-image havip/havip-operator:dev havip/havip-agent:dev havip/havip-e2e-tools:dev havip/havip-frr:dev havip/havip-operator:prev havip/havip-agent:prev --name havip-e2e"
+        );
+        let old = c.install_chart_from(&PathBuf::from("/cache/previous/abc/chart"), "prev", false).join(" ");
+        assert!(
+            old.starts_with("/c/helm upgrade --install havip /cache/previous/abc/chart --namespace havip-system"),
+            "{old}"
+        );
+        assert!(old.contains("--set image.tag=prev"), "{old}");
+        assert!(!old.contains("--wait"), "{old}");
+        let new = c.install_chart().join(" ");
+        assert!(new.contains("/src/havip/charts/havip") && new.contains("image.tag=dev"), "{new}");
+        assert!(new.ends_with("--wait --timeout 180s"), "{new}");
     }
 
     #[test]

@@ -19,4 +19,4 @@ pub mod cluster;
 pub mod commands;
 
 pub use cluster::{KindCluster, run};
-pub use commands::{API_PORT, KindConfig, NAMESPACE, NETWORK, SERVICE_PORT, vip_in_subnet};
+pub use commands::{API_PORT, KindConfig, NAMESPACE, NETWORK, PREVIOUS_TAG, SERVICE_PORT, vip_in_subnet};
