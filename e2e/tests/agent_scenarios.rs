@@ -417,3 +417,63 @@ fn a_vip_removed_from_the_configuration_is_removed_at_start() {
     assert!(netns::has_address(&n0, "eth0", IpAddr::V4(other_pair)).expect("addresses"), "another pair's VIP kept");
     lab.wait_sole_holder(0, UP).expect("n0 still holds the pair's VIP");
 }
+
+/// The chaos run's W8 (60-minute run 3): a standby whose kernel still names an earlier
+/// holder's MAC for the VIP (it missed the current holder's announcements) probed the VIP
+/// into that node, which drops it, and took over from a holder whose agent had died while
+/// its kernel kept serving. Here n1, the best standby, gets such an entry (n2's MAC, the
+/// "earlier holder"), then n0's agent is SIGKILLed: its VIP and listener keep serving, so
+/// no member may take over. The urgent probes forget the VIPs' neighbour entries first and
+/// reach n0 (without that, n1 takes over within a second: checked).
+#[test]
+fn a_standby_with_a_stale_neighbour_entry_for_the_vip_does_not_take_over_a_serving_holder() {
+    let Some(mut lab) = lab(PairOptions { members: 3, forwarding: true, ..PairOptions::default() }) else { return };
+    let prober = bring_up(&lab);
+    let n1 = lab.topo.node(1).clone();
+    let vip = lab.topo.vip(0).to_string();
+    let n2_mac = lab.topo.node(2).data_mac.clone();
+    netns::exec(&n1.ns, "ip", &["neigh", "replace", &vip, "lladdr", &n2_mac, "dev", &n1.data_if, "nud", "stale"])
+        .expect("plant the stale entry");
+    lab.kill_agent(0);
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in [1, 2] {
+        assert_ne!(lab.role(i).as_deref(), Some("Active"), "n{i}\n{}", lab.diagnostics());
+    }
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+    assert_eq!(report.failed_connects(), 0, "{}", report.summary());
+}
+
+/// The chaos run's W4 (60-minute run 3): a standby's agent restarted while its data cable
+/// dropped every frame towards it never heard the gateway again, so the "never answered →
+/// check off" rule switched its fence off, and when the holder's agent died it took the
+/// VIP over a link it could not serve on. The node remembers which fence targets answered
+/// (state directory): the restarted standby counts its misses and goes Fenced, and stays
+/// off the VIP when the holder's agent is SIGKILLed (without the memory it is never
+/// Fenced: checked).
+#[test]
+fn a_standby_restarted_while_it_hears_nothing_keeps_its_gateway_check_and_stays_fenced() {
+    let Some(mut lab) = lab(PairOptions { forwarding: true, ..PairOptions::default() }) else { return };
+    let prober = bring_up(&lab);
+    let fault = lab.topo.set_link_loss_one_way(1, Link::Data, 100, true).expect("drop every frame towards n1");
+    lab.stop_agent(1);
+    lab.start_agent(1).expect("start n1's agent again");
+    netns::wait_until("n1 to go Fenced", Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(lab.role(1).as_deref() == Some("Fenced"))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(1), lab.diagnostics()));
+    lab.kill_agent(0);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.topo.heal(&fault).expect("heal");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+}

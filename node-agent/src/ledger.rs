@@ -72,6 +72,11 @@ impl VipLedger {
         Self { path: dir.join(format!("{pair}.vips.json")) }
     }
 
+    /// The state directory the ledger lives in.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// The pairs that have a ledger in `dir` (their names).
     pub fn pairs_in(dir: &Path) -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };

@@ -102,6 +102,7 @@ pub const IO_ERROR_CATEGORIES: &[&str] = &[
     "link_not_found",
     "list",
     "local_route",
+    "neighbours",
     "no_interface",
     "not_ours",
     "open",

@@ -201,6 +201,17 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// The kernel's neighbour (ARP/NDP) entries could not be listed or one deleted.
+    #[error("failed to {op} the neighbour entries of {addrs:?}: {source}")]
+    Neighbours {
+        /// `list` or `delete`.
+        op: &'static str,
+        /// The addresses.
+        addrs: Vec<IpAddr>,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
     /// A route message could not be built (never for a host prefix of a valid address).
     #[error("cannot describe a route to {addr}: {reason}")]
     BadRoute {
@@ -235,6 +246,7 @@ impl NetlinkError {
             Self::LocalRoute { .. } | Self::BadRoute { .. } => "local_route",
             Self::BackupRoute { .. } => "backup_route",
             Self::PromoteSecondaries { .. } => "sysctl",
+            Self::Neighbours { .. } => "neighbours",
         }
     }
 }
@@ -266,6 +278,48 @@ impl Netlink {
         let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
         tokio::spawn(conn);
         Ok(Self { handle })
+    }
+
+    /// Forgets what the kernel learned about the link-layer addresses of `addrs` (ARP and
+    /// NDP entries in any state but permanent — a user's static entry stays), so that the
+    /// next packet to each is resolved afresh and reaches whoever answers for it now. A
+    /// standby's probes of the VIPs go through this cache: an entry left from an earlier
+    /// holder (the announcements of the current one missed) would send them to a node that
+    /// drops them and make a serving holder look down. Returns how many entries went.
+    pub async fn forget_neighbours(&self, addrs: &[IpAddr]) -> Result<usize, NetlinkError> {
+        use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+        let err = |op: &'static str| move |source| NetlinkError::Neighbours { op, addrs: addrs.to_vec(), source };
+        let mut doomed = Vec::new();
+        let mut s = self.handle.neighbours().get().execute();
+        while let Some(msg) = s.try_next().await.map_err(err("list"))? {
+            let dest = msg.attributes.iter().find_map(|a| match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
+                _ => None,
+            });
+            let Some(dest) = dest.filter(|d| addrs.contains(d)) else { continue };
+            if matches!(msg.header.state, NeighbourState::Permanent | NeighbourState::Noarp) {
+                continue;
+            }
+            let mut del = NeighbourMessage::default();
+            del.header.family = msg.header.family;
+            del.header.ifindex = msg.header.ifindex;
+            del.attributes.push(NeighbourAttribute::Destination(match dest {
+                IpAddr::V4(v4) => NeighbourAddress::Inet(v4),
+                IpAddr::V6(v6) => NeighbourAddress::Inet6(v6),
+            }));
+            doomed.push(del);
+        }
+        let mut gone = 0;
+        for del in doomed {
+            match self.handle.neighbours().del(del).execute().await {
+                Ok(()) => gone += 1,
+                // Gone already (expired, or forgotten by another pair's probes).
+                Err(e) if errno(&e) == Some(ENOENT) => {}
+                Err(e) => return Err(err("delete")(e)),
+            }
+        }
+        Ok(gone)
     }
 
     /// Every link.

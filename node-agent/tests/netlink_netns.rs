@@ -365,3 +365,37 @@ fn garp_updates_an_existing_neighbour_entry_and_is_heard() {
         }
     });
 }
+
+fn neighbours() -> String {
+    let out = std::process::Command::new("ip").args(["neigh", "show", "dev", "hv0"]).output().expect("ip neigh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A standby's urgent probes start from a clean neighbour cache for the VIPs: learned
+/// entries (an earlier holder's MAC) go, a user's permanent entry and other addresses stay.
+#[test]
+fn forgetting_neighbours_drops_learned_entries_of_the_addresses_only() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        ip(&["neigh", "replace", "10.9.0.50", "lladdr", "02:00:00:00:00:50", "dev", "hv0", "nud", "stale"]);
+        ip(&["neigh", "replace", "10.9.0.51", "lladdr", "02:00:00:00:00:51", "dev", "hv0", "nud", "permanent"]);
+        ip(&["neigh", "replace", "10.9.0.52", "lladdr", "02:00:00:00:00:52", "dev", "hv0", "nud", "reachable"]);
+        ip(&["neigh", "replace", "2001:db8:9::50", "lladdr", "02:00:00:00:00:56", "dev", "hv0", "nud", "stale"]);
+        let before = neighbours();
+        for a in ["10.9.0.50 ", "10.9.0.51 ", "10.9.0.52 ", "2001:db8:9::50 "] {
+            assert!(before.contains(a), "{a} set up: {before}");
+        }
+        let addrs: Vec<IpAddr> =
+            ["10.9.0.50", "10.9.0.51", "2001:db8:9::50", "10.9.0.99"].iter().map(|a| a.parse().expect("ip")).collect();
+        assert_eq!(nl.forget_neighbours(&addrs).await.expect("forget"), 2);
+        let after = neighbours();
+        assert!(!after.contains("10.9.0.50 "), "the learned entry went: {after}");
+        assert!(!after.contains("2001:db8:9::50 "), "the learned IPv6 entry went: {after}");
+        assert!(after.contains("10.9.0.51 ") && after.contains("PERMANENT"), "a static entry stays: {after}");
+        assert!(after.contains("10.9.0.52 "), "another address stays: {after}");
+        // Nothing left to forget: no error.
+        assert_eq!(nl.forget_neighbours(&addrs).await.expect("again"), 0);
+    });
+}

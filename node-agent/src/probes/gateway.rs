@@ -1,7 +1,9 @@
 //! Gateway (fence target) reachability by ARP or neighbour solicitation, with the
-//! "never answered → check off" rule.
+//! "never answered → check off" rule, and the node's memory of the fence targets that did
+//! answer ([`GatewayMemory`]), which keeps that rule from switching the check off when an
+//! agent restarts while its node hears nothing.
 //!
-//! Its observer is a task are tasks that run probes for a pair and feed their verdicts to the
+//! Its observer is a task that runs probes for a pair and feed their verdicts to the
 //! state machine as `sm::Input`s through the runtime's queue (`E` is the queue's event
 //! type; observers know only the inputs they produce). It stops once the queue is
 //! closed (the runtime's tasks are also aborted when it stops).
@@ -9,7 +11,9 @@
 use super::l2::{ARP_WAIT, L2Port};
 use crate::sm;
 use crate::timer::Timer;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -29,6 +33,12 @@ impl GatewayTracker {
     /// Consecutive misses after which a gateway that answered before is unreachable.
     pub const MISSES: u32 = 3;
 
+    /// A tracker that starts knowing whether a fence target answered before (from this
+    /// node, by an earlier run of the agent: [`GatewayMemory`]).
+    pub fn remembering(answered_before: bool) -> Self {
+        Self { ever_answered: answered_before, misses: 0 }
+    }
+
     /// Records one probe round (`answered`: some fence target answered) and returns
     /// the state machine's view: `None` = check off, `Some(reachable)`.
     pub fn observe(&mut self, answered: bool) -> Option<bool> {
@@ -42,6 +52,56 @@ impl GatewayTracker {
     }
 }
 
+/// The fence targets that answered from this node, remembered across restarts in the
+/// agent's state directory (`fence-targets-answered.json`, a JSON list of addresses; one
+/// file per node, shared by its pairs). Without it an agent restarted while its node
+/// receives nothing on the fence target's link (a cable that drops every frame towards
+/// the node) would never hear the gateway, so the "never answered → check off" rule would
+/// turn the check off, and the standby could take the VIPs over a link it cannot serve on
+/// (the third 60-minute chaos run, beta-vip at 2,528 s). A target that ever answered keeps
+/// the check on; a network whose gateway never answers ARP keeps it off, as before. A
+/// file that cannot be read counts as "nothing remembered" (the rule as before).
+#[derive(Clone, Debug, Default)]
+pub struct GatewayMemory {
+    path: Option<PathBuf>,
+}
+
+impl GatewayMemory {
+    /// The file's name in the state directory.
+    pub const FILE: &'static str = "fence-targets-answered.json";
+
+    /// The memory kept in `dir` (the agent's state directory).
+    pub fn in_dir(dir: &Path) -> Self {
+        Self { path: Some(dir.join(Self::FILE)) }
+    }
+
+    /// What is remembered (nothing when the file is missing or unreadable).
+    pub fn load(&self) -> BTreeSet<IpAddr> {
+        let Some(path) = &self.path else { return BTreeSet::new() };
+        std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    }
+
+    /// Whether one of `targets` answered before.
+    pub fn answered_before(&self, targets: &[IpAddr]) -> bool {
+        let known = self.load();
+        targets.iter().any(|t| known.contains(t))
+    }
+
+    /// Remembers that `target` answered (an atomic replace of the file; a no-op when it is
+    /// known already).
+    pub fn remember(&self, target: IpAddr) -> std::io::Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        let mut known = self.load();
+        if !known.insert(target) {
+            return Ok(());
+        }
+        let text = serde_json::to_string(&known).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
 /// A gateway or fence target probed by ARP or neighbour solicitation: (target, source
 /// address, port).
 pub type FenceProbe = (IpAddr, IpAddr, Arc<L2Port>);
@@ -50,17 +110,30 @@ pub type FenceProbe = (IpAddr, IpAddr, Arc<L2Port>);
 /// [`GatewayTracker`]'s view whenever it changes.
 pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     targets: Vec<FenceProbe>,
+    memory: GatewayMemory,
     tx: mpsc::Sender<E>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut timer = Timer::new();
-        let mut tracker = GatewayTracker::default();
+        let addrs: Vec<IpAddr> = targets.iter().map(|(t, _, _)| *t).collect();
+        let mut remembered = memory.load();
+        let mut tracker = GatewayTracker::remembering(addrs.iter().any(|a| remembered.contains(a)));
         let mut last: Option<Option<bool>> = None;
         loop {
             let mut answered = false;
             for (target, src, port) in &targets {
                 if !port.who_has(*target, *src, ARP_WAIT).await.is_empty() {
                     answered = true;
+                    if !remembered.contains(target) {
+                        match memory.remember(*target) {
+                            Ok(()) => {
+                                remembered.insert(*target);
+                            }
+                            Err(e) => {
+                                tracing::warn!(%target, error = %e, "failed to remember that the fence target answered")
+                            }
+                        }
+                    }
                     break;
                 }
             }
@@ -78,7 +151,8 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use super::GatewayTracker;
+    use super::{GatewayMemory, GatewayTracker};
+    use std::net::IpAddr;
 
     #[test]
     fn gateway_never_answered_is_off_then_reachable_then_unreachable() {
@@ -90,5 +164,34 @@ mod tests {
         assert_eq!(g.observe(false), Some(true));
         assert_eq!(g.observe(false), Some(false), "three misses in a row");
         assert_eq!(g.observe(true), Some(true));
+    }
+
+    #[test]
+    fn a_gateway_that_answered_before_a_restart_keeps_the_check_on() {
+        let mut g = GatewayTracker::remembering(true);
+        assert_eq!(g.observe(false), Some(true), "remembered: on from the first round");
+        assert_eq!(g.observe(false), Some(true));
+        assert_eq!(g.observe(false), Some(false), "three misses: unreachable, not off");
+        let mut g = GatewayTracker::remembering(false);
+        assert_eq!(g.observe(false), None, "nothing remembered: off, as before");
+    }
+
+    #[test]
+    fn the_memory_survives_in_its_file_and_a_bad_file_remembers_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = GatewayMemory::in_dir(dir.path());
+        let gw: IpAddr = "10.0.0.1".parse().expect("ip");
+        let other: IpAddr = "fd00::1".parse().expect("ip");
+        assert!(!m.answered_before(&[gw]));
+        m.remember(gw).expect("remember");
+        m.remember(gw).expect("again: a no-op");
+        let again = GatewayMemory::in_dir(dir.path());
+        assert!(again.answered_before(&[other, gw]), "a new run reads it");
+        assert!(!again.answered_before(&[other]));
+        again.remember(other).expect("remember");
+        assert_eq!(GatewayMemory::in_dir(dir.path()).load().len(), 2);
+        std::fs::write(dir.path().join(GatewayMemory::FILE), "{not json").expect("corrupt");
+        assert!(!GatewayMemory::in_dir(dir.path()).answered_before(&[gw]), "unreadable: nothing remembered");
+        assert!(!GatewayMemory::default().answered_before(&[gw]), "no directory: nothing");
     }
 }

@@ -18,7 +18,7 @@ pub mod tcp;
 pub mod traffic;
 
 pub use conflict::spawn_conflict_watch;
-pub use gateway::{FenceProbe, GatewayTracker, spawn_gateway_watch};
+pub use gateway::{FenceProbe, GatewayMemory, GatewayTracker, spawn_gateway_watch};
 pub use l2::{L2Port, NeighborBook, unspecified_like};
 pub use tcp::{
     LOCAL_PROBE_INTERVAL, LOCAL_PROBE_ROTATION, LocalCheck, LocalTarget, PeerProbes, SLOW_PROBE_INTERVAL, http_probe,

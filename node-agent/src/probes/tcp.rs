@@ -70,6 +70,11 @@ pub struct PeerProbes {
     pub wake: Arc<tokio::sync::Notify>,
     /// Where probe results are counted.
     pub metrics: PairMetrics,
+    /// When set, the kernel's neighbour entries of the probed addresses are forgotten each
+    /// time the probes turn urgent ([`crate::netlink::Netlink::forget_neighbours`]): the
+    /// verdict that lets this member take over must reach whoever answers for the VIPs
+    /// now, not a node an entry left from an earlier holder still names.
+    pub neighbours: Option<crate::netlink::Netlink>,
 }
 
 impl PeerProbes {
@@ -82,6 +87,10 @@ impl PeerProbes {
             let mut slow_due = Instant::now();
             let mut next = 0usize;
             let mut timer = Timer::new();
+            let mut was_urgent = false;
+            let mut addrs: Vec<std::net::IpAddr> = self.targets.iter().map(|(_, a)| a.ip()).collect();
+            addrs.sort();
+            addrs.dedup();
             loop {
                 if tx.is_closed() {
                     return;
@@ -92,6 +101,21 @@ impl PeerProbes {
                 woken.as_mut().enable();
                 let holding = self.holding.load(Ordering::Relaxed);
                 let urgent = !holding && self.urgent.load(Ordering::Relaxed);
+                if urgent
+                    && !was_urgent
+                    && let Some(nl) = &self.neighbours
+                {
+                    match nl.forget_neighbours(&addrs).await {
+                        Ok(n) => {
+                            tracing::debug!(forgotten = n, "probes urgent: neighbour entries of the VIPs forgotten")
+                        }
+                        Err(e) => {
+                            self.metrics.io_error(e.category());
+                            tracing::warn!(error = %e, "failed to forget the VIPs' neighbour entries before probing them");
+                        }
+                    }
+                }
+                was_urgent = urgent;
                 let now = Instant::now();
                 let round: Vec<&(sm::VipId, SocketAddr)> = if urgent {
                     // "Down" needs every target.

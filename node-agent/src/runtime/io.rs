@@ -10,7 +10,7 @@ use crate::heartbeat::{EndpointSpec, PathSpec};
 use crate::ledger::VipLedger;
 use crate::netlink::{CarrierLinks, Netlink, Vip, spawn_carrier_watch};
 use crate::probes::{
-    FenceProbe, L2Port, LOCAL_PROBE_INTERVAL, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch,
+    FenceProbe, GatewayMemory, L2Port, LOCAL_PROBE_INTERVAL, LocalCheck, LocalTarget, PeerProbes, spawn_conflict_watch,
     spawn_gateway_watch, spawn_local_probes, spawn_traffic_sampler,
 };
 use crate::sm;
@@ -294,6 +294,7 @@ impl Runtime {
                 urgent: self.probes_urgent.clone(),
                 wake: self.probes_wake.clone(),
                 metrics: self.metrics.clone(),
+                neighbours: Some(self.nl.clone()),
             }
             .spawn(self.tx.clone()),
         );
@@ -364,7 +365,8 @@ impl Runtime {
 
         let fence_ports: Vec<FenceProbe> =
             fence.iter().filter_map(|f| self.l2.get(&f.ifname).map(|p| (f.target, f.source, p.clone()))).collect();
-        self.tasks.push(spawn_gateway_watch(fence_ports, self.tx.clone()));
+        let memory = GatewayMemory::in_dir(self.ledger.dir());
+        self.tasks.push(spawn_gateway_watch(fence_ports, memory, self.tx.clone()));
 
         let conflict_targets: Vec<(sm::VipId, IpAddr, Arc<L2Port>)> = self
             .vips
