@@ -321,25 +321,22 @@ fn wait_pod_images(c: &KindCluster, component: &str, tag: &str) {
     }
 }
 
+/// The names of the pods in the chart's namespace that match `selector`, with `extra`
+/// flags for `kubectl get` (none when kubectl fails: the callers wait or report).
+fn pod_names(c: &KindCluster, selector: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["-n", NAMESPACE, "get", "pods", "-l", selector];
+    args.extend_from_slice(extra);
+    args.extend(["-o", "jsonpath={.items[*].metadata.name}"]);
+    c.kubectl_run(&args).map(|o| o.split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
 /// Waits until a running operator pod holds the leader-election Lease.
 fn wait_operator_leader(c: &KindCluster) {
     let start = Instant::now();
     loop {
-        let pods = c
-            .kubectl_run(&[
-                "-n",
-                NAMESPACE,
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/component=operator",
-                "--field-selector=status.phase=Running",
-                "-o",
-                "jsonpath={.items[*].metadata.name}",
-            ])
-            .unwrap_or_default();
+        let pods = pod_names(c, "app.kubernetes.io/component=operator", &["--field-selector=status.phase=Running"]);
         let leader = c.operator_leader().ok().flatten().unwrap_or_default();
-        if !leader.is_empty() && pods.split_whitespace().any(|p| leader.starts_with(p)) {
+        if !leader.is_empty() && pods.iter().any(|p| leader.starts_with(p.as_str())) {
             return;
         }
         assert!(
@@ -352,21 +349,11 @@ fn wait_operator_leader(c: &KindCluster) {
 
 /// The ERROR lines the havip pods logged in the last `since` (JSON or text format).
 fn error_lines(c: &KindCluster, since: Duration) -> Vec<String> {
-    let pods = c
-        .kubectl_run(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=havip",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ])
-        .expect("havip pods");
     let since = format!("--since={}s", since.as_secs() + 1);
     let mut out = Vec::new();
-    for pod in pods.split_whitespace() {
+    let pods = pod_names(c, "app.kubernetes.io/name=havip", &[]);
+    assert!(!pods.is_empty(), "no havip pod listed: nothing to read the logs of");
+    for pod in &pods {
         let Ok(log) = c.kubectl_run(&["-n", NAMESPACE, "logs", pod, "--all-containers", &since]) else { continue };
         out.extend(
             log.lines()
