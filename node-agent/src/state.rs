@@ -186,16 +186,19 @@ impl StateFile {
     }
 }
 
-/// Writes `bytes` to `path` durably: a temporary file next to it, fsync, rename, fsync
-/// of the directory — a crash leaves the old or the new content, never a torn file.
+/// Writes `bytes` to `path` durably: a temporary file next to it (mode 0600: snapshots
+/// carry the pair's key), fsync, rename, fsync of the directory — a crash leaves the old or
+/// the new content, never a torn file. The one atomic write of the agent's files (state
+/// file, VIP ledger, fence-target memory, pair snapshots).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }

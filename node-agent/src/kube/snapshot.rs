@@ -15,7 +15,6 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -110,19 +109,10 @@ impl PairSnapshot {
 
     /// Writes it atomically (a temporary file renamed over the old one), mode 0600.
     pub fn save(&self, dir: &Path) -> Result<(), SnapshotError> {
-        let name = self.pair.name_any();
-        let target = path(dir, &name);
-        let tmp = dir.join(format!(".{name}.config.json.tmp"));
-        let io = |source| SnapshotError::Io { path: target.clone(), source };
+        let target = path(dir, &self.pair.name_any());
         let data = serde_json::to_vec(self)
             .map_err(|e| SnapshotError::Format { path: target.clone(), reason: e.to_string() })?;
-        let mut f = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?
-        };
-        f.write_all(&data).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &target).map_err(io)
+        crate::state::write_atomic(&target, &data).map_err(|source| SnapshotError::Io { path: target.clone(), source })
     }
 
     /// Reads the snapshot of `pair`.

@@ -95,10 +95,8 @@ impl GatewayMemory {
         if !known.insert(target) {
             return Ok(());
         }
-        let text = serde_json::to_string(&known).map_err(std::io::Error::other)?;
-        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
+        let text = serde_json::to_vec(&known).map_err(std::io::Error::other)?;
+        crate::state::write_atomic(path, &text)
     }
 }
 
@@ -116,8 +114,8 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     tokio::spawn(async move {
         let mut timer = Timer::new();
         let addrs: Vec<IpAddr> = targets.iter().map(|(t, _, _)| *t).collect();
+        let mut tracker = GatewayTracker::remembering(memory.answered_before(&addrs));
         let mut remembered = memory.load();
-        let mut tracker = GatewayTracker::remembering(addrs.iter().any(|a| remembered.contains(a)));
         let mut last: Option<Option<bool>> = None;
         loop {
             let mut answered = false;
