@@ -477,3 +477,43 @@ fn a_standby_restarted_while_it_hears_nothing_keeps_its_gateway_check_and_stays_
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
 }
+
+/// The fifth 60-minute chaos run: the holder's agent died while its kernel kept serving,
+/// and the standby's own cable lost frames — its probes of the VIP failed most of the time,
+/// a few were answered, and on three failures in a row it took over (two holders until the
+/// old holder's agent ran again). Here n0's agent is SIGKILLed (its VIP and listener keep
+/// serving) while three of every four SYN-ACKs from the VIP to n1 are dropped (Fast
+/// profile): n1 must not take over — a probe is three connects, up when any is answered,
+/// and "down" needs no answer for a heartbeat timeout (without both, n1 takes over at once:
+/// checked). Control: n0's listener stops too — a dead data plane (connects refused) — and
+/// n1 takes over.
+#[test]
+fn a_standby_whose_own_cable_loses_frames_does_not_take_over_a_serving_holder() {
+    let Some(mut lab) = lab(PairOptions { fast_profile: true, forwarding: true, ..PairOptions::default() }) else {
+        return;
+    };
+    let prober = bring_up(&lab);
+    let vip = IpAddr::V4(lab.topo.vip(0));
+    let fault = lab
+        .topo
+        .drop_most_syn_acks_towards(1, Link::Data, vip, havip_e2e::agent::SERVICE_PORT)
+        .expect("drop most SYN-ACKs towards n1");
+    lab.kill_agent(0);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+    assert_eq!(report.failed_connects(), 0, "{}", report.summary());
+
+    // Control: the data plane dies too (refused: the RSTs pass) — n1 takes over.
+    lab.listeners[0].stop();
+    netns::wait_until("n1 to take over a dead data plane", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(lab.role(1).as_deref() == Some("Active"))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    lab.topo.heal(&fault).expect("heal");
+}

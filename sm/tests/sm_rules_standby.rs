@@ -187,10 +187,57 @@ fn takeover_requires_data_plane_down() {
     h.now = 5_060;
     assert!(cas_of(&h.probe(false)).is_empty());
     assert_eq!(h.status().probe, ProbeState::Pending);
-    // Two failures spanning 100 ms: down → takeover at once.
+    // Two failures spanning 100 ms, but the VIP answered 110 ms ago (the last probe of
+    // the run at 5,000): still pending — a data plane that answered within a heartbeat
+    // timeout is alive, and failures since may be loss on the path.
     h.now = 5_110;
+    assert!(cas_of(&h.probe(false)).is_empty());
+    assert_eq!(h.status().probe, ProbeState::Pending);
+    // Failing on until the last answer is a heartbeat timeout (300 ms) old: down →
+    // takeover at once.
+    let mut out = Vec::new();
+    for t in [5_160, 5_210, 5_260] {
+        h.now = t;
+        out.extend(h.probe(false));
+    }
+    assert!(cas_of(&out).is_empty(), "the VIP answered less than 300 ms ago");
+    h.now = 5_300;
     let out = h.probe(false);
     assert_eq!(cas_of(&out), vec![(2, 1)]);
+}
+
+/// The fifth 60-minute chaos run: the holder's agent dead while its kernel serves, the
+/// standby's own cable losing frames — its probes fail most of the time but some are
+/// answered. Any answer within the heartbeat timeout keeps the verdict from "down",
+/// however many failures surround it; once nothing answers for that long, it is down.
+#[test]
+fn takeover_waits_while_any_probe_answered_within_the_heartbeat_timeout() {
+    let mut h = standby_b_hearing_a();
+    // A's agent dies at 2,000; three probes of four fail (every 50 ms) for 3 s.
+    let mut out = Vec::new();
+    let mut k = 0u64;
+    let mut last_up = 0;
+    while h.now < 5_000 {
+        h.now += 50;
+        let up = k % 4 == 3;
+        if up {
+            last_up = h.now;
+        }
+        out.extend(h.probe(up));
+        out.extend(h.feed(Input::Tick));
+        k += 1;
+    }
+    assert!(cas_of(&out).is_empty(), "no takeover while the VIP answers now and then");
+    assert!(matches!(h.status().blocker, Some(Blocker::DataPlanePending | Blocker::DataPlaneUp)));
+    // Nothing answers any more: down 300 ms after the last answer.
+    let mut out = Vec::new();
+    while h.now < last_up + 400 {
+        h.now += 50;
+        out.extend(h.probe(false));
+        out.extend(h.feed(Input::Tick));
+    }
+    assert_eq!(cas_of(&out), vec![(2, 1)]);
+    assert!(h.first_at(|x| matches!(x, Action::CasLease { .. })).is_some_and(|t| t >= last_up + 300));
 }
 
 #[test]

@@ -23,6 +23,28 @@ pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
     matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
+/// Connects one peer probe makes at once ([`tcp_probe_any`]).
+pub const PEER_PROBE_CONNECTS: usize = 3;
+
+/// `n` connects to `addr` at once, each within `timeout`: true when any completes. A
+/// lossy path (the standby's own cable, or the holder's) loses a probe only when every
+/// one of its connects loses its SYN or SYN-ACK — at 30 % loss each way one connect fails
+/// about half the time, three together about one time in eight — while a dead data plane
+/// (refused, or nothing answering) fails all of them as before, in the same time.
+pub async fn tcp_probe_any(addr: SocketAddr, timeout: Duration, n: usize) -> bool {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n.max(1) {
+        set.spawn(tcp_probe(addr, timeout));
+    }
+    while let Some(r) = set.join_next().await {
+        if matches!(r, Ok(true)) {
+            set.abort_all();
+            return true;
+        }
+    }
+    false
+}
+
 /// `GET path` over HTTP/1.0 on `addr`: true when the answer's status is 200 within
 /// `timeout` (connect, request and status line together).
 pub async fn http_probe(addr: SocketAddr, path: &str, timeout: Duration) -> bool {
@@ -135,7 +157,7 @@ impl PeerProbes {
                     let metrics = self.metrics.clone();
                     let timeout = self.timeout;
                     tokio::spawn(async move {
-                        let up = tcp_probe(addr, timeout).await;
+                        let up = tcp_probe_any(addr, timeout, PEER_PROBE_CONNECTS).await;
                         let result = if up { sm::ProbeResult::Up } else { sm::ProbeResult::Down };
                         metrics.probe("peer", up);
                         let _ = tx.send(sm::Input::PeerProbe { vip, result }.into()).await;

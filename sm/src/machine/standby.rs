@@ -100,6 +100,12 @@ impl Machine {
                 && tr.fail_count >= needed
                 && last.since(first) >= t.probe_span_ms
                 && now.since(last) <= fresh_ms
+                // Nothing answered within a heartbeat timeout: a probe that succeeded
+                // that recently shows a live data plane, and the failures since are loss
+                // on the path (the standby's own lossy cable, the fifth 60-minute chaos
+                // run) rather than a dead holder. A dead holder's last answer is older
+                // than its heartbeats' silence, so a real takeover waits for nothing more.
+                && tr.last_up.is_none_or(|u| now.since(u) >= t.heartbeat_timeout_ms)
             {
                 down += 1;
             }

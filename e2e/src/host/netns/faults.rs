@@ -234,6 +234,46 @@ impl Topology {
         Ok(fault)
     }
 
+    /// Drops every ARP frame and every IPv6 neighbour advertisement towards node `node`
+    /// on its `link`, at the switch port (`hvfault_nd_n<i>_<link>`): the node's ARP
+    /// requests and neighbour solicitations go out and nothing answers them — its gateway
+    /// check fails — while other traffic passes both ways (a routed member keeps its BGP
+    /// session; its neighbour entry for the router stays until it expires).
+    pub fn drop_neighbour_answers_towards(&self, node: usize, link: Link) -> Result<Fault> {
+        let n = self.node_checked(node)?;
+        let port = n.switch_port(link).to_owned();
+        let table = format!("{FAULT_TABLE_PREFIX}nd_n{node}_{}", link.short());
+        tracing::info!(node = %n.name, %link, "dropping ARP and neighbour advertisements towards the node");
+        let rules = [
+            "meta protocol arp".to_owned(),
+            "meta protocol ip6 meta l4proto ipv6-icmp icmpv6 type nd-neighbor-advert".to_owned(),
+        ];
+        netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &rules, &[("out", "egress")])
+    }
+
+    /// Drops three of every four TCP SYN-ACKs from `from` port `port` towards node `node`
+    /// on its `link`, at the switch port (`hvfault_synack_n<i>_<link>`, a counter, not
+    /// chance: every fourth passes): the node's connects to that address mostly time out
+    /// as on a lossy cable, yet some are answered, while everything else passes (RSTs
+    /// included).
+    pub fn drop_most_syn_acks_towards(
+        &self,
+        node: usize,
+        link: Link,
+        from: std::net::IpAddr,
+        port: u16,
+    ) -> Result<Fault> {
+        let n = self.node_checked(node)?;
+        let switch_port = n.switch_port(link).to_owned();
+        let table = format!("{FAULT_TABLE_PREFIX}synack_n{node}_{}", link.short());
+        let family = if from.is_ipv4() { "ip" } else { "ip6" };
+        let rule = format!(
+            "{family} saddr {from} tcp sport {port} tcp flags & (syn | ack) == syn | ack numgen inc mod 4 != 0"
+        );
+        tracing::info!(node = %n.name, %link, %from, port, "dropping most SYN-ACKs towards the node");
+        netdev_drop_table_hooks(self.switch_ns(), &table, &[switch_port.as_str()], &[rule], &[("out", "egress")])
+    }
+
     /// Random loss of `percent` % of the frames in one direction only on a node's
     /// cable, at the switch port (`hvloss_n<i>_<link>_to` for frames towards the node,
     /// `…_from` for frames from it): a one-way fault, as a bad transceiver makes it.
