@@ -7,7 +7,7 @@ export HAVIP_CACHE ?= $(HOME)/.cache/havip
 
 .PHONY: chart chart-check images dockerd kind-node-image kind-e2e kind-up kind-run kind-down
 .PHONY: testbin-metallb
-.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report chaos e2e lab-up lab-down docs demo demo-control-plane demo-down clean
+.PHONY: prereqs help build testbin crds lint test test-unit test-e2e simulate bench-failover bench-k8s bench-scale bench bench-report chaos e2e lab-up lab-down docs demo demo-bgp demo-control-plane demo-down clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'

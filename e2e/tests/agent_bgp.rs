@@ -204,6 +204,36 @@ fn a_heartbeat_only_partition_changes_no_advertisement() {
     }
 }
 
+/// A holder that fences itself withdraws its route: n0 hears no heartbeat (a heartbeat-only
+/// partition) and no answer to its ARP or neighbour solicitations (dropped at its switch
+/// port, so its gateway check fails) while IP passes both ways — its BGP session and BFD
+/// stay up, so only havip's fencing can take the route away. n0 goes Fenced and its path leaves the router while the
+/// router's session with it is still Established (the control: the withdrawal is n0's own,
+/// not the router's); n1, its probes now failing, takes over and the route follows.
+#[test]
+fn a_holder_that_fences_itself_withdraws_its_route_while_its_session_stays_up() {
+    let Some((lab, _serial)) = lab(Speaker::Frr, 1) else { return };
+    let prober = up(&lab);
+    let router = &lab.routing.as_ref().expect("a routed lab").router;
+    let n0 = data_ip(&lab, 0);
+    let mut faults: Vec<_> =
+        (0..2).map(|i| lab.topo.partition_udp_port(i, HEARTBEAT_PORT, &Link::BOTH).unwrap()).collect();
+    for link in Link::BOTH {
+        faults.push(lab.topo.drop_neighbour_answers_towards(0, link).unwrap());
+    }
+    wait(&lab, "n0 to fence itself", Duration::from_secs(15), || lab.role(0).as_deref() == Some("Fenced"));
+    wait(&lab, "n0's path to leave the router", Duration::from_secs(5), || {
+        !paths(&lab, 0).iter().any(|(hop, _)| *hop == n0)
+    });
+    assert!(router.established(&n0), "the router's session with n0 is still up\n{}", diagnostics(&lab));
+    assert!(lab.holders(0).is_ok_and(|h| !h.contains(&0)), "n0 gave the address up\n{}", diagnostics(&lab));
+    wait_routed(&lab, 0, 1, Duration::from_secs(10));
+    prober.wait_for_responder("n1", Duration::from_secs(10)).unwrap();
+    for f in &faults {
+        lab.topo.heal(f).unwrap();
+    }
+}
+
 /// The local routes havip keeps on member `i` for drained routed VIPs (`ip route show
 /// table local proto 0x68`, IPv4 then IPv6), as destinations.
 fn local_routes(lab: &AgentLab, i: usize) -> Vec<String> {

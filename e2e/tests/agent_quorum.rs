@@ -187,7 +187,7 @@ fn wait_reload(lab: &AgentLab, i: usize, n: usize, what: &str) -> String {
 }
 
 /// A control plane grows from its first node to three, one member at a time, and shrinks
-/// back to two — each step a file rewritten on every member and applied without a restart
+/// back to two and to one — each step a file rewritten on every member and applied without a restart
 /// (SIGHUP, or the agent seeing the file change): the VIP never moves unless asked, no
 /// connect fails, the epoch never goes back; a change of two members at once is refused.
 #[test]
@@ -265,11 +265,27 @@ fn a_pair_grows_from_one_member_to_three_and_shrinks_without_a_restart() {
         || lab.diagnostics(),
     );
     lab.stop_agent(2);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(2)); // an observation period: nothing may move
     assert_eq!(lab.holders(0).expect("holders"), vec![1], "shrinking moved the VIP\n{}", lab.diagnostics());
     assert!(lab.epoch(1).is_some_and(|e| e >= epoch1), "the epoch went back");
+
+    // …and back to one: n0 leaves, the holder n1 serves alone, its own majority.
+    lab.write_members(1, &[1]).expect("n1's file");
+    lab.signal_agent(1, Signal::SIGHUP);
+    wait_reload(&lab, 1, 3, "apply the one-member file");
+    wait_for(
+        "n1 to know no peer",
+        Duration::from_secs(5),
+        || lab.status(1).is_some() && peers_of(&lab, 1).is_empty(),
+        || lab.diagnostics(),
+    );
+    lab.stop_agent(0);
+    std::thread::sleep(Duration::from_secs(2)); // an observation period: nothing may move
+    assert_eq!(lab.holders(0).expect("holders"), vec![1], "shrinking to one moved the VIP\n{}", lab.diagnostics());
+    assert_eq!(lab.role(1).as_deref(), Some("Active"), "n1 holds alone\n{}", lab.diagnostics());
+    assert!(lab.epoch(1).is_some_and(|e| e >= epoch1), "the epoch went back");
     let report = prober.stop().expect("report");
-    eprintln!("grown 1 → 3, moved once on purpose, shrunk to 2: {}", report.summary());
+    eprintln!("grown 1 → 3, moved once on purpose, shrunk to 2 and to 1: {}", report.summary());
     assert_eq!(report.responder_sequence(), vec!["n0", "n1"], "{}", report.summary());
     assert_eq!(report.failed_connects(), 0, "{}", report.summary());
 }

@@ -3,7 +3,8 @@
 //! topology's gateway), and a client in another subnet behind the router. An HAPair with
 //! `announceMode: BGP` and its FloatingIP: the holder's route is the router's, the client
 //! reaches the VIP, a cut moves it. A VIPPool with `announceMode: BGP`: a LoadBalancer
-//! Service's EXTERNAL-IP, outside every subnet of the nodes, answers through the router.
+//! Service's EXTERNAL-IP, outside every subnet of the nodes, answers through the router;
+//! with `externalTrafficPolicy: Local` the route follows the node with a ready endpoint.
 //! Root only.
 
 use havip_e2e::bgp::Speaker;
@@ -171,12 +172,11 @@ fn the_members_status_says_what_their_speakers_advertise() {
     }
 }
 
-#[test]
-fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
-    let Some(mut lab) = lab() else { return };
-    for i in 0..2 {
-        lab.serve(i, NODE_PORT).expect("kube-proxy's stand-in on the node port");
-    }
+/// Applies the pair `web` and the VIPPool `routed` (BGP mode, its first address outside
+/// every subnet of the nodes), creates the Service `svc` (a LoadBalancer of class
+/// havip.io/l2 on [`NODE_PORT`]) and waits for its EXTERNAL-IP, the pool's first address.
+/// Returns it and the Service as created (its healthCheckNodePort, if any).
+fn routed_service(lab: &KubeLab, svc: serde_json::Value) -> (IpAddr, Service) {
     let first = lab.topo.routed_vip(0);
     let o = first.octets();
     let pair = lab.pair_yaml("web");
@@ -186,28 +186,41 @@ fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
          announceMode: BGP\n  addresses: [\"{first}-{}.{}.{}.59\"]\n",
         o[0], o[1], o[2]
     );
-    let ip = lab.block_on(async {
+    let svc: Service = serde_json::from_value(svc).expect("service");
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let (ip, created) = lab.block_on(async {
         lab.apply(&format!("{pair}\n---\n{pool}")).await.expect("apply");
         let client = lab.client().await.expect("client");
         let services: Api<Service> = Api::namespaced(client, "default");
-        let svc: Service = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-            "spec": {"type": "LoadBalancer", "loadBalancerClass": "havip.io/l2",
-                     "ports": [{"port": 80, "nodePort": NODE_PORT, "protocol": "TCP"}], "selector": {"app": "web"}},
-        }))
-        .expect("service");
-        services.create(&PostParams::default(), &svc).await.expect("create the Service");
+        let created = services.create(&PostParams::default(), &svc).await.expect("create the Service");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let s = services.get("web").await.expect("get");
+            let s = services.get(&name).await.expect("get");
             if let Some(ip) = havip_e2e::api::external_ip(&s) {
-                return ip;
+                return (ip, created);
             }
             assert!(Instant::now() < deadline, "no EXTERNAL-IP within 10 s\n{}", lab.logs_tail(40));
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     assert_eq!(ip, IpAddr::V4(first), "the pool's first address");
+    (ip, created)
+}
+
+#[test]
+fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
+    let Some(mut lab) = lab() else { return };
+    for i in 0..2 {
+        lab.serve(i, NODE_PORT).expect("kube-proxy's stand-in on the node port");
+    }
+    let (ip, _) = routed_service(
+        &lab,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "havip.io/l2",
+                     "ports": [{"port": 80, "nodePort": NODE_PORT, "protocol": "TCP"}], "selector": {"app": "web"}},
+        }),
+    );
     let holder = {
         let start = Instant::now();
         loop {
@@ -225,4 +238,63 @@ fn a_pool_in_bgp_mode_gives_a_service_an_address_answered_through_the_router() {
     prober
         .wait_for_responder(&format!("n{holder}"), Duration::from_secs(5))
         .expect("the Service's address answers through the router");
+}
+
+/// `externalTrafficPolicy: Local` in BGP mode: the address is advertised only by a member
+/// whose node has a ready local endpoint (kube-proxy's health check, stood in for by a
+/// listener on the Service's healthCheckNodePort in each node: 200 with an endpoint, 503
+/// without), and the router's route follows the endpoint when it moves: the active that
+/// loses its last endpoint hands the address over (advertised on the target first, then
+/// withdrawn: new connections time out only while the router switches).
+#[test]
+fn external_traffic_policy_local_in_bgp_mode_routes_the_address_to_a_node_with_an_endpoint() {
+    let Some(mut lab) = lab() else { return };
+    for i in 0..2 {
+        lab.serve(i, NODE_PORT).expect("kube-proxy's stand-in on the node port");
+    }
+    let (ip, created) = routed_service(
+        &lab,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "local"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "havip.io/l2", "externalTrafficPolicy": "Local",
+                     "ports": [{"port": 80, "nodePort": NODE_PORT, "protocol": "TCP"}], "selector": {"app": "local"}},
+        }),
+    );
+    let hc = created.spec.and_then(|s| s.health_check_node_port).expect("healthCheckNodePort");
+    let hc = u16::try_from(hc).expect("port");
+    let health = |i: usize, ok: bool| lab.endpoint_health(i, hc, ok).expect("health listener");
+    // kube-proxy's answers: n0 has an endpoint, n1 has none (yet).
+    let mut h0 = health(0, true);
+    let mut h1 = health(1, false);
+    wait_next_hop(&lab, ip, 0, Duration::from_secs(15));
+    let prober = Prober::start(&client_ns(&lab), ProberConfig::new(SocketAddr::new(ip, NODE_PORT))).expect("prober");
+    prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers through the router");
+    lab.block_on(lab.wait_member_ready("web", "n1", false, Duration::from_secs(10)))
+        .expect("the pair reports a standby without an endpoint");
+    assert_eq!(next_hops(&lab, ip), vec![lab.topo.node(0).ip(Link::Data).to_string()], "n1 advertises nothing");
+
+    // The endpoint moves: n1 gets one, then n0 loses its last.
+    h1.stop();
+    h1 = health(1, true);
+    lab.block_on(lab.wait_member_ready("web", "n1", true, Duration::from_secs(10)))
+        .expect("n1 ready once it has an endpoint");
+    h0.stop();
+    h0 = health(0, false);
+    wait_next_hop(&lab, ip, 1, Duration::from_secs(25));
+    prober.wait_for_responder("n1", Duration::from_secs(10)).expect("n1 answers through the router");
+    let report = prober.stop().expect("report");
+    eprintln!("endpoint moved, routed: {}", report.summary());
+    // An automatic handover (the old holder's last endpoint gone) is not drained: the old
+    // holder withdraws at once, and new connections that reach the router before the
+    // target's route does time out — the router's switch, about 160 ms here (each bgpd on
+    // the way holds a change 50 ms). In layer 2 that switch is one ARP. Bounded to it.
+    assert_eq!(report.responder_sequence(), vec!["n0", "n1"], "{}", report.summary());
+    let (last_n0, first_n1) = (report.runs[0].last_ms, report.runs[1].first_ms);
+    assert!(
+        report.failures.iter().all(|f| f.start_ms >= last_n0 - 60.0 && f.start_ms <= first_n1),
+        "failures beyond the route's switch: {}",
+        report.summary()
+    );
+    assert!(first_n1 - last_n0 < 400.0, "{}", report.summary());
+    drop((h0, h1));
 }

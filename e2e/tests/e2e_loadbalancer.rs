@@ -9,7 +9,7 @@
 use havip_e2e::api::external_ip;
 use havip_e2e::kubelab::{KubeLab, KubeLabOptions};
 use havip_e2e::netns::{self, Link};
-use havip_e2e::traffic::{Listener, Prober};
+use havip_e2e::traffic::Prober;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -184,11 +184,7 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
     let hc = created.spec.and_then(|s| s.health_check_node_port).expect("healthCheckNodePort");
     let hc = u16::try_from(hc).expect("port");
     // kube-proxy's answers: n0 has an endpoint, n1 has none (yet).
-    let health = |i: usize, ok: bool| {
-        let reply = if ok { "HTTP/1.0 200 OK" } else { "HTTP/1.0 503 Service Unavailable" };
-        Listener::http(&lab.topo.node(i).ns, reply, SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, hc)))
-            .expect("health listener")
-    };
+    let health = |i: usize, ok: bool| lab.endpoint_health(i, hc, ok).expect("health listener");
     let mut h0 = health(0, true);
     let mut h1 = health(1, false);
     lab.block_on(async {
@@ -213,12 +209,8 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
     // The endpoint moves: n1 gets one, n0 loses its last.
     h1.stop();
     h1 = health(1, true);
-    lab.block_on(lab.wait_pair("web", Duration::from_secs(10), "n1 reported ready", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.members.iter().any(|m| m.node == "n1" && !m.ready.is_empty() && m.ready.iter().all(|r| r.ready))
-        })
-    }))
-    .expect("n1 ready once it has an endpoint");
+    lab.block_on(lab.wait_member_ready("web", "n1", true, Duration::from_secs(10)))
+        .expect("n1 ready once it has an endpoint");
     h0.stop();
     h0 = health(0, false);
     // Handed over once n0's check has failed for 10 s (a planned move: no failed connect).

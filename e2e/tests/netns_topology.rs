@@ -350,6 +350,61 @@ fn prober_records_gaps_and_who_answered() {
     assert!(l0.accepted() as usize >= report.runs[0].count);
 }
 
+/// The benchmarks' overlapping probes: a probe starts every cadence while earlier ones
+/// wait out their connect timeouts in a silent black hole, so the gap ends within about
+/// one cadence of the path returning; one at a time, a probe that started into the hole
+/// holds the next one back for its whole connect timeout (here 300 ms, to make the
+/// difference plain).
+#[test]
+fn overlapping_probes_end_a_gap_within_one_cadence_of_the_path_returning() {
+    require_root!();
+    let topo = Topology::builder().nodes(2).build().expect("topology");
+    let _l0 = Listener::on_node(&topo, 0, 8080).expect("listener");
+    let vip = topo.vip(0);
+    netns::exec(&topo.node(0).ns, "ip", &["addr", "add", &format!("{vip}/24"), "dev", "eth0"]).expect("add VIP");
+    let config = ProberConfig::new((vip, 8080).into())
+        .interval(Duration::from_millis(10))
+        .connect_timeout(Duration::from_millis(300));
+    let overlapping = Prober::start(&topo.client().ns, config.clone().overlapping()).expect("prober");
+    let one_at_a_time = Prober::start(&topo.client().ns, config).expect("prober");
+    for p in [&overlapping, &one_at_a_time] {
+        p.wait_for_responder("n0", Duration::from_secs(3)).expect("n0 answers");
+        p.wait_until_ok(p.ok_count() + 10, Duration::from_secs(3)).expect("steady answers");
+    }
+
+    let hole = topo.set_link_loss(0, Link::Data, 100).expect("black hole");
+    let cut_at = Instant::now();
+    overlapping.wait_for_failures(5, Duration::from_secs(3)).expect("connects time out in the hole");
+    if let Some(left) = Duration::from_millis(600).checked_sub(cut_at.elapsed()) {
+        std::thread::sleep(left); // the length of the outage, not synchronisation
+    }
+    let healing = Instant::now();
+    topo.heal(&hole).expect("heal");
+    let healed = Instant::now();
+    for p in [&overlapping, &one_at_a_time] {
+        p.wait_until_ok(p.ok_count() + 10, Duration::from_secs(3)).expect("answers again");
+    }
+    let (from, to) = (overlapping.ms_at(healing), overlapping.ms_at(healed));
+    let report = overlapping.stop().expect("report");
+    let sequential = one_at_a_time.stop().expect("report");
+    println!("overlapping: {}\none at a time: {}", report.summary(), sequential.summary());
+
+    let gap = report.longest_gap.as_ref().expect("a gap");
+    assert!(gap.to_ms >= from, "an answer through the hole: gap ends {:.1} ms, heal began {from:.1} ms", gap.to_ms);
+    assert!(
+        gap.to_ms <= to + 30.0,
+        "the gap ends {:.1} ms after the path returned (cadence 10 ms): {}",
+        gap.to_ms - to,
+        report.summary()
+    );
+    // About 60 probes started into the 600 ms hole and each timed out; one at a time, two
+    // or three did.
+    assert!(report.failed >= 30, "{}", report.summary());
+    assert!(sequential.failed <= 4 && sequential.failed * 8 <= report.failed, "{}", sequential.summary());
+    assert!(report.timeline.windows(2).all(|w| w[0].end_ms <= w[1].end_ms), "the timeline is ordered by completion");
+    assert_eq!(report.ok + report.failed, report.attempts);
+}
+
 #[test]
 fn keepalived_v3_fast_elects_the_higher_priority_and_fails_over() {
     require_root!();

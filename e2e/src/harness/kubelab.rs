@@ -675,6 +675,38 @@ impl KubeLab {
         }
     }
 
+    /// Waits until the pair's status reports member `node` ready for all its VIPs
+    /// (`ready`) or not ready for one of them (`!ready`).
+    pub async fn wait_member_ready(&self, pair: &str, node: &str, ready: bool, timeout: Duration) -> Result<HAPair> {
+        let what = format!("{node} reported {}", if ready { "ready" } else { "not ready" });
+        self.wait_pair(pair, timeout, &what, |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.members.iter().any(|m| {
+                    m.node == node
+                        && if ready {
+                            !m.ready.is_empty() && m.ready.iter().all(|r| r.ready)
+                        } else {
+                            m.ready.iter().any(|r| !r.ready)
+                        }
+                })
+            })
+        })
+        .await
+    }
+
+    /// kube-proxy's health check of an `externalTrafficPolicy: Local` Service, stood in for
+    /// on node `i`: its healthCheckNodePort `port` answers 200 when the node has a local
+    /// endpoint (`has_endpoint`), 503 when it has none.
+    pub fn endpoint_health(
+        &self,
+        i: usize,
+        port: u16,
+        has_endpoint: bool,
+    ) -> std::result::Result<Listener, crate::traffic::TrafficError> {
+        let reply = if has_endpoint { "HTTP/1.0 200 OK" } else { "HTTP/1.0 503 Service Unavailable" };
+        Listener::http(&self.topo.node(i).ns, reply, SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)))
+    }
+
     /// The members whose kernel holds VIP 0.
     pub fn holders(&self) -> Result<Vec<usize>> {
         let vip = IpAddr::V4(self.topo.vip(0));

@@ -22,6 +22,13 @@ pub struct ProberConfig {
     pub connect_timeout: Duration,
     /// Time allowed for the name to arrive after connecting (50 ms).
     pub read_timeout: Duration,
+    /// Probes that may be in flight at once (1, the default: one after the other). With
+    /// more, a probe starts at every slot even while earlier ones wait out their
+    /// timeouts, so that a gap ends within one cadence (5 ms) of service returning
+    /// instead of within one connect timeout (50 ms): a probe that started into a dead
+    /// path no longer holds the next one back. The benchmarks' setting
+    /// ([`ProberConfig::overlapping`]); the suites keep one at a time.
+    pub in_flight: usize,
 }
 
 impl ProberConfig {
@@ -32,7 +39,17 @@ impl ProberConfig {
             interval: Duration::from_millis(5),
             connect_timeout: Duration::from_millis(50),
             read_timeout: Duration::from_millis(50),
+            in_flight: 1,
         }
+    }
+
+    /// Overlapping probes: enough in flight that a probe starts at every slot although
+    /// each may wait out both timeouts (`(connect + read timeout) / interval + 2`).
+    pub fn overlapping(mut self) -> Self {
+        let busy = (self.connect_timeout + self.read_timeout).as_nanos();
+        let per = self.interval.as_nanos().max(1);
+        self.in_flight = usize::try_from(busy.div_ceil(per)).unwrap_or(64).saturating_add(2).min(64);
+        self
     }
 
     /// Sets the cadence.
@@ -79,14 +96,24 @@ pub struct Prober {
 impl Prober {
     /// Starts probing from namespace `ns`.
     pub fn start(ns: &str, config: ProberConfig) -> Result<Self> {
-        if config.interval.is_zero() || config.connect_timeout.is_zero() || config.read_timeout.is_zero() {
-            return Err(TrafficError::Invalid(format!("zero durations in {config:?}")));
+        if config.interval.is_zero()
+            || config.connect_timeout.is_zero()
+            || config.read_timeout.is_zero()
+            || config.in_flight == 0
+        {
+            return Err(TrafficError::Invalid(format!("zero durations or no probe in flight in {config:?}")));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(Live::default());
         let (stop2, live2) = (stop.clone(), live.clone());
         let epoch = Instant::now();
-        let thread = run_in_netns(ns, move || probe_loop_with(&config, epoch, &stop2, &live2, &mut |_| {}))?;
+        let thread = run_in_netns(ns, move || {
+            if config.in_flight > 1 {
+                probe_loop_overlapping(&config, epoch, &stop2, &live2)
+            } else {
+                probe_loop_with(&config, epoch, &stop2, &live2, &mut |_| {})
+            }
+        })?;
         Ok(Self { stop, thread: Some(thread), live, ns: ns.to_owned(), epoch })
     }
 
@@ -233,31 +260,124 @@ fn probe_loop_with(
         let t0 = Instant::now();
         let outcome = probe_once(config);
         let t1 = Instant::now();
-        match &outcome {
+        live.count(&outcome);
+        let probe = Probe { start_ms: ms(t0), end_ms: ms(t1), outcome };
+        each(&probe);
+        timeline.push(probe);
+        slot = next_slot(slot, t1, start, interval_ns, &mut missed);
+    }
+    ProbeReport::from_timeline(config.target, config.interval, start.elapsed(), missed, timeline)
+}
+
+impl Live {
+    fn count(&self, outcome: &std::result::Result<String, ProbeError>) {
+        match outcome {
             Ok(name) => {
-                live.ok.fetch_add(1, Ordering::SeqCst);
-                if let Ok(mut g) = live.last.lock()
+                self.ok.fetch_add(1, Ordering::SeqCst);
+                if let Ok(mut g) = self.last.lock()
                     && g.as_deref() != Some(name.as_str())
                 {
                     *g = Some(name.clone());
                 }
             }
             Err(_) => {
-                live.failed.fetch_add(1, Ordering::SeqCst);
+                self.failed.fetch_add(1, Ordering::SeqCst);
             }
         }
-        let probe = Probe { start_ms: ms(t0), end_ms: ms(t1), outcome };
-        each(&probe);
-        timeline.push(probe);
-        let next = slot + 1;
-        let latest_due = t1.duration_since(start).as_nanos() / interval_ns;
-        if latest_due > next {
-            missed += u64::try_from(latest_due - next).unwrap_or(u64::MAX);
-            slot = latest_due;
-        } else {
-            slot = next;
+    }
+}
+
+/// The next slot after `slot`, whose probe started (or was missed) at `now`: slots that
+/// passed entirely meanwhile are skipped and added to `missed`.
+fn next_slot(slot: u128, now: Instant, start: Instant, interval_ns: u128, missed: &mut u64) -> u128 {
+    let next = slot + 1;
+    let latest_due = now.duration_since(start).as_nanos() / interval_ns;
+    if latest_due > next {
+        *missed += u64::try_from(latest_due - next).unwrap_or(u64::MAX);
+        latest_due
+    } else {
+        next
+    }
+}
+
+/// [`probe_loop_with`] with up to `config.in_flight` probes at once: `in_flight` worker
+/// threads, started from this thread so that they share its network namespace, take a
+/// slot each when it is due; a slot that finds every worker busy is missed. The timeline
+/// is ordered by completion, as the report's gaps are measured between completions.
+fn probe_loop_overlapping(config: &ProberConfig, start: Instant, stop: &AtomicBool, live: &Live) -> ProbeReport {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+    let ms = move |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
+    let interval_ns = config.interval.as_nanos().max(1);
+    let free = Arc::new(AtomicUsize::new(0));
+    let (job_tx, job_rx) = mpsc::channel::<()>();
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    let (done_tx, done_rx) = mpsc::channel::<Probe>();
+    let mut workers = Vec::with_capacity(config.in_flight);
+    for _ in 0..config.in_flight {
+        let (idle, jobs, done, config) = (free.clone(), job_rx.clone(), done_tx.clone(), config.clone());
+        let spawned = std::thread::Builder::new().name("prober".into()).spawn(move || {
+            loop {
+                // The lock is held only while waiting for a slot: one idle worker waits
+                // on the channel, the others on the lock.
+                let job = match jobs.lock() {
+                    Ok(rx) => rx.recv(),
+                    Err(_) => return,
+                };
+                if job.is_err() {
+                    return;
+                }
+                let t0 = Instant::now();
+                let outcome = probe_once(&config);
+                let t1 = Instant::now();
+                idle.fetch_add(1, Ordering::SeqCst);
+                if done.send(Probe { start_ms: ms(t0), end_ms: ms(t1), outcome }).is_err() {
+                    return;
+                }
+            }
+        });
+        match spawned {
+            Ok(handle) => {
+                free.fetch_add(1, Ordering::SeqCst);
+                workers.push(handle);
+            }
+            // Fewer workers than asked: the missed slots say so.
+            Err(_) => break,
         }
     }
+    drop(done_tx);
+    let mut timeline = Vec::new();
+    let mut collect = |p: Probe| {
+        live.count(&p.outcome);
+        timeline.push(p);
+    };
+    let mut slot: u128 = 0;
+    let mut missed: u64 = 0;
+    while !stop.load(Ordering::SeqCst) {
+        while let Ok(p) = done_rx.try_recv() {
+            collect(p);
+        }
+        let due = start + Duration::from_nanos(u64::try_from(interval_ns * slot).unwrap_or(u64::MAX));
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep(due - now);
+            continue; // re-check the stop flag
+        }
+        let taken = free.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !taken || job_tx.send(()).is_err() {
+            missed += 1;
+        }
+        slot = next_slot(slot, now, start, interval_ns, &mut missed);
+    }
+    // The probes in flight finish within their timeouts.
+    drop(job_tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    for p in done_rx.try_iter() {
+        collect(p);
+    }
+    timeline.sort_by(|a, b| a.end_ms.total_cmp(&b.end_ms));
     ProbeReport::from_timeline(config.target, config.interval, start.elapsed(), missed, timeline)
 }
 

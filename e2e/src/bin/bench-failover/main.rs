@@ -1,7 +1,9 @@
 //! `bench-failover`: failover gaps of havip, keepalived and MetalLB (layer 2 and BGP), side by
 //! side, in the same network-namespace topology, as JSON lines.
 //!
-//! A client in its own namespace connects to VIP:8080 every 5 ms with a 50 ms timeout
+//! A client in its own namespace starts a connection to VIP:8080 every 5 ms, each with a
+//! 50 ms timeout, without waiting for the earlier ones (`ProberConfig::overlapping`: a gap
+//! ends within 5 ms of service returning, not within one timeout)
 //! (each member runs a listener that names itself) and records the longest gap between
 //! successful connects and the number of failed connects, for three scenarios:
 //! `cut` (the active's cables are pulled), `kill-then-cut` (the active's HA daemon is

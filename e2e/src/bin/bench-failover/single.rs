@@ -39,7 +39,8 @@ pub(crate) fn run_havip(
     }
     // The standby must be steady (heard, ready) before any scenario.
     std::thread::sleep(Duration::from_millis(1200));
-    let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target())).map_err(|e| e.to_string())?;
+    let prober =
+        Prober::start(lab.client_ns(), ProberConfig::new(lab.target()).overlapping()).map_err(|e| e.to_string())?;
     prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     match scenario {
@@ -78,7 +79,8 @@ pub(crate) fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Re
     k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(500));
     let target = SocketAddr::new(IpAddr::V4(vip), SERVICE_PORT);
-    let prober = Prober::on_client(&topo, target).map_err(|e| e.to_string())?;
+    let prober =
+        Prober::start(&topo.client().ns, ProberConfig::new(target).overlapping()).map_err(|e| e.to_string())?;
     prober.wait_for_responder("n0", Duration::from_secs(5)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     match scenario {
@@ -108,7 +110,8 @@ pub(crate) fn run_metallb(scenario: Scenario, mode: Mode) -> Result<Outcome, Str
         return Err("no second node".into());
     };
     let (old, new) = (lab.topo.node(holder).name.clone(), lab.topo.node(other).name.clone());
-    let prober = Prober::start(lab.client_ns(), ProberConfig::new(lab.target())).map_err(|e| e.to_string())?;
+    let prober =
+        Prober::start(lab.client_ns(), ProberConfig::new(lab.target()).overlapping()).map_err(|e| e.to_string())?;
     prober.wait_for_responder(&old, Duration::from_secs(5)).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     match scenario {

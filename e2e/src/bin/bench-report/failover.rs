@@ -19,9 +19,13 @@ alone and may take over before the cut.
 - `planned`: havip `admin failover` (make-before-break); keepalived SIGTERM (its \
 priority-0 advert makes the backup take over at once).
 
-The gap is the longest time between two successful connects of a client that connects to \
-VIP:8080 every 5 ms with a 50 ms timeout; \"failed connects\" counts the connection \
-attempts that failed in the worst run. Systems: `havip` with its defaults (heartbeat \
+The gap is the longest time between two successful connects of a client that starts a \
+connection to VIP:8080 every 5 ms, each with a 50 ms timeout, whether or not the earlier \
+ones have answered (up to 22 in flight), so that a gap ends within 5 ms of service \
+returning; \"failed connects\" counts the connection attempts that failed in the worst \
+run. (Files up to failover-2026-12-06.jsonl waited for each connect before the next: their \
+gaps moved in steps of the 50 ms timeout and ran up to 50 ms long, and they counted fewer \
+failed connects.) The planned-200 and drain rows keep one connection at a time per stream. Systems: `havip` with its defaults (heartbeat \
 100 ms, timeout 300 ms, 2 failed probes over ≥ 100 ms); `keepalived-v2`: Debian's \
 keepalived, VRRPv2 defaults (advert_int 1 s); `keepalived-v3`: VRRPv3 with \
 `advert_int 0.1`. Same network-namespace topology, same client, same listeners.
