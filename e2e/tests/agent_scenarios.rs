@@ -517,3 +517,33 @@ fn a_standby_whose_own_cable_loses_frames_does_not_take_over_a_serving_holder() 
     .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     lab.topo.heal(&fault).expect("heal");
 }
+
+/// The urgent probes forget the VIPs' neighbour entries (a stale one may name an earlier
+/// holder), so each connect waits for the kernel to resolve the VIP again; a lost answer
+/// made the kernel wait a second before asking again, every probe failing meanwhile — on
+/// a lossy cable, a dead holder to the verdict (the fifth 60-minute chaos run). The probes
+/// now ask who has the VIP themselves every round. Here every ARP reply to n1's kernel for
+/// the VIP is dropped (an ARP probe's reply, addressed to 0.0.0.0, passes), and n0's agent
+/// is SIGKILLed while its kernel serves: n1 must resolve the VIP through its own asking and
+/// stay a standby (without the asking, n1 takes over: checked).
+#[test]
+fn a_standby_whose_kernel_cannot_resolve_the_vip_asks_itself_and_does_not_take_over() {
+    let Some(mut lab) = lab(PairOptions { fast_profile: true, forwarding: true, ..PairOptions::default() }) else {
+        return;
+    };
+    let prober = bring_up(&lab);
+    let fault = lab
+        .topo
+        .drop_kernel_arp_replies_towards(1, Link::Data, lab.topo.vip(0))
+        .expect("drop the ARP replies to n1's kernel");
+    lab.kill_agent(0);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lab.topo.heal(&fault).expect("heal");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+}

@@ -467,6 +467,12 @@ fn fencing_isolated_standby_takes_no_vips() {
     // Back to standby when no longer cut off.
     let out = h.gateway(Some(true));
     assert_eq!(role_changes(&out)[0], (Role::Fenced, Role::Standby, Reason::Unfenced, 1));
+    // …without taking over on the probe failures of the time it was cut off (the sixth
+    // 60-minute chaos run): fresh evidence first.
+    assert!(cas_of(&out).is_empty(), "no takeover on stale probe failures");
+    assert_eq!(h.status().probe, ProbeState::Pending);
+    let out = h.run(h.now + 200, &[], Some(false));
+    assert_eq!(cas_of(&out).len(), 1, "fresh failures: the silent holder is taken over");
 }
 
 #[test]

@@ -97,6 +97,13 @@ pub struct PeerProbes {
     /// verdict that lets this member take over must reach whoever answers for the VIPs
     /// now, not a node an entry left from an earlier holder still names.
     pub neighbours: Option<crate::netlink::Netlink>,
+    /// The VIPs' layer-2 ports (layer-2 VIPs only): while the probes are urgent, each
+    /// round also asks who has each VIP (ARP, neighbour solicitation). The answer fills the
+    /// kernel's neighbour entry the probes' connects wait on — forgotten when the probes
+    /// turned urgent — so a lost answer on a lossy path costs one round instead of the
+    /// kernel's second before it asks again (every probe failing meanwhile: the fifth
+    /// 60-minute chaos run).
+    pub resolvers: Vec<(IpAddr, Arc<super::L2Port>)>,
 }
 
 impl PeerProbes {
@@ -150,6 +157,14 @@ impl PeerProbes {
                 } else {
                     Vec::new()
                 };
+                if urgent {
+                    for (addr, port) in &self.resolvers {
+                        let (addr, port, wait) = (*addr, port.clone(), self.interval);
+                        tokio::spawn(async move {
+                            port.who_has(addr, super::unspecified_like(addr), wait).await;
+                        });
+                    }
+                }
                 for (vip, addr) in round {
                     let tx = tx.clone();
                     let vip = vip.clone();

@@ -295,6 +295,17 @@ impl Runtime {
                 wake: self.probes_wake.clone(),
                 metrics: self.metrics.clone(),
                 neighbours: Some(self.nl.clone()),
+                resolvers: {
+                    let mut r: Vec<(IpAddr, Arc<L2Port>)> = self
+                        .vips
+                        .iter()
+                        .filter(|v| !v.ports.is_empty())
+                        .filter_map(|v| self.l2.get(&v.vip.ifname).map(|p| (v.vip.addr, p.clone())))
+                        .collect();
+                    r.sort_by_key(|(a, _)| *a);
+                    r.dedup_by_key(|(a, _)| *a);
+                    r
+                },
             }
             .spawn(self.tx.clone()),
         );

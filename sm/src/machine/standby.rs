@@ -383,6 +383,15 @@ impl Machine {
         if self.maintenance {
             self.set_role(Role::Maintenance, Reason::MaintenanceOn, now, out);
         } else if !self.cut_off() {
+            // Probe failures from while this member was cut off say nothing about the
+            // holder: fresh ones are needed (the sixth 60-minute chaos run: a standby
+            // whose own frames were dropped unfenced and took over a serving holder in the
+            // same step, on the failures its own loss had caused).
+            for tr in &mut self.probes {
+                tr.fail_count = 0;
+                tr.fail_first = None;
+                tr.fail_last = None;
+            }
             self.set_role(Role::Standby, Reason::Unfenced, now, out);
         }
     }

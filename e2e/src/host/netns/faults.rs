@@ -251,6 +251,20 @@ impl Topology {
         netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &rules, &[("out", "egress")])
     }
 
+    /// Drops the ARP replies from `from` that answer node `node`'s kernel (their target
+    /// address is the node's own on `link`), at the switch port (`hvfault_arpreply_n<i>_<link>`):
+    /// the node's kernel never resolves `from`, while an ARP probe's reply (target address
+    /// 0.0.0.0, RFC 5227) still gets through — a kernel's request whose answer was lost,
+    /// deterministically.
+    pub fn drop_kernel_arp_replies_towards(&self, node: usize, link: Link, from: std::net::Ipv4Addr) -> Result<Fault> {
+        let n = self.node_checked(node)?;
+        let port = n.switch_port(link).to_owned();
+        let table = format!("{FAULT_TABLE_PREFIX}arpreply_n{node}_{}", link.short());
+        let rule = format!("meta protocol arp arp operation reply arp saddr ip {from} arp daddr ip {}", n.ip(link));
+        tracing::info!(node = %n.name, %link, %from, "dropping the ARP replies to the node's kernel");
+        netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &[rule], &[("out", "egress")])
+    }
+
     /// Drops three of every four TCP SYN-ACKs from `from` port `port` towards node `node`
     /// on its `link`, at the switch port (`hvfault_synack_n<i>_<link>`, a counter, not
     /// chance: every fourth passes): the node's connects to that address mostly time out
