@@ -20,6 +20,19 @@ fn bring_up(lab: &AgentLab) -> Prober {
     havip_e2e::agent::bring_up(lab, UP)
 }
 
+/// For `period`, sampled every 50 ms: n0 alone holds the VIP and none of `standbys` is
+/// Active (a serving holder whose agent died must not be taken over).
+fn n0_alone_holds_for(lab: &AgentLab, period: Duration, standbys: &[usize]) {
+    let until = std::time::Instant::now() + period;
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
+        for i in standbys {
+            assert_ne!(lab.role(*i).as_deref(), Some("Active"), "n{i}\n{}", lab.diagnostics());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn bring_up_higher_priority_holds_the_vip() {
     let Some(lab) = lab(PairOptions::default()) else { return };
@@ -357,12 +370,7 @@ fn an_ipv6_standby_blackholed_with_carrier_up_does_not_take_over() {
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     // Well past the heartbeat timeout and the probe span: still nobody but n0 holds a VIP.
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < until {
-        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
+    n0_alone_holds_for(&lab, Duration::from_secs(5), &[1]);
     lab.topo.heal(&fault).expect("heal");
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
@@ -435,14 +443,7 @@ fn a_standby_with_a_stale_neighbour_entry_for_the_vip_does_not_take_over_a_servi
     netns::exec(&n1.ns, "ip", &["neigh", "replace", &vip, "lladdr", &n2_mac, "dev", &n1.data_if, "nud", "stale"])
         .expect("plant the stale entry");
     lab.kill_agent(0);
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < until {
-        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for i in [1, 2] {
-        assert_ne!(lab.role(i).as_deref(), Some("Active"), "n{i}\n{}", lab.diagnostics());
-    }
+    n0_alone_holds_for(&lab, Duration::from_secs(5), &[1, 2]);
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
     assert_eq!(report.failed_connects(), 0, "{}", report.summary());
@@ -467,12 +468,7 @@ fn a_standby_restarted_while_it_hears_nothing_keeps_its_gateway_check_and_stays_
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(1), lab.diagnostics()));
     lab.kill_agent(0);
-    let until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < until {
-        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
-        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    n0_alone_holds_for(&lab, Duration::from_secs(3), &[1]);
     lab.topo.heal(&fault).expect("heal");
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
@@ -499,12 +495,7 @@ fn a_standby_whose_own_cable_loses_frames_does_not_take_over_a_serving_holder() 
         .drop_most_syn_acks_towards(1, Link::Data, vip, havip_e2e::agent::SERVICE_PORT)
         .expect("drop most SYN-ACKs towards n1");
     lab.kill_agent(0);
-    let until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < until {
-        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
-        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    n0_alone_holds_for(&lab, Duration::from_secs(3), &[1]);
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
     assert_eq!(report.failed_connects(), 0, "{}", report.summary());
@@ -537,12 +528,7 @@ fn a_standby_whose_kernel_cannot_resolve_the_vip_asks_itself_and_does_not_take_o
         .drop_kernel_arp_replies_towards(1, Link::Data, lab.topo.vip(0))
         .expect("drop the ARP replies to n1's kernel");
     lab.kill_agent(0);
-    let until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < until {
-        assert_eq!(lab.holders(0).expect("holders"), vec![0], "only n0 holds the VIP\n{}", lab.diagnostics());
-        assert_ne!(lab.role(1).as_deref(), Some("Active"), "{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    n0_alone_holds_for(&lab, Duration::from_secs(3), &[1]);
     lab.topo.heal(&fault).expect("heal");
     let report = prober.stop().expect("report");
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());

@@ -262,10 +262,9 @@ fn external_traffic_policy_local_in_bgp_mode_routes_the_address_to_a_node_with_a
     );
     let hc = created.spec.and_then(|s| s.health_check_node_port).expect("healthCheckNodePort");
     let hc = u16::try_from(hc).expect("port");
-    let health = |i: usize, ok: bool| lab.endpoint_health(i, hc, ok).expect("health listener");
     // kube-proxy's answers: n0 has an endpoint, n1 has none (yet).
-    let mut h0 = health(0, true);
-    let mut h1 = health(1, false);
+    let mut health: Vec<_> =
+        [true, false].into_iter().enumerate().map(|(i, ok)| lab.endpoint_health(i, hc, ok).expect("health")).collect();
     wait_next_hop(&lab, ip, 0, Duration::from_secs(15));
     let prober = Prober::start(&client_ns(&lab), ProberConfig::new(SocketAddr::new(ip, NODE_PORT))).expect("prober");
     prober.wait_for_responder("n0", Duration::from_secs(5)).expect("n0 answers through the router");
@@ -274,12 +273,7 @@ fn external_traffic_policy_local_in_bgp_mode_routes_the_address_to_a_node_with_a
     assert_eq!(next_hops(&lab, ip), vec![lab.topo.node(0).ip(Link::Data).to_string()], "n1 advertises nothing");
 
     // The endpoint moves: n1 gets one, then n0 loses its last.
-    h1.stop();
-    h1 = health(1, true);
-    lab.block_on(lab.wait_member_ready("web", "n1", true, Duration::from_secs(10)))
-        .expect("n1 ready once it has an endpoint");
-    h0.stop();
-    h0 = health(0, false);
+    lab.move_endpoint("web", &mut health, hc, 0, 1).expect("the endpoint moves to n1");
     wait_next_hop(&lab, ip, 1, Duration::from_secs(25));
     prober.wait_for_responder("n1", Duration::from_secs(10)).expect("n1 answers through the router");
     let report = prober.stop().expect("report");
@@ -296,5 +290,5 @@ fn external_traffic_policy_local_in_bgp_mode_routes_the_address_to_a_node_with_a
         report.summary()
     );
     assert!(first_n1 - last_n0 < 400.0, "{}", report.summary());
-    drop((h0, h1));
+    drop(health);
 }

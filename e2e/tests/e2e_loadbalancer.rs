@@ -184,9 +184,8 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
     let hc = created.spec.and_then(|s| s.health_check_node_port).expect("healthCheckNodePort");
     let hc = u16::try_from(hc).expect("port");
     // kube-proxy's answers: n0 has an endpoint, n1 has none (yet).
-    let health = |i: usize, ok: bool| lab.endpoint_health(i, hc, ok).expect("health listener");
-    let mut h0 = health(0, true);
-    let mut h1 = health(1, false);
+    let mut health: Vec<_> =
+        [true, false].into_iter().enumerate().map(|(i, ok)| lab.endpoint_health(i, hc, ok).expect("health")).collect();
     lab.block_on(async {
         let services = services().await;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -207,12 +206,7 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
     }))
     .expect("the pair reports a standby that cannot take over");
     // The endpoint moves: n1 gets one, n0 loses its last.
-    h1.stop();
-    h1 = health(1, true);
-    lab.block_on(lab.wait_member_ready("web", "n1", true, Duration::from_secs(10)))
-        .expect("n1 ready once it has an endpoint");
-    h0.stop();
-    h0 = health(0, false);
+    lab.move_endpoint("web", &mut health, hc, 0, 1).expect("the endpoint moves to n1");
     // Handed over once n0's check has failed for 10 s (a planned move: no failed connect).
     prober.wait_for_responder("n1", Duration::from_secs(20)).expect("n1 holds it after n0 lost its endpoint");
     let report = prober.stop().expect("report");
@@ -251,5 +245,5 @@ fn external_traffic_policy_local_keeps_the_address_on_a_node_with_an_endpoint() 
         "n0 handed over for its failing health check: {:?}",
         n0.last_transition
     );
-    drop((h0, h1));
+    drop(health);
 }

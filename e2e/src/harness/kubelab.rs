@@ -707,6 +707,18 @@ impl KubeLab {
         Listener::http(&self.topo.node(i).ns, reply, SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)))
     }
 
+    /// kube-proxy's stand-ins move an `externalTrafficPolicy: Local` Service's endpoint from
+    /// node `from` to node `to` (`health[i]` is node i's [`KubeLab::endpoint_health`] on
+    /// `port`): `to` gets one and pair `pair` reports it ready, then `from` loses its last.
+    pub fn move_endpoint(&self, pair: &str, health: &mut [Listener], port: u16, from: usize, to: usize) -> Result<()> {
+        health[to].stop();
+        health[to] = self.endpoint_health(to, port, true)?;
+        self.block_on(self.wait_member_ready(pair, &format!("n{to}"), true, Duration::from_secs(10)))?;
+        health[from].stop();
+        health[from] = self.endpoint_health(from, port, false)?;
+        Ok(())
+    }
+
     /// The members whose kernel holds VIP 0.
     pub fn holders(&self) -> Result<Vec<usize>> {
         let vip = IpAddr::V4(self.topo.vip(0));

@@ -125,9 +125,7 @@ impl Machine {
         match result {
             ProbeResult::Up => {
                 tr.last_up = Some(now);
-                tr.fail_count = 0;
-                tr.fail_first = None;
-                tr.fail_last = None;
+                tr.clear_failures();
             }
             ProbeResult::Down => {
                 if tr.fail_count == 0 {

@@ -387,11 +387,7 @@ impl Machine {
             // holder: fresh ones are needed (the sixth 60-minute chaos run: a standby
             // whose own frames were dropped unfenced and took over a serving holder in the
             // same step, on the failures its own loss had caused).
-            for tr in &mut self.probes {
-                tr.fail_count = 0;
-                tr.fail_first = None;
-                tr.fail_last = None;
-            }
+            self.probes.iter_mut().for_each(super::state::ProbeTrack::clear_failures);
             self.set_role(Role::Standby, Reason::Unfenced, now, out);
         }
     }

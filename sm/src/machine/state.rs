@@ -41,6 +41,15 @@ pub(super) struct ProbeTrack {
     pub(super) fail_last: Option<Millis>,
 }
 
+impl ProbeTrack {
+    /// Forgets the run of failures (an answer ended it, or it says nothing any more).
+    pub(super) fn clear_failures(&mut self) {
+        self.fail_count = 0;
+        self.fail_first = None;
+        self.fail_last = None;
+    }
+}
+
 /// Per (VIP, port) local listener state.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ListenerTrack {

@@ -234,21 +234,26 @@ impl Topology {
         Ok(fault)
     }
 
+    /// An nftables table on node `node`'s switch port of `link` dropping the frames towards
+    /// the node that match any of `rules` (egress of the switch port; nothing else is
+    /// touched).
+    fn drop_towards(&self, node: usize, link: Link, table: &str, rules: &[String]) -> Result<Fault> {
+        let n = self.node_checked(node)?;
+        netdev_drop_table_hooks(self.switch_ns(), table, &[n.switch_port(link)], rules, &[("out", "egress")])
+    }
+
     /// Drops every ARP frame and every IPv6 neighbour advertisement towards node `node`
     /// on its `link`, at the switch port (`hvfault_nd_n<i>_<link>`): the node's ARP
     /// requests and neighbour solicitations go out and nothing answers them — its gateway
     /// check fails — while other traffic passes both ways (a routed member keeps its BGP
     /// session; its neighbour entry for the router stays until it expires).
     pub fn drop_neighbour_answers_towards(&self, node: usize, link: Link) -> Result<Fault> {
-        let n = self.node_checked(node)?;
-        let port = n.switch_port(link).to_owned();
-        let table = format!("{FAULT_TABLE_PREFIX}nd_n{node}_{}", link.short());
-        tracing::info!(node = %n.name, %link, "dropping ARP and neighbour advertisements towards the node");
+        tracing::info!(node, %link, "dropping ARP and neighbour advertisements towards the node");
         let rules = [
             "meta protocol arp".to_owned(),
             "meta protocol ip6 meta l4proto ipv6-icmp icmpv6 type nd-neighbor-advert".to_owned(),
         ];
-        netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &rules, &[("out", "egress")])
+        self.drop_towards(node, link, &format!("{FAULT_TABLE_PREFIX}nd_n{node}_{}", link.short()), &rules)
     }
 
     /// Drops the ARP replies from `from` that answer node `node`'s kernel (their target
@@ -257,12 +262,10 @@ impl Topology {
     /// 0.0.0.0, RFC 5227) still gets through — a kernel's request whose answer was lost,
     /// deterministically.
     pub fn drop_kernel_arp_replies_towards(&self, node: usize, link: Link, from: std::net::Ipv4Addr) -> Result<Fault> {
-        let n = self.node_checked(node)?;
-        let port = n.switch_port(link).to_owned();
-        let table = format!("{FAULT_TABLE_PREFIX}arpreply_n{node}_{}", link.short());
-        let rule = format!("meta protocol arp arp operation reply arp saddr ip {from} arp daddr ip {}", n.ip(link));
-        tracing::info!(node = %n.name, %link, %from, "dropping the ARP replies to the node's kernel");
-        netdev_drop_table_hooks(self.switch_ns(), &table, &[port.as_str()], &[rule], &[("out", "egress")])
+        let own = self.node_checked(node)?.ip(link);
+        let rule = format!("meta protocol arp arp operation reply arp saddr ip {from} arp daddr ip {own}");
+        tracing::info!(node, %link, %from, "dropping the ARP replies to the node's kernel");
+        self.drop_towards(node, link, &format!("{FAULT_TABLE_PREFIX}arpreply_n{node}_{}", link.short()), &[rule])
     }
 
     /// Drops three of every four TCP SYN-ACKs from `from` port `port` towards node `node`
@@ -277,15 +280,12 @@ impl Topology {
         from: std::net::IpAddr,
         port: u16,
     ) -> Result<Fault> {
-        let n = self.node_checked(node)?;
-        let switch_port = n.switch_port(link).to_owned();
-        let table = format!("{FAULT_TABLE_PREFIX}synack_n{node}_{}", link.short());
         let family = if from.is_ipv4() { "ip" } else { "ip6" };
         let rule = format!(
             "{family} saddr {from} tcp sport {port} tcp flags & (syn | ack) == syn | ack numgen inc mod 4 != 0"
         );
-        tracing::info!(node = %n.name, %link, %from, port, "dropping most SYN-ACKs towards the node");
-        netdev_drop_table_hooks(self.switch_ns(), &table, &[switch_port.as_str()], &[rule], &[("out", "egress")])
+        tracing::info!(node, %link, %from, port, "dropping most SYN-ACKs towards the node");
+        self.drop_towards(node, link, &format!("{FAULT_TABLE_PREFIX}synack_n{node}_{}", link.short()), &[rule])
     }
 
     /// Random loss of `percent` % of the frames in one direction only on a node's
