@@ -145,6 +145,14 @@ pub struct AnnounceSpec {
     #[x_kube(validation = Rule::new(r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')").message("must be a duration such as 90s"))]
     #[schemars(length(max = 32))]
     pub refresh_interval: String,
+
+    /// Also announce to each neighbour the holder knows in the VIP's subnet (the entries
+    /// of its neighbour table on the VIP's link: the router, hosts it talked to), unicast —
+    /// an ARP reply or an unsolicited NA addressed to it — with every burst, repeat and
+    /// refresh: for hosts and firewalls that drop broadcast gratuitous ARP but take a reply
+    /// addressed to them. At most 256 neighbours. Default false. See docs/virtual-mac.md.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unicast_to_neighbours: bool,
 }
 
 fn default_burst() -> i32 {
@@ -204,6 +212,7 @@ impl Default for AnnounceSpec {
             repeats: default_repeats(),
             repeat_interval: default_repeat_interval(),
             refresh_interval: default_refresh_interval(),
+            unicast_to_neighbours: false,
         }
     }
 }

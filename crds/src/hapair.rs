@@ -105,6 +105,75 @@ pub struct HAPairSpec {
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     #[schemars(length(max = 32), extend("default" = crate::defaults::DRAIN_TIMEOUT))]
     pub drain_timeout: String,
+
+    /// A virtual MAC address that moves with the VIPs, for networks that ignore
+    /// gratuitous ARP (static ARP entries, ARP suppression, firewalls that learn from
+    /// replies only). The holder carries each layer-2 VIP (`L2`, `Both`) on a macvlan
+    /// interface of the VIP's link whose MAC is the pair's virtual MAC, answers ARP/ND
+    /// with it and announces from it, so switches relearn its port from the first frame
+    /// and clients keep the entry they have; standbys keep that interface down. Unset
+    /// (the default): the VIPs are addresses of their link and answered with its MAC.
+    /// See docs/virtual-mac.md for the limits (switch port security, NICs that filter
+    /// unknown MACs, `arp_ignore` on the link).
+    #[serde(default, rename = "virtualMAC", skip_serializing_if = "Option::is_none")]
+    pub virtual_mac: Option<VirtualMacSpec>,
+}
+
+/// The pair's virtual MAC (see [`HAPairSpec::virtual_mac`]).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMacSpec {
+    /// 1 to 255, like a VRRP router id: IPv4 VIPs answer with `00:00:5e:00:01:<id>`,
+    /// IPv6 VIPs with `00:00:5e:00:02:<id>` (RFC 5798's virtual router MACs). Unique
+    /// among the pairs that share a node and a link: an agent refuses a pair whose
+    /// virtual MAC interface another pair already uses.
+    #[schemars(range(min = 1, max = 255))]
+    pub id: i32,
+
+    /// A locally administered unicast MAC (`02:…`, lower-case hex, colon-separated)
+    /// used for both families instead of the VRRP ones, where `00:00:5e:00:0x:…` is
+    /// taken by routers running VRRP on the same segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(r"self.matches('^[0-9a-f][26ae](:[0-9a-f]{2}){5}$')").message("virtualMAC.address must be a locally administered unicast MAC such as 02:00:00:00:00:01 (lower-case hex; the first octet's second digit 2, 6, a or e)"))]
+    #[schemars(length(max = 17))]
+    pub address: Option<String>,
+}
+
+/// Why a [`VirtualMacSpec`] gives no MAC address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VirtualMacError {
+    /// The id is out of 1..=255.
+    #[error("virtualMAC.id {0} is not between 1 and 255")]
+    Id(i32),
+    /// The address is not a locally administered unicast MAC.
+    #[error("virtualMAC.address {0:?} is not a locally administered unicast MAC such as 02:00:00:00:00:01")]
+    Address(String),
+}
+
+impl VirtualMacSpec {
+    /// The MAC the VIPs of one family answer with (`v6`: IPv6).
+    pub fn mac(&self, v6: bool) -> Result<[u8; 6], VirtualMacError> {
+        let id = u8::try_from(self.id).ok().filter(|i| *i != 0).ok_or(VirtualMacError::Id(self.id))?;
+        match &self.address {
+            None => Ok([0x00, 0x00, 0x5e, 0x00, if v6 { 0x02 } else { 0x01 }, id]),
+            Some(a) => parse_local_mac(a).ok_or_else(|| VirtualMacError::Address(a.clone())),
+        }
+    }
+}
+
+/// `02:00:00:00:00:01` → its octets, if it is a locally administered unicast MAC.
+fn parse_local_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for o in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 || p.chars().any(|c| c.is_ascii_uppercase()) {
+            return None;
+        }
+        *o = u8::from_str_radix(p, 16).ok()?;
+    }
+    // Bit 1 of the first octet: locally administered; bit 0: multicast.
+    (parts.next().is_none() && out[0] & 0b11 == 0b10).then_some(out)
 }
 
 fn default_drain_timeout() -> String {
@@ -883,5 +952,37 @@ impl Default for QuarantineSpec {
 impl Default for FlapSuspensionSpec {
     fn default() -> Self {
         Self { moves: default_flap_moves(), within: default_flap_within(), quiet_clear: default_flap_quiet_clear() }
+    }
+}
+
+#[cfg(test)]
+mod virtual_mac_tests {
+    use super::{VirtualMacError, VirtualMacSpec};
+
+    #[test]
+    fn the_vrrp_macs_carry_the_id_and_the_family() {
+        let v = VirtualMacSpec { id: 51, address: None };
+        assert_eq!(v.mac(false), Ok([0, 0, 0x5e, 0, 1, 51]));
+        assert_eq!(v.mac(true), Ok([0, 0, 0x5e, 0, 2, 51]));
+        assert_eq!(VirtualMacSpec { id: 0, address: None }.mac(false), Err(VirtualMacError::Id(0)));
+        assert_eq!(VirtualMacSpec { id: 256, address: None }.mac(false), Err(VirtualMacError::Id(256)));
+    }
+
+    #[test]
+    fn an_address_must_be_locally_administered_unicast() {
+        let with = |a: &str| VirtualMacSpec { id: 1, address: Some(a.to_owned()) }.mac(true);
+        assert_eq!(with("02:00:00:00:00:07"), Ok([2, 0, 0, 0, 0, 7]));
+        assert_eq!(with("0e:aa:bb:cc:dd:ee"), Ok([0x0e, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]));
+        for bad in [
+            "00:00:5e:00:01:01",
+            "03:00:00:00:00:01",
+            "02:00:00:00:00",
+            "02:00:00:00:00:01:02",
+            "02:AA:00:00:00:01",
+            "02-00-00-00-00-01",
+            "zz:00:00:00:00:01",
+        ] {
+            assert!(matches!(with(bad), Err(VirtualMacError::Address(_))), "{bad}");
+        }
     }
 }

@@ -34,7 +34,7 @@ pub use floatingip::{
 pub use hapair::{
     FailbackMode, FailbackSpec, Finding, FlapSuspensionSpec, HAPair, HAPairSpec, HAPairStatus, HeartbeatPath,
     HeartbeatSpec, KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase,
-    QuarantineSpec, SecretRef, TakeoverSpec, Transition,
+    QuarantineSpec, SecretRef, TakeoverSpec, Transition, VirtualMacError, VirtualMacSpec,
 };
 pub use vippool::{Block, Family, SharingScope, VIPPool, VIPPoolSpec, VIPPoolStatus};
 

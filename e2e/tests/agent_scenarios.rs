@@ -474,6 +474,46 @@ fn a_standby_restarted_while_it_hears_nothing_keeps_its_gateway_check_and_stays_
     assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
 }
 
+/// The seventh 60-minute chaos run: a Fast pair's timings were edited while its standby's
+/// data cable dropped every frame towards it (the standby was Fenced, its gateway
+/// unanswered). The new configuration restarted the gateway watch, whose first unanswered
+/// round said "reachable": the standby unfenced, and when the holder's agent stopped it
+/// took the VIP over a link it could not hear on (two holders for 2 s). Here n1 is fenced
+/// the same way, its configuration rewritten (applied at SIGHUP) and n0's agent SIGKILLed:
+/// n1 stays Fenced and nothing moves (without the fix n1 unfenced about 0.6 s after the
+/// SIGHUP — checked).
+#[test]
+fn a_fenced_standby_whose_configuration_changes_stays_fenced() {
+    let Some(mut lab) = lab(PairOptions { fast_profile: true, forwarding: true, ..PairOptions::default() }) else {
+        return;
+    };
+    let prober = bring_up(&lab);
+    let fault = lab.topo.set_link_loss_one_way(1, Link::Data, 100, true).expect("drop every frame towards n1");
+    netns::wait_until("n1 to go Fenced", Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(lab.role(1).as_deref() == Some("Fenced"))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(1), lab.diagnostics()));
+    let applied = |lab: &AgentLab| lab.agent_log(1).matches("applying a new configuration").count();
+    let before = applied(&lab);
+    lab.write_config_with(1, "drainTimeout: 7s\n").expect("rewrite n1's configuration");
+    lab.signal_agent(1, nix::sys::signal::Signal::SIGHUP);
+    netns::wait_until("n1 to apply its new configuration", Duration::from_secs(5), Duration::from_millis(20), || {
+        Ok(applied(&lab) > before)
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
+    // Three gateway rounds and more: a fresh watch that heard nothing must not unfence.
+    let until = std::time::Instant::now() + Duration::from_millis(1_800);
+    while std::time::Instant::now() < until {
+        assert_eq!(lab.role(1).as_deref(), Some("Fenced"), "n1 stays Fenced\n{}", lab.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lab.kill_agent(0);
+    n0_alone_holds_for(&lab, Duration::from_secs(3), &[1]);
+    lab.topo.heal(&fault).expect("heal");
+    let report = prober.stop().expect("report");
+    assert_eq!(report.responder_sequence(), vec!["n0"], "nothing moved: {}", report.summary());
+}
+
 /// The fifth 60-minute chaos run: the holder's agent died while its kernel kept serving,
 /// and the standby's own cable lost frames — its probes of the VIP failed most of the time,
 /// a few were answered, and on three failures in a row it took over (two holders until the

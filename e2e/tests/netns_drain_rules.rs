@@ -340,6 +340,7 @@ impl Drain {
                 vip: self.vip,
                 old_holder: addr_of(&self.a, self.ip),
                 ifindex: ifindex(&self.b.ns, "eth0"),
+                iif: ifindex(&self.b.ns, "eth0"),
             };
             self.nft_b.set_forwarder(PAIR, &[rule]).expect("forwarder on B");
         }
@@ -685,15 +686,16 @@ fn rules_appear_as_nft_shows_them_and_removal_leaves_nothing() {
     let eth0 = ifindex(&ns, "eth0");
     let mut nft = nft_in(&ns);
     let fwd = [
-        ForwardRule { vip, old_holder: n1.data_ip.into(), ifindex: eth0 },
-        ForwardRule { vip: vip6, old_holder: n1.data_ip6.into(), ifindex: eth0 },
+        ForwardRule { vip, old_holder: n1.data_ip.into(), ifindex: eth0, iif: eth0 },
+        ForwardRule { vip: vip6, old_holder: n1.data_ip6.into(), ifindex: eth0, iif: eth0 },
     ];
     let quiet = [QuietRule { vip, own: n0.data_ip.into() }, QuietRule { vip: vip6, own: n0.data_ip6.into() }];
     nft.set_forwarder("web", &fwd).expect("forwarder");
     nft.set_quieter("web", &quiet).expect("quieter");
     let guard = [GuardRule { vip, ifindex: eth0 }, GuardRule { vip: vip6, ifindex: eth0 }];
     nft.set_guard("web", &guard).expect("guard");
-    nft.set_forwarder("db", &[ForwardRule { vip: vip2, old_holder: n1.data_ip.into(), ifindex: eth0 }]).expect("db");
+    nft.set_forwarder("db", &[ForwardRule { vip: vip2, old_holder: n1.data_ip.into(), ifindex: eth0, iif: eth0 }])
+        .expect("db");
 
     let t = |f: &str, n: &str| (f.to_owned(), n.to_owned());
     let web = [
@@ -838,7 +840,12 @@ fn the_longest_pair_name_gets_valid_table_names() {
     nft.set_quieter(&pair, &[QuietRule { vip, own: topo.node(0).data_ip.into() }]).expect("quieter");
     nft.set_forwarder(
         &pair,
-        &[ForwardRule { vip, old_holder: topo.node(1).data_ip.into(), ifindex: ifindex(&ns, "eth0") }],
+        &[ForwardRule {
+            vip,
+            old_holder: topo.node(1).data_ip.into(),
+            ifindex: ifindex(&ns, "eth0"),
+            iif: ifindex(&ns, "eth0"),
+        }],
     )
     .expect("forwarder");
     let t = tables(&ns);
@@ -985,7 +992,12 @@ fn forged_segments_are_forwarded_only_by_the_forwarder_and_never_a_syn() {
 
     // With the forwarder: the same kind of segment is copied to A, hop limit one less,
     // through B's OUTPUT and POSTROUTING hooks, untracked.
-    let rule = ForwardRule { vip: vip.into(), old_holder: a.data_ip.into(), ifindex: ifindex(&b.ns, "eth0") };
+    let rule = ForwardRule {
+        vip: vip.into(),
+        old_holder: a.data_ip.into(),
+        ifindex: ifindex(&b.ns, "eth0"),
+        iif: ifindex(&b.ns, "eth0"),
+    };
     nft_b.set_forwarder(PAIR, &[rule]).expect("forwarder");
     forge(&client_ns, client, vip, 40002, ACK);
     if let Err(e) =
@@ -1132,7 +1144,12 @@ fn an_ack_on_a_4_tuple_the_new_holder_served_before_is_forwarded() {
     // Now a planned move: B forwards to A, and the ACK of a handshake A answered comes
     // to B on the same 4-tuple.
     let mut nft_b = nft_in(&b.ns);
-    let rule = ForwardRule { vip: vip.into(), old_holder: a.data_ip.into(), ifindex: ifindex(&b.ns, "eth0") };
+    let rule = ForwardRule {
+        vip: vip.into(),
+        old_holder: a.data_ip.into(),
+        ifindex: ifindex(&b.ns, "eth0"),
+        iif: ifindex(&b.ns, "eth0"),
+    };
     nft_b.set_forwarder(PAIR, &[rule]).expect("forwarder");
     forge(&client_ns, client, vip, SPORT, ACK);
     if let Err(e) = netns::wait_until("A sees the ACK", Duration::from_secs(5), Duration::from_millis(10), || {

@@ -99,6 +99,9 @@ pub struct AnnounceSchedule {
     pub repeat_interval: Duration,
     /// Periodic refresh while holding; zero disables it.
     pub refresh_interval: Duration,
+    /// Each announcement also goes unicast to the neighbours the holder knows in the VIP's
+    /// subnet (`announce.unicastToNeighbours`).
+    pub unicast: bool,
 }
 
 impl AnnounceSchedule {
@@ -111,6 +114,7 @@ impl AnnounceSchedule {
             repeats: u32::try_from(spec.repeats).map_err(|_| invalid("announce.repeats must not be negative"))?,
             repeat_interval: dur("announce.repeatInterval", &spec.repeat_interval)?,
             refresh_interval: dur("announce.refreshInterval", &spec.refresh_interval)?,
+            unicast: spec.unicast_to_neighbours,
         };
         if s.burst == 0 || s.burst > 10 {
             return Err(invalid("announce.burst must be between 1 and 10"));
@@ -177,6 +181,46 @@ pub struct AgentConfig {
     /// Standalone control-plane mode: the local API server's readiness check, a listener
     /// of every VIP (see [`ApiServerCheck`]).
     pub api_server: Option<ApiServerCheck>,
+    /// The pair's virtual MAC (the HAPair's `virtualMAC`): the holder's layer-2 VIPs live
+    /// on a macvlan interface with that MAC (see [`crate::announce::l2::vmac`]).
+    pub virtual_mac: Option<VirtualMac>,
+}
+
+/// The MACs a pair's layer-2 VIPs answer with while held (the HAPair's `virtualMAC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtualMac {
+    /// The id (1..=255).
+    pub id: u8,
+    /// The IPv4 VIPs' MAC.
+    pub v4: [u8; 6],
+    /// The IPv6 VIPs' MAC (the same as `v4` when the spec gives an address).
+    pub v6: [u8; 6],
+}
+
+impl VirtualMac {
+    /// From the HAPair's (or the standalone file's) `virtualMAC`.
+    pub fn from_spec(spec: &havip_crds::VirtualMacSpec) -> Result<Self, ConfigError> {
+        let err = |e: havip_crds::VirtualMacError| invalid(e.to_string());
+        let id = u8::try_from(spec.id).map_err(|_| err(havip_crds::VirtualMacError::Id(spec.id)))?;
+        Ok(Self { id, v4: spec.mac(false).map_err(err)?, v6: spec.mac(true).map_err(err)? })
+    }
+
+    /// The MAC of the VIPs of one family.
+    pub fn mac(&self, v6: bool) -> [u8; 6] {
+        if v6 { self.v6 } else { self.v4 }
+    }
+
+    /// The name of the macvlan interface that carries the VIPs of one family on the link
+    /// with index `parent`: `hv4-33-2` (id 0x33 on ifindex 2; `hv6-…` for IPv6, `hv-…`
+    /// when both families share one MAC). At most 15 characters, as the kernel requires.
+    pub fn link_name(&self, v6: bool, parent: u32) -> String {
+        let family = match (self.v4 == self.v6, v6) {
+            (true, _) => "",
+            (false, false) => "4",
+            (false, true) => "6",
+        };
+        format!("hv{family}-{:02x}-{parent:x}", self.id)
+    }
 }
 
 /// The control-plane mode's readiness gate: `GET /readyz` over HTTPS on this node's own

@@ -58,6 +58,9 @@ struct OnDisk {
     /// Backup paths the pair added (routed VIPs; an agent without them reads none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     backup: Vec<BackupEntry>,
+    /// Virtual MAC interfaces the pair created (an agent without them reads none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    links: Vec<String>,
 }
 
 /// The ledger of one pair.
@@ -105,6 +108,8 @@ impl VipLedger {
         d.vips.dedup();
         d.backup.sort();
         d.backup.dedup();
+        d.links.sort();
+        d.links.dedup();
         let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
         crate::state::write_atomic(&self.path, &json).map_err(err)
     }
@@ -141,6 +146,37 @@ impl VipLedger {
         if d.backup.len() == before && self.path.exists() {
             return Ok(());
         }
+        self.write(d)
+    }
+
+    /// The virtual MAC interfaces the pair created (see `announce::l2::vmac`).
+    pub fn links(&self) -> Result<Vec<String>, LedgerError> {
+        Ok(self.read()?.links)
+    }
+
+    /// Adds virtual MAC interfaces to the record (before they are created).
+    pub fn record_links(&self, names: &[String]) -> Result<(), LedgerError> {
+        let mut d = self.read().unwrap_or_default();
+        let before = d.links.len();
+        for n in names {
+            if !d.links.contains(n) {
+                d.links.push(n.clone());
+            }
+        }
+        if d.links.len() == before && (names.is_empty() || self.path.exists()) {
+            return Ok(());
+        }
+        self.write(d)
+    }
+
+    /// Replaces the recorded virtual MAC interfaces with `names` (after the others were
+    /// deleted).
+    pub fn store_links(&self, names: &[String]) -> Result<(), LedgerError> {
+        let mut d = self.read().unwrap_or_default();
+        if d.links == names {
+            return Ok(());
+        }
+        d.links = names.to_vec();
         self.write(d)
     }
 
@@ -193,6 +229,16 @@ impl VipLedger {
         out
     }
 
+    /// The other pair (next to this one) whose ledger records the virtual MAC interface
+    /// `name`, if any: two pairs with the same `virtualMAC` on one link would share it.
+    pub fn link_owner(&self, name: &str) -> Option<String> {
+        let (dir, own) = (self.path.parent()?, self.path.file_name()?);
+        Self::pairs_in(dir).into_iter().find(|pair| {
+            let other = Self::new(dir, pair);
+            other.path.file_name() != Some(own) && other.links().is_ok_and(|l| l.iter().any(|n| n == name))
+        })
+    }
+
     /// Removes the ledger (the pair left this node and its VIPs are gone).
     pub fn remove(&self) -> Result<(), LedgerError> {
         match std::fs::remove_file(&self.path) {
@@ -230,6 +276,26 @@ mod tests {
 
     fn vip(a: &str, ifname: &str) -> Vip {
         Vip { addr: a.parse().expect("ip"), prefix: 24, ifname: ifname.to_owned() }
+    }
+
+    #[test]
+    fn virtual_mac_interfaces_are_recorded_beside_the_vips_and_owned_by_one_pair() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let web = VipLedger::new(dir.path(), "web");
+        let db = VipLedger::new(dir.path(), "db");
+        assert!(web.links().expect("missing is empty").is_empty());
+        web.record_links(&["hv4-33-2".to_owned()]).expect("record");
+        web.record_links(&["hv4-33-2".to_owned(), "hv6-33-2".to_owned()]).expect("record");
+        web.record(&[vip("10.0.0.50", "hv4-33-2")]).expect("record");
+        web.store(&[vip("10.0.0.51", "hv4-33-2")]).expect("store");
+        assert_eq!(web.links().expect("load"), vec!["hv4-33-2".to_owned(), "hv6-33-2".to_owned()]);
+        assert_eq!(db.link_owner("hv4-33-2"), Some("web".to_owned()));
+        assert_eq!(web.link_owner("hv4-33-2"), None, "its own");
+        assert_eq!(db.link_owner("hv4-34-2"), None);
+        web.store_links(&["hv6-33-2".to_owned()]).expect("store");
+        assert_eq!(web.links().expect("load"), vec!["hv6-33-2".to_owned()]);
+        assert_eq!(web.load().expect("load"), vec![vip("10.0.0.51", "hv4-33-2")], "the VIPs stay");
+        assert_eq!(db.link_owner("hv4-33-2"), None);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! What a pair that no longer runs on this node left behind, and its removal: the VIPs and
-//! backup paths it recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
+//! What a pair that no longer runs on this node left behind, and its removal: the VIPs,
+//! backup paths and virtual MAC interfaces it recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
 //! Kubernetes agent removes them when the API says a pair no longer names the node, a
 //! standalone agent when a pair's configuration is gone (`standalone::sweep`).
 
@@ -64,6 +64,26 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
             }
             Err(e) => {
                 tracing::warn!(pair, error = %e, "cannot open netlink to remove a gone pair's VIPs");
+                return false;
+            }
+        }
+    }
+    // The virtual MAC interfaces it created (whatever address is left on them goes too).
+    let links = match ledger.links() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(pair, error = %e, "cannot read the virtual MAC interfaces of a pair that is gone; they stay");
+            return false;
+        }
+    };
+    if !links.is_empty() {
+        let Ok(nl) = Netlink::new() else {
+            tracing::warn!(pair, "cannot open netlink to delete a gone pair's virtual MAC interfaces");
+            return false;
+        };
+        for name in links {
+            if let Err(e) = nl.delete_virtual_link(&name).await {
+                tracing::warn!(pair, error = %e, ifname = %name, "failed to delete a virtual MAC interface of a pair that is gone");
                 return false;
             }
         }

@@ -107,6 +107,7 @@ pub const IO_ERROR_CATEGORIES: &[&str] = &[
     "not_ours",
     "open",
     "sysctl",
+    "virtual_link_taken",
     // NftError::category ("open" as well).
     "dump",
     "invalid",
@@ -145,7 +146,7 @@ pub struct AgentMetrics {
     pub transitions: Family<PairNameLabel, Counter>,
     /// VIPs held in the kernel.
     pub vips_held: Family<PairLabel, Gauge>,
-    /// Gratuitous ARPs / NAs sent, per kind (`garp`, `na`).
+    /// Gratuitous ARPs / NAs sent, per kind (`garp`, `na`; to one neighbour: `arp_unicast`, `na_unicast`).
     pub announcements: Family<PairNameLabel, Counter>,
     /// Data-plane probe results.
     pub probes: Family<ProbeLabels, Counter>,
@@ -384,7 +385,7 @@ impl PairMetrics {
     pub fn transition(&self, reason: &str) {
         self.all.transitions.get_or_create(&self.named(reason)).inc();
     }
-    /// An announcement of `kind` (`garp`, `na`) sent.
+    /// An announcement of `kind` (`garp`, `na`, `arp_unicast`, `na_unicast`) sent.
     pub fn announced(&self, kind: &str) {
         self.all.announcements.get_or_create(&self.named(kind)).inc();
     }

@@ -229,6 +229,28 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// A virtual MAC interface's (or its parent's) ARP and filter settings could not be
+    /// written.
+    #[error("failed to set the ARP and reverse-path settings of {ifname}: {source}")]
+    LinkSettings {
+        /// The interface.
+        ifname: String,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// The name of a virtual MAC interface is taken by an interface that is not the pair's
+    /// (another kind, parent or MAC: another pair with the same `virtualMAC.id` on this
+    /// link, or the administrator's own).
+    #[error(
+        "interface {ifname} exists but is not this pair's virtual MAC interface ({found}): is another pair on this link using the same virtualMAC id?"
+    )]
+    VirtualLinkTaken {
+        /// The interface.
+        ifname: String,
+        /// What it is.
+        found: String,
+    },
 }
 
 impl NetlinkError {
@@ -245,14 +267,15 @@ impl NetlinkError {
             Self::AddLink { .. } => "add_link",
             Self::LocalRoute { .. } | Self::BadRoute { .. } => "local_route",
             Self::BackupRoute { .. } => "backup_route",
-            Self::PromoteSecondaries { .. } => "sysctl",
+            Self::PromoteSecondaries { .. } | Self::LinkSettings { .. } => "sysctl",
+            Self::VirtualLinkTaken { .. } => "virtual_link_taken",
             Self::Neighbours { .. } => "neighbours",
         }
     }
 }
 
 /// The errno of a netlink error, if it is one.
-fn errno(e: &rtnetlink::Error) -> Option<i32> {
+pub(crate) fn errno(e: &rtnetlink::Error) -> Option<i32> {
     match e {
         rtnetlink::Error::NetlinkError(m) => m.code.map(|c| -c.get()),
         _ => None,
@@ -278,6 +301,50 @@ impl Netlink {
         let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
         tokio::spawn(conn);
         Ok(Self { handle })
+    }
+
+    /// The rtnetlink handle (the virtual MAC interfaces' operations live beside their
+    /// transport: `announce::l2::vmac`).
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// The neighbours the kernel knows on the link with index `ifindex` (ARP and NDP
+    /// entries with a link-layer address: reachable, stale, delayed, probed or permanent),
+    /// as (address, MAC).
+    pub async fn neighbours_on(&self, ifindex: u32) -> Result<Vec<(IpAddr, [u8; 6])>, NetlinkError> {
+        use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+        let err = |source| NetlinkError::Neighbours { op: "list", addrs: Vec::new(), source };
+        let mut out = Vec::new();
+        let mut s = self.handle.neighbours().get().execute();
+        while let Some(msg) = s.try_next().await.map_err(err)? {
+            if msg.header.ifindex != ifindex
+                || !matches!(
+                    msg.header.state,
+                    NeighbourState::Reachable
+                        | NeighbourState::Stale
+                        | NeighbourState::Delay
+                        | NeighbourState::Probe
+                        | NeighbourState::Permanent
+                )
+            {
+                continue;
+            }
+            let mut dest = None;
+            let mut mac = None;
+            for a in &msg.attributes {
+                match a {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => dest = Some(IpAddr::V4(*v4)),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => dest = Some(IpAddr::V6(*v6)),
+                    NeighbourAttribute::LinkLayerAddress(m) => mac = <[u8; 6]>::try_from(m.as_slice()).ok(),
+                    _ => {}
+                }
+            }
+            if let (Some(d), Some(m)) = (dest, mac) {
+                out.push((d, m));
+            }
+        }
+        Ok(out)
     }
 
     /// Forgets what the kernel learned about the link-layer addresses of `addrs` (ARP and

@@ -240,6 +240,32 @@ fn takeover_waits_while_any_probe_answered_within_the_heartbeat_timeout() {
     assert!(h.first_at(|x| matches!(x, Action::CasLease { .. })).is_some_and(|t| t >= last_up + 300));
 }
 
+/// The seventh 60-minute chaos run: a pair's timings were edited while its standby was
+/// cut off. A reconfiguration is no evidence that the holder died: the standby keeps the
+/// time of its last answered probe, and two failures right after a new configuration do
+/// not make the data plane "down" while that answer is younger than a heartbeat timeout.
+#[test]
+fn a_reconfiguration_keeps_the_last_answered_probe() {
+    let mut h = standby_b_hearing_a();
+    // A's agent is dead (no heartbeats from 2,000); its VIP answered at 2,100.
+    h.now = 2_100;
+    h.probe(true);
+    h.feed(Input::Tick);
+    h.now = 2_120;
+    let mut cfg = pair(B);
+    cfg.config_revision = 99;
+    h.feed(Input::ConfigChanged(Box::new(cfg)));
+    let mut out = Vec::new();
+    while h.now < 2_600 {
+        h.now += 50;
+        out.extend(h.probe(false));
+        out.extend(h.feed(Input::Tick));
+    }
+    assert_eq!(cas_of(&out), vec![(2, 1)], "the takeover happens");
+    let at = h.first_at(|x| matches!(x, Action::CasLease { .. }));
+    assert!(at.is_some_and(|t| t >= 2_100 + 300), "not before the last answer is a heartbeat timeout old: {at:?}");
+}
+
 #[test]
 fn takeover_requires_own_data_and_vip_carrier() {
     for link in [Link::Data, Link::Vip] {

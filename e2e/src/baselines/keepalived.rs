@@ -128,6 +128,9 @@ pub struct KeepalivedConfig {
     pub extra_top: Vec<String>,
     /// More virtual addresses of the instance, after the VIP (same interface).
     pub more_vips: Vec<(Ipv4Addr, u8)>,
+    /// `use_vmac`: the master carries the addresses on a macvlan `vrrp.<vrid>` of the
+    /// interface whose MAC is the VRRP MAC `00:00:5e:00:01:<vrid>`.
+    pub use_vmac: bool,
 }
 
 impl KeepalivedConfig {
@@ -148,6 +151,7 @@ impl KeepalivedConfig {
             extra_instance: Vec::new(),
             extra_top: Vec::new(),
             more_vips: Vec::new(),
+            use_vmac: false,
         }
     }
 
@@ -247,12 +251,20 @@ impl KeepalivedConfig {
             }
             let _ = writeln!(c, "    }}");
         }
+        if self.use_vmac {
+            let _ = writeln!(c, "    use_vmac");
+        }
         for l in &self.extra_instance {
             let _ = writeln!(c, "    {l}");
         }
         let _ = writeln!(c, "    virtual_ipaddress {{");
         for v in std::iter::once(&vip).chain(&self.more_vips) {
-            let _ = writeln!(c, "        {}/{} dev {}", v.0, v.1, self.interface);
+            // With use_vmac an address without `dev` goes on the vmac interface.
+            if self.use_vmac {
+                let _ = writeln!(c, "        {}/{}", v.0, v.1);
+            } else {
+                let _ = writeln!(c, "        {}/{} dev {}", v.0, v.1, self.interface);
+            }
         }
         let _ = writeln!(c, "    }}");
         let _ = writeln!(c, "}}");
@@ -294,7 +306,8 @@ impl Keepalived {
         let mut k = Self {
             node: n.name.clone(),
             ns: n.ns.clone(),
-            interface: config.interface.clone(),
+            // keepalived's own name for the vmac interface.
+            interface: if config.use_vmac { format!("vrrp.{vrid}") } else { config.interface.clone() },
             vip: vip.0,
             priority,
             log: dir.path().join("keepalived.log"),
@@ -500,6 +513,15 @@ mod tests {
             .unwrap();
         assert!(c.contains("vrrp_version 2") && c.contains("advert_int 1\n"), "{c}");
         assert!(c.contains("nopreempt") && c.contains("unicast_peer {\n        10.1.0.11"), "{c}");
+    }
+
+    #[test]
+    fn renders_use_vmac_with_the_addresses_on_the_vmac_interface() {
+        let c = KeepalivedConfig { use_vmac: true, ..KeepalivedConfig::v3_fast() }
+            .render("r", 100, ("10.1.0.50".parse().unwrap(), 24), 9)
+            .unwrap();
+        assert!(c.contains("    use_vmac\n"), "{c}");
+        assert!(c.contains("        10.1.0.50/24\n") && !c.contains("10.1.0.50/24 dev"), "{c}");
     }
 
     #[test]

@@ -174,6 +174,12 @@ pub struct PairOptions {
     /// the agents start before it, as before `kubeadm init`) with this YAML added under
     /// it (e.g. `"  notReadyFor: 600ms\n"`), and every VIP probed on the API port 6443.
     pub api_server: Option<String>,
+    /// `virtualMAC: {id: …}`: the pair's VIPs answer with a virtual MAC (pair `k` gets
+    /// id `id + k`); see [`AgentLab::vip_if`].
+    pub virtual_mac: Option<u8>,
+    /// `announce: {unicastToNeighbours: true}` on the layer-2 VIPs: each announcement also
+    /// goes unicast to the neighbours the holder knows in the VIP's subnet.
+    pub unicast_announce: bool,
     /// The members whose agents start with the lab (`None`: all); the others start when
     /// the test says ([`AgentLab::start_agent`]).
     pub started: Option<Vec<usize>>,
@@ -212,6 +218,8 @@ impl Default for PairOptions {
             announce_both: false,
             quorum: None,
             api_server: None,
+            virtual_mac: None,
+            unicast_announce: false,
             started: None,
             file_members: None,
         }
@@ -341,6 +349,20 @@ impl AgentLab {
         std::fs::write(&path, yaml).map_err(|source| LabError::Write { path, source })
     }
 
+    /// Rewrites member `i`'s file of pair 0 with `extra` (top-level YAML lines) appended: a
+    /// new configuration revision the agent applies at SIGHUP
+    /// ([`AgentLab::signal_agent`]) or when it sees the file change.
+    pub fn write_config_with(&self, i: usize, extra: &str) -> Result<()> {
+        let path = self.configs[i][0].clone();
+        let yaml = self.pair_config_yaml(i, 0) + extra;
+        std::fs::write(&path, yaml).map_err(|source| LabError::Write { path, source })
+    }
+
+    /// Member `i`'s agent log (all of it).
+    pub fn agent_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.topo.dir().join(format!("agent-{i}.log"))).unwrap_or_default()
+    }
+
     /// The configuration of pair `k` as member `i` sees it.
     pub fn pair_config_yaml(&self, i: usize, k: usize) -> String {
         self.pair_config_yaml_members(i, k, self.opts.file_members.as_deref())
@@ -388,7 +410,11 @@ impl AgentLab {
         if self.opts.bgp_backup_paths {
             y.push_str("bgpBackupPaths: true\n");
         }
+        if let Some(id) = self.opts.virtual_mac {
+            y.push_str(&format!("virtualMAC: {{id: {}}}\n", usize::from(id) + k));
+        }
         y.push_str("vips:\n");
+        let unicast = if self.opts.unicast_announce { "    announce: {unicastToNeighbours: true}\n" } else { "" };
         for j in 0..self.opts.vips {
             if self.opts.bgp.is_some() && self.opts.announce_both {
                 y.push_str(&format!(
@@ -407,7 +433,7 @@ impl AgentLab {
                 continue;
             }
             y.push_str(&format!(
-                "  - address: {}/24\n    interface: eth0\n    probePorts: [{}]\n",
+                "  - address: {}/24\n    interface: eth0\n    probePorts: [{}]\n{unicast}",
                 self.vip_addr(self.pair_vip(k, j)),
                 if self.opts.api_server.is_some() { API_PORT } else { SERVICE_PORT + k as u16 }
             ));
@@ -419,7 +445,7 @@ impl AgentLab {
             ));
         } else if self.opts.ipv6_vip && k == 0 {
             y.push_str(&format!(
-                "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n",
+                "  - address: {}/64\n    interface: eth0\n    probePorts: [{SERVICE_PORT}]\n{unicast}",
                 self.topo.vip6(0)
             ));
         }
@@ -476,9 +502,29 @@ impl AgentLab {
     pub fn vip_if(&self, i: usize) -> String {
         if self.routed_vips() {
             havip_node_agent::announce::bgp::LINK.to_owned()
+        } else if self.opts.virtual_mac.is_some() {
+            self.virtual_if(i, 0, false)
         } else {
             self.topo.node(i).data_if.clone()
         }
+    }
+
+    /// The virtual MAC interface that carries pair `k`'s VIPs of one family on member
+    /// `i`'s data link ([`PairOptions::virtual_mac`]), named as the agent names it; an empty
+    /// name without a virtual MAC.
+    pub fn virtual_if(&self, i: usize, k: usize, v6: bool) -> String {
+        if self.opts.virtual_mac.is_none() {
+            return String::new();
+        }
+        let node = self.topo.node(i);
+        let index = netns::link_index(&node.ns, &node.data_if).unwrap_or(0);
+        self.virtual_mac(k).link_name(v6, index)
+    }
+
+    /// Pair `k`'s virtual MACs ([`PairOptions::virtual_mac`]), as the agent derives them.
+    pub fn virtual_mac(&self, k: usize) -> havip_node_agent::config::VirtualMac {
+        let id = self.opts.virtual_mac.unwrap_or(0).saturating_add(u8::try_from(k).unwrap_or(u8::MAX));
+        havip_node_agent::config::VirtualMac { id, v4: [0, 0, 0x5e, 0, 1, id], v6: [0, 0, 0x5e, 0, 2, id] }
     }
 
     /// The namespace the client of the VIPs runs in: the client on the data link, or
@@ -662,12 +708,21 @@ impl AgentLab {
     /// The members whose kernel holds VIP `j` on eth0.
     pub fn holders(&self, j: u8) -> Result<Vec<usize>> {
         let vip = IpAddr::V4(self.vip_addr(j));
+        // With a virtual MAC, each pair's VIPs are on its own interface.
+        let pair = usize::from(j / self.opts.vips.max(1));
         let mut out = Vec::new();
         for (i, n) in self.topo.nodes().iter().enumerate() {
-            let held = match netns::has_address(&n.ns, &self.vip_if(i), vip) {
+            let ifname = if self.opts.virtual_mac.is_some() { self.virtual_if(i, pair, false) } else { self.vip_if(i) };
+            let held = match netns::has_address(&n.ns, &ifname, vip) {
                 Ok(h) => h,
-                // The agent creates the dummy interface of routed VIPs when it first runs.
-                Err(e) if self.opts.bgp.is_some() && e.to_string().contains("does not exist") => false,
+                // The agent creates the dummy interface of routed VIPs (and the virtual MAC
+                // interfaces) when it first runs.
+                Err(e)
+                    if (self.opts.bgp.is_some() || self.opts.virtual_mac.is_some())
+                        && e.to_string().contains("does not exist") =>
+                {
+                    false
+                }
                 Err(e) => return Err(e.into()),
             };
             if held {

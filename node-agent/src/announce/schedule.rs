@@ -143,6 +143,7 @@ mod schedule_tests {
             repeats: 2,
             repeat_interval: Duration::from_millis(1100),
             refresh_interval: Duration::ZERO,
+            unicast: false,
         }
     }
 

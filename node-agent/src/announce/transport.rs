@@ -12,6 +12,11 @@ pub trait Transport: Send + Sync {
     /// Announces `vip` once; returns what was sent (the `kind` label of
     /// `havip_agent_announcements_total`: `garp`, `na`).
     fn announce(&self, vip: IpAddr) -> Result<&'static str, AnnounceError>;
+
+    /// Announces `vip` once to one neighbour (`to`, at `to_mac`), unicast: an ARP reply or
+    /// an unsolicited NA addressed to it, for hosts that drop broadcast announcements
+    /// (`announce.unicastToNeighbours`); returns its kind (`arp_unicast`, `na_unicast`).
+    fn announce_to(&self, vip: IpAddr, to: IpAddr, to_mac: [u8; 6]) -> Result<&'static str, AnnounceError>;
 }
 
 /// Errors of the layer-2 socket layer.

@@ -447,9 +447,16 @@ fn rule(w: &mut Writer, table: &str, chain: ChainSpec, body: impl FnOnce(&mut Pr
 /// (an established socket is bound to the VIP; a handshake in progress or a time-wait
 /// socket is no full socket: no match) and matches only when the service listens on the
 /// wildcard address; a listener bound to the VIP itself leaves it to the conntrack rules.
-pub(crate) fn forward_unowned_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
+pub(crate) fn forward_unowned_rule(
+    w: &mut Writer,
+    table: &str,
+    vip: IpAddr,
+    old_holder: IpAddr,
+    iif: u32,
+    ifindex: u32,
+) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
+        p.tcp_to_vip_with_flags(vip, iif, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
         p.socket_wildcard();
         p.cmp(CMP_EQ, &[1]);
         p.count_dup_drop(old_holder, ifindex);
@@ -480,11 +487,11 @@ pub(crate) fn forward_unowned_rule(w: &mut Writer, table: &str, vip: IpAddr, old
 ///   (`IP_MINTTL`, GTSM) would refuse the copies.
 ///
 /// The caller checks that `vip` and `old_holder` are of one family.
-pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
+pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, iif: u32, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
         // TCP flags are byte 13 of the header: everything but a plain SYN (a SYN-ACK
         // would be odd towards a VIP, and is a reply to the old holder's SYN anyway).
-        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
+        p.tcp_to_vip_with_flags(vip, iif, TCP_FLAG_SYN | TCP_FLAG_ACK, TCP_FLAG_SYN);
         // A flow this host's conntrack does not know: `new` (nf_conntrack_tcp_loose, the
         // default, picks up a mid-stream segment). Not `invalid` in general: conntrack also
         // calls an out-of-window segment of this host's own connection invalid, and the old
@@ -510,9 +517,9 @@ pub(crate) fn forward_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder:
 /// Only FIN and RST: an invalid segment of this host's own connection (out of its
 /// window) forwarded would be answered by the old holder with a reset; a forwarded RST is
 /// answered by nobody, and an invalid FIN of its own is rare.
-pub(crate) fn forward_close_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, ifindex: u32) {
+pub(crate) fn forward_close_rule(w: &mut Writer, table: &str, vip: IpAddr, old_holder: IpAddr, iif: u32, ifindex: u32) {
     rule(w, table, FWD_PREROUTING, |p| {
-        p.tcp_to_vip_with_flags(vip, ifindex, TCP_FLAG_FIN | TCP_FLAG_RST, 0);
+        p.tcp_to_vip_with_flags(vip, iif, TCP_FLAG_FIN | TCP_FLAG_RST, 0);
         p.ct_state();
         p.and(&CT_STATE_INVALID.to_ne_bytes(), false);
         p.cmp(CMP_NEQ, &[0; 4]);

@@ -110,13 +110,20 @@ pub struct ForwardRule {
     /// The old holder's node address on the VIP's link, of the VIP's family: the next
     /// hop the copies are sent to (its MAC, not its IP, ends up in the frame).
     pub old_holder: IpAddr,
-    /// The interface index of the VIP's link on this node.
+    /// The interface index of the VIP's link on this node: the copies go out of it.
     pub ifindex: u32,
+    /// The interface the VIP's packets arrive on: the link itself, or the pair's virtual
+    /// MAC interface on it (see `announce::l2::vmac`).
+    pub iif: u32,
 }
 
 impl fmt::Display for ForwardRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "forward {} to {} via ifindex {}", self.vip, self.old_holder, self.ifindex)
+        write!(f, "forward {} to {} via ifindex {}", self.vip, self.old_holder, self.ifindex)?;
+        if self.iif != self.ifindex {
+            write!(f, " (arriving on ifindex {})", self.iif)?;
+        }
+        Ok(())
     }
 }
 
@@ -343,7 +350,7 @@ impl Nft {
             if r.vip.is_ipv4() != r.old_holder.is_ipv4() {
                 return Err(invalid(format!("{r}: the VIP and the old holder's address are of different families")));
             }
-            if r.ifindex == 0 || i32::try_from(r.ifindex).is_err() {
+            if [r.ifindex, r.iif].iter().any(|i| *i == 0 || i32::try_from(*i).is_err()) {
                 return Err(invalid(format!("{r}: not an interface index")));
             }
             if !seen.insert(r.vip) {
@@ -359,7 +366,7 @@ impl Nft {
                 continue;
             }
             add_chain(&mut batch, &table, expr::FWD_PREROUTING);
-            type Build = fn(&mut msg::Writer, &str, IpAddr, IpAddr, u32);
+            type Build = fn(&mut msg::Writer, &str, IpAddr, IpAddr, u32, u32);
             let all: [Build; 3] = [expr::forward_unowned_rule, expr::forward_rule, expr::forward_close_rule];
             let builds = if by_socket { &all[..] } else { &all[1..] };
             for r in mine {
@@ -367,7 +374,7 @@ impl Nft {
                     let op =
                         Op::AddRule { table: table.clone(), chain: expr::FWD_PREROUTING.name, rule: r.to_string() };
                     batch.push(op, expr::NFT_MSG_NEWRULE, family.nfproto(), NLM_F_CREATE | NLM_F_APPEND, |w| {
-                        build(w, &table.name, r.vip, r.old_holder, r.ifindex)
+                        build(w, &table.name, r.vip, r.old_holder, r.iif, r.ifindex)
                     });
                 }
             }

@@ -127,10 +127,13 @@ fn invalid_rules_are_refused_before_anything_is_sent() {
     let vip: IpAddr = Ipv4Addr::new(10, 0, 0, 50).into();
     let v6: IpAddr = Ipv6Addr::LOCALHOST.into();
     let bad_fwd = [
-        vec![ForwardRule { vip, old_holder: v6, ifindex: 2 }],
-        vec![ForwardRule { vip, old_holder: vip, ifindex: 0 }],
-        vec![ForwardRule { vip, old_holder: vip, ifindex: u32::MAX }],
-        vec![ForwardRule { vip, old_holder: vip, ifindex: 2 }, ForwardRule { vip, old_holder: vip, ifindex: 3 }],
+        vec![ForwardRule { vip, old_holder: v6, ifindex: 2, iif: 2 }],
+        vec![ForwardRule { vip, old_holder: vip, ifindex: 0, iif: 0 }],
+        vec![ForwardRule { vip, old_holder: vip, ifindex: u32::MAX, iif: u32::MAX }],
+        vec![
+            ForwardRule { vip, old_holder: vip, ifindex: 2, iif: 2 },
+            ForwardRule { vip, old_holder: vip, ifindex: 3, iif: 3 },
+        ],
     ];
     for rules in bad_fwd {
         assert!(matches!(nft.set_forwarder("p", &rules), Err(NftError::InvalidRule { .. })), "{rules:?}");
@@ -211,6 +214,7 @@ fn a_batch_that_fails_part_way_changes_nothing_and_names_the_failing_message() {
                 vip: Ipv4Addr::new(10, 0, 0, 50).into(),
                 old_holder: Ipv4Addr::new(10, 0, 0, 10).into(),
                 ifindex: 1,
+                iif: 1,
             }],
         )
         .expect("forwarder");
@@ -235,7 +239,7 @@ fn replacing_keeps_exactly_the_new_rules_and_an_empty_list_removes() {
         let c: IpAddr = "fd00::50".parse().expect("v6");
         let old4: IpAddr = Ipv4Addr::new(10, 0, 0, 10).into();
         let old6: IpAddr = "fd00::10".parse().expect("v6");
-        let rule = |vip, old_holder| ForwardRule { vip, old_holder, ifindex: 1 };
+        let rule = |vip, old_holder| ForwardRule { vip, old_holder, ifindex: 1, iif: 1 };
         nft.set_forwarder("p", &[rule(a, old4), rule(b, old4), rule(c, old6)]).expect("three");
         let mut vips: Vec<IpAddr> = nft.forwarded("p").expect("forwarded").into_iter().map(|(v, _)| v).collect();
         vips.sort();
@@ -286,7 +290,7 @@ fn a_batch_larger_than_the_default_send_buffer_and_a_multi_part_dump_work() {
         // Three rules a VIP, about 1 KB each: some 1.7 MB in one batch, several times
         // `wmem_default`; read back, the dump spans many datagrams.
         let rules: Vec<ForwardRule> = (1..=600u32)
-            .map(|i| ForwardRule { vip: Ipv4Addr::from(0x0a00_0000 + i).into(), old_holder, ifindex: 1 })
+            .map(|i| ForwardRule { vip: Ipv4Addr::from(0x0a00_0000 + i).into(), old_holder, ifindex: 1, iif: 1 })
             .collect();
         nft.set_forwarder("big", &rules).expect("600 rules in one batch");
         let got = nft.forwarded("big").expect("forwarded");

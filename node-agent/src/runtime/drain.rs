@@ -240,7 +240,7 @@ impl Runtime {
             // A routed VIP has no subnet of its own: any own address of its ingress link.
             let src = mine
                 .iter()
-                .find(|a| v.routed || crate::netlink::same_subnet(a.addr, v.vip.addr, v.vip.prefix))
+                .find(|a| v.routed || crate::netlink::same_subnet(a.addr, v.vip.addr, v.subnet_prefix))
                 .or_else(|| mine.iter().find(|a| matches!(a.addr, IpAddr::V6(x) if x.segments()[0] & 0xffc0 == 0xfe80)))
                 .map(|a| a.addr)
                 .ok_or_else(|| DrainError::NoOwnAddress { vip: v.vip.addr, ifname: v.ingress.clone() })?;
@@ -341,12 +341,18 @@ impl Runtime {
                     .filter(|a| a.is_ipv4() == v.vip.addr.is_ipv4())
             } else {
                 member.addresses.values().find(|a| {
-                    a.is_ipv4() == v.vip.addr.is_ipv4() && crate::netlink::same_subnet(**a, v.vip.addr, v.vip.prefix)
+                    a.is_ipv4() == v.vip.addr.is_ipv4() && crate::netlink::same_subnet(**a, v.vip.addr, v.subnet_prefix)
                 })
             };
             let index = links.iter().find(|l| l.name == v.ingress).map(|l| l.index);
-            match (old, index) {
-                (Some(old), Some(ifindex)) => rules.push(ForwardRule { vip: v.vip.addr, old_holder: *old, ifindex }),
+            // A virtual MAC VIP's segments arrive on its macvlan; the copies leave by the
+            // link, where the old holder is a neighbour.
+            let iif =
+                if v.virtual_link { links.iter().find(|l| l.name == v.vip.ifname).map(|l| l.index) } else { index };
+            match (old, index, iif) {
+                (Some(old), Some(ifindex), Some(iif)) => {
+                    rules.push(ForwardRule { vip: v.vip.addr, old_holder: *old, ifindex, iif })
+                }
                 _ => tracing::warn!(
                     vip = %v.vip.addr, peer = peer.as_str(),
                     "drain: the old holder has no address in this VIP's subnet; its connections are not forwarded"

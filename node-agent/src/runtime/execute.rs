@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// The most neighbours a VIP is announced to unicast (`announce.unicastToNeighbours`).
+const UNICAST_NEIGHBOURS_MAX: usize = 256;
+
 /// A VIP the kernel refused to add is retried this often.
 const VIP_ADD_RETRY: Duration = Duration::from_secs(1);
 
@@ -106,6 +109,7 @@ impl Runtime {
             sm::Action::AddVips(ids) => {
                 // Taken back during a drain: off `lo` first, answered for again.
                 self.drain_end().await;
+                self.read_unicast_targets(&ids).await;
                 // Recorded before they are added: a crash after the add still knows them.
                 let adding: Vec<Vip> =
                     self.vips.iter().filter(|v| ids.contains(&v.id)).flat_map(|v| v.addresses().cloned()).collect();
@@ -119,6 +123,17 @@ impl Runtime {
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     if v.advertised().is_some() {
                         self.routed_epoch = Some(epoch);
+                    }
+                    // The virtual MAC interface up first: the address is answered for,
+                    // and announced, from its MAC.
+                    if v.virtual_link
+                        && let Err(e) = self.nl.set_link_up(&v.vip.ifname, true).await
+                    {
+                        self.metrics.io_error(e.category());
+                        tracing::error!(error = %e, ifname = %v.vip.ifname,
+                            "failed to set the virtual MAC interface up; retrying in a second");
+                        failed = true;
+                        continue;
                     }
                     // The layer-2 address first (`Both`): answered for before advertised.
                     for a in v.addresses() {
@@ -276,6 +291,7 @@ impl Runtime {
                     .map(|v| v.id.clone())
                     .collect();
                 self.metrics.set_vips_held(present.len());
+                self.sync_virtual_links(&addrs).await;
                 tracing::debug!(present = present.len(), "observed the pair's VIPs in the kernel");
                 self.queue.push_back(sm::Input::LocalVips { present });
             }
@@ -287,6 +303,75 @@ impl Runtime {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let _ = tx.send(Event::ObserveVips).await;
                 });
+            }
+        }
+    }
+
+    /// The neighbours this node knows in the subnet of each VIP of `ids` that is announced
+    /// unicast too (`announce.unicastToNeighbours`), from its neighbour table on the VIP's
+    /// link: read before the VIPs are added, so that the burst that follows reaches them.
+    async fn read_unicast_targets(&mut self, ids: &[sm::VipId]) {
+        let wanted: Vec<&ResolvedVip> =
+            self.vips.iter().filter(|v| ids.contains(&v.id) && v.announce.unicast && !v.routed).collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let links = self.nl.links().await.unwrap_or_default();
+        let mut targets = Vec::new();
+        for v in wanted {
+            let Some(index) = links.iter().find(|l| l.name == v.ingress).map(|l| l.index) else { continue };
+            let known = match self.nl.neighbours_on(index).await {
+                Ok(n) => n,
+                Err(e) => {
+                    self.metrics.io_error(e.category());
+                    tracing::warn!(error = %e, vip = %v.vip.addr, "failed to read the neighbours to announce the VIP to");
+                    continue;
+                }
+            };
+            targets.extend(
+                known
+                    .into_iter()
+                    .filter(|(ip, _)| {
+                        ip.is_ipv4() == v.vip.addr.is_ipv4()
+                            && *ip != v.vip.addr
+                            && crate::netlink::same_subnet(*ip, v.vip.addr, v.subnet_prefix)
+                    })
+                    .take(UNICAST_NEIGHBOURS_MAX)
+                    .map(|(ip, mac)| (v.vip.addr, ip, mac)),
+            );
+        }
+        tracing::debug!(neighbours = targets.len(), "the VIPs are also announced to these neighbours, unicast");
+        self.unicast_targets.retain(|(vip, _, _)| !targets.iter().any(|(t, _, _)| t == vip));
+        self.unicast_targets.extend(targets);
+    }
+
+    /// Sets each virtual MAC interface of the pair down when no address of havip's is left
+    /// on it (after a demotion, a drain moving the VIPs to `lo`, a VIP removed from the
+    /// configuration, or a start that finds one up on a standby): its MAC then leaves the
+    /// link. Setting one up is [`sm::Action::AddVips`]' (before the addresses, so that
+    /// the announcements from it go out).
+    pub(super) async fn sync_virtual_links(&self, havip_addrs: &[crate::netlink::AddrInfo]) {
+        let names: BTreeSet<&str> =
+            self.vips.iter().filter(|v| v.virtual_link).map(|v| v.vip.ifname.as_str()).collect();
+        if names.is_empty() {
+            return;
+        }
+        let links = match self.nl.links().await {
+            Ok(l) => l,
+            Err(e) => {
+                self.metrics.io_error(e.category());
+                tracing::warn!(error = %e, "failed to read the links; the virtual MAC interfaces stay as they are");
+                return;
+            }
+        };
+        for l in links.iter().filter(|l| l.up && names.contains(l.name.as_str())) {
+            if havip_addrs.iter().any(|a| a.ifindex == l.index) {
+                continue;
+            }
+            if let Err(e) = self.nl.set_link_up(&l.name, false).await {
+                self.metrics.io_error(e.category());
+                tracing::warn!(error = %e, ifname = %l.name,
+                    "failed to set an empty virtual MAC interface down: the node still accepts frames for the virtual MAC");
             }
         }
     }
@@ -306,6 +391,7 @@ impl Runtime {
         let Some((first, _)) = vips.first() else { return };
         let sched = first.announce.clone();
         let metrics = self.metrics.clone();
+        let unicast = self.unicast_targets.clone();
         let send_all = move |count: u32| {
             for (v, port) in &vips {
                 for _ in 0..count {
@@ -315,6 +401,18 @@ impl Runtime {
                         Err(e) => {
                             metrics.io_error("announce");
                             tracing::warn!(error = %e, "announcement failed");
+                        }
+                    }
+                }
+                if !v.announce.unicast {
+                    continue;
+                }
+                for (_, to, mac) in unicast.iter().filter(|(vip, _, _)| *vip == v.vip.addr) {
+                    match port.transport().announce_to(v.vip.addr, *to, *mac) {
+                        Ok(k) => metrics.announced(k),
+                        Err(e) => {
+                            metrics.io_error("announce");
+                            tracing::warn!(error = %e, neighbour = %to, "unicast announcement failed");
                         }
                     }
                 }
@@ -339,7 +437,7 @@ impl Runtime {
                     }
                     let _ = tx.send(Event::Input(sm::Input::LocalProbe { vip: v.id.clone(), port: *p, up })).await;
                 }
-                if let Some(port) = l2.get(&v.vip.ifname).filter(|_| conflict_probe) {
+                if let Some(port) = l2.get(v.probe_ifname()).filter(|_| conflict_probe) {
                     let ip = v.vip.addr;
                     for mac in port.who_has(ip, crate::probes::unspecified_like(ip), Duration::from_millis(300)).await {
                         tracing::warn!(vip = %v.vip, foreign_mac = %mac, "self-check: a foreign host answers for the VIP");

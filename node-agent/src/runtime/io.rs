@@ -67,6 +67,7 @@ pub(super) async fn build_io(
     cfg: &AgentConfig,
     nl: &Netlink,
     reuse_l2: &HashMap<String, Arc<L2Port>>,
+    ledger: &VipLedger,
 ) -> Result<Io, RuntimeError> {
     let me =
         cfg.local_member().cloned().ok_or_else(|| RuntimeError::Config(format!("{} is not a member", cfg.node)))?;
@@ -92,16 +93,41 @@ pub(super) async fn build_io(
             };
             (ifname, v.prefix)
         };
+        // A virtual MAC: a host address of the pair's macvlan on the link, which the
+        // holder alone sets up (see `announce::l2::vmac`); the link stays where its
+        // traffic arrives from, for the carrier, the probes and the guard.
+        let (vip, virtual_link) = match cfg.virtual_mac.filter(|_| !routed) {
+            Some(vm) => {
+                let parent = nl.link(&ifname).await?.index;
+                let name = vm.link_name(v.addr.is_ipv6(), parent);
+                if let Some(owner) = ledger.link_owner(&name) {
+                    return Err(RuntimeError::Config(format!(
+                        "virtualMAC id {}: the virtual MAC interface {name} on {ifname} is pair {owner}'s; pairs that \
+                         share a link need different virtual MACs",
+                        vm.id
+                    )));
+                }
+                // Recorded before it is created: a crash right after still deletes it.
+                if let Err(e) = ledger.record_links(std::slice::from_ref(&name)) {
+                    tracing::warn!(error = %e, ifname = %name, "failed to record the virtual MAC interface in the ledger");
+                }
+                nl.ensure_macvlan(&name, parent, vm.mac(v.addr.is_ipv6())).await?;
+                (Vip { addr: v.addr, prefix: crate::netlink::host_prefix(v.addr), ifname: name }, true)
+            }
+            None => (Vip { addr: v.addr, prefix, ifname: ifname.clone() }, false),
+        };
         vips.push(ResolvedVip {
             id: sm::VipId::new(v.id.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?,
-            ingress: ifname.clone(),
-            vip: Vip { addr: v.addr, prefix, ifname },
+            ingress: ifname,
+            vip,
             ports: v.probe_ports.clone(),
             health_checks: v.health_checks.clone(),
             announce: v.announce.clone(),
             mac: None,
             routed,
             also_routed,
+            virtual_link,
+            subnet_prefix: v.prefix,
         });
     }
     // The data link: the interface holding this node's address on the first path.
@@ -185,7 +211,10 @@ pub(super) async fn build_io(
     for (ifname, v6) in vips
         .iter()
         .filter(|v| !v.routed)
-        .map(|v| (v.vip.ifname.clone(), v.vip.addr.is_ipv6()))
+        // A virtual MAC VIP announces from its macvlan and is probed for from its link.
+        .flat_map(|v| {
+            [(v.vip.ifname.clone(), v.vip.addr.is_ipv6()), (v.probe_ifname().to_owned(), v.vip.addr.is_ipv6())]
+        })
         .chain(fence.iter().map(|f| (f.ifname.clone(), f.target.is_ipv6())))
     {
         *needs.entry(ifname).or_default() |= v6;
@@ -258,6 +287,30 @@ pub(super) async fn remove_stale_vips(nl: &Netlink, ledger: &VipLedger, current:
     if let Err(e) = ledger.store(&left) {
         tracing::warn!(error = %e, "failed to write the VIP ledger");
     }
+    // Virtual MAC interfaces of an earlier configuration (virtualMAC changed or removed,
+    // a VIP's link changed): deleted, with whatever address is left on them.
+    let links: BTreeSet<String> = current.iter().filter(|v| v.virtual_link).map(|v| v.vip.ifname.clone()).collect();
+    let stale_links = match ledger.links() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the VIP ledger; stale virtual MAC interfaces are left in place");
+            return;
+        }
+    };
+    let mut kept: Vec<String> = Vec::new();
+    for name in stale_links {
+        if links.contains(&name) {
+            kept.push(name);
+            continue;
+        }
+        if let Err(e) = nl.delete_virtual_link(&name).await {
+            tracing::warn!(error = %e, ifname = %name, "failed to delete a stale virtual MAC interface");
+            kept.push(name);
+        }
+    }
+    if let Err(e) = ledger.store_links(&kept) {
+        tracing::warn!(error = %e, "failed to write the VIP ledger");
+    }
 }
 
 impl Runtime {
@@ -300,7 +353,7 @@ impl Runtime {
                         .vips
                         .iter()
                         .filter(|v| !v.ports.is_empty())
-                        .filter_map(|v| self.l2.get(&v.vip.ifname).map(|p| (v.vip.addr, p.clone())))
+                        .filter_map(|v| self.l2.get(v.probe_ifname()).map(|p| (v.vip.addr, p.clone())))
                         .collect();
                     r.sort_by_key(|(a, _)| *a);
                     r.dedup_by_key(|(a, _)| *a);
@@ -382,7 +435,7 @@ impl Runtime {
         let conflict_targets: Vec<(sm::VipId, IpAddr, Arc<L2Port>)> = self
             .vips
             .iter()
-            .filter_map(|v| self.l2.get(&v.vip.ifname).map(|p| (v.id.clone(), v.vip.addr, p.clone())))
+            .filter_map(|v| self.l2.get(v.probe_ifname()).map(|p| (v.id.clone(), v.vip.addr, p.clone())))
             .collect();
         self.tasks.push(spawn_conflict_watch(conflict_targets, self.holding.clone(), self.tx.clone()));
 

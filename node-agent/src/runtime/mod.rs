@@ -157,8 +157,8 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         );
     }
     let nl = Netlink::new()?;
-    let io = build_io(&cfg, &nl, &HashMap::new()).await?;
     let ledger = VipLedger::new(opts.state.path().parent().unwrap_or(std::path::Path::new(".")), &cfg.pair);
+    let io = build_io(&cfg, &nl, &HashMap::new(), &ledger).await?;
     // The guard first: a drain's addresses left on `lo` by a killed agent go next, and
     // the new holder may still forward to them (see `drain`).
     drain::install_guard(&cfg.pair, &nl, &io.vips, &opts.metrics).await;
@@ -229,6 +229,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         ledger,
         gate,
         routed_epoch: None,
+        unicast_targets: Vec::new(),
         speaker_problem: None,
         backup_installed: None,
         backup_tried: None,
@@ -342,7 +343,7 @@ impl Runtime {
 
     /// Applies `cfg`, or leaves everything as it was and says why.
     async fn reconfigure(&mut self, cfg: AgentConfig) -> Result<(), RuntimeError> {
-        let io = build_io(&cfg, &self.nl, &self.l2).await?;
+        let io = build_io(&cfg, &self.nl, &self.l2, &self.ledger).await?;
         self.hb.update(io.hb.clone()).await?;
         // VIPs of the old configuration are the machine's to remove (below); only what the
         // ledger holds beyond both is stale.

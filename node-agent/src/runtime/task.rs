@@ -59,6 +59,9 @@ pub(super) struct Runtime {
     pub(super) gate: Arc<AnnounceGate>,
     /// The epoch whose metric the routed VIPs on this node carry (`None`: none held).
     pub(super) routed_epoch: Option<u64>,
+    /// The neighbours each VIP with `announce.unicastToNeighbours` is also announced to,
+    /// read when the VIPs were taken: (VIP, neighbour, its MAC).
+    pub(super) unicast_targets: Vec<(std::net::IpAddr, std::net::IpAddr, [u8; 6])>,
     /// What was last wrong with the node's BGP speaker (pairs with routed VIPs).
     pub(super) speaker_problem: Option<String>,
     /// Routed VIPs' backup paths in the kernel (`None`: not read yet).

@@ -138,6 +138,13 @@ pub(super) struct ResolvedVip {
     /// address of [`crate::announce::bgp::LINK`] the node's speaker advertises; added and
     /// removed with it, withdrawn at a drain's start.
     pub(super) also_routed: Option<Vip>,
+    /// [`ResolvedVip::vip`] is on the pair's virtual MAC interface (a macvlan of
+    /// [`ResolvedVip::ingress`], up on the holder only; see `announce::l2::vmac`).
+    pub(super) virtual_link: bool,
+    /// The prefix length of the VIP's subnet, as configured ([`ResolvedVip::vip`] has the
+    /// host prefix on a macvlan or `havip0`): where the node's own address and the old
+    /// holder's are looked for on the link.
+    pub(super) subnet_prefix: u8,
 }
 
 impl ResolvedVip {
@@ -151,6 +158,14 @@ impl ResolvedVip {
     /// address of `havip0` too.
     pub(super) fn addresses(&self) -> impl Iterator<Item = &Vip> {
         std::iter::once(&self.vip).chain(self.also_routed.as_ref())
+    }
+
+    /// The interface whose layer-2 port asks who has the VIP (the duplicate-VIP checks,
+    /// a standby's own resolution): the VIP's link — for a virtual MAC VIP its parent, as
+    /// the macvlan is down on every member but the holder. A routed VIP's `havip0` has no
+    /// port.
+    pub(super) fn probe_ifname(&self) -> &str {
+        if self.routed { &self.vip.ifname } else { &self.ingress }
     }
 
     /// What the reporter is told of it.

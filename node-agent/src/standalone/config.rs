@@ -57,6 +57,10 @@ pub struct StandaloneFile {
     /// `bgpBackupPaths`; docs/bgp.md).
     #[serde(default)]
     pub bgp_backup_paths: bool,
+    /// A virtual MAC that moves with the VIPs (as the HAPair's `virtualMAC`;
+    /// docs/virtual-mac.md).
+    #[serde(default, rename = "virtualMAC")]
+    pub virtual_mac: Option<havip_crds::VirtualMacSpec>,
     /// Timing profile (`Standard` or `Fast`, as in the HAPair): sets the heartbeat and
     /// probe timings left at their defaults.
     #[serde(default)]
@@ -549,6 +553,7 @@ impl StandaloneFile {
             sm.quorum_lease_ms = Some(u64::try_from(q.lease.as_millis()).unwrap_or(u64::MAX));
             sm.validate().map_err(|e| invalid(format!("quorum.lease {:?}: {e}", q.lease)))?;
         }
+        let virtual_mac = self.virtual_mac.as_ref().map(crate::config::VirtualMac::from_spec).transpose()?;
         Ok(AgentConfig {
             pair: self.pair,
             node,
@@ -564,6 +569,7 @@ impl StandaloneFile {
             witness,
             quorum,
             api_server,
+            virtual_mac,
         })
     }
 }

@@ -39,7 +39,7 @@ pub use plan::{
 pub use requests::{Decision, command_answer, command_deadline, decide, next_request};
 pub use spec::{
     is_dns1123_subdomain, lease_name, member_addresses, member_label_patch, member_labels, member_nodes, member_patch,
-    pair_of_lease, published_addresses, refusal, revision, secret_name, validate_spec,
+    pair_of_lease, published_addresses, refusal, revision, secret_name, validate_spec, virtual_mac_conflict,
 };
 pub use status::{
     condition, conditions, departed_members, last_transition, next_staleness, operator_status, without_timestamps,

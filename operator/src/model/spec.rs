@@ -236,6 +236,43 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec, namespace: &str) -> Vec<Stri
     out
 }
 
+/// The spec problem of a pair whose virtual MAC (`virtualMAC`) another pair that shares
+/// a member node with it uses too, for either family; the older pair (by creation time,
+/// then name) keeps it. `others`: every other pair as (name, spec, creation time). Two
+/// pairs answering with one MAC on one link would steal each other's frames, and their
+/// agents would share one macvlan; the agent of the later one refuses it on that node
+/// as well. `None`: no conflict (or no virtual MAC).
+pub fn virtual_mac_conflict<'a>(
+    name: &str,
+    spec: &HAPairSpec,
+    created: Option<&k8s_openapi::jiff::Timestamp>,
+    others: impl IntoIterator<Item = (&'a str, &'a HAPairSpec, Option<&'a k8s_openapi::jiff::Timestamp>)>,
+) -> Option<String> {
+    let vm = spec.virtual_mac.as_ref()?;
+    let macs = |v: &havip_crds::VirtualMacSpec| [v.mac(false).ok(), v.mac(true).ok()];
+    let mine = macs(vm);
+    let nodes: BTreeSet<&str> = spec.members.iter().map(|m| m.node.as_str()).collect();
+    // Oldest first; a pair without a creation time (not stored yet) is the youngest.
+    let age_key = |when: Option<&k8s_openapi::jiff::Timestamp>, n: &str| (when.is_none(), when.copied(), n.to_owned());
+    let mine_key = age_key(created, name);
+    let mut older: Vec<(_, String)> = others
+        .into_iter()
+        .filter(|(other, _, when)| *other != name && age_key(*when, other) < mine_key)
+        .filter_map(|(other, s, when)| {
+            let theirs = macs(s.virtual_mac.as_ref()?);
+            mine.iter().flatten().any(|m| theirs.iter().flatten().any(|t| t == m)).then_some(())?;
+            let shared = s.members.iter().find(|m| nodes.contains(m.node.as_str()))?;
+            Some((age_key(when, other), shared.node.clone()))
+        })
+        .collect();
+    older.sort();
+    let ((_, _, other), node) = older.into_iter().next()?;
+    Some(format!(
+        "virtualMAC: pair {other}, which is older and shares node {node} with this pair, uses the same virtual MAC; \
+         give this pair another virtualMAC id (or address)"
+    ))
+}
+
 /// The name of a pair's Lease (`hapair-<pair>`; see [`havip_crds::lease`]).
 pub fn lease_name(pair: &str) -> String {
     havip_crds::lease::pair_lease_name(pair)

@@ -1050,3 +1050,39 @@ fn route_events_say_which_member_advertises_a_routed_vip_now() {
         ["10.9.0.50/32: advertised by a (to 10.0.0.254); was nobody"]
     );
 }
+
+#[test]
+fn a_virtual_mac_is_the_older_pairs_on_the_nodes_they_share() {
+    use super::spec::virtual_mac_conflict;
+    let with = |id: i32, address: Option<&str>, nodes: [&str; 2]| {
+        let mut s = spec();
+        s.members[0].node = nodes[0].to_owned();
+        s.members[1].node = nodes[1].to_owned();
+        s.virtual_mac = Some(havip_crds::VirtualMacSpec { id, address: address.map(str::to_owned) });
+        s
+    };
+    let t = |secs: i64| Timestamp::from_second(secs).unwrap();
+    let (t1, t2) = (t(1_000), t(2_000));
+    let web = with(51, None, ["a", "b"]);
+    let db = with(51, None, ["b", "c"]);
+    let others = [("web", &web, Some(&t1)), ("db", &db, Some(&t2))];
+    // db is younger and shares node b: its problem, not web's.
+    let p = virtual_mac_conflict("db", &db, Some(&t2), others).expect("a conflict");
+    assert!(p.contains("pair web") && p.contains("node b"), "{p}");
+    assert_eq!(virtual_mac_conflict("web", &web, Some(&t1), others), None);
+    // No shared node, another id, no virtual MAC: no conflict.
+    let far = with(51, None, ["c", "d"]);
+    assert_eq!(virtual_mac_conflict("far", &far, Some(&t2), [("web", &web, Some(&t1))]), None);
+    let other_id = with(52, None, ["a", "b"]);
+    assert_eq!(virtual_mac_conflict("o", &other_id, Some(&t2), [("web", &web, Some(&t1))]), None);
+    assert_eq!(virtual_mac_conflict("plain", &spec(), Some(&t2), [("web", &web, Some(&t1))]), None);
+    // Another id but the same explicit address: the MAC is what counts.
+    let a1 = with(7, Some("02:00:00:00:00:07"), ["a", "b"]);
+    let a2 = with(8, Some("02:00:00:00:00:07"), ["a", "x"]);
+    assert!(virtual_mac_conflict("a2", &a2, Some(&t2), [("a1", &a1, Some(&t1))]).is_some());
+    // Same creation time: the name decides; no creation time yet: the youngest.
+    assert!(virtual_mac_conflict("db", &db, Some(&t1), [("web", &web, Some(&t1))]).is_none(), "db < web by name");
+    assert!(virtual_mac_conflict("web", &web, Some(&t1), [("db", &db, Some(&t1))]).is_some());
+    assert!(virtual_mac_conflict("web", &web, None, [("db", &db, Some(&t2))]).is_some());
+    assert!(virtual_mac_conflict("db", &db, Some(&t2), [("web", &web, None)]).is_none());
+}

@@ -134,9 +134,23 @@ fn gather(
     vips.sort_by(|a, b| a.name.cmp(&b.name));
     refused.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     let fips = readable.iter().filter(|f| f.spec.pair == name).map(|f| (f.name_any(), (*f).clone())).collect();
+    let mut spec_problems = model::validate_spec(&name, &pair.spec, &ctx.settings.namespace);
+    let pairs = ctx.pairs.state();
+    spec_problems.extend(model::virtual_mac_conflict(
+        &name,
+        &pair.spec,
+        pair.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+        pairs.iter().filter_map(|p| p.0.as_ref().ok()).map(|p| {
+            (
+                p.metadata.name.as_deref().unwrap_or_default(),
+                &p.spec,
+                p.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+            )
+        }),
+    ));
     let observed = Observed {
         refused,
-        spec_problems: model::validate_spec(&name, &pair.spec, &ctx.settings.namespace),
+        spec_problems,
         name,
         spec: pair.spec.clone(),
         status: pair.status.clone().unwrap_or_default(),

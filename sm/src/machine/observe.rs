@@ -383,13 +383,14 @@ impl Machine {
             // Left the pair: give up what we hold under the old configuration first.
             self.release(now, Role::Unpaired, Reason::Unpaired, out);
         }
-        let old: BTreeSet<VipId> = self.cfg.vips.iter().map(|v| v.id.clone()).collect();
+        let old_order: Vec<VipId> = self.cfg.vips.iter().map(|v| v.id.clone()).collect();
+        let old: BTreeSet<VipId> = old_order.iter().cloned().collect();
         let new: BTreeSet<VipId> = cfg.vips.iter().map(|v| v.id.clone()).collect();
         self.cfg_error = cfg.validate().err();
         self.my_priority = cfg.priority_of(&cfg.local).unwrap_or(0);
         self.in_pair = in_pair;
         self.cfg = cfg;
-        self.rebuild_for_config();
+        self.rebuild_for_config(&old_order);
         match self.cfg_error.clone() {
             Some(e) => self.raise(Alarm::Misconfigured, e.to_string(), out),
             None => self.clear_alarm(Alarm::Misconfigured, out),

@@ -319,13 +319,14 @@ impl Machine {
             #[cfg(test)]
             test_skip_probe: false,
         };
-        m.rebuild_for_config();
+        m.rebuild_for_config(&[]);
         m
     }
 
     /// Rebuilds the per-peer and per-VIP tables after a configuration change, keeping what
-    /// is known about peers, VIPs and listeners that are still configured.
-    pub(super) fn rebuild_for_config(&mut self) {
+    /// is known about peers, VIPs and listeners that are still configured (`old_vips`: the
+    /// previous configuration's VIPs, in its order).
+    pub(super) fn rebuild_for_config(&mut self, old_vips: &[VipId]) {
         let old_peers = std::mem::take(&mut self.peers);
         let npaths = self.cfg.paths.len();
         for m in &self.cfg.members {
@@ -345,7 +346,24 @@ impl Machine {
             p.last_heard.resize(npaths, None);
             self.peers.push(p);
         }
-        self.probes = vec![ProbeTrack::default(); self.cfg.vips.len()];
+        // A VIP still configured keeps its last answered probe: "down" needs no answer
+        // within a heartbeat timeout, and a reconfiguration is no evidence that the holder
+        // died (the seventh 60-minute chaos run edited a Fast pair's timings while its
+        // standby was cut off). Its failures start afresh (the probed ports may change).
+        let old_probes = std::mem::take(&mut self.probes);
+        self.probes = self
+            .cfg
+            .vips
+            .iter()
+            .map(|v| ProbeTrack {
+                last_up: old_vips
+                    .iter()
+                    .position(|o| *o == v.id)
+                    .and_then(|i| old_probes.get(i))
+                    .and_then(|p| p.last_up),
+                ..ProbeTrack::default()
+            })
+            .collect();
         let old_listeners = std::mem::take(&mut self.listeners);
         self.listeners = self.cfg.vips.iter().map(|v| vec![None; v.listener_ports().count()]).collect();
         // Listener states are keyed by position; keep them only if the shape is unchanged.

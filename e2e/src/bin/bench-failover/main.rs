@@ -25,6 +25,13 @@
 //! `{"system":"metallb-…","skipped":…}` line and the run goes on. Then the havip agent's idle RSS
 //! and CPU with each VIP count of `--footprint-vips` (default 1, 10 and 100).
 //!
+//! `static-arp` (issue 31) is `cut` with the client's neighbour entry of the VIP pinned
+//! (`nud permanent`) to the MAC it resolved before the cut, as a router with a static ARP
+//! entry: `havip-vmac` (`virtualMAC`, the VIP's MAC moves with it) and `keepalived-v3-vmac`
+//! (`use_vmac`) follow the VIP; `havip` and `keepalived-v3` are the controls (their new
+//! holder is never reached: the run waits 5 s and counts it in `runs_without_takeover`).
+//! The `-vmac` systems also run `cut`.
+//!
 //! Two scenarios measure planned moves that should keep connections (issue 17 §3,
 //! issue 18), for `havip` (its default `drainTimeout`) and `keepalived-v3` only (other
 //! systems are skipped for them; the members' listeners echo, see
@@ -77,8 +84,8 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     runs: usize,
     /// Only these systems (comma separated): havip, havip-fast (the Fast timing profile),
-    /// keepalived-v2, keepalived-v3 (`advert_int 0.1`), keepalived-v3-30ms (`advert_int
-    /// 0.03`), metallb-l2, havip-bgp and havip-bgp-fast (routed: FRR on a router and the
+    /// havip-vmac (`virtualMAC`), keepalived-v2, keepalived-v3 (`advert_int 0.1`),
+    /// keepalived-v3-30ms (`advert_int 0.03`), keepalived-v3-vmac (`use_vmac`), metallb-l2, havip-bgp and havip-bgp-fast (routed: FRR on a router and the
     /// members, the client behind the router), havip-bgp-fast-backup (Fast with backup
     /// paths and BFD 50 ms × 3), metallb-bgp and metallb-bgp-3s (MetalLB's
     /// BGP speaker peering with that router; holdTime default and 3 s). Default: all of
@@ -87,9 +94,13 @@ struct Args {
     #[arg(long)]
     systems: Option<String>,
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
-    /// planned-200 (the last two for havip and keepalived-v3 only), and the control-plane
+    /// planned-200 (the last two for havip and keepalived-v3 only), static-arp (havip,
+    /// havip-vmac, keepalived-v3, keepalived-v3-vmac), and the control-plane
     /// VIP's api-planned, api-kill, api-cut (for `--api-systems`; see `apiserver.rs`).
-    #[arg(long, default_value = "cut,kill-then-cut,planned,planned-drain,planned-200,api-planned,api-kill,api-cut")]
+    #[arg(
+        long,
+        default_value = "cut,kill-then-cut,planned,planned-drain,planned-200,static-arp,api-planned,api-kill,api-cut"
+    )]
     scenarios: String,
     /// Systems of the control-plane scenarios (comma separated): havip-cp,
     /// keepalived-kubeadm (the kubeadm HA guide's keepalived.conf and check_apiserver.sh),
@@ -130,8 +141,8 @@ fn main() -> std::process::ExitCode {
     }
     let metallb_missing = metallb_missing();
     let asked = args.systems.clone().unwrap_or_else(|| {
-        "havip,havip-fast,keepalived-v2,keepalived-v3,keepalived-v3-30ms,metallb-l2,havip-bgp,havip-bgp-fast,\
-         havip-bgp-fast-backup,metallb-bgp,metallb-bgp-3s"
+        "havip,havip-fast,havip-vmac,keepalived-v2,keepalived-v3,keepalived-v3-30ms,keepalived-v3-vmac,metallb-l2,\
+         havip-bgp,havip-bgp-fast,havip-bgp-fast-backup,metallb-bgp,metallb-bgp-3s"
             .to_owned()
     });
     let mut systems: Vec<&str> = asked.split(',').collect();
@@ -159,6 +170,7 @@ fn main() -> std::process::ExitCode {
             "planned" => Some(Scenario::Planned),
             "planned-drain" => Some(Scenario::PlannedDrain),
             "planned-200" => Some(Scenario::Planned200),
+            "static-arp" => Some(Scenario::StaticArp),
             _ => None,
         })
         .collect();
@@ -166,10 +178,8 @@ fn main() -> std::process::ExitCode {
     let mut failed_runs = 0;
     for scenario in &scenarios {
         for system in &systems {
-            if let Some(only) = scenario.systems()
-                && !only.contains(system)
-            {
-                eprintln!("{system} {}: not measured (only {})", scenario.name(), only.join(", "));
+            if !scenario.measures(system) {
+                eprintln!("{system} {}: not measured", scenario.name());
                 continue;
             }
             if *scenario == Scenario::Planned200 {

@@ -15,6 +15,9 @@ pub(crate) enum Scenario {
     Planned,
     PlannedDrain,
     Planned200,
+    /// `cut` with the client's neighbour entry of the VIP pinned (`nud permanent`) to the
+    /// MAC it resolved before the cut: a client that never relearns the VIP.
+    StaticArp,
 }
 
 impl Scenario {
@@ -25,6 +28,7 @@ impl Scenario {
             Scenario::Planned => "planned",
             Scenario::PlannedDrain => "planned-drain",
             Scenario::Planned200 => "planned-200",
+            Scenario::StaticArp => "static-arp",
         }
     }
 
@@ -33,8 +37,22 @@ impl Scenario {
         match self {
             Scenario::PlannedDrain => Some(&["havip", "keepalived-v3"]),
             Scenario::Planned200 => Some(&["havip", "havip-bgp", "keepalived-v3"]),
+            Scenario::StaticArp => Some(&["havip", "havip-vmac", "keepalived-v3", "keepalived-v3-vmac"]),
             _ => None,
         }
+    }
+
+    /// Whether `system` is measured in this scenario: the scenario's systems, and the
+    /// virtual MAC systems (`…-vmac`) in `cut` and `static-arp` only.
+    pub(crate) fn measures(self, system: &str) -> bool {
+        let listed = self.systems().is_none_or(|only| only.contains(&system));
+        listed && (!system.ends_with("-vmac") || matches!(self, Scenario::Cut | Scenario::StaticArp))
+    }
+
+    /// How long a run waits for the new holder to answer: a pinned client that cannot
+    /// follow the VIP (the control of `static-arp`) never gets an answer.
+    pub(crate) fn deadline(self, usual: Duration) -> Duration {
+        if self == Scenario::StaticArp { usual.min(Duration::from_secs(5)) } else { usual }
     }
 }
 

@@ -6,7 +6,7 @@ use crate::systems::cut_node;
 use havip_e2e::baselines::keepalived::{Keepalived, KeepalivedConfig};
 use havip_e2e::baselines::metallb::{MetalLbConfig, MetalLbLab, Mode};
 use havip_e2e::harness::agent::{AgentLab, PairOptions, SERVICE_PORT};
-use havip_e2e::host::netns::Topology;
+use havip_e2e::host::netns::{self, Topology};
 use havip_e2e::traffic::{Listener, Prober, ProberConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -20,6 +20,7 @@ pub(crate) fn run_havip(
     fast_profile: bool,
     bgp: bool,
     backup_bfd: Option<u32>,
+    virtual_mac: bool,
 ) -> Result<Outcome, String> {
     let bgp = bgp.then_some(havip_e2e::bgp::Speaker::Frr);
     let forwarding = bgp.is_some();
@@ -29,6 +30,7 @@ pub(crate) fn run_havip(
         forwarding,
         bgp_backup_paths: backup_bfd.is_some(),
         bfd_ms: backup_bfd,
+        virtual_mac: virtual_mac.then_some(0x33),
         ..Default::default()
     })
     .map_err(|e| e.to_string())?;
@@ -47,6 +49,10 @@ pub(crate) fn run_havip(
         // The node dies: management first, so that the data-link carrier loss cannot
         // trigger a (faster) planned handover over the still-connected management path.
         Scenario::Cut => cut_node(&lab.topo, 0)?,
+        Scenario::StaticArp => {
+            pin_vip(lab.client_ns(), &lab.topo.client().ifname, lab.target().ip())?;
+            cut_node(&lab.topo, 0)?;
+        }
         Scenario::KillThenCut => {
             lab.kill_agent(0);
             std::thread::sleep(Duration::from_secs(2));
@@ -60,11 +66,20 @@ pub(crate) fn run_havip(
         }
         Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
     }
-    let out = finish(prober, "n1", Duration::from_secs(15));
+    let out = finish(prober, "n1", scenario.deadline(Duration::from_secs(15)));
     if std::env::var_os("BENCH_VERBOSE").is_some() && out.gap_ms > 600.0 {
         eprintln!("{}", lab.logs_tail(40));
     }
     Ok(out)
+}
+
+/// `static-arp`: the client's entry of the VIP pinned to the MAC it resolves now.
+fn pin_vip(ns: &str, dev: &str, vip: IpAddr) -> Result<(), String> {
+    let mac = netns::pin_neighbour(ns, dev, vip, Duration::from_secs(3)).map_err(|e| e.to_string())?;
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        eprintln!("  the client's entry of {vip} pinned to {mac}");
+    }
+    Ok(())
 }
 
 /// One move of keepalived with `config`.
@@ -85,6 +100,10 @@ pub(crate) fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Re
     std::thread::sleep(Duration::from_millis(300));
     match scenario {
         Scenario::Cut => cut_node(&topo, 0)?,
+        Scenario::StaticArp => {
+            pin_vip(&topo.client().ns, &topo.client().ifname, target.ip())?;
+            cut_node(&topo, 0)?;
+        }
         Scenario::KillThenCut => {
             k0.kill();
             std::thread::sleep(Duration::from_secs(2));
@@ -93,7 +112,7 @@ pub(crate) fn run_keepalived(scenario: Scenario, config: KeepalivedConfig) -> Re
         Scenario::Planned => k0.stop_graceful(),
         Scenario::PlannedDrain | Scenario::Planned200 => return Err(format!("{} runs elsewhere", scenario.name())),
     }
-    let out = finish(prober, "n1", Duration::from_secs(20));
+    let out = finish(prober, "n1", scenario.deadline(Duration::from_secs(20)));
     drop(k1);
     Ok(out)
 }
@@ -122,7 +141,7 @@ pub(crate) fn run_metallb(scenario: Scenario, mode: Mode) -> Result<Outcome, Str
             cut_node(&lab.topo, holder)?;
         }
         Scenario::Planned => lab.terminate_speaker(holder).map_err(|e| e.to_string())?,
-        Scenario::PlannedDrain | Scenario::Planned200 => {
+        Scenario::PlannedDrain | Scenario::Planned200 | Scenario::StaticArp => {
             return Err(format!("{} is not measured for MetalLB", scenario.name()));
         }
     }

@@ -17,7 +17,9 @@ pub(crate) fn cut_node(topo: &Topology, node: usize) -> Result<(), String> {
 
 /// keepalived's configuration for a system name: `keepalived-v2` (VRRPv2 defaults),
 /// `keepalived-v3` (VRRPv3, `advert_int 0.1`, havip's default heartbeat) or
-/// `keepalived-v3-30ms` (`advert_int 0.03`, the Fast profile's heartbeat).
+/// `keepalived-v3-30ms` (`advert_int 0.03`, the Fast profile's heartbeat) or
+/// `keepalived-v3-vmac` (`keepalived-v3` with `use_vmac`: the VIP on `vrrp.<vrid>` with the
+/// VRRP MAC).
 pub(crate) fn keepalived_config(system: &str) -> Option<KeepalivedConfig> {
     match system {
         "keepalived-v2" => Some(KeepalivedConfig::v2_defaults()),
@@ -25,6 +27,7 @@ pub(crate) fn keepalived_config(system: &str) -> Option<KeepalivedConfig> {
         "keepalived-v3-30ms" => {
             Some(KeepalivedConfig { advert_int: Duration::from_millis(30), ..KeepalivedConfig::v3_fast() })
         }
+        "keepalived-v3-vmac" => Some(KeepalivedConfig { use_vmac: true, ..KeepalivedConfig::v3_fast() }),
         _ => None,
     }
 }

@@ -83,6 +83,17 @@ flip). The gap of a move is the longest of the 4 streams' gaps around it; p50 an
 over the moves. Goal: 0 failed connects and 0 resets over all moves.
 ";
 
+/// Added to [`SCENARIOS`] when the file has `static-arp` rows.
+const STATIC_ARP_SCENARIO: &str = "
+- `static-arp` (issue 31): `cut` with the client's neighbour entry of the VIP pinned \
+(`nud permanent`) to the MAC it resolved before the cut, as a router with a static ARP entry \
+or a host that ignores gratuitous ARP. `havip-vmac` (`virtualMAC: {id: 51}`) and \
+`keepalived-v3-vmac` (`use_vmac`) answer with a MAC that moves with the VIP; `havip` and \
+`keepalived-v3` are the controls: their new holder is never reached (a run waits 5 s, counted \
+in \"runs without takeover\"). The `-vmac` systems also run `cut`. Goal: `havip-vmac`'s \
+`static-arp` p50 within 50 ms of `havip`'s `cut` p50.
+";
+
 fn is_drain_scenario(v: &Value) -> bool {
     matches!(v.get("scenario").and_then(Value::as_str), Some("planned-drain" | "planned-200"))
 }
@@ -227,6 +238,9 @@ pub(crate) fn failover_section(out: &mut String, files: &[RunFile]) {
     let with_drain = rows(f, Kind::Failover).into_iter().any(is_drain_scenario);
     if with_drain {
         out.push_str(DRAIN_SCENARIOS);
+    }
+    if rows(f, Kind::Failover).into_iter().any(|v| v.get("scenario").and_then(Value::as_str) == Some("static-arp")) {
+        out.push_str(STATIC_ARP_SCENARIO);
     }
     out.push('\n');
     for v in rows(f, Kind::Skipped) {

@@ -115,8 +115,8 @@ pub use faults::Fault;
 pub use layout::{DATA_IF, Link, MGMT_IF, NETNS_DIR, NS_PREFIX, STATE_DIR};
 pub use owner::{cleanup_stale, list_namespaces};
 pub use state::{
-    Address, LinkState, Neighbour, addresses, has_address, link_state, neighbour, resolve_neighbour, set_forwarding,
-    sysctl, wait_until, warm_neighbour,
+    Address, LinkState, Neighbour, addresses, has_address, link_index, link_state, neighbour, pin_neighbour,
+    resolve_neighbour, set_forwarding, sysctl, wait_until, warm_neighbour,
 };
 pub use thread::{NetnsThread, in_netns, run_in_netns, spawn_in};
 pub use topology::{HostInfo, NodeInfo, Topology, TopologyBuilder};

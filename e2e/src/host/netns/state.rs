@@ -122,6 +122,14 @@ pub fn link_state(ns: &str, dev: &str) -> Result<LinkState> {
     Ok(LinkState { ifname: s("ifname"), mac: s("address"), operstate: s("operstate"), flags })
 }
 
+/// The interface index of `dev` in `ns`.
+pub fn link_index(ns: &str, dev: &str) -> Result<u32> {
+    let v = ip_json(ns, &["link", "show", "dev", dev])?;
+    v.get(0).and_then(|l| l.get("ifindex")).and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok()).ok_or_else(
+        || NetnsError::Parse { cmd: format!("ip -n {ns} -j link show dev {dev}"), reason: "no ifindex".into() },
+    )
+}
+
 /// The addresses of `dev` in `ns`, from `ip -j addr`.
 pub fn addresses(ns: &str, dev: &str) -> Result<Vec<Address>> {
     let v = ip_json(ns, &["addr", "show", "dev", dev])?;
@@ -221,6 +229,19 @@ pub fn resolve_neighbour(ns: &str, dev: &str, ip: IpAddr, timeout: Duration) -> 
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Resolves `ip` on `dev` in `ns` (see [`resolve_neighbour`]) and pins the entry to the
+/// MAC it resolved to (`nud permanent`): from now on that host ignores every
+/// announcement for `ip`, as a router with a static ARP entry does. Returns the MAC.
+pub fn pin_neighbour(ns: &str, dev: &str, ip: IpAddr, timeout: Duration) -> Result<String> {
+    let mac = resolve_neighbour(ns, dev, ip, timeout)?;
+    super::command::exec(
+        ns,
+        "ip",
+        &["neigh", "replace", &ip.to_string(), "lladdr", &mac, "dev", dev, "nud", "permanent"],
+    )?;
+    Ok(mac)
 }
 
 /// Polls `cond` every `every` until it returns `Ok(true)`, an error, or the deadline.

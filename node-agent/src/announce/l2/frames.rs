@@ -30,6 +30,14 @@ pub fn garp_frame(mac: MacAddr, ip: Ipv4Addr) -> [u8; 42] {
     arp_frame(1, MacAddr::broadcast(), mac, ip, MacAddr::zero(), ip)
 }
 
+/// A unicast ARP **reply** telling `to_ip` (at `to_mac`) that `ip` is at `mac`: not
+/// gratuitous (its target is the neighbour), so a host that drops gratuitous ARP still
+/// takes it, and Linux overrides an existing entry with it once the entry is older than
+/// its `locktime` (1 s).
+pub fn unicast_arp_reply_frame(mac: MacAddr, ip: Ipv4Addr, to_mac: MacAddr, to_ip: Ipv4Addr) -> [u8; 42] {
+    arp_frame(2, to_mac, mac, ip, to_mac, to_ip)
+}
+
 /// A broadcast ARP request for `target` from `sender_ip`.
 pub fn arp_request_frame(mac: MacAddr, sender_ip: Ipv4Addr, target: Ipv4Addr) -> [u8; 42] {
     arp_frame(1, MacAddr::broadcast(), mac, sender_ip, MacAddr::zero(), target)
@@ -48,6 +56,18 @@ pub fn unsolicited_na_frame(mac: MacAddr, ip: Ipv6Addr) -> Vec<u8> {
     icmp.extend_from_slice(&[2, 1]);
     icmp.extend_from_slice(&mac.octets());
     icmpv6_frame(mac, multicast_mac(&dst), ip, dst, icmp)
+}
+
+/// An unsolicited neighbour advertisement for `ip` sent to one neighbour (`to_ip` at
+/// `to_mac`) instead of all-nodes: the same message as [`unsolicited_na_frame`].
+pub fn unicast_na_frame(mac: MacAddr, ip: Ipv6Addr, to_mac: MacAddr, to_ip: Ipv6Addr) -> Vec<u8> {
+    let mut icmp = Vec::with_capacity(32);
+    icmp.extend_from_slice(&[136, 0, 0, 0]);
+    icmp.extend_from_slice(&[0b0010_0000, 0, 0, 0]); // Override
+    icmp.extend_from_slice(&ip.octets());
+    icmp.extend_from_slice(&[2, 1]);
+    icmp.extend_from_slice(&mac.octets());
+    icmpv6_frame(mac, to_mac.octets(), ip, to_ip, icmp)
 }
 
 /// A neighbour solicitation for `target` from `src`: to the target's solicited-node

@@ -28,9 +28,13 @@
 pub mod frames;
 mod iface;
 pub mod listeners;
+pub mod vmac;
 
 use super::transport::{AnnounceError, Transport};
-use frames::{arp_request_frame, garp_frame, neighbor_solicitation_frame, unsolicited_na_frame};
+use frames::{
+    arp_request_frame, garp_frame, neighbor_solicitation_frame, unicast_arp_reply_frame, unicast_na_frame,
+    unsolicited_na_frame,
+};
 use iface::find_interface;
 use pnet::datalink::{self, Channel, ChannelType, DataLinkSender, MacAddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -122,6 +126,23 @@ impl Transport for L2Sender {
         match vip {
             IpAddr::V4(ip) => self.send_garp(ip).map(|()| "garp"),
             IpAddr::V6(ip) => self.send_unsolicited_na(ip).map(|()| "na"),
+        }
+    }
+
+    fn announce_to(&self, vip: IpAddr, to: IpAddr, to_mac: [u8; 6]) -> Result<&'static str, AnnounceError> {
+        let to_mac = MacAddr::from(to_mac);
+        match (vip, to) {
+            (IpAddr::V4(ip), IpAddr::V4(t)) => self
+                .send("unicast ARP reply", &unicast_arp_reply_frame(self.mac, ip, to_mac, t))
+                .map(|()| "arp_unicast"),
+            (IpAddr::V6(ip), IpAddr::V6(t)) => {
+                self.send("unicast NA", &unicast_na_frame(self.mac, ip, to_mac, t)).map(|()| "na_unicast")
+            }
+            _ => Err(AnnounceError::Send {
+                what: "unicast announcement",
+                ifname: self.ifname.clone(),
+                source: std::io::Error::other("the VIP and the neighbour are of different families"),
+            }),
         }
     }
 }

@@ -99,17 +99,17 @@ fn tables_and_chains_encode_as_nft_does() {
 
 #[test]
 fn forwarder_rules_encode_as_nft_does() {
-    let v4 = encode(|w| forward_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2));
+    let v4 = encode(|w| forward_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2, 2));
     assert_same("rule-fwd-ip", &v4, &golden("rule-fwd-ip").1);
-    let v6 = encode(|w| forward_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2));
+    let v6 = encode(|w| forward_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2, 2));
     assert_same("rule-fwd-ip6", &v6, &golden("rule-fwd-ip6").1);
-    let v4 = encode(|w| forward_unowned_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2));
+    let v4 = encode(|w| forward_unowned_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2, 2));
     assert_same("rule-fwd-unowned-ip", &v4, &golden("rule-fwd-unowned-ip").1);
-    let v6 = encode(|w| forward_unowned_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2));
+    let v6 = encode(|w| forward_unowned_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2, 2));
     assert_same("rule-fwd-unowned-ip6", &v6, &golden("rule-fwd-unowned-ip6").1);
-    let v4 = encode(|w| forward_close_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2));
+    let v4 = encode(|w| forward_close_rule(w, "havip-p1-fwd", VIP4.into(), OWN4.into(), 2, 2));
     assert_same("rule-fwd-close-ip", &v4, &golden("rule-fwd-close-ip").1);
-    let v6 = encode(|w| forward_close_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2));
+    let v6 = encode(|w| forward_close_rule(w, "havip-p1-fwd", VIP6.into(), OWN6.into(), 2, 2));
     assert_same("rule-fwd-close-ip6", &v6, &golden("rule-fwd-close-ip6").1);
 }
 
