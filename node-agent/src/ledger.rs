@@ -239,13 +239,11 @@ impl VipLedger {
         })
     }
 
-    /// Removes the ledger (the pair left this node and its VIPs are gone).
+    /// Removes the ledger (the pair left this node and its VIPs are gone), with the
+    /// temporary file a write killed before its rename left.
     pub fn remove(&self) -> Result<(), LedgerError> {
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(LedgerError::Write { path: self.path.clone(), source }),
-        }
+        crate::state::remove_with_temporary(&self.path)
+            .map_err(|source| LedgerError::Write { path: self.path.clone(), source })
     }
 }
 

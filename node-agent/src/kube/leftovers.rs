@@ -25,10 +25,9 @@ pub(super) async fn remove_pair_leftovers(dir: &Path, pair: &str) {
     let state = StateFile::new(dir, pair);
     // A corrupted state file set aside at a start (`.json.corrupt`) goes with its pair.
     let corrupt = state.path().with_extension("json.corrupt");
+    // Each with the temporary file a write killed before its rename leaves.
     for p in [state.path().to_owned(), corrupt, uid_path(dir, pair), super::snapshot::path(dir, pair)] {
-        if let Err(e) = std::fs::remove_file(&p)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        if let Err(e) = crate::state::remove_with_temporary(&p) {
             tracing::warn!(pair, file = %p.display(), error = %e, "failed to remove a gone pair's file");
         }
     }

@@ -48,26 +48,26 @@ pub fn arp_request_frame(mac: MacAddr, sender_ip: Ipv4Addr, target: Ipv4Addr) ->
 /// address option carrying `mac`.
 pub fn unsolicited_na_frame(mac: MacAddr, ip: Ipv6Addr) -> Vec<u8> {
     let dst = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-    // ICMPv6: type, code, checksum, flags+reserved, target, option (2, 1, mac).
+    icmpv6_frame(mac, multicast_mac(&dst), ip, dst, override_na(mac, ip))
+}
+
+/// The ICMPv6 message of an unsolicited neighbour advertisement for `ip` at `mac`: type,
+/// code, checksum (filled in later), flags Override, the target, and a target link-layer
+/// address option (2, 1, mac).
+fn override_na(mac: MacAddr, ip: Ipv6Addr) -> Vec<u8> {
     let mut icmp = Vec::with_capacity(32);
     icmp.extend_from_slice(&[136, 0, 0, 0]);
     icmp.extend_from_slice(&[0b0010_0000, 0, 0, 0]); // Override
     icmp.extend_from_slice(&ip.octets());
     icmp.extend_from_slice(&[2, 1]);
     icmp.extend_from_slice(&mac.octets());
-    icmpv6_frame(mac, multicast_mac(&dst), ip, dst, icmp)
+    icmp
 }
 
 /// An unsolicited neighbour advertisement for `ip` sent to one neighbour (`to_ip` at
 /// `to_mac`) instead of all-nodes: the same message as [`unsolicited_na_frame`].
 pub fn unicast_na_frame(mac: MacAddr, ip: Ipv6Addr, to_mac: MacAddr, to_ip: Ipv6Addr) -> Vec<u8> {
-    let mut icmp = Vec::with_capacity(32);
-    icmp.extend_from_slice(&[136, 0, 0, 0]);
-    icmp.extend_from_slice(&[0b0010_0000, 0, 0, 0]); // Override
-    icmp.extend_from_slice(&ip.octets());
-    icmp.extend_from_slice(&[2, 1]);
-    icmp.extend_from_slice(&mac.octets());
-    icmpv6_frame(mac, to_mac.octets(), ip, to_ip, icmp)
+    icmpv6_frame(mac, to_mac.octets(), ip, to_ip, override_na(mac, ip))
 }
 
 /// A neighbour solicitation for `target` from `src`: to the target's solicited-node
@@ -195,7 +195,10 @@ pub fn parse_na(icmp: &[u8]) -> Option<NaSeen> {
 
 #[cfg(test)]
 mod tests {
-    use super::{NaSeen, garp_frame, neighbor_solicitation_frame, parse_arp, parse_na, unsolicited_na_frame};
+    use super::{
+        NaSeen, garp_frame, neighbor_solicitation_frame, parse_arp, parse_na, unicast_arp_reply_frame,
+        unicast_na_frame, unsolicited_na_frame,
+    };
     use pnet::datalink::MacAddr;
     use pnet::packet::Packet;
     use pnet::packet::arp::{ArpOperations, ArpPacket};
@@ -221,6 +224,38 @@ mod tests {
         assert_eq!(arp.get_target_proto_addr(), ip, "Linux treats only spa == tpa as gratuitous");
         assert_eq!(arp.get_target_hw_addr(), MacAddr::zero());
         assert_eq!(parse_arp(eth.payload()).map(|a| (a.op, a.sender_ip)), Some((1, ip)));
+    }
+
+    /// A unicast announcement is a reply addressed to the neighbour, not a gratuitous ARP
+    /// (its target is the neighbour), so a host that drops gratuitous ARP takes it.
+    #[test]
+    fn a_unicast_arp_reply_is_addressed_to_the_neighbour() {
+        let ip = Ipv4Addr::new(192, 0, 2, 10);
+        let (to_mac, to_ip) = (MacAddr(0x02, 0, 0, 0, 0, 0x64), Ipv4Addr::new(192, 0, 2, 100));
+        let f = unicast_arp_reply_frame(MAC, ip, to_mac, to_ip);
+        let eth = EthernetPacket::new(&f).expect("ethernet");
+        assert_eq!((eth.get_destination(), eth.get_source()), (to_mac, MAC));
+        let arp = ArpPacket::new(eth.payload()).expect("arp");
+        assert_eq!(arp.get_operation(), ArpOperations::Reply);
+        assert_eq!((arp.get_sender_hw_addr(), arp.get_sender_proto_addr()), (MAC, ip));
+        assert_eq!((arp.get_target_hw_addr(), arp.get_target_proto_addr()), (to_mac, to_ip));
+    }
+
+    /// The unicast NA is the unsolicited one (same message, same checksum rules) sent to one
+    /// neighbour's addresses.
+    #[test]
+    fn a_unicast_na_is_the_unsolicited_one_addressed_to_the_neighbour() {
+        let ip: Ipv6Addr = "2001:db8::10".parse().expect("ip");
+        let (to_mac, to_ip) = (MacAddr(0x02, 0, 0, 0, 0, 0x64), "2001:db8::64".parse::<Ipv6Addr>().expect("ip"));
+        let f = unicast_na_frame(MAC, ip, to_mac, to_ip);
+        let eth = EthernetPacket::new(&f).expect("ethernet");
+        assert_eq!(eth.get_destination(), to_mac);
+        let v6 = Ipv6Packet::new(eth.payload()).expect("ipv6");
+        assert_eq!((v6.get_source(), v6.get_destination(), v6.get_hop_limit()), (ip, to_ip, 255));
+        let icmp = Icmpv6Packet::new(v6.payload()).expect("icmpv6");
+        let expected = pnet::packet::icmpv6::checksum(&icmp, &v6.get_source(), &v6.get_destination());
+        assert_eq!(icmp.get_checksum(), expected);
+        assert_eq!(parse_na(v6.payload()).map(|n| (n.target, n.mac)), Some((ip, Some(MAC))));
     }
 
     #[test]
