@@ -313,7 +313,7 @@ impl Netlink {
     /// entries with a link-layer address: reachable, stale, delayed, probed or permanent),
     /// as (address, MAC).
     pub async fn neighbours_on(&self, ifindex: u32) -> Result<Vec<(IpAddr, [u8; 6])>, NetlinkError> {
-        use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+        use netlink_packet_route::neighbour::{NeighbourAttribute, NeighbourState};
         let err = |source| NetlinkError::Neighbours { op: "list", addrs: Vec::new(), source };
         let mut out = Vec::new();
         let mut s = self.handle.neighbours().get().execute();
@@ -330,17 +330,11 @@ impl Netlink {
             {
                 continue;
             }
-            let mut dest = None;
-            let mut mac = None;
-            for a in &msg.attributes {
-                match a {
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => dest = Some(IpAddr::V4(*v4)),
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => dest = Some(IpAddr::V6(*v6)),
-                    NeighbourAttribute::LinkLayerAddress(m) => mac = <[u8; 6]>::try_from(m.as_slice()).ok(),
-                    _ => {}
-                }
-            }
-            if let (Some(d), Some(m)) = (dest, mac) {
+            let mac = msg.attributes.iter().find_map(|a| match a {
+                NeighbourAttribute::LinkLayerAddress(m) => <[u8; 6]>::try_from(m.as_slice()).ok(),
+                _ => None,
+            });
+            if let (Some(d), Some(m)) = (neighbour_destination(&msg), mac) {
                 out.push((d, m));
             }
         }
@@ -359,12 +353,7 @@ impl Netlink {
         let mut doomed = Vec::new();
         let mut s = self.handle.neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err("list"))? {
-            let dest = msg.attributes.iter().find_map(|a| match a {
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
-                _ => None,
-            });
-            let Some(dest) = dest.filter(|d| addrs.contains(d)) else { continue };
+            let Some(dest) = neighbour_destination(&msg).filter(|d| addrs.contains(d)) else { continue };
             if matches!(msg.header.state, NeighbourState::Permanent | NeighbourState::Noarp) {
                 continue;
             }
@@ -900,6 +889,16 @@ pub fn spawn_carrier_watch<E: From<crate::sm::Input> + Send + 'static>(
                 }
             }
         }
+    })
+}
+
+/// The address a neighbour entry is for.
+fn neighbour_destination(msg: &netlink_packet_route::neighbour::NeighbourMessage) -> Option<IpAddr> {
+    use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+    msg.attributes.iter().find_map(|a| match a {
+        NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
+        NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
+        _ => None,
     })
 }
 

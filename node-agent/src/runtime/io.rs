@@ -98,8 +98,8 @@ pub(super) async fn build_io(
         // traffic arrives from, for the carrier, the probes and the guard.
         let (vip, virtual_link) = match cfg.virtual_mac.filter(|_| !routed) {
             Some(vm) => {
-                let parent = nl.link(&ifname).await?.index;
-                let name = vm.link_name(v.addr.is_ipv6(), parent);
+                let parent = nl.link(&ifname).await?;
+                let name = vm.link_name(v.addr.is_ipv6(), parent.index);
                 if let Some(owner) = ledger.link_owner(&name) {
                     return Err(RuntimeError::Config(format!(
                         "virtualMAC id {}: the virtual MAC interface {name} on {ifname} is pair {owner}'s; pairs that \
@@ -111,7 +111,7 @@ pub(super) async fn build_io(
                 if let Err(e) = ledger.record_links(std::slice::from_ref(&name)) {
                     tracing::warn!(error = %e, ifname = %name, "failed to record the virtual MAC interface in the ledger");
                 }
-                nl.ensure_macvlan(&name, parent, vm.mac(v.addr.is_ipv6())).await?;
+                nl.ensure_macvlan(&name, &parent, vm.mac(v.addr.is_ipv6())).await?;
                 (Vip { addr: v.addr, prefix: crate::netlink::host_prefix(v.addr), ifname: name }, true)
             }
             None => (Vip { addr: v.addr, prefix, ifname: ifname.clone() }, false),

@@ -29,7 +29,7 @@
 //! IPv6 needs neither: neighbour discovery answers only for addresses of the interface a
 //! solicitation arrives on.
 
-use crate::netlink::{Netlink, NetlinkError, errno};
+use crate::netlink::{LinkState, Netlink, NetlinkError, errno};
 use netlink_packet_route::link::{
     AfSpecInet, AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InetDevConf, LinkAttribute, LinkInfo, LinkMessage,
     MacVlanMode,
@@ -55,57 +55,47 @@ pub fn is_virtual_link_name(name: &str) -> bool {
 }
 
 impl Netlink {
-    /// Makes sure the macvlan `name` exists on the link with index `parent` with MAC `mac`
-    /// (private mode), with its settings and its parent's (see the module). One that is
-    /// created is left down; an existing one keeps its state (a holder's stays up across a
+    /// Makes sure the macvlan `name` exists on the link `parent` with MAC `mac` (private
+    /// mode), with its settings and its parent's (see the module). One that is created is
+    /// left down; an existing one keeps its state (a holder's stays up across a
     /// reconfiguration). An interface of that name with another MAC or parent, or of
     /// another kind, is refused: it is not this pair's.
-    pub async fn ensure_macvlan(&self, name: &str, parent: u32, mac: [u8; 6]) -> Result<(), NetlinkError> {
-        let add_link = |source| NetlinkError::AddLink { ifname: name.to_owned(), source };
-        match self.link_facts(name).await? {
-            Some(found) => {
-                if found.kind.as_deref() != Some("macvlan") || found.parent != Some(parent) || found.mac != mac {
-                    return Err(NetlinkError::VirtualLinkTaken {
-                        ifname: name.to_owned(),
-                        found: format!(
-                            "kind {}, parent index {}, MAC {}",
-                            found.kind.as_deref().unwrap_or("unknown"),
-                            found.parent.map_or_else(|| "none".to_owned(), |p| p.to_string()),
-                            format_mac(&found.mac)
-                        ),
-                    });
-                }
-            }
+    pub async fn ensure_macvlan(&self, name: &str, parent: &LinkState, mac: [u8; 6]) -> Result<(), NetlinkError> {
+        let found = match self.link_facts(name).await? {
+            Some(found) => found,
             None => {
-                let msg = rtnetlink::LinkMacVlan::new(name, parent, MacVlanMode::Private).address(mac.to_vec()).build();
+                let msg =
+                    rtnetlink::LinkMacVlan::new(name, parent.index, MacVlanMode::Private).address(mac.to_vec()).build();
                 match self.handle().link().add(msg).execute().await {
                     Ok(()) => {
                         tracing::info!(ifname = name, mac = %format_mac(&mac), "created the virtual MAC interface")
                     }
-                    // A concurrent start created it: checked again below.
+                    // A concurrent start created it: checked below like any existing one.
                     Err(e) if errno(&e) == Some(EEXIST) => {}
-                    Err(e) => return Err(add_link(e)),
+                    Err(source) => return Err(NetlinkError::AddLink { ifname: name.to_owned(), source }),
                 }
-                if let Some(found) = self.link_facts(name).await?
-                    && found.mac != mac
-                {
-                    return Err(NetlinkError::VirtualLinkTaken {
-                        ifname: name.to_owned(),
-                        found: format!("MAC {}", format_mac(&found.mac)),
-                    });
-                }
+                self.link_facts(name).await?.ok_or_else(|| NetlinkError::LinkNotFound(name.to_owned()))?
             }
+        };
+        if found.kind.as_deref() != Some("macvlan") || found.parent != Some(parent.index) || found.mac != mac {
+            return Err(NetlinkError::VirtualLinkTaken {
+                ifname: name.to_owned(),
+                found: format!(
+                    "kind {}, parent index {}, MAC {}",
+                    found.kind.as_deref().unwrap_or("unknown"),
+                    found.parent.map_or_else(|| "none".to_owned(), |p| p.to_string()),
+                    format_mac(&found.mac)
+                ),
+            });
         }
-        let index = self.link(name).await?.index;
         let mut own = InetDevConf::default();
         own.arp_ignore = 1;
         own.rp_filter = 2;
-        self.set_devconf(name, index, own, Some(In6AddrGenMode::None)).await?;
-        let parent_name = self.links().await?.into_iter().find(|l| l.index == parent).map(|l| l.name);
+        self.set_devconf(name, found.index, own, Some(In6AddrGenMode::None)).await?;
         let mut conf = InetDevConf::default();
         conf.arp_ignore = 1;
         conf.arp_announce = 2;
-        self.set_devconf(parent_name.as_deref().unwrap_or("?"), parent, conf, None).await
+        self.set_devconf(&parent.name, parent.index, conf, None).await
     }
 
     /// Sets the link `name` up or down. Idempotent.
