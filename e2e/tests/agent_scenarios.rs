@@ -33,6 +33,14 @@ fn n0_alone_holds_for(lab: &AgentLab, period: Duration, standbys: &[usize]) {
     }
 }
 
+/// Waits (up to 10 s) until member `i` reports itself Fenced.
+fn wait_fenced(lab: &AgentLab, i: usize) {
+    netns::wait_until(&format!("n{i} to go Fenced"), Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(lab.role(i).as_deref() == Some("Fenced"))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(i), lab.diagnostics()));
+}
+
 #[test]
 fn bring_up_higher_priority_holds_the_vip() {
     let Some(lab) = lab(PairOptions::default()) else { return };
@@ -463,10 +471,7 @@ fn a_standby_restarted_while_it_hears_nothing_keeps_its_gateway_check_and_stays_
     let fault = lab.topo.set_link_loss_one_way(1, Link::Data, 100, true).expect("drop every frame towards n1");
     lab.stop_agent(1);
     lab.start_agent(1).expect("start n1's agent again");
-    netns::wait_until("n1 to go Fenced", Duration::from_secs(10), Duration::from_millis(50), || {
-        Ok(lab.role(1).as_deref() == Some("Fenced"))
-    })
-    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(1), lab.diagnostics()));
+    wait_fenced(&lab, 1);
     lab.kill_agent(0);
     n0_alone_holds_for(&lab, Duration::from_secs(3), &[1]);
     lab.topo.heal(&fault).expect("heal");
@@ -489,10 +494,7 @@ fn a_fenced_standby_whose_configuration_changes_stays_fenced() {
     };
     let prober = bring_up(&lab);
     let fault = lab.topo.set_link_loss_one_way(1, Link::Data, 100, true).expect("drop every frame towards n1");
-    netns::wait_until("n1 to go Fenced", Duration::from_secs(10), Duration::from_millis(50), || {
-        Ok(lab.role(1).as_deref() == Some("Fenced"))
-    })
-    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", lab.role(1), lab.diagnostics()));
+    wait_fenced(&lab, 1);
     let applied = |lab: &AgentLab| lab.agent_log(1).matches("applying a new configuration").count();
     let before = applied(&lab);
     lab.write_config_with(1, "drainTimeout: 7s\n").expect("rewrite n1's configuration");
