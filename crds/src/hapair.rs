@@ -117,6 +117,24 @@ pub struct HAPairSpec {
     /// unknown MACs, `arp_ignore` on the link).
     #[serde(default, rename = "virtualMAC", skip_serializing_if = "Option::is_none")]
     pub virtual_mac: Option<VirtualMacSpec>,
+
+    /// Routes that follow the holder: the member that holds the VIPs adds each (protocol
+    /// 0x68) after its VIPs and removes it before it gives them up (a demotion, a planned
+    /// move, the pair leaving the node, an uninstall); the others have none. For edge or
+    /// NAT nodes whose default route, or whose routes sourced from a VIP, must be where
+    /// the VIPs are. Checked again every 10 s while held (an interface going down takes
+    /// its routes with it). An agent restart keeps them, as it keeps the VIPs. See
+    /// docs/routes.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub routes: Vec<crate::routes::HolderRouteSpec>,
+
+    /// Policy rules that follow the holder, like `routes` (e.g. `from: <VIP>/32, table:
+    /// 100`: what the node sends from a VIP is routed by table 100). Added after the
+    /// routes, removed before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub rules: Vec<crate::routes::HolderRuleSpec>,
 }
 
 /// The pair's virtual MAC (see [`HAPairSpec::virtual_mac`]).

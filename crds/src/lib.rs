@@ -18,6 +18,7 @@ pub mod membership;
 pub mod reason;
 pub mod request;
 pub mod revision;
+pub mod routes;
 pub mod vippool;
 
 /// The heartbeat wire format (crate `havip-wire`, which has no Kubernetes dependency).
@@ -36,6 +37,7 @@ pub use hapair::{
     HeartbeatSpec, KeyRotation, Member, MemberAddresses, MemberStatus, NodeAddressType, Operation, PairCommand, Phase,
     QuarantineSpec, SecretRef, TakeoverSpec, Transition, VirtualMacError, VirtualMacSpec,
 };
+pub use routes::{HolderRoute, HolderRouteSpec, HolderRule, HolderRuleSpec, Prefix, RouteSpecError};
 pub use vippool::{Block, Family, SharingScope, VIPPool, VIPPoolSpec, VIPPoolStatus};
 
 use kube::CustomResourceExt;

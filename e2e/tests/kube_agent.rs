@@ -535,6 +535,78 @@ fn an_uninstall_leaves_no_vip_while_a_restart_keeps_it() {
     }
 }
 
+/// The n-th member's havip routes in table 100 and rules of priority 1000 (protocol 104).
+fn holder_routes(lab: &KubeLab, i: usize) -> (usize, usize) {
+    let ns = &lab.topo.node(i).ns;
+    let count = |args: &[&str], keep: &dyn Fn(&serde_json::Value) -> bool| {
+        let out = match netns::exec(ns, "ip", args) {
+            Ok(out) => out,
+            // A table that never had a route: nothing in it.
+            Err(e) if e.to_string().contains("table does not exist") => String::new(),
+            Err(e) => panic!("ip {args:?}: {e}"),
+        };
+        serde_json::from_str::<Vec<serde_json::Value>>(if out.trim().is_empty() { "[]" } else { &out })
+            .unwrap_or_else(|e| panic!("ip {args:?}: {e}: {out}"))
+            .iter()
+            .filter(|v| keep(v))
+            .count()
+    };
+    (
+        count(&["-j", "route", "show", "table", "100", "proto", "104"], &|_| true),
+        count(&["-j", "rule", "show"], &|r| r["priority"] == 1000 && r["protocol"] == "104"),
+    )
+}
+
+/// The HAPair's `routes` and `rules` (issue 31) through the API: the holder carries them
+/// and the standby none; an HAPair edit that drops the rule removes it from the holder; and
+/// `helm uninstall` (the DaemonSet deleted, then SIGTERM) leaves no route or rule of havip's
+/// on any node, as it leaves no VIP.
+#[test]
+fn the_holders_routes_follow_the_hapair_and_an_uninstall_leaves_none() {
+    if !netns::skip_unless_root(module_path!()) {
+        return;
+    }
+    havip_e2e::init_tracing();
+    let mut lab = KubeLab::start(KubeLabOptions::agents_only(2)).expect("lab");
+    let (vip, gw) = (lab.topo.vip(0), lab.topo.gateway().ip);
+    let routes =
+        format!("  routes:\n    - {{destination: 0.0.0.0/0, gateway: \"{gw}\", table: 100, source: \"{vip}\"}}\n");
+    let rules = format!("  rules:\n    - {{from: \"{vip}/32\", table: 100, priority: 1000}}\n");
+    let with = |extra: &str| lab.pair_yaml("web").replacen("---\n", &format!("{extra}---\n"), 1);
+    let (both, routes_only) = (with(&format!("{routes}{rules}")), with(&routes));
+    for i in 0..2 {
+        lab.stop_agent(i);
+    }
+    lab.block_on(async {
+        operator_objects(&lab, "web").await;
+        lab.apply(&both).await.expect("apply");
+    });
+    for i in 0..2 {
+        lab.start_agent(i).expect("start agent");
+    }
+    let wait = |what: &str, want: [(usize, usize); 2]| {
+        netns::wait_until(what, Duration::from_secs(20), Duration::from_millis(50), || {
+            Ok([holder_routes(&lab, 0), holder_routes(&lab, 1)] == want)
+        })
+        .unwrap_or_else(|e| {
+            panic!("{e}: {:?}\n{}", [holder_routes(&lab, 0), holder_routes(&lab, 1)], lab.logs_tail(30))
+        })
+    };
+    wait("n0 alone to carry the route and the rule", [(1, 1), (0, 0)]);
+    assert_eq!(lab.holders().expect("holders"), vec![0], "{}", lab.logs_tail(30));
+    // An edit that drops the rule.
+    lab.block_on(async { lab.apply(&routes_only).await.expect("apply") });
+    wait("the rule to go", [(1, 0), (0, 0)]);
+    // helm uninstall: the DaemonSet goes, then its pods get SIGTERM.
+    lab.block_on(async { lab.delete_agent_daemonset().await.expect("delete the DaemonSet") });
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+    assert_eq!([holder_routes(&lab, 0), holder_routes(&lab, 1)], [(0, 0), (0, 0)], "{}", lab.logs_tail(30));
+    for i in 0..2 {
+        assert!(!netns::has_address(&lab.topo.node(i).ns, "eth0", vip.into()).expect("addresses"));
+    }
+}
+
 #[test]
 fn a_partition_between_the_members_settles_on_one_holder() {
     let Some(lab) = lab_with_pair() else { return };

@@ -184,6 +184,19 @@ pub struct AgentConfig {
     /// The pair's virtual MAC (the HAPair's `virtualMAC`): the holder's layer-2 VIPs live
     /// on a macvlan interface with that MAC (see [`crate::announce::l2::vmac`]).
     pub virtual_mac: Option<VirtualMac>,
+    /// Routes the holder carries (the HAPair's `routes`; see `runtime::routes`).
+    pub routes: Vec<havip_crds::HolderRoute>,
+    /// Policy rules the holder carries (the HAPair's `rules`).
+    pub rules: Vec<havip_crds::HolderRule>,
+}
+
+/// The pair's routes and rules that follow the holder, checked (the HAPair's or the
+/// standalone file's `routes` and `rules`).
+pub fn holder_routes(
+    routes: &[havip_crds::HolderRouteSpec],
+    rules: &[havip_crds::HolderRuleSpec],
+) -> Result<(Vec<havip_crds::HolderRoute>, Vec<havip_crds::HolderRule>), ConfigError> {
+    havip_crds::routes::parse_all(routes, rules).map_err(|e| invalid(e.to_string()))
 }
 
 /// The MACs a pair's layer-2 VIPs answer with while held (the HAPair's `virtualMAC`).

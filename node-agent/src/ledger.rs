@@ -10,6 +10,7 @@
 //! of every pair in the state directory.
 
 use crate::netlink::Vip;
+use havip_crds::{HolderRoute, HolderRule};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,13 @@ struct OnDisk {
     /// Virtual MAC interfaces the pair created (an agent without them reads none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     links: Vec<String>,
+    /// Routes that follow the holder that the pair may have added (an agent without them
+    /// reads none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    routes: Vec<HolderRoute>,
+    /// Policy rules that follow the holder, likewise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    rules: Vec<HolderRule>,
 }
 
 /// The ledger of one pair.
@@ -110,6 +118,10 @@ impl VipLedger {
         d.backup.dedup();
         d.links.sort();
         d.links.dedup();
+        d.routes.sort();
+        d.routes.dedup();
+        d.rules.sort();
+        d.rules.dedup();
         let json = serde_json::to_vec_pretty(&d).map_err(|e| err(std::io::Error::other(e)))?;
         crate::state::write_atomic(&self.path, &json).map_err(err)
     }
@@ -177,6 +189,39 @@ impl VipLedger {
             return Ok(());
         }
         d.links = names.to_vec();
+        self.write(d)
+    }
+
+    /// The routes and rules that follow the holder the pair may have added.
+    pub fn holder_routes(&self) -> Result<(Vec<HolderRoute>, Vec<HolderRule>), LedgerError> {
+        let d = self.read()?;
+        Ok((d.routes, d.rules))
+    }
+
+    /// Adds routes and rules that follow the holder to the record (before they are added
+    /// to the kernel).
+    pub fn record_holder_routes(&self, routes: &[HolderRoute], rules: &[HolderRule]) -> Result<(), LedgerError> {
+        let d = self.read().unwrap_or_default();
+        let mut all_routes = d.routes.clone();
+        all_routes.extend(routes.iter().filter(|r| !d.routes.contains(r)).cloned());
+        let mut all_rules = d.rules.clone();
+        all_rules.extend(rules.iter().filter(|r| !d.rules.contains(r)).cloned());
+        self.store_holder_routes(&all_routes, &all_rules)
+    }
+
+    /// Replaces the recorded routes and rules that follow the holder (after the others
+    /// were removed from the kernel).
+    pub fn store_holder_routes(&self, routes: &[HolderRoute], rules: &[HolderRule]) -> Result<(), LedgerError> {
+        let mut d = self.read().unwrap_or_default();
+        let (mut r, mut u) = (routes.to_vec(), rules.to_vec());
+        r.sort();
+        r.dedup();
+        u.sort();
+        u.dedup();
+        if d.routes == r && d.rules == u && (self.path.exists() || (r.is_empty() && u.is_empty())) {
+            return Ok(());
+        }
+        (d.routes, d.rules) = (r, u);
         self.write(d)
     }
 
@@ -294,6 +339,43 @@ mod tests {
         assert_eq!(web.links().expect("load"), vec!["hv6-33-2".to_owned()]);
         assert_eq!(web.load().expect("load"), vec![vip("10.0.0.51", "hv4-33-2")], "the VIPs stay");
         assert_eq!(db.link_owner("hv4-33-2"), None);
+    }
+
+    #[test]
+    fn routes_that_follow_the_holder_are_recorded_beside_the_vips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let web = VipLedger::new(dir.path(), "web");
+        let (routes, rules) = web.holder_routes().expect("missing is empty");
+        assert!(routes.is_empty() && rules.is_empty());
+        // Storing nothing in a missing ledger writes no file.
+        web.store_holder_routes(&[], &[]).expect("store");
+        assert!(!dir.path().join("web.vips.json").exists());
+        let spec: Vec<havip_crds::HolderRouteSpec> = serde_json::from_value(serde_json::json!([
+            {"destination": "0.0.0.0/0", "gateway": "192.0.2.1", "table": 100, "source": "192.0.2.10"},
+            {"destination": "198.51.100.0/24", "interface": "eth1"}
+        ]))
+        .expect("spec");
+        let rule_spec: Vec<havip_crds::HolderRuleSpec> =
+            serde_json::from_value(serde_json::json!([{"from": "192.0.2.10/32", "table": 100, "priority": 1000}]))
+                .expect("spec");
+        let (routes, rules) = havip_crds::routes::parse_all(&spec, &rule_spec).expect("valid");
+        web.record(&[vip("10.0.0.50", "eth0")]).expect("record");
+        web.record_holder_routes(&routes[..1], &rules).expect("record");
+        web.record_holder_routes(&routes, &rules).expect("record");
+        let (got_routes, got_rules) = web.holder_routes().expect("load");
+        assert_eq!((got_routes.len(), got_rules), (2, rules.clone()));
+        assert!(routes.iter().all(|r| got_routes.contains(r)));
+        // Replaced: only what is left.
+        web.store_holder_routes(&routes[1..], &[]).expect("store");
+        assert_eq!(web.holder_routes().expect("load"), (routes[1..].to_vec(), Vec::new()));
+        assert_eq!(web.load().expect("load"), vec![vip("10.0.0.50", "eth0")], "the VIPs stay");
+        // A ledger of an agent that predates them reads none.
+        std::fs::write(
+            dir.path().join("old.vips.json"),
+            br#"{"version":1,"vips":[{"address":"10.0.0.9","prefix":24,"interface":"eth0"}]}"#,
+        )
+        .expect("write");
+        assert_eq!(VipLedger::new(dir.path(), "old").holder_routes().expect("load"), (Vec::new(), Vec::new()));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What a pair that no longer runs on this node left behind, and its removal: the VIPs,
-//! backup paths and virtual MAC interfaces it recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
+//! backup paths, routes and rules that follow the holder, and virtual MAC interfaces it
+//! recorded adding (its ledger) and a drain's nftables tables. Shared by both modes: the
 //! Kubernetes agent removes them when the API says a pair no longer names the node, a
 //! standalone agent when a pair's configuration is gone (`standalone::sweep`).
 
@@ -47,6 +48,38 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
             }
             tracing::info!(pair, address = %addr, table, "removed a backup path of a pair that no longer runs on this node");
         }
+    }
+    // The routes and rules that follow the holder, before the VIPs they may be sourced from.
+    let (routes, rules) = match ledger.holder_routes() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(pair, error = %e, "cannot read the routes of a pair that is gone; they stay");
+            return false;
+        }
+    };
+    if !routes.is_empty() || !rules.is_empty() {
+        let Ok(nl) = Netlink::new() else {
+            tracing::warn!(pair, "cannot open netlink to remove a gone pair's routes");
+            return false;
+        };
+        for r in &rules {
+            if let Err(e) = nl.remove_holder_rule(r).await {
+                tracing::warn!(pair, error = %e, "failed to remove a rule of a pair that is gone");
+                return false;
+            }
+        }
+        for r in &routes {
+            if let Err(e) = nl.remove_holder_route(r).await {
+                tracing::warn!(pair, error = %e, "failed to remove a route of a pair that is gone");
+                return false;
+            }
+        }
+        tracing::info!(
+            pair,
+            routes = routes.len(),
+            rules = rules.len(),
+            "removed the routes and rules of a pair that no longer runs on this node"
+        );
     }
     if !recorded.is_empty() {
         match Netlink::new() {

@@ -98,6 +98,7 @@ pub const IO_ERROR_CATEGORIES: &[&str] = &[
     "add_address",
     "add_link",
     "backup_route",
+    "holder_route",
     "del_address",
     "link_not_found",
     "list",

@@ -43,6 +43,9 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod holder;
+pub use holder::Added;
+
 /// The `IFA_PROTO` value that marks havip's addresses.
 pub const HAVIP_ADDR_PROTO: u8 = 0x68;
 /// The host prefix length of `addr` (32 or 128): a drained VIP on `lo`, a routed VIP, a
@@ -190,6 +193,17 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// A route or rule that follows the holder could not be added or removed.
+    #[error("failed to {op} the {what}: {source}")]
+    HolderRoute {
+        /// `add` or `remove`.
+        op: &'static str,
+        /// The route or rule.
+        what: String,
+        /// The cause.
+        #[source]
+        source: rtnetlink::Error,
+    },
     /// A local route (a drained routed VIP's placeholder) could not be added or removed.
     #[error("failed to {op} the local route of {addr}: {source}")]
     LocalRoute {
@@ -267,6 +281,7 @@ impl NetlinkError {
             Self::AddLink { .. } => "add_link",
             Self::LocalRoute { .. } | Self::BadRoute { .. } => "local_route",
             Self::BackupRoute { .. } => "backup_route",
+            Self::HolderRoute { .. } => "holder_route",
             Self::PromoteSecondaries { .. } | Self::LinkSettings { .. } => "sysctl",
             Self::VirtualLinkTaken { .. } => "virtual_link_taken",
             Self::Neighbours { .. } => "neighbours",

@@ -180,6 +180,10 @@ pub struct PairOptions {
     /// `announce: {unicastToNeighbours: true}` on the layer-2 VIPs: each announcement also
     /// goes unicast to the neighbours the holder knows in the VIP's subnet.
     pub unicast_announce: bool,
+    /// Top-level YAML lines added to every pair file (e.g. `routes:`), with `{vip}` (the
+    /// pair's first VIP), `{vip6}` (the IPv6 VIP), `{gateway}` and `{gateway6}` (the
+    /// gateway's addresses) and `{k}` (the pair's index) replaced.
+    pub pair_yaml: Option<String>,
     /// The members whose agents start with the lab (`None`: all); the others start when
     /// the test says ([`AgentLab::start_agent`]).
     pub started: Option<Vec<usize>>,
@@ -220,6 +224,7 @@ impl Default for PairOptions {
             api_server: None,
             virtual_mac: None,
             unicast_announce: false,
+            pair_yaml: None,
             started: None,
             file_members: None,
         }
@@ -358,6 +363,16 @@ impl AgentLab {
         std::fs::write(&path, yaml).map_err(|source| LabError::Write { path, source })
     }
 
+    /// `text` with pair `k`'s `{vip}`, `{vip6}`, `{gateway}`, `{gateway6}` and `{k}` (see
+    /// [`PairOptions::pair_yaml`]).
+    pub fn substitute(&self, text: &str, k: usize) -> String {
+        text.replace("{vip}", &self.vip_addr(self.pair_vip(k, 0)).to_string())
+            .replace("{vip6}", &self.topo.vip6(0).to_string())
+            .replace("{gateway6}", &self.topo.gateway().ip6.to_string())
+            .replace("{gateway}", &self.topo.gateway().ip.to_string())
+            .replace("{k}", &k.to_string())
+    }
+
     /// Member `i`'s agent log (all of it).
     pub fn agent_log(&self, i: usize) -> String {
         std::fs::read_to_string(self.topo.dir().join(format!("agent-{i}.log"))).unwrap_or_default()
@@ -412,6 +427,9 @@ impl AgentLab {
         }
         if let Some(id) = self.opts.virtual_mac {
             y.push_str(&format!("virtualMAC: {{id: {}}}\n", usize::from(id) + k));
+        }
+        if let Some(extra) = &self.opts.pair_yaml {
+            y.push_str(&self.substitute(extra, k));
         }
         y.push_str("vips:\n");
         let unicast = if self.opts.unicast_announce { "    announce: {unicastToNeighbours: true}\n" } else { "" };

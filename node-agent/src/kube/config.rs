@@ -284,6 +284,7 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
     let heartbeat_port =
         u16::try_from(spec.heartbeat.port).map_err(|_| PairConfigError::HeartbeatPort { port: spec.heartbeat.port })?;
     let virtual_mac = spec.virtual_mac.as_ref().map(crate::config::VirtualMac::from_spec).transpose()?;
+    let (routes, rules) = crate::config::holder_routes(&spec.routes, &spec.rules)?;
     Ok(AgentConfig {
         quorum: None,
         api_server: None,
@@ -300,6 +301,8 @@ pub fn agent_config(pair: &HAPair, view: &ClusterView<'_>) -> Result<AgentConfig
         bgp_backup_paths: spec.bgp_backup_paths,
         witness: None,
         virtual_mac,
+        routes,
+        rules,
     })
 }
 

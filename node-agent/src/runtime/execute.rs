@@ -99,6 +99,8 @@ impl Runtime {
                 false
             }
             sm::Action::DrainVips { vips, to } => {
+                // The routes that follow the holder go before the VIPs leave their link.
+                self.remove_holder_routes().await;
                 self.drain_start(&vips, &to).await;
                 true
             }
@@ -166,6 +168,11 @@ impl Runtime {
             }
             sm::Action::RemoveVips(ids) => {
                 self.stop_announcer();
+                // The routes that follow the holder go before the VIPs (when the machine
+                // gives them all up; not for a VIP the configuration dropped).
+                if !self.machine.holds_vips() {
+                    self.remove_holder_routes().await;
+                }
                 self.drain_end().await;
                 // At once, not after the step: an announcement schedule checks it.
                 self.holding.store(false, Ordering::Relaxed);

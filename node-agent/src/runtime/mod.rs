@@ -25,6 +25,7 @@ mod backup;
 mod drain;
 mod execute;
 mod io;
+mod routes;
 mod task;
 mod types;
 
@@ -233,6 +234,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         speaker_problem: None,
         backup_installed: None,
         backup_tried: None,
+        holder_routes: routes::HolderRoutes::default(),
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);
@@ -291,6 +293,8 @@ impl Runtime {
                     }
                     Some(Event::Release) => {
                         self.withdraw_backup_paths().await;
+                        // Before the VIPs: a route sourced from one goes with it anyway.
+                        self.remove_holder_routes().await;
                         self.stop_announcer();
                         self.drain_stop().await;
                         self.metrics.forget(&sm::Role::ALL.map(sm::Role::as_str), &sm::Alarm::ALL.map(sm::Alarm::as_str));
@@ -367,7 +371,10 @@ impl Runtime {
         self.vips = all;
         self.l2 = io.l2;
         self.queue.push_back(sm::Input::ConfigChanged(Box::new(cfg.sm.clone())));
-        self.cfg = cfg;
+        let old_cfg = std::mem::replace(&mut self.cfg, cfg);
+        // Routes and rules the new configuration no longer has go now; the step below
+        // applies the others.
+        self.reconfigure_holder_routes(&old_cfg).await;
         self.spawn_tasks(io.data_link, io.vip_links, io.fence, io.own);
         self.drain().await;
         self.vips = io.vips;
@@ -436,6 +443,7 @@ impl Runtime {
         if changed {
             self.sync_routed_metric().await;
             self.sync_backup_paths().await;
+            self.sync_holder_routes().await;
             let st = self.machine.status();
             let released = self.holding.swap(st.holds_vips, Ordering::Relaxed) && !st.holds_vips;
             let urgent = self.machine.holder_overdue(self.now());

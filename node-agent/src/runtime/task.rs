@@ -68,6 +68,8 @@ pub(super) struct Runtime {
     pub(super) backup_installed: Option<std::collections::BTreeSet<std::net::IpAddr>>,
     /// The wanted backup paths last applied (`None`: apply at the next step).
     pub(super) backup_tried: Option<std::collections::BTreeSet<std::net::IpAddr>>,
+    /// The routes and rules that follow the holder, as last applied.
+    pub(super) holder_routes: super::routes::HolderRoutes,
     pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
 }
 

@@ -61,6 +61,12 @@ pub struct StandaloneFile {
     /// docs/virtual-mac.md).
     #[serde(default, rename = "virtualMAC")]
     pub virtual_mac: Option<havip_crds::VirtualMacSpec>,
+    /// Routes that follow the holder (as the HAPair's `routes`; docs/routes.md).
+    #[serde(default)]
+    pub routes: Vec<havip_crds::HolderRouteSpec>,
+    /// Policy rules that follow the holder (as the HAPair's `rules`).
+    #[serde(default)]
+    pub rules: Vec<havip_crds::HolderRuleSpec>,
     /// Timing profile (`Standard` or `Fast`, as in the HAPair): sets the heartbeat and
     /// probe timings left at their defaults.
     #[serde(default)]
@@ -494,6 +500,8 @@ impl StandaloneFile {
             Some(_) => FlapSuspensionSpec { moves: CONTROL_PLANE_FLAP_MOVES, ..FlapSuspensionSpec::default() },
             None => FlapSuspensionSpec::default(),
         });
+        let virtual_mac = self.virtual_mac.as_ref().map(crate::config::VirtualMac::from_spec).transpose()?;
+        let (routes, rules) = crate::config::holder_routes(&self.routes, &self.rules)?;
         // Everything pair-wide (not this node's identity) goes into the revision.
         let canonical = format!(
             "{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}{}",
@@ -523,6 +531,14 @@ impl StandaloneFile {
                 String::new()
             } else {
                 format!("|drain {}", self.drain_timeout)
+            }
+            // (Each only when set, so that a file without them keeps the revision that
+            // members of earlier releases compute.)
+            + &virtual_mac.map(|v| format!("|vmac {v:?}")).unwrap_or_default()
+            + &if routes.is_empty() && rules.is_empty() {
+                String::new()
+            } else {
+                format!("|routes {routes:?} {rules:?}")
             };
         let mut sm = build_sm_config(&SmSettings {
             node: &node,
@@ -553,7 +569,6 @@ impl StandaloneFile {
             sm.quorum_lease_ms = Some(u64::try_from(q.lease.as_millis()).unwrap_or(u64::MAX));
             sm.validate().map_err(|e| invalid(format!("quorum.lease {:?}: {e}", q.lease)))?;
         }
-        let virtual_mac = self.virtual_mac.as_ref().map(crate::config::VirtualMac::from_spec).transpose()?;
         Ok(AgentConfig {
             pair: self.pair,
             node,
@@ -570,6 +585,8 @@ impl StandaloneFile {
             quorum,
             api_server,
             virtual_mac,
+            routes,
+            rules,
         })
     }
 }

@@ -233,6 +233,9 @@ pub fn validate_spec(name: &str, spec: &HAPairSpec, namespace: &str) -> Vec<Stri
             out.push(format!("heartbeat path {} must name exactly one of addressType or interface", p.name));
         }
     }
+    if let Err(e) = havip_crds::routes::parse_all(&spec.routes, &spec.rules) {
+        out.push(e.to_string());
+    }
     out
 }
 

@@ -368,6 +368,22 @@ fn invalid_spec_condition() {
         Some(serde_json::from_value(serde_json::json!({"name": "k", "namespace": "havip-system"})).unwrap());
     s.members[0].node = "node-a.example.com".to_owned();
     assert!(validate_spec("p", &s, "havip-system").is_empty());
+    // Routes and rules that follow the holder: checked as the agents apply them.
+    let mut s = spec();
+    s.routes = serde_json::from_value(serde_json::json!([
+        {"destination": "0.0.0.0/0", "gateway": "192.0.2.1", "table": 100, "source": "192.0.2.10"}
+    ]))
+    .unwrap();
+    s.rules =
+        serde_json::from_value(serde_json::json!([{"from": "192.0.2.10/32", "table": 100, "priority": 1000}])).unwrap();
+    assert!(validate_spec("p", &s, "havip-system").is_empty());
+    s.routes[0].destination = "10.0.0.1/8".to_owned();
+    let bad = validate_spec("p", &s, "havip-system");
+    assert!(bad.iter().any(|p| p.contains("\"10.0.0.1/8\" is not a prefix")), "{bad:?}");
+    s.routes.clear();
+    s.rules[0].from = None;
+    let bad = validate_spec("p", &s, "havip-system");
+    assert!(bad.iter().any(|p| p.contains("needs from, to or both")), "{bad:?}");
     for (name, ok) in
         [("a", true), ("a-b.c", true), ("-a", false), ("a-", false), ("A", false), ("a..b", false), ("", false)]
     {
