@@ -252,6 +252,7 @@ impl Runtime {
         // Recorded first: an agent that dies from here on removes them at its next start.
         self.ledger.record(&kept)?;
         self.drain.kept = kept.clone();
+        let mut leaving = Vec::new();
         for (k, v) in kept.iter().zip(vips) {
             if v.routed {
                 // Not an address on `lo`: the same prefix as a connected route of both `lo`
@@ -271,8 +272,16 @@ impl Runtime {
                     self.metrics.bgp_route_change("withdrawn");
                 }
                 self.nl.add_vip(k).await?;
-                self.nl.remove_vip(&v.vip).await?;
+                leaving.push(v);
             }
+        }
+        // Every kept VIP on `lo` first; then the virtual MAC interfaces down before the
+        // addresses leave them (see `lower_virtual_links`: an IPv6 address's removal would
+        // send an MLD report from the virtual MAC, which the new holder carries now).
+        let ids: Vec<sm::VipId> = leaving.iter().filter(|v| v.virtual_link).map(|v| v.id.clone()).collect();
+        self.lower_virtual_links(&ids).await;
+        for v in leaving {
+            self.nl.remove_vip(&v.vip).await?;
         }
         Ok(())
     }

@@ -177,6 +177,7 @@ impl Runtime {
                 // At once, not after the step: an announcement schedule checks it.
                 self.holding.store(false, Ordering::Relaxed);
                 self.routed_epoch = None;
+                self.lower_virtual_links(&ids).await;
                 // The advertised address first (`Both`): withdrawn before it stops answering.
                 for v in self.vips.iter().filter(|v| ids.contains(&v.id)) {
                     for a in v.addresses().collect::<Vec<_>>().into_iter().rev() {
@@ -350,6 +351,31 @@ impl Runtime {
         tracing::debug!(neighbours = targets.len(), "the VIPs are also announced to these neighbours, unicast");
         self.unicast_targets.retain(|(vip, _, _)| !targets.iter().any(|(t, _, _)| t == vip));
         self.unicast_targets.extend(targets);
+    }
+
+    /// Sets down the virtual MAC interfaces of the VIPs `ids` that no VIP this member keeps
+    /// holding shares, **before** their addresses go. Removing an IPv6 address sends an MLD
+    /// report (it leaves the address's solicited-node group) out of its interface — from
+    /// the virtual MAC — after the new holder took that MAC over: the switch learned it at
+    /// this node's port again and sent the new holder's clients here until the new holder's
+    /// next frame (up to a second). A link that is down sends nothing. (IPv6 addresses go
+    /// with the link; removing them afterwards finds them gone, which is success.)
+    pub(super) async fn lower_virtual_links(&self, ids: &[sm::VipId]) {
+        let holding = self.machine.holds_vips();
+        let names: BTreeSet<&str> = self
+            .vips
+            .iter()
+            .filter(|v| v.virtual_link && ids.contains(&v.id))
+            .map(|v| v.vip.ifname.as_str())
+            .filter(|name| !(holding && self.vips.iter().any(|o| !ids.contains(&o.id) && o.vip.ifname == *name)))
+            .collect();
+        for name in names {
+            if let Err(e) = self.nl.set_link_up(name, false).await {
+                self.metrics.io_error(e.category());
+                tracing::warn!(error = %e, ifname = name,
+                    "failed to set a virtual MAC interface down before its VIPs go: the switch may send its clients here for a moment");
+            }
+        }
     }
 
     /// Sets each virtual MAC interface of the pair down when no address of havip's is left
