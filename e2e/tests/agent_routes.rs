@@ -15,7 +15,7 @@
 use havip_e2e::agent::{AgentLab, PairOptions};
 use havip_e2e::netns;
 use nix::sys::signal::Signal;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const UP: Duration = Duration::from_secs(15);
 /// A takeover and the step after it (the Standard profile replaces a cut holder in about
@@ -42,13 +42,8 @@ fn lab(opts: PairOptions) -> Option<AgentLab> {
     havip_e2e::agent::lab_for_test(module_path!(), PairOptions { forwarding: true, echo_listeners: true, ..opts })
 }
 
-fn wait(lab: &AgentLab, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < timeout, "{what} not within {timeout:?}\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
+fn wait(lab: &AgentLab, what: &str, timeout: Duration, cond: impl FnMut() -> bool) -> Duration {
+    lab.wait_for(what, timeout, cond)
 }
 
 /// The gateway of the lab's IPv4 VIP subnet.

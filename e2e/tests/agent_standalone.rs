@@ -8,7 +8,7 @@ use havip_e2e::agent::{AgentLab, PairOptions};
 use havip_e2e::traffic::LongLived;
 use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const UP: Duration = Duration::from_secs(15);
 
@@ -16,13 +16,8 @@ fn lab(opts: PairOptions) -> Option<AgentLab> {
     havip_e2e::agent::lab_for_test(module_path!(), opts)
 }
 
-fn wait(lab: &AgentLab, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < timeout, "{what} not within {timeout:?}\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    start.elapsed()
+fn wait(lab: &AgentLab, what: &str, timeout: Duration, cond: impl FnMut() -> bool) -> Duration {
+    lab.wait_for(what, timeout, cond)
 }
 
 /// Two pairs on the same members, a long drain; n0's agent is SIGKILLed while it drains

@@ -23,7 +23,7 @@ use havip_e2e::agent::{AgentLab, PairOptions};
 use havip_e2e::netns::{self, Link};
 use havip_e2e::traffic::{LongLived, Prober, ProberConfig};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const UP: Duration = Duration::from_secs(15);
 /// How long a takeover may take to reach the client with the virtual MAC (the Standard
@@ -39,13 +39,8 @@ fn lab(opts: PairOptions) -> Option<(AgentLab, std::sync::MutexGuard<'static, ()
     havip_e2e::agent::lab_for_test(module_path!(), PairOptions { forwarding: true, ..opts }).map(|l| (l, turn))
 }
 
-fn wait(lab: &AgentLab, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < timeout, "{what} not within {timeout:?}\n{}", lab.diagnostics());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
+fn wait(lab: &AgentLab, what: &str, timeout: Duration, cond: impl FnMut() -> bool) -> Duration {
+    lab.wait_for(what, timeout, cond)
 }
 
 /// The switch port the data bridge has learned `mac` on.

@@ -373,6 +373,17 @@ impl AgentLab {
             .replace("{k}", &k.to_string())
     }
 
+    /// Waits until `cond` holds (checked every 20 ms) and returns how long that took;
+    /// panics with the lab's diagnostics after `timeout`.
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+        let start = std::time::Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < timeout, "{what} not within {timeout:?}\n{}", self.diagnostics());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    }
+
     /// Member `i`'s agent log (all of it).
     pub fn agent_log(&self, i: usize) -> String {
         std::fs::read_to_string(self.topo.dir().join(format!("agent-{i}.log"))).unwrap_or_default()
