@@ -43,8 +43,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-mod holder;
-pub use holder::Added;
+pub mod holder;
 
 /// The `IFA_PROTO` value that marks havip's addresses.
 pub const HAVIP_ADDR_PROTO: u8 = 0x68;

@@ -234,7 +234,7 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
         speaker_problem: None,
         backup_installed: None,
         backup_tried: None,
-        holder_routes: routes::HolderRoutes::default(),
+        holder_routes: task::HolderRoutes::default(),
         _lock: lock,
     };
     rt.spawn_tasks(data_link, vip_links, fence, own);

@@ -9,7 +9,7 @@
 //! node, is uninstalled or is reconfigured without them has them removed.
 
 use super::task::Runtime;
-use crate::netlink::Added;
+use crate::netlink::holder::Added;
 use std::time::{Duration, Instant};
 
 /// How often a holder checks that its routes and rules are still there.
@@ -18,16 +18,6 @@ pub(super) const RECHECK: Duration = Duration::from_secs(10);
 /// How soon a holder tries again after the kernel refused one (a route sourced from a VIP
 /// the kernel does not have yet, an interface that is missing).
 const RETRY: Duration = Duration::from_secs(1);
-
-/// What the runtime last did with the pair's routes and rules.
-#[derive(Default, Debug)]
-pub(super) struct HolderRoutes {
-    /// Whether they are meant to be in the kernel (`None`: not applied yet since the
-    /// start: the first step also removes what the ledger records beyond them).
-    pub(super) applied: Option<bool>,
-    /// When a holder next checks them.
-    pub(super) next_check: Option<Instant>,
-}
 
 impl Runtime {
     fn has_holder_routes(&self) -> bool {

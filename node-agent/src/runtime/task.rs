@@ -69,7 +69,7 @@ pub(super) struct Runtime {
     /// The wanted backup paths last applied (`None`: apply at the next step).
     pub(super) backup_tried: Option<std::collections::BTreeSet<std::net::IpAddr>>,
     /// The routes and rules that follow the holder, as last applied.
-    pub(super) holder_routes: super::routes::HolderRoutes,
+    pub(super) holder_routes: HolderRoutes,
     pub(super) _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -84,4 +84,14 @@ pub(super) struct DrainIo {
     pub(super) monitor: Option<tokio::task::JoinHandle<()>>,
     /// The forwarder's counters last read (packets, bytes), for the metric deltas.
     pub(super) counted: Arc<std::sync::Mutex<(u64, u64)>>,
+}
+
+/// What the runtime last did with the pair's routes and rules.
+#[derive(Default, Debug)]
+pub(super) struct HolderRoutes {
+    /// Whether they are meant to be in the kernel (`None`: not applied yet since the
+    /// start: the first step also removes what the ledger records beyond them).
+    pub(super) applied: Option<bool>,
+    /// When a holder next checks them.
+    pub(super) next_check: Option<Instant>,
 }
