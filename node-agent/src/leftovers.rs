@@ -62,17 +62,12 @@ pub async fn remove_vips_and_drain_tables(dir: &Path, pair: &str) -> bool {
             tracing::warn!(pair, "cannot open netlink to remove a gone pair's routes");
             return false;
         };
-        for r in &rules {
-            if let Err(e) = nl.remove_holder_rule(r).await {
-                tracing::warn!(pair, error = %e, "failed to remove a rule of a pair that is gone");
-                return false;
+        let left = nl.remove_holder_all(&routes, &rules, "its pair no longer runs on this node").await;
+        if !left.is_empty() {
+            for (what, e) in left.failures() {
+                tracing::warn!(pair, error = %e, what = %what, "failed to remove a route or rule of a pair that is gone");
             }
-        }
-        for r in &routes {
-            if let Err(e) = nl.remove_holder_route(r).await {
-                tracing::warn!(pair, error = %e, "failed to remove a route of a pair that is gone");
-                return false;
-            }
+            return false;
         }
         tracing::info!(
             pair,

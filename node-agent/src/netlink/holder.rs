@@ -115,4 +115,46 @@ impl Netlink {
             Err(e) => Err(rule_error("remove", r)(e)),
         }
     }
+
+    /// Removes every rule of `rules`, then every route of `routes` (only havip's; gone is
+    /// success), logging each removal at info with `why`. Every one is tried; what could
+    /// not be removed comes back with its error.
+    pub async fn remove_holder_all(&self, routes: &[HolderRoute], rules: &[HolderRule], why: &str) -> NotRemoved {
+        let mut left = NotRemoved::default();
+        for r in rules {
+            match self.remove_holder_rule(r).await {
+                Ok(()) => tracing::info!(what = %r, why, "removed a rule"),
+                Err(e) => left.rules.push((r.clone(), e)),
+            }
+        }
+        for r in routes {
+            match self.remove_holder_route(r).await {
+                Ok(()) => tracing::info!(what = %r, why, "removed a route"),
+                Err(e) => left.routes.push((r.clone(), e)),
+            }
+        }
+        left
+    }
+}
+
+/// The routes and rules [`Netlink::remove_holder_all`] could not remove, each with why.
+#[derive(Debug, Default)]
+pub struct NotRemoved {
+    /// Routes left.
+    pub routes: Vec<(HolderRoute, NetlinkError)>,
+    /// Rules left.
+    pub rules: Vec<(HolderRule, NetlinkError)>,
+}
+
+impl NotRemoved {
+    /// Whether everything went.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty() && self.rules.is_empty()
+    }
+
+    /// Each failure: what (`route …` / `rule …`) and why.
+    pub fn failures(&self) -> impl Iterator<Item = (String, &NetlinkError)> {
+        let routes = self.routes.iter().map(|(r, e)| (format!("route {r}"), e));
+        routes.chain(self.rules.iter().map(|(r, e)| (format!("rule {r}"), e)))
+    }
 }

@@ -88,23 +88,10 @@ impl Runtime {
         if self.holder_routes.applied == Some(false) || !self.has_holder_routes() {
             return;
         }
-        for r in &self.cfg.rules {
-            match self.nl.remove_holder_rule(r).await {
-                Ok(()) => tracing::info!(what = %r, "removed a rule that follows the holder"),
-                Err(e) => {
-                    self.metrics.io_error(e.category());
-                    tracing::warn!(error = %e, what = %r, "failed to remove a rule that follows the holder");
-                }
-            }
-        }
-        for r in &self.cfg.routes {
-            match self.nl.remove_holder_route(r).await {
-                Ok(()) => tracing::info!(what = %r, "removed a route that follows the holder"),
-                Err(e) => {
-                    self.metrics.io_error(e.category());
-                    tracing::warn!(error = %e, what = %r, "failed to remove a route that follows the holder");
-                }
-            }
+        let left = self.nl.remove_holder_all(&self.cfg.routes, &self.cfg.rules, "the member gives the VIPs up").await;
+        for (what, e) in left.failures() {
+            self.metrics.io_error(e.category());
+            tracing::warn!(error = %e, what = %what, "failed to remove a route or rule that follows the holder");
         }
         self.holder_routes.applied = Some(false);
         self.holder_routes.next_check = None;
@@ -123,24 +110,14 @@ impl Runtime {
         };
         let mut keep_routes = self.cfg.routes.clone();
         let mut keep_rules = self.cfg.rules.clone();
-        for r in rules.iter().filter(|r| !self.cfg.rules.contains(r)) {
-            match self.nl.remove_holder_rule(r).await {
-                Ok(()) => tracing::info!(what = %r, "removed a rule the pair no longer has"),
-                Err(e) => {
-                    tracing::warn!(error = %e, what = %r, "failed to remove a rule the pair no longer has");
-                    keep_rules.push(r.clone());
-                }
-            }
+        let gone_routes: Vec<_> = routes.iter().filter(|r| !self.cfg.routes.contains(r)).cloned().collect();
+        let gone_rules: Vec<_> = rules.iter().filter(|r| !self.cfg.rules.contains(r)).cloned().collect();
+        let left = self.nl.remove_holder_all(&gone_routes, &gone_rules, "the pair no longer has it").await;
+        for (what, e) in left.failures() {
+            tracing::warn!(error = %e, what = %what, "failed to remove a route or rule the pair no longer has");
         }
-        for r in routes.iter().filter(|r| !self.cfg.routes.contains(r)) {
-            match self.nl.remove_holder_route(r).await {
-                Ok(()) => tracing::info!(what = %r, "removed a route the pair no longer has"),
-                Err(e) => {
-                    tracing::warn!(error = %e, what = %r, "failed to remove a route the pair no longer has");
-                    keep_routes.push(r.clone());
-                }
-            }
-        }
+        keep_routes.extend(left.routes.into_iter().map(|(r, _)| r));
+        keep_rules.extend(left.rules.into_iter().map(|(r, _)| r));
         // What is configured is recorded when it is added; nothing else stays recorded.
         keep_routes.retain(|r| routes.contains(r));
         keep_rules.retain(|r| rules.contains(r));
