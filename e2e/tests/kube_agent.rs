@@ -32,12 +32,18 @@ async fn operator_objects(lab: &KubeLab, pair: &str) {
 /// such a pair existed would not see it (docs/kubernetes.md, upgrades), so the agents
 /// start once it exists.
 fn create_pair_then_start_agents(lab: &mut KubeLab, pair: &str) {
+    let yaml = lab.pair_yaml(pair);
+    create_then_start_agents(lab, pair, &yaml);
+}
+
+/// [`create_pair_then_start_agents`] with the pair's objects given as YAML.
+fn create_then_start_agents(lab: &mut KubeLab, pair: &str, yaml: &str) {
     for i in 0..2 {
         lab.stop_agent(i);
     }
     lab.block_on(async {
         operator_objects(lab, pair).await;
-        lab.apply(&lab.pair_yaml(pair)).await.expect("apply");
+        lab.apply(yaml).await.expect("apply");
     });
     for i in 0..2 {
         lab.start_agent(i).expect("start agent");
@@ -574,16 +580,7 @@ fn the_holders_routes_follow_the_hapair_and_an_uninstall_leaves_none() {
     let rules = format!("  rules:\n    - {{from: \"{vip}/32\", table: 100, priority: 1000}}\n");
     let with = |extra: &str| lab.pair_yaml("web").replacen("---\n", &format!("{extra}---\n"), 1);
     let (both, routes_only) = (with(&format!("{routes}{rules}")), with(&routes));
-    for i in 0..2 {
-        lab.stop_agent(i);
-    }
-    lab.block_on(async {
-        operator_objects(&lab, "web").await;
-        lab.apply(&both).await.expect("apply");
-    });
-    for i in 0..2 {
-        lab.start_agent(i).expect("start agent");
-    }
+    create_then_start_agents(&mut lab, "web", &both);
     let wait = |what: &str, want: [(usize, usize); 2]| {
         netns::wait_until(what, Duration::from_secs(20), Duration::from_millis(50), || {
             Ok([holder_routes(&lab, 0), holder_routes(&lab, 1)] == want)
