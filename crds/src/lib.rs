@@ -4,12 +4,14 @@
 //! ([`contract`]), condition types and every condition and Event reason ([`reason`]),
 //! the request-annotation grammar the operator and the kubectl plugin share
 //! ([`request`]), field managers, annotations and member labels ([`membership`]),
-//! durations and the configuration revision. The wire protocols (heartbeat and witness)
+//! durations and the configuration revision, and the Kubernetes client of the
+//! long-running binaries ([`client`], with TCP keepalive). The wire protocols (heartbeat and witness)
 //! live in the kube-free crate `havip-wire` and are re-exported here as [`wire`] and
 //! [`witness`].
 
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod contract;
 pub mod duration;
 pub mod floatingip;

@@ -380,6 +380,86 @@ fn a_pair_that_cannot_start_gives_its_vips_up_and_retries_with_back_off() {
     lab.stop_agent(1);
 }
 
+/// A pair whose start fails is not running, but what an earlier run left on the node is
+/// there (its ledger, state, UID record): when the pair is deleted, that goes too, as a
+/// running pair's does. It stayed until the agent's next restart before.
+#[test]
+fn a_pair_deleted_while_it_cannot_start_leaves_no_file_behind() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let n0 = lab.topo.node(0).ns.clone();
+    let vip = lab.topo.vip(0);
+    let dir = lab.dir().join("state-0");
+    lab.kill_agent(0);
+    // The obstacle: a directory where the state file belongs.
+    let state = dir.join("web.state.json");
+    std::fs::remove_file(&state).expect("remove the state file");
+    std::fs::create_dir(&state).expect("a directory where the state file was");
+    lab.start_agent(0).expect("restart");
+    // The second failed start (1 s after the first): the agent's own sweep at its start
+    // is behind it.
+    netns::wait_until("n0's second failed start", Duration::from_secs(20), Duration::from_millis(20), || {
+        Ok(lab.agent_metric_sum(0, "havip_agent_io_errors_total", &["name=\"pair_start\""]).is_some_and(|n| n >= 2.0))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    let files = ["web.uid", "web.state.lock", "web.config.json"];
+    let present: Vec<&str> = files.iter().copied().filter(|f| dir.join(f).exists()).collect();
+    assert!(!present.is_empty(), "the earlier run's files are there before the deletion");
+    lab.block_on(delete_pair(&lab));
+    netns::wait_until(
+        "n0 to remove what the pair that could not start left",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || Ok(!netns::has_address(&n0, "eth0", vip.into())? && present.iter().all(|f| !dir.join(f).exists())),
+    )
+    .unwrap_or_else(|e| {
+        let left: Vec<_> = present.iter().filter(|f| dir.join(f).exists()).collect();
+        panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
+    });
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+}
+
+/// A chaos-run defect (CI, seed 1796558121164695112): a node whose connections to the API
+/// server died without a FIN or RST reaching it (the API server restarted while the
+/// node's management link dropped what came in) kept its watches on the dead
+/// connections. kube's watcher notices a silent watch only after 295 s: the pairs
+/// deleted meanwhile left their files and VIPs on the node. With TCP keepalive (10 s
+/// idle, 3 probes 5 s apart) the watches fail and resume within about 25 s. Here the API
+/// server forgets n1's connections at once (`ss -K`) and its resets never reach n1.
+#[test]
+fn watches_on_connections_that_died_silently_resume_within_seconds() {
+    let Some(mut lab) = lab_with_pair() else { return };
+    let host = lab.topo.host_ip();
+    let n1 = lab.topo.node(1).clone();
+    let port = lab.cp.api_port();
+    let dir = lab.dir().join("state-1");
+    assert!(dir.join("web.state.json").exists(), "n1 runs the pair");
+    for cmd in [
+        "add table inet e2e_silent".to_owned(),
+        "add chain inet e2e_silent in { type filter hook input priority -10 ; }".to_owned(),
+        format!("add rule inet e2e_silent in ip saddr {host} tcp sport {port} tcp flags & (fin | rst) != 0 drop"),
+    ] {
+        netns::exec(&n1.ns, "nft", &[&cmd]).expect("nft");
+    }
+    let killed = std::process::Command::new("ss")
+        .args(["-K", "-t", "state", "established", "sport", "=", &format!(":{port}"), "dst", &n1.mgmt_ip.to_string()])
+        .output()
+        .expect("ss -K");
+    assert!(killed.status.success(), "ss -K: {}", String::from_utf8_lossy(&killed.stderr));
+    let started = std::time::Instant::now();
+    lab.block_on(delete_pair(&lab));
+    netns::wait_until(
+        "n1 to see the deletion and remove the pair's files",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(!dir.join("web.state.json").exists()),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
+    tracing::info!(after = ?started.elapsed(), "n1 saw the deletion");
+    lab.stop_agent(0);
+    lab.stop_agent(1);
+}
+
 #[test]
 fn a_re_created_pair_starts_fresh_instead_of_inheriting_the_old_ones_state() {
     let Some(mut lab) = lab_with_pair() else { return };

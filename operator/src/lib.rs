@@ -94,5 +94,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client
         }
         None => kube::Config::infer().await.map_err(|e| Error::Client(e.to_string()))?,
     };
-    kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+    // TCP keepalive: a watch whose connection died silently fails within seconds
+    // instead of minutes (havip_crds::client).
+    havip_crds::client::build(config).map_err(|e| Error::Client(e.to_string()))
 }

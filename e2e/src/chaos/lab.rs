@@ -101,6 +101,8 @@ pub struct ChaosLab {
     /// libfaketime: no clock steps).
     faketime: Option<Vec<PathBuf>>,
     held: BTreeMap<usize, Held>,
+    /// The temporary directory of the clock files (None: the caller's directory).
+    _tmp: Option<tempfile::TempDir>,
 }
 
 /// A failure to build the lab or to carry out a fault.
@@ -122,7 +124,18 @@ impl ChaosLab {
     /// Starts the lab and waits until every VIP answers its clients.
     pub fn start(dir: Option<PathBuf>) -> LabResult<Self> {
         let nodes = 3;
-        let work = dir.clone().unwrap_or_else(std::env::temp_dir);
+        // The clock files live in the given directory, or in a temporary one removed with
+        // the lab.
+        let tmp = match &dir {
+            Some(_) => None,
+            None => Some(
+                tempfile::Builder::new()
+                    .prefix("havip-chaos-")
+                    .tempdir()
+                    .map_err(|e| format!("create a temporary directory: {e}"))?,
+            ),
+        };
+        let work = dir.clone().or_else(|| tmp.as_ref().map(|t| t.path().to_owned())).unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&work).map_err(|e| format!("create {}: {e}", work.display()))?;
         let faketime: Option<Vec<PathBuf>> = libfaketime()
             .map(|_| (0..nodes).map(|i| work.join(format!("chaos-faketime-{}-{i}", std::process::id()))).collect());
@@ -154,7 +167,7 @@ impl ChaosLab {
             PairDef { name: "beta", members: vec![1, 2], fast: true, vip: Some(1), failback: false },
             PairDef { name: "gamma", members: vec![2, 0, 1], fast: false, vip: None, failback: true },
         ];
-        let mut me = Self { operators, lab, pairs, vips: Vec::new(), faketime, held: BTreeMap::new() };
+        let mut me = Self { operators, lab, pairs, vips: Vec::new(), faketime, held: BTreeMap::new(), _tmp: tmp };
         let mut yaml = String::new();
         for p in 0..me.pairs.len() {
             yaml.push_str(&me.pair_yaml(p, None));

@@ -355,6 +355,11 @@ pub fn run(opts: &RunOptions) -> Result<Outcome, String> {
         }
     }
 
+    // What the agents said last, for the post-mortem of what they left (CI keeps no lab).
+    if !leftovers.is_empty() {
+        eprintln!("chaos: something was left behind; the logs' last lines:\n{}", lab.lab.logs_tail(80));
+    }
+
     // The report.
     for e in &record.executed {
         let mut v = serde_json::to_value(e).map_err(|e| e.to_string())?;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 /// Runs the Kubernetes mode with its metrics endpoint on `metrics_address` (`off`: none).
 pub async fn serve(opts: super::KubeAgentOptions, metrics_address: String) -> Result<(), String> {
-    let client = kube::Client::try_default().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
+    // TCP keepalive: a watch whose connection died silently fails within seconds
+    // instead of minutes (havip_crds::client).
+    let client = havip_crds::client::infer().await.map_err(|e| format!("failed to build a Kubernetes client: {e}"))?;
     let metrics = Arc::new(AgentMetrics::new());
     let _http = match crate::metrics::parse_address(&metrics_address)? {
         None => None,

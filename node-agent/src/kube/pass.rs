@@ -76,7 +76,7 @@ impl Agent {
         // are given up.
         let mut membership = BTreeMap::new();
         if !catching_up {
-            for name in self.running.keys() {
+            for name in self.running.keys().chain(&self.memory.failed_starts) {
                 if !wanted.contains_key(name) && !unreadable_pairs.contains_key(name) {
                     membership.insert(name.clone(), membership_of(&self.client, name, node).await);
                 }
@@ -171,9 +171,13 @@ impl Agent {
                     }
                     run.handle.release().await;
                     run.finish().await;
-                    // Its files too: a later start must not resume it from its snapshot.
-                    leftovers::remove_pair_leftovers(&self.opts.state_dir, pair).await;
+                } else {
+                    // A pair whose start failed: what an earlier run left here goes too.
+                    tracing::info!(pair = %pair, "this node is no longer a member of a pair that could not start: removing what it left");
                 }
+                self.start_retry.remove(pair);
+                // Its files too: a later start must not resume it from its snapshot.
+                leftovers::remove_pair_leftovers(&self.opts.state_dir, pair).await;
                 true
             }
             Step::Skipped { pair, skipped } => {
@@ -204,6 +208,7 @@ impl Agent {
                             .get(pair)
                             .map_or(START_RETRY_FIRST, |(_, w)| (*w * 2).min(START_RETRY_MAX));
                         self.start_retry.insert(pair.clone(), (Instant::now() + wait, wait));
+                        self.memory.failed_starts.insert(pair.clone());
                         tracing::error!(pair = %pair, error = %err, retry_in = ?wait, "failed to start the pair");
                         // A pair that cannot run here must not leave its addresses
                         // answering: a killed agent's VIPs stay in the kernel, and nothing

@@ -144,6 +144,9 @@ pub(super) struct Memory {
     pub skipped: BTreeMap<String, BTreeMap<String, String>>,
     /// Every object is watched, not only this node's labelled ones.
     pub watching_every: bool,
+    /// The pairs whose start failed and is retried (not running, but their files from an
+    /// earlier run may be here): released like a running pair when they leave.
+    pub failed_starts: BTreeSet<String>,
 }
 
 /// One step of a pass, in the order to take it.
@@ -217,7 +220,7 @@ pub(super) fn plan(obs: &Observed, mem: &Memory, node: &str) -> Plan {
     }
     // Pairs this node left (or that were deleted).
     let mut watching_every = mem.watching_every;
-    for name in mem.running.keys() {
+    for name in mem.running.keys().chain(mem.failed_starts.iter().filter(|n| !mem.running.contains_key(*n))) {
         if obs.pairs.contains_key(name) || obs.unreadable_pairs.contains_key(name) {
             continue;
         }
@@ -372,11 +375,13 @@ impl Memory {
             Step::Release { pair, .. } => {
                 self.running.remove(pair);
                 self.skipped.remove(pair);
+                self.failed_starts.remove(pair);
             }
             Step::Skipped { pair, skipped } => {
                 self.skipped.insert(pair.clone(), skipped.clone());
             }
             Step::Start { pair, uid, config } => {
+                self.failed_starts.remove(pair);
                 self.running.insert(pair.clone(), RunMemory::started(config, uid.clone()));
             }
             Step::Reconfigure { pair, config } => {

@@ -294,6 +294,30 @@ fn a_pair_that_left_the_view_is_released_only_on_the_api_servers_word() {
 }
 
 #[test]
+fn a_pair_whose_start_failed_is_released_when_it_leaves_and_not_before() {
+    // Not running (its start failed and is retried): what an earlier run left on the node
+    // (state, ledger, VIPs) must go when the pair is deleted, as a running pair's does.
+    let now = Instant::now();
+    let mem = Memory { failed_starts: BTreeSet::from(["web".to_owned()]), ..Memory::default() };
+    let mut obs = observed(vec![], now);
+    obs.membership.insert("web".into(), Membership::Left);
+    let p = plan(&obs, &mem, NODE);
+    assert_eq!(words(&p), ["release web"]);
+    let after = applied(mem.clone(), &p);
+    assert!(after.failed_starts.is_empty());
+    assert!(plan(&observed(vec![], now), &after, NODE).steps.is_empty(), "released once");
+    // Unconfirmed: kept (a failed read of the pair is no deletion).
+    let p = plan(&observed(vec![], now), &mem, NODE);
+    assert!(p.steps.is_empty());
+    assert!(matches!(&p.notes[..], [Note::Unconfirmed { pair, .. }] if pair == "web"));
+    // Still there: started again (the retry), and a start that works ends the record.
+    let obs = observed(vec![seen(pair("web", false, false, None))], now);
+    let p = plan(&obs, &mem, NODE);
+    assert_eq!(words(&p), FRESH_START_OF_WEB);
+    assert!(applied(mem, &p).failed_starts.is_empty());
+}
+
+#[test]
 fn catching_up_ends_when_the_own_view_agrees() {
     let now = Instant::now();
     let mut obs = observed(vec![seen(pair("web", false, false, None))], now);
