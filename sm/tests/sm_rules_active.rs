@@ -397,6 +397,12 @@ fn a_handover_on_carrier_loss_whose_confirm_never_comes_gives_the_vips_up_withou
     // Its epoch is the commit's, never newer: B holding under 4 stays the holder.
     assert_eq!(h.status().epoch, 4);
     assert_eq!(last_advert(&h.since(4_000)).epoch, 4);
+    // And no abort tells B to give the VIPs up: the adverts queued meanwhile reach B when
+    // the links return (it gave them up once, leaving the pair without a holder for 3 s).
+    let out = h.run(6_000, &[], None);
+    let aborts: Vec<OpMsg> =
+        ops(&h.since(4_000)).into_iter().chain(ops(&out)).filter(|o| o.kind == OpKind::Abort).collect();
+    assert!(aborts.is_empty(), "{aborts:?}");
 }
 
 #[test]
@@ -459,6 +465,25 @@ fn planned_failover_target_gives_vips_back_on_abort() {
     let out = h.hear(&with_op(active(A, 200, 3), 9, OpKind::Abort));
     assert_eq!(removes(&out), vec![vec![vip(VIP)]]);
     assert_eq!(h.role(), Role::Standby);
+}
+
+/// The abort of an initiator that gave the VIPs up as well (a handover on carrier loss
+/// whose confirm never came; an agent of an earlier release sent it then) leaves them on
+/// the target that holds them under the commit: obeying it left the pair without a holder
+/// until a takeover, 3 s (a lab run: cut, then heal, of the holder's cables).
+#[test]
+fn planned_failover_target_keeps_the_vips_on_the_abort_of_an_initiator_that_gave_them_up() {
+    let mut h = standby_b_hearing_a();
+    h.now = 2_010;
+    h.hear(&with_op(active(A, 200, 1), 9, OpKind::Prepare { to: node(B) }));
+    h.now = 2_020;
+    h.hear(&with_op(adv(A, 200, Role::Demoting, 1, true), 9, OpKind::Commit { to: node(B), epoch: 2 }));
+    assert!(h.m.holds_vips());
+    h.now = 3_100;
+    let out = h.hear(&with_op(adv(A, 200, Role::Standby, 2, false), 9, OpKind::Abort));
+    assert!(removes(&out).is_empty(), "kept: {:?}", role_changes(&out));
+    assert_eq!(h.role(), Role::Active);
+    assert!(h.m.holds_vips());
 }
 
 #[test]

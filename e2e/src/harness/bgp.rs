@@ -96,7 +96,7 @@ pub fn node_frr_config(topo: &Topology, i: usize, bfd: u32) -> String {
     let n = topo.node(i);
     let (gw, gw6) = (topo.gateway().ip, topo.gateway().ip6);
     format!(
-        "frr defaults datacenter\nhostname {name}\nip import-table {table}\n!\nbfd\n profile {BFD_PROFILE}\n  \
+        "frr defaults datacenter\nhostname {name}\nzebra work-queue 1\nip import-table {table}\n!\nbfd\n profile {BFD_PROFILE}\n  \
          detect-multiplier 3\n  receive-interval {bfd}\n  transmit-interval {bfd}\n !\n!\n\
          route-map HAVIP-VIPS permit 10\n match interface {link}\n!\n\
          route-map HAVIP-BACKUP permit 10\n set metric 4294967295\n set as-path prepend {NODE_ASN} {NODE_ASN}\n!\n\

@@ -97,9 +97,16 @@ impl Machine {
         let Some(op) = self.ops.op.take() else {
             return;
         };
-        self.ops.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
-        if let OpPhase::Committed { epoch, .. } = op.phase {
-            self.abort_committed(epoch, now, out);
+        // The abort tells the target to give the VIPs up — unless this member gave them up
+        // too (a committed handover aborted without carrier): the target may hold them
+        // under the commit, and must keep them (an abort heard once the links return left
+        // the pair without a holder until a takeover, 3 s).
+        let took_back = match op.phase {
+            OpPhase::Committed { epoch, .. } => self.abort_committed(epoch, now, out),
+            OpPhase::Preparing => true,
+        };
+        if took_back {
+            self.ops.sticky = Some((OpMsg { id: op.id, kind: OpKind::Abort }, now.plus(self.sticky_life())));
         }
         self.pacing.advert_now = true;
         if !matches!(op.origin, Origin::Operator { .. }) {
@@ -108,8 +115,9 @@ impl Machine {
         self.report_op(op.id, false, message.to_owned(), out);
     }
 
-    /// The VIPs after a committed handover was aborted (this member still holds them).
-    fn abort_committed(&mut self, epoch: u64, now: Millis, out: &mut Vec<Action>) {
+    /// The VIPs after a committed handover was aborted (this member still holds them):
+    /// whether it took them back (false: it gave them up).
+    fn abort_committed(&mut self, epoch: u64, now: Millis, out: &mut Vec<Action>) -> bool {
         if self.carrier_lost() {
             // Without carrier the VIPs serve nobody here. Taking them back under an epoch
             // newer than the commit would only outrank the target, which may well hold them
@@ -120,7 +128,7 @@ impl Machine {
             self.bump_epoch(epoch);
             let to = self.out_role(Role::Standby);
             self.release(now, to, Reason::CarrierLost, out);
-            return;
+            return false;
         }
         // Take the VIPs back under an epoch newer than the committed one.
         let lease_epoch = self.store.lease.as_ref().map_or(0, |l| l.epoch);
@@ -136,6 +144,7 @@ impl Machine {
         if self.store.cas.is_none() {
             self.send_cas(e, expected, CasPurpose::Reconcile, now, out);
         }
+        true
     }
 
     /// Drops the operation because another holder with a newer epoch won (no takeback).
@@ -230,9 +239,14 @@ impl Machine {
                 if t.id != msg.id || t.from != from {
                     return;
                 }
+                // Given up only for an initiator that took the VIPs back: one that gave
+                // them up too (an agent of an earlier release sent the abort then) leaves
+                // them here, where the commit put them.
+                let took_back = self.peers[i].advert.as_ref().is_some_and(|a| a.holds_vips);
                 if let TgtPhase::Accepted { epoch } = t.phase
                     && self.holding
                     && self.held_epoch == epoch
+                    && took_back
                 {
                     let to = self.out_role(Role::Standby);
                     self.release(now, to, Reason::AbortedByPeer, out);
