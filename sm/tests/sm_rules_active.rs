@@ -771,3 +771,41 @@ fn planned_failover_overlap_is_not_a_conflict() {
     assert_eq!(announces(&out), vec![AnnounceKind::Burst]);
     assert!(h.status().alarms.contains(&Alarm::VipConflict));
 }
+
+/// A member heard again after a silence (its cables back, a partition healed) may have
+/// sent frames from the virtual MAC as its links came up, moving the switch's entry to
+/// its port: the holder announces at once, even right after a burst of its own (a lab
+/// run lost an IPv6 VIP's traffic for about a second to the old holder's multicast
+/// listener reports after a cut healed).
+#[test]
+fn the_holder_announces_when_a_silent_peer_is_heard_again() {
+    let mut h = active_a_with_b(3);
+    let b = standby(B, 100, 3);
+    // B goes silent for longer than a heartbeat timeout; the holder keeps the VIPs.
+    let out = h.run(4_000, &[], None);
+    assert!(removes(&out).is_empty() && h.m.holds_vips());
+    h.now = 4_010;
+    let out = h.hear(&b);
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst], "announced when B was heard again");
+    // Heard on: nothing more.
+    h.now = 4_110;
+    let out = h.hear(&b);
+    assert!(announces(&out).is_empty());
+}
+
+/// A peer that held the VIPs too and then gives them up (the older epoch of two holders
+/// after a heal): the holder announces once more, after the peer's virtual MAC interface
+/// went down with its VIPs (the peer's last frames from it could come after the holder's
+/// announcement when it was heard again).
+#[test]
+fn the_holder_announces_when_a_peer_that_held_the_vips_gives_them_up() {
+    let mut h = active_a_with_b(3);
+    h.now = 3_010;
+    let out = h.hear(&active(B, 100, 2));
+    assert!(h.m.holds_vips(), "the newer epoch keeps the VIPs: {:?}", role_changes(&out));
+    h.now = 3_050;
+    let out = h.hear(&standby(B, 100, 3));
+    assert_eq!(announces(&out), vec![AnnounceKind::Burst], "announced when B gave the VIPs up");
+    h.now = 3_150;
+    assert!(announces(&h.hear(&standby(B, 100, 3))).is_empty());
+}

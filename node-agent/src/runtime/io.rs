@@ -111,7 +111,7 @@ pub(super) async fn build_io(
                 if let Err(e) = ledger.record_links(std::slice::from_ref(&name)) {
                     tracing::warn!(error = %e, ifname = %name, "failed to record the virtual MAC interface in the ledger");
                 }
-                nl.ensure_macvlan(&name, &parent, vm.mac(v.addr.is_ipv6())).await?;
+                nl.ensure_macvlan(&name, &parent, vm.mac(v.addr.is_ipv6()), !v.addr.is_ipv6()).await?;
                 (Vip { addr: v.addr, prefix: crate::netlink::host_prefix(v.addr), ifname: name }, true)
             }
             None => (Vip { addr: v.addr, prefix, ifname: ifname.clone() }, false),

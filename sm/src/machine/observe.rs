@@ -66,6 +66,21 @@ impl Machine {
                 p.heard_since = Some(now);
             }
         }
+        // A peer that held the VIPs and now says it gave them up (the loser of two holders,
+        // an old holder whose handover or drain ended) may likewise have sent from the
+        // virtual MAC until a moment ago.
+        let gave_up = !msg.holds_vips && self.peers[i].advert.as_ref().is_some_and(|a| a.holds_vips);
+        if (!was_heard || gave_up) && self.holding && self.role == Role::Active && !self.catch_up {
+            // A member heard again — its cables are back, a partition healed, it started —
+            // may have sent frames from the pair's virtual MAC moments ago (the kernel's
+            // multicast listener reports as its links came up, before it learnt that it no
+            // longer holds), and the switches learnt its port for that MAC; or clients
+            // learnt it from a holder that answered there meanwhile. The holder announces
+            // at once, whatever its last burst: without it the switch sent the VIP's
+            // traffic to that member until the next refresh (about a second).
+            self.pacing.last_burst = Some(now);
+            out.push(Action::Announce { kind: crate::types::AnnounceKind::Burst });
+        }
         self.heard_any_peer = true;
         if msg.holds_vips {
             self.seen_holder = true;

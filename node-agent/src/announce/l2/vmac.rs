@@ -27,7 +27,8 @@
 //!   pair goes: they are also what IPVS-mode kube-proxy sets on every node.
 //!
 //! IPv6 needs neither: neighbour discovery answers only for addresses of the interface a
-//! solicitation arrives on.
+//! solicitation arrives on. The IPv4 interface gets IPv6 turned off (`/proc/sys`, best
+//! effort): it would send multicast listener reports from the virtual MAC.
 
 use crate::netlink::{LinkState, Netlink, NetlinkError, errno};
 use netlink_packet_route::link::{
@@ -60,7 +61,13 @@ impl Netlink {
     /// left down; an existing one keeps its state (a holder's stays up across a
     /// reconfiguration). An interface of that name with another MAC or parent, or of
     /// another kind, is refused: it is not this pair's.
-    pub async fn ensure_macvlan(&self, name: &str, parent: &LinkState, mac: [u8; 6]) -> Result<(), NetlinkError> {
+    pub async fn ensure_macvlan(
+        &self,
+        name: &str,
+        parent: &LinkState,
+        mac: [u8; 6],
+        ipv4_only: bool,
+    ) -> Result<(), NetlinkError> {
         let found = match self.link_facts(name).await? {
             Some(found) => found,
             None => {
@@ -92,6 +99,9 @@ impl Netlink {
         own.arp_ignore = 1;
         own.rp_filter = 2;
         self.set_devconf(name, found.index, own, Some(In6AddrGenMode::None)).await?;
+        if ipv4_only {
+            disable_ipv6(name);
+        }
         let mut conf = InetDevConf::default();
         conf.arp_ignore = 1;
         conf.arp_announce = 2;
@@ -171,6 +181,19 @@ impl Netlink {
             .execute()
             .await
             .map_err(|source| NetlinkError::LinkSettings { ifname: ifname.to_owned(), source })
+    }
+}
+
+/// Turns IPv6 off on the IPv4 virtual MAC interface `name` (`/proc/sys`; netlink cannot):
+/// without it the kernel sends multicast listener reports from the virtual MAC whenever
+/// the interface or its parent comes up — also on a member that is about to give the VIPs
+/// up — and switches learn that member's port for the MAC. Best effort: where `/proc/sys`
+/// is read-only the holder's announcement when it hears that member again covers it.
+fn disable_ipv6(name: &str) {
+    let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    match std::fs::write(&path, "1") {
+        Ok(()) => tracing::debug!(ifname = name, "IPv6 off on the IPv4 virtual MAC interface"),
+        Err(e) => tracing::info!(ifname = name, error = %e, "cannot turn IPv6 off on the IPv4 virtual MAC interface"),
     }
 }
 
