@@ -40,6 +40,18 @@ fn lab(opts: PairOptions) -> Option<(AgentLab, std::sync::MutexGuard<'static, ()
     havip_e2e::agent::lab_for_test(module_path!(), PairOptions { forwarding: true, ..opts }).map(|l| (l, turn))
 }
 
+/// The virtual MAC 0x33 with echo listeners and a 3 s drain (planned moves keep the
+/// established connections); with an IPv6 VIP too when `ipv6_vip`.
+fn with_drain(ipv6_vip: bool) -> PairOptions {
+    PairOptions {
+        virtual_mac: Some(0x33),
+        ipv6_vip,
+        echo_listeners: true,
+        drain_timeout: Some("3s".into()),
+        ..Default::default()
+    }
+}
+
 fn wait(lab: &AgentLab, what: &str, timeout: Duration, cond: impl FnMut() -> bool) -> Duration {
     lab.wait_for(what, timeout, cond)
 }
@@ -147,14 +159,7 @@ fn without_the_virtual_mac_a_client_that_never_relearns_the_vip_is_lost_with_the
 /// "Known issue").
 #[test]
 fn a_planned_move_keeps_a_pinned_client_and_established_connections() {
-    let Some((lab, _turn)) = lab(PairOptions {
-        virtual_mac: Some(0x33),
-        echo_listeners: true,
-        drain_timeout: Some("3s".into()),
-        ..Default::default()
-    }) else {
-        return;
-    };
+    let Some((lab, _turn)) = lab(with_drain(false)) else { return };
     lab.wait_sole_holder(0, UP).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     pin(&lab, IpAddr::V4(lab.vip_addr(0)), VMAC4);
     let conns = LongLived::on_client(&lab.topo, lab.target(), 5).unwrap();
@@ -199,15 +204,7 @@ fn wait_dad_done(lab: &AgentLab) {
 /// move back to n0 loses no connect.
 #[test]
 fn an_ipv6_vip_follows_its_virtual_mac_through_a_cut_and_a_planned_move() {
-    let Some((lab, _turn)) = lab(PairOptions {
-        virtual_mac: Some(0x33),
-        ipv6_vip: true,
-        echo_listeners: true,
-        drain_timeout: Some("3s".into()),
-        ..Default::default()
-    }) else {
-        return;
-    };
+    let Some((lab, _turn)) = lab(with_drain(true)) else { return };
     lab.wait_sole_holder(0, UP).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnostics()));
     wait_dad_done(&lab);
     let target = lab.target6();
