@@ -305,6 +305,40 @@ async fn delete_pair(lab: &KubeLab) {
     pairs.delete("web", &dp).await.expect("delete pair");
 }
 
+/// Waits until n0 has no address `vip` and none of `files` in its state directory; panics
+/// with the files left and the logs.
+fn wait_vip_and_files_gone(lab: &KubeLab, what: &str, vip: std::net::IpAddr, files: &[&str]) {
+    let n0 = lab.topo.node(0).ns.clone();
+    let dir = lab.dir().join("state-0");
+    netns::wait_until(what, Duration::from_secs(20), Duration::from_millis(50), || {
+        Ok(!netns::has_address(&n0, "eth0", vip)? && files.iter().all(|f| !dir.join(f).exists()))
+    })
+    .unwrap_or_else(|e| {
+        let left: Vec<_> = files.iter().filter(|f| dir.join(f).exists()).collect();
+        panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
+    });
+}
+
+/// Kills n0's agent (its VIP stays) and restarts it with an obstacle to the pair's start:
+/// a directory where the state file belongs (unreadable, and not a corrupted file the agent
+/// could set aside). Returns the obstacle's path.
+fn restart_n0_unable_to_start(lab: &mut KubeLab) -> std::path::PathBuf {
+    let vip = lab.topo.vip(0);
+    let n0 = lab.topo.node(0).ns.clone();
+    lab.kill_agent(0);
+    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGKILL leaves the VIP");
+    let state = lab.dir().join("state-0").join("web.state.json");
+    std::fs::remove_file(&state).expect("remove the state file");
+    std::fs::create_dir(&state).expect("a directory where the state file was");
+    lab.start_agent(0).expect("restart");
+    state
+}
+
+/// How often n0's agent failed to start a pair so far.
+fn failed_starts(lab: &KubeLab) -> Option<f64> {
+    lab.agent_metric_sum(0, "havip_agent_io_errors_total", &["name=\"pair_start\""])
+}
+
 #[test]
 fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
     let Some(mut lab) = lab_with_pair() else { return };
@@ -318,18 +352,8 @@ fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
     lab.start_agent(0).expect("restart");
     // The VIP goes first and the files after it (the ledger last, so that a VIP whose
     // removal failed stays recorded): the wait covers all of it.
-    let state = lab.dir().join("state-0");
     let files = ["web.state.json", "web.vips.json"];
-    netns::wait_until(
-        "n0 to remove the gone pair's VIP and files",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || Ok(!netns::has_address(&n0, "eth0", vip.into())? && files.iter().all(|f| !state.join(f).exists())),
-    )
-    .unwrap_or_else(|e| {
-        let left: Vec<_> = files.iter().filter(|f| state.join(f).exists()).collect();
-        panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
-    });
+    wait_vip_and_files_gone(&lab, "n0 to remove the gone pair's VIP and files", vip.into(), &files);
     lab.stop_agent(1);
 }
 
@@ -342,15 +366,8 @@ fn a_pair_deleted_while_its_agent_was_down_leaves_no_vip_behind() {
 #[test]
 fn a_pair_that_cannot_start_gives_its_vips_up_and_retries_with_back_off() {
     let Some(mut lab) = lab_with_pair() else { return };
-    let vip = lab.topo.vip(0);
-    let n0 = lab.topo.node(0).ns.clone();
-    lab.kill_agent(0);
-    assert!(netns::has_address(&n0, "eth0", vip.into()).expect("addresses"), "SIGKILL leaves the VIP");
-    let state = lab.dir().join("state-0").join("web.state.json");
-    std::fs::remove_file(&state).expect("remove the state file");
-    std::fs::create_dir(&state).expect("a directory where the state file was");
-    lab.start_agent(0).expect("restart");
-    let attempts = |lab: &KubeLab| lab.agent_metric_sum(0, "havip_agent_io_errors_total", &["name=\"pair_start\""]);
+    let state = restart_n0_unable_to_start(&mut lab);
+    let attempts = failed_starts;
     netns::wait_until("n0's first failed start", Duration::from_secs(20), Duration::from_millis(20), || {
         Ok(attempts(&lab).is_some_and(|n| n >= 1.0))
     })
@@ -386,35 +403,20 @@ fn a_pair_that_cannot_start_gives_its_vips_up_and_retries_with_back_off() {
 #[test]
 fn a_pair_deleted_while_it_cannot_start_leaves_no_file_behind() {
     let Some(mut lab) = lab_with_pair() else { return };
-    let n0 = lab.topo.node(0).ns.clone();
     let vip = lab.topo.vip(0);
     let dir = lab.dir().join("state-0");
-    lab.kill_agent(0);
-    // The obstacle: a directory where the state file belongs.
-    let state = dir.join("web.state.json");
-    std::fs::remove_file(&state).expect("remove the state file");
-    std::fs::create_dir(&state).expect("a directory where the state file was");
-    lab.start_agent(0).expect("restart");
+    restart_n0_unable_to_start(&mut lab);
     // The second failed start (1 s after the first): the agent's own sweep at its start
     // is behind it.
     netns::wait_until("n0's second failed start", Duration::from_secs(20), Duration::from_millis(20), || {
-        Ok(lab.agent_metric_sum(0, "havip_agent_io_errors_total", &["name=\"pair_start\""]).is_some_and(|n| n >= 2.0))
+        Ok(failed_starts(&lab).is_some_and(|n| n >= 2.0))
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", lab.logs_tail(30)));
     let files = ["web.uid", "web.state.lock", "web.config.json"];
     let present: Vec<&str> = files.iter().copied().filter(|f| dir.join(f).exists()).collect();
     assert!(!present.is_empty(), "the earlier run's files are there before the deletion");
     lab.block_on(delete_pair(&lab));
-    netns::wait_until(
-        "n0 to remove what the pair that could not start left",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || Ok(!netns::has_address(&n0, "eth0", vip.into())? && present.iter().all(|f| !dir.join(f).exists())),
-    )
-    .unwrap_or_else(|e| {
-        let left: Vec<_> = present.iter().filter(|f| dir.join(f).exists()).collect();
-        panic!("{e}\nfiles left: {left:?}\n{}", lab.logs_tail(30))
-    });
+    wait_vip_and_files_gone(&lab, "n0 to remove what the pair that could not start left", vip.into(), &present);
     lab.stop_agent(0);
     lab.stop_agent(1);
 }

@@ -133,7 +133,6 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
             running,
             memory,
             daemonset,
-            start_retry: BTreeMap::new(),
         };
         agent.shutdown().await;
         return Ok(());
@@ -142,8 +141,7 @@ pub async fn run(client: Client, opts: KubeAgentOptions, metrics: Arc<AgentMetri
     tracing::info!(node = %opts.node, namespace = %opts.namespace, "havip-agent running (kubernetes)");
     memory.watching_every = every.is_some();
     let stores = Stores { own, every, notify: notify.clone() };
-    let mut agent =
-        Agent { client, opts, metrics, hub, stores, running, memory, daemonset, start_retry: BTreeMap::new() };
+    let mut agent = Agent { client, opts, metrics, hub, stores, running, memory, daemonset };
     // Pairs that left this node while the agent was down (deleted, or this node removed
     // from them) left their VIPs and state behind: removed now that the lists succeeded
     // (the view holds every pair naming this node: labelled, or all of them while some
@@ -224,9 +222,6 @@ struct Agent {
     memory: Memory,
     /// The watch of the agent's own DaemonSet (when it is named).
     daemonset: Option<departure::DaemonSetWatch>,
-    /// Pairs whose start failed: when to try again (1 s, doubling to 30 s), so that a
-    /// pair that cannot start does not retry at every watch event.
-    start_retry: BTreeMap<String, (std::time::Instant, Duration)>,
 }
 
 impl Agent {

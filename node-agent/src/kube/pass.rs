@@ -76,7 +76,7 @@ impl Agent {
         // are given up.
         let mut membership = BTreeMap::new();
         if !catching_up {
-            for name in self.running.keys().chain(&self.memory.failed_starts) {
+            for name in self.running.keys().chain(self.memory.failed_starts.keys()) {
                 if !wanted.contains_key(name) && !unreadable_pairs.contains_key(name) {
                     membership.insert(name.clone(), membership_of(&self.client, name, node).await);
                 }
@@ -175,7 +175,6 @@ impl Agent {
                     // A pair whose start failed: what an earlier run left here goes too.
                     tracing::info!(pair = %pair, "this node is no longer a member of a pair that could not start: removing what it left");
                 }
-                self.start_retry.remove(pair);
                 // Its files too: a later start must not resume it from its snapshot.
                 leftovers::remove_pair_leftovers(&self.opts.state_dir, pair).await;
                 true
@@ -188,7 +187,7 @@ impl Agent {
             }
             Step::Start { pair, config, .. } => {
                 let Some(seen) = observed.pairs.get(pair) else { return false };
-                if self.start_retry.get(pair).is_some_and(|(at, _)| Instant::now() < *at) {
+                if self.memory.failed_starts.get(pair).is_some_and(|(at, _)| Instant::now() < *at) {
                     failed.insert(pair.clone());
                     return false;
                 }
@@ -196,19 +195,18 @@ impl Agent {
                     .await
                 {
                     Ok(run) => {
-                        self.start_retry.remove(pair);
                         self.running.insert(pair.clone(), run);
                         true
                     }
                     Err(err) => {
                         self.metrics.io_error("pair_start");
-                        let first = !self.start_retry.contains_key(pair);
+                        let first = !self.memory.failed_starts.contains_key(pair);
                         let wait = self
-                            .start_retry
+                            .memory
+                            .failed_starts
                             .get(pair)
                             .map_or(START_RETRY_FIRST, |(_, w)| (*w * 2).min(START_RETRY_MAX));
-                        self.start_retry.insert(pair.clone(), (Instant::now() + wait, wait));
-                        self.memory.failed_starts.insert(pair.clone());
+                        self.memory.failed_starts.insert(pair.clone(), (Instant::now() + wait, wait));
                         tracing::error!(pair = %pair, error = %err, retry_in = ?wait, "failed to start the pair");
                         // A pair that cannot run here must not leave its addresses
                         // answering: a killed agent's VIPs stay in the kernel, and nothing

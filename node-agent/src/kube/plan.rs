@@ -144,9 +144,11 @@ pub(super) struct Memory {
     pub skipped: BTreeMap<String, BTreeMap<String, String>>,
     /// Every object is watched, not only this node's labelled ones.
     pub watching_every: bool,
-    /// The pairs whose start failed and is retried (not running, but their files from an
-    /// earlier run may be here): released like a running pair when they leave.
-    pub failed_starts: BTreeSet<String>,
+    /// The pairs whose start failed, with when to try again and the wait before that try
+    /// (1 s, doubling to 30 s: a pair that cannot start does not retry at every watch
+    /// event). Not running, but their files from an earlier run may be here: released like
+    /// a running pair when they leave.
+    pub failed_starts: BTreeMap<String, (Instant, Duration)>,
 }
 
 /// One step of a pass, in the order to take it.
@@ -220,7 +222,7 @@ pub(super) fn plan(obs: &Observed, mem: &Memory, node: &str) -> Plan {
     }
     // Pairs this node left (or that were deleted).
     let mut watching_every = mem.watching_every;
-    for name in mem.running.keys().chain(mem.failed_starts.iter().filter(|n| !mem.running.contains_key(*n))) {
+    for name in mem.running.keys().chain(mem.failed_starts.keys().filter(|n| !mem.running.contains_key(*n))) {
         if obs.pairs.contains_key(name) || obs.unreadable_pairs.contains_key(name) {
             continue;
         }

@@ -298,7 +298,8 @@ fn a_pair_whose_start_failed_is_released_when_it_leaves_and_not_before() {
     // Not running (its start failed and is retried): what an earlier run left on the node
     // (state, ledger, VIPs) must go when the pair is deleted, as a running pair's does.
     let now = Instant::now();
-    let mem = Memory { failed_starts: BTreeSet::from(["web".to_owned()]), ..Memory::default() };
+    let retry = (now + Duration::from_secs(1), Duration::from_secs(1));
+    let mem = Memory { failed_starts: BTreeMap::from([("web".to_owned(), retry)]), ..Memory::default() };
     let mut obs = observed(vec![], now);
     obs.membership.insert("web".into(), Membership::Left);
     let p = plan(&obs, &mem, NODE);
