@@ -290,7 +290,7 @@ fn moved_with_connections(drain_timeout: &str) -> Option<(AgentLab, Serial, Prob
     let conns = LongLived::start(lab.client_ns(), LongLivedConfig::new(lab.target()).connections(10)).unwrap();
     conns.wait_all_echoed(&conns.snapshot(), 5, Duration::from_secs(5)).unwrap();
     let (ok, out) = lab.admin(0, &["failover"]);
-    assert!(ok, "failover: {out}");
+    assert!(ok, "failover: {out}\n{}", diagnostics(&lab));
     wait_routed(&lab, 0, 1, Duration::from_secs(10));
     Some((lab, serial, prober, conns))
 }

@@ -57,6 +57,7 @@ fn forged(seq: u64) -> Vec<u8> {
             gateway: wire::WireGateway::Reachable,
             config_revision: 0,
             op: None,
+            interval_ms: 100,
         },
         session: Some(wire::Session { id: 0x5eed, echo: 0 }),
         echoes: Vec::new(),

@@ -249,6 +249,7 @@ fn forged_and_replayed_heartbeats_are_dropped_and_counted() {
             gateway: wire::WireGateway::Reachable,
             config_revision: 0,
             op: None,
+            interval_ms: 100,
         },
         session: Some(wire::Session { id: 0x5eed, echo: 0 }),
         echoes: Vec::new(),

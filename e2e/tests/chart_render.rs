@@ -679,6 +679,7 @@ fn exported_series() -> BTreeSet<String> {
     pair.set_speaker(true, 2, 2, 1);
     pair.bgp_route_change("advertised");
     agent.watch_event("HAPair", "applied");
+    agent.datagram_sent("bundle");
     let operator = havip_operator::metrics::Metrics::new();
     operator.reconciled("hapair", "ok", std::time::Duration::from_millis(1));
     operator.error(&havip_operator::Error::CacheSync { seconds: 1 });

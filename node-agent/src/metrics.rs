@@ -2,7 +2,7 @@
 //! from the configuration, reason/role/kind constants), never from `{:?}` of data.
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -157,6 +157,9 @@ pub struct AgentMetrics {
     pub alarms: Family<PairNameLabel, Gauge>,
     /// Errors of I/O operations, per category.
     pub io_errors: Family<NameLabel, Counter>,
+    /// Heartbeat datagrams sent, per kind: `single` (one pair's heartbeat) or `bundle`
+    /// (several pairs' heartbeats to the same member address).
+    pub heartbeat_datagrams: Family<NameLabel, Counter>,
     /// Authentic heartbeats the state machine ignored for an epoch outside the domain.
     pub adverts_ignored: Family<PairLabel, Gauge>,
     /// Objects the Kubernetes agent's watches delivered, per kind and event.
@@ -209,6 +212,7 @@ impl AgentMetrics {
             conflicts: Family::default(),
             alarms: Family::default(),
             io_errors: Family::default(),
+            heartbeat_datagrams: Family::default(),
             adverts_ignored: Family::default(),
             watch_events: Family::default(),
             drain_active: Family::default(),
@@ -242,6 +246,11 @@ impl AgentMetrics {
             let _ = m.io_errors.get_or_create(&NameLabel { name: (*name).to_owned() });
         }
         registry.register("io_errors", "Errors of I/O operations", m.io_errors.clone());
+        registry.register(
+            "heartbeat_datagrams_sent",
+            "Heartbeat datagrams sent: single (one pair's heartbeat) or bundle (several pairs' to one member address)",
+            m.heartbeat_datagrams.clone(),
+        );
         registry.register(
             "heartbeats_ignored_epoch",
             "Authentic heartbeats ignored for an epoch above 2147483647 (since start)",
@@ -315,6 +324,11 @@ impl AgentMetrics {
             .inc();
     }
 
+    /// Counts a heartbeat datagram sent (`single` or `bundle`).
+    pub fn datagram_sent(&self, kind: &str) {
+        self.heartbeat_datagrams.get_or_create(&NameLabel { name: kind.to_owned() }).inc();
+    }
+
     /// Counts an I/O error.
     pub fn io_error(&self, category: &str) {
         self.io_errors.get_or_create(&NameLabel { name: category.to_owned() }).inc();
@@ -344,6 +358,19 @@ impl PairMetrics {
     }
     fn label(&self) -> PairLabel {
         PairLabel { pair: self.pair.clone() }
+    }
+    /// A heartbeat sent on `path`.
+    /// The counter of heartbeats sent on `path` (kept by the endpoint: no label lookup per
+    /// heartbeat).
+    pub fn sent_counter(&self, path: &str) -> Counter {
+        self.all.heartbeats_sent.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).clone()
+    }
+    /// The counter of authentic heartbeats accepted on `path`.
+    pub fn received_counter(&self, path: &str) -> Counter {
+        self.all
+            .heartbeats_received
+            .get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() })
+            .clone()
     }
     /// A heartbeat sent on `path`.
     pub fn sent(&self, path: &str) {

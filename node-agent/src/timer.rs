@@ -91,6 +91,29 @@ impl Timer {
     pub async fn sleep(&mut self, d: Duration) {
         self.sleep_until(Instant::now() + d).await
     }
+
+    /// Waits until the next multiple of `every` since the agent's start ([`origin`]):
+    /// periodic work of different pairs that shares this grid runs in one wakeup (and can
+    /// share what it sends: one gateway request for every pair).
+    pub async fn sleep_on_grid(&mut self, every: Duration) {
+        self.sleep_until(next_on_grid(Instant::now(), every)).await
+    }
+}
+
+/// The instant the agent counts its periodic work from: every pair's state machine clock
+/// and the grids of [`Timer::sleep_on_grid`].
+pub fn origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// The first multiple of `every` since [`origin`] after `now`.
+pub fn next_on_grid(now: Instant, every: Duration) -> Instant {
+    let o = origin();
+    let every_ns = every.as_nanos().max(1);
+    let since = now.saturating_duration_since(o).as_nanos();
+    let next = (since / every_ns + 1) * every_ns;
+    o + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
 }
 
 impl Default for Timer {
@@ -114,6 +137,18 @@ mod tests {
             let took = start.elapsed();
             assert!(took >= Duration::from_millis(ms), "a {ms} ms sleep returned after {took:?}");
             assert!(took < Duration::from_millis(ms + 500), "a {ms} ms sleep took {took:?}");
+        }
+    }
+
+    #[test]
+    fn grid_points_are_multiples_of_the_period_after_now() {
+        let o = super::origin();
+        let every = Duration::from_millis(500);
+        for ms in [0u64, 1, 499, 500, 501, 12_345] {
+            let now = o + Duration::from_millis(ms);
+            let next = super::next_on_grid(now, every);
+            assert!(next > now && next <= now + every, "{ms}: {:?}", next - o);
+            assert_eq!((next - o).as_nanos() % every.as_nanos(), 0, "{ms}: on the grid");
         }
     }
 

@@ -48,6 +48,11 @@ pub struct Advert {
     pub draining: bool,
     /// Planned-handover message, repeated in every advert while it is current.
     pub op: Option<OpMsg>,
+    /// The sender's next heartbeat comes within this many milliseconds (its current
+    /// heartbeat interval: a quiet standby's is [`crate::Timings::quiet_interval_ms`]).
+    /// 0: not declared — a sender of an earlier release, which sends every heartbeat
+    /// interval and does not honour what its peers declare; no member is quiet towards it.
+    pub interval_ms: u32,
 }
 
 /// A planned-handover message carried in an [`Advert`].

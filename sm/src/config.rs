@@ -48,8 +48,20 @@ pub struct Timings {
     pub tick_ms: u64,
     /// Heartbeat interval: an advert is sent at least this often.
     pub heartbeat_interval_ms: u64,
-    /// A peer silent on a path for this long is not heard on that path.
+    /// A peer silent on a path for this long is not heard on that path (a quiet peer:
+    /// its declared interval times `heartbeat_timeout_ms / heartbeat_interval_ms`).
     pub heartbeat_timeout_ms: u64,
+    /// A quiet standby's heartbeat interval: a standby that hears every peer, one of them
+    /// an active holder whose heartbeats are on time, with no operation, claim or drain of
+    /// its own, sends this often instead of every heartbeat interval — and at once when
+    /// what it says changes. Only the standby must detect a dead holder fast; the holder
+    /// needs to know that a ready standby exists (status, planned moves, a peer silent),
+    /// which it learns within `quiet_interval_ms × heartbeat_timeout_ms /
+    /// heartbeat_interval_ms`. Each member declares its interval in its heartbeats
+    /// ([`crate::Advert::interval_ms`]); a standby is quiet only towards peers that declare
+    /// theirs (they honour it), and a receiver believes a declared interval up to its own
+    /// `quiet_interval_ms`. At most the heartbeat interval (0): never quiet.
+    pub quiet_interval_ms: u64,
     /// Consecutive failed data-plane probes needed to read the active's data plane as down.
     pub probe_failures: u32,
     /// Minimum time between the first and the last of those failures.
@@ -116,6 +128,7 @@ impl Default for Timings {
             tick_ms: 20,
             heartbeat_interval_ms: 100,
             heartbeat_timeout_ms: 300,
+            quiet_interval_ms: 500,
             probe_failures: 2,
             probe_span_ms: 100,
             probe_fresh_ms: 500,

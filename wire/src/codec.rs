@@ -4,8 +4,8 @@
 
 use super::mac::{Key, Keyring, MAC_LEN, mac_of, verify_mac};
 use super::message::{
-    Body, ECHO_MINOR, Heartbeat, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PathEcho, SESSION_MINOR, Session,
-    WireGateway, WireOp, WireRole,
+    Body, ECHO_MINOR, Heartbeat, INTERVAL_MINOR, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PathEcho,
+    SESSION_MINOR, Session, WireGateway, WireOp, WireRole,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -103,6 +103,9 @@ pub fn encode(hb: &Heartbeat, key: &Key) -> Vec<u8> {
         body.extend_from_slice(&sess.echo.to_be_bytes());
         if hb.minor >= ECHO_MINOR {
             encode_echoes(&mut body, &hb.echoes);
+            if hb.minor >= INTERVAL_MINOR {
+                body.extend_from_slice(&hb.body.interval_ms.to_be_bytes());
+            }
         }
     }
     out.extend_from_slice(&(body.len() as u16).to_be_bytes());
@@ -360,6 +363,7 @@ fn decode_body(buf: &[u8], minor: u8) -> Result<Decoded, DecodeError> {
         None
     };
     let echoes = if minor >= ECHO_MINOR { decode_echoes(&mut r)? } else { Vec::new() };
+    let interval_ms = if minor >= INTERVAL_MINOR && session.is_some() { r.u32("interval")? } else { 0 };
     // Bytes after the known fields belong to a newer minor version: ignored.
     let body = Body {
         role,
@@ -375,6 +379,7 @@ fn decode_body(buf: &[u8], minor: u8) -> Result<Decoded, DecodeError> {
         gateway,
         config_revision,
         op,
+        interval_ms,
     };
     Ok((body, session, echoes))
 }

@@ -34,6 +34,12 @@
 //! echo naming the address a heartbeat arrived on and reads that path's round-trip time:
 //! now − when it sent that sequence number − held. A receiver of minor 1 ignores them.
 //!
+//! Since minor version 3 the echoes are followed by the sender's interval: 4 bytes, the
+//! milliseconds within which its next heartbeat comes (a quiet standby sends less often
+//! than its profile's interval; its peers scale their timeout for it). A receiver of
+//! minor 2 ignores it — and a sender sees that it does (its heartbeats declare none), so
+//! it is never quiet towards such a peer.
+//!
 //! **Demultiplexing.** One agent serves every pair of its node on one socket per (local
 //! address, port). [`peek_pair`] reads the pair name from the header *before* the MAC
 //! check — it is authenticated later, with that pair's keys — so that a datagram is
@@ -54,14 +60,21 @@
 //! a sender whose clock stepped back is heard again at once, while replays of an older
 //! session are refused for good.
 //!
+//! Since minor version 4 an agent reads **bundles** ([`bundle`]): the heartbeats of several
+//! pairs to the same member address in one datagram, each section a whole heartbeat
+//! verified on its own. A minor-4 heartbeat is laid out as a minor-3 one; the minor says
+//! that its sender reads bundles, which an agent learns only from authenticated heartbeats.
+//!
 //! Rooms: `message` (the protocol constants and what a heartbeat carries), `codec`
 //! (encoding and authenticated decoding of the datagram, [`DecodeError`]), `mac` (keys,
 //! keyrings, HMAC-SHA256), `replay` (the receiver's [`ReplayWindow`] and
-//! [`SenderWindow`]), `tests`. Every public item is re-exported here:
+//! [`SenderWindow`]), `bundle` (several pairs' heartbeats in one datagram), `tests`. Every
+//! public item is re-exported here:
 //! `havip_crds::wire::X` is the path.
 
 #![deny(missing_docs)]
 
+pub mod bundle;
 mod codec;
 mod mac;
 mod message;
@@ -70,11 +83,12 @@ mod replay;
 mod tests;
 pub mod witness;
 
+pub use bundle::{BUNDLE_MINOR, MAX_BUNDLE};
 pub use codec::{DecodeError, decode, encode, peek_pair};
 pub use mac::{Key, Keyring, MAC_LEN};
 pub use message::{
-    Body, ECHO_MINOR, Heartbeat, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR, PathEcho,
-    SESSION_MINOR, Session, WireGateway, WireOp, WireRole,
+    Body, ECHO_MINOR, Heartbeat, INTERVAL_MINOR, MAX_DATAGRAM, MAX_ECHOES, MAX_NAME, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+    PathEcho, SESSION_MINOR, Session, WireGateway, WireOp, WireRole,
 };
 pub use replay::{RETIRED_SESSIONS, ReplayError, ReplayWindow, SenderWindow};
 

@@ -5,12 +5,16 @@
 /// take over from each other automatically.
 pub const PROTOCOL_MAJOR: u8 = 1;
 /// The protocol minor version this build writes (1: the body ends with a [`Session`];
-/// 2: then with the sender's [`PathEcho`]es).
-pub const PROTOCOL_MINOR: u8 = 2;
+/// 2: then with the sender's [`PathEcho`]es; 3: then with its interval; 4: the same
+/// layout, from an agent that reads bundles — see [`crate::bundle`]).
+pub const PROTOCOL_MINOR: u8 = 4;
 /// The first minor version that carries a [`Session`].
 pub const SESSION_MINOR: u8 = 1;
 /// The first minor version that carries [`PathEcho`]es (after the [`Session`]).
 pub const ECHO_MINOR: u8 = 2;
+/// The first minor version that carries the sender's interval ([`Body::interval_ms`],
+/// after the [`PathEcho`]es).
+pub const INTERVAL_MINOR: u8 = 3;
 /// Most [`PathEcho`]es one heartbeat carries (more is malformed).
 pub const MAX_ECHOES: usize = 4;
 /// Datagrams larger than this are dropped unread.
@@ -138,6 +142,9 @@ pub struct Body {
     pub config_revision: u64,
     /// A planned-handover step, if one is in progress.
     pub op: Option<WireOp>,
+    /// The sender's next heartbeat comes within this many milliseconds (minor ≥ 3; 0 from
+    /// an older sender: it does not declare one, nor honour its peers').
+    pub interval_ms: u32,
 }
 
 /// A decoded, authenticated heartbeat.

@@ -3,9 +3,9 @@
 
 use super::codec::{FIXED_HEADER, MAGIC, encode_body};
 use super::{
-    Body, DecodeError, ECHO_MINOR, Heartbeat, Key, Keyring, MAC_LEN, MAX_DATAGRAM, MAX_ECHOES, PROTOCOL_MAJOR,
-    PROTOCOL_MINOR, PathEcho, RETIRED_SESSIONS, ReplayError, ReplayWindow, SESSION_MINOR, SenderWindow, Session,
-    WireGateway, WireOp, WireRole, decode, encode, mac_of, peek_pair, put_name,
+    Body, DecodeError, ECHO_MINOR, Heartbeat, INTERVAL_MINOR, Key, Keyring, MAC_LEN, MAX_DATAGRAM, MAX_ECHOES,
+    PROTOCOL_MAJOR, PROTOCOL_MINOR, PathEcho, RETIRED_SESSIONS, ReplayError, ReplayWindow, SESSION_MINOR, SenderWindow,
+    Session, WireGateway, WireOp, WireRole, decode, encode, mac_of, peek_pair, put_name,
 };
 use proptest::prelude::*;
 use std::net::IpAddr;
@@ -37,6 +37,7 @@ fn sample() -> Heartbeat {
             gateway: WireGateway::Reachable,
             config_revision: 0xdead_beef,
             op: Some(WireOp::Commit { id: 9, to: "node-b".into(), epoch: 43 }),
+            interval_ms: 1_000,
         },
         session: Some(Session { id: 0x1234_5678_9abc_def0, echo: 77 }),
         echoes: vec![
@@ -88,7 +89,10 @@ fn echoes_roundtrip_and_a_minor_one_receiver_ignores_them() {
     let mut old = bytes[..bytes.len() - MAC_LEN].to_vec();
     old[3] = SESSION_MINOR;
     let got = decode(&sign(old, &k), &k).expect("a minor-1 reading is accepted");
-    assert_eq!((got.body, got.session, got.echoes), (hb.body.clone(), hb.session, Vec::new()));
+    assert_eq!(
+        (got.body, got.session, got.echoes),
+        (Body { interval_ms: 0, ..hb.body.clone() }, hb.session, Vec::new())
+    );
     // A minor-1 sender's datagram carries none.
     let got = decode(&encode(&Heartbeat { minor: SESSION_MINOR, ..hb.clone() }, &k.current), &k).expect("accepted");
     assert!(got.echoes.is_empty());
@@ -96,6 +100,29 @@ fn echoes_roundtrip_and_a_minor_one_receiver_ignores_them() {
     let many = Heartbeat { echoes: vec![hb.echoes[0]; MAX_ECHOES + 3], ..hb };
     let got = decode(&encode(&many, &k.current), &k).expect("accepted");
     assert_eq!(got.echoes.len(), MAX_ECHOES);
+}
+
+#[test]
+fn the_interval_roundtrips_and_a_minor_two_receiver_ignores_it() {
+    let k = keyring();
+    let hb = sample();
+    let bytes = encode(&hb, &k.current);
+    assert_eq!(decode(&bytes, &k).expect("accepted").body.interval_ms, 1_000);
+    // A minor-2 agent reads the echoes and ignores the 4 bytes after them.
+    let mut old = bytes[..bytes.len() - MAC_LEN].to_vec();
+    old[3] = ECHO_MINOR;
+    let got = decode(&sign(old, &k), &k).expect("a minor-2 reading is accepted");
+    assert_eq!((got.body.interval_ms, got.echoes), (0, hb.echoes.clone()));
+    // A minor-2 sender declares none: 0, whatever its body says.
+    let got = decode(&encode(&Heartbeat { minor: ECHO_MINOR, ..hb.clone() }, &k.current), &k).expect("accepted");
+    assert_eq!(got.body.interval_ms, 0);
+    // A minor-3 datagram that ends after its echoes is malformed.
+    assert_eq!(decode(&with_tail(INTERVAL_MINOR, &[0]), &k), Err(DecodeError::Malformed { field: "interval" }));
+    assert_eq!(
+        decode(&with_tail(INTERVAL_MINOR, &[0, 0, 0, 3]), &k),
+        Err(DecodeError::Malformed { field: "interval" })
+    );
+    assert_eq!(decode(&with_tail(INTERVAL_MINOR, &[0, 0, 0, 3, 0xe8]), &k).expect("accepted").body.interval_ms, 1_000);
 }
 
 #[test]
@@ -191,8 +218,8 @@ fn other_major_is_reported_after_authentication() {
 fn newer_minor_with_extra_body_bytes_is_accepted() {
     let k = keyring();
     let hb = sample();
-    // Minor 5: no echoes, then 3 bytes this build does not know.
-    let out = with_tail(5, &[0, 1, 2, 3]);
+    // Minor 5: no echoes, the interval, then 3 bytes this build does not know.
+    let out = with_tail(5, &[0, 0, 0, 3, 0xe8, 1, 2, 3]);
     let got = decode(&out, &k).expect("accepted");
     assert_eq!(got.minor, 5);
     assert_eq!(got.body, hb.body);
@@ -206,7 +233,7 @@ fn minor_zero_senders_carry_no_session_and_still_decode() {
     hb.minor = 0;
     let got = decode(&encode(&hb, &k.current), &k).expect("accepted");
     assert_eq!(got.session, None, "a minor-0 datagram carries no session");
-    assert_eq!(got.body, hb.body);
+    assert_eq!(got.body, Body { interval_ms: 0, ..hb.body });
     // A minor-1 datagram without the session bytes is malformed (authentic but short).
     let mut out = encode(&Heartbeat { minor: 0, ..sample() }, &k.current);
     out[3] = SESSION_MINOR;
@@ -367,8 +394,8 @@ fn arb_body() -> impl Strategy<Value = Body> {
         any::<u64>().prop_map(|id| Some(WireOp::Abort { id })),
     ];
     let gateway = prop_oneof![Just(WireGateway::Unknown), Just(WireGateway::Reachable), Just(WireGateway::Unreachable)];
-    (0u8..7, any::<u64>(), any::<u8>(), any::<[bool; 7]>(), gateway, any::<u64>(), op).prop_map(
-        |(role, epoch, priority, f, gateway, config_revision, op)| Body {
+    (0u8..7, any::<u64>(), any::<u8>(), any::<[bool; 7]>(), gateway, any::<u64>(), op, any::<u32>()).prop_map(
+        |(role, epoch, priority, f, gateway, config_revision, op, interval_ms)| Body {
             role: WireRole::from_u8(role).unwrap_or(WireRole::Init),
             epoch,
             priority,
@@ -382,6 +409,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
             gateway,
             config_revision,
             op,
+            interval_ms,
         },
     )
 }
@@ -400,5 +428,98 @@ proptest! {
         let bytes = encode(&hb, &k.current);
         prop_assert!(bytes.len() <= MAX_DATAGRAM);
         prop_assert_eq!(decode(&bytes, &k), Ok(hb));
+    }
+}
+
+mod bundles {
+    use super::super::bundle::{MAX_BUNDLE_SENT, MAX_SECTIONS, is_bundle, pack, sections};
+    use super::*;
+
+    /// The sample heartbeat of pair `pair`, signed with `key`.
+    fn hb_of(pair: &str, key: &Key) -> Vec<u8> {
+        encode(&Heartbeat { pair: pair.into(), ..sample() }, key)
+    }
+
+    #[test]
+    fn sections_come_back_whole_and_each_verifies_with_its_own_pairs_key() {
+        let k1 = keyring();
+        let k2 =
+            Keyring { current: Key { id: 9, secret: b"another pair's key, 32 bytes ok!".to_vec() }, previous: None };
+        let a = hb_of("web", &k1.current);
+        let b = hb_of("db", &k2.current);
+        let packed = pack(&[a.as_slice(), b.as_slice()]);
+        assert_eq!(packed.len(), 1, "two heartbeats fit one bundle");
+        assert_eq!(packed[0].1, 2);
+        assert!(is_bundle(&packed[0].0));
+        let got = sections(&packed[0].0).expect("framing");
+        assert_eq!(got, vec![a.as_slice(), b.as_slice()]);
+        assert_eq!(peek_pair(got[0]), Ok("web"));
+        assert_eq!(decode(got[0], &k1).expect("web verifies with web's key").pair, "web");
+        assert_eq!(decode(got[1], &k2).expect("db verifies with db's key").pair, "db");
+        // A section verified with the other pair's keys fails, as a datagram alone would.
+        assert!(decode(got[1], &k1).is_err());
+    }
+
+    #[test]
+    fn a_lone_heartbeat_goes_as_a_plain_datagram() {
+        let a = hb_of("web", &keyring().current);
+        assert_eq!(pack(&[a.as_slice()]), vec![(a.clone(), 1)]);
+        assert!(!is_bundle(&a));
+        assert!(pack(&[]).is_empty());
+    }
+
+    #[test]
+    fn many_heartbeats_fill_bundles_up_to_the_size_and_section_limits() {
+        let k = keyring();
+        let all: Vec<Vec<u8>> = (0..100).map(|i| hb_of(&format!("pair-{i}"), &k.current)).collect();
+        let refs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+        let packed = pack(&refs);
+        let mut back: Vec<Vec<u8>> = Vec::new();
+        for (d, n) in &packed {
+            assert!(d.len() <= MAX_BUNDLE_SENT, "{} bytes", d.len());
+            let s = if is_bundle(d) { sections(d).expect("framing") } else { vec![d.as_slice()] };
+            assert_eq!(s.len(), *n);
+            assert!(s.len() <= MAX_SECTIONS);
+            back.extend(s.into_iter().map(<[u8]>::to_vec));
+        }
+        assert_eq!(back, all, "every heartbeat once, in order");
+        let per = all[0].len() + 2;
+        let expected = 100usize.div_ceil(((MAX_BUNDLE_SENT - 4) / per).min(MAX_SECTIONS));
+        assert_eq!(packed.len(), expected, "{per} bytes per section");
+    }
+
+    #[test]
+    fn bad_framing_is_refused() {
+        let k = keyring();
+        let a = hb_of("web", &k.current);
+        let good = pack(&[a.as_slice(), a.as_slice()]).remove(0).0;
+        for len in 0..good.len() {
+            assert!(sections(&good[..len]).is_err(), "truncated to {len}");
+        }
+        let mut v = good.clone();
+        v[2] = 2;
+        assert_eq!(sections(&v), Err(DecodeError::Malformed { field: "bundle version" }));
+        for n in [0u8, 1, (MAX_SECTIONS + 1) as u8] {
+            let mut v = good.clone();
+            v[3] = n;
+            assert_eq!(sections(&v), Err(DecodeError::Malformed { field: "bundle count" }), "count {n}");
+        }
+        let mut v = good.clone();
+        v.push(0);
+        assert_eq!(sections(&v), Err(DecodeError::Malformed { field: "bundle trailing bytes" }));
+        let mut v = good.clone();
+        v[4] = 0x7f;
+        assert_eq!(sections(&v), Err(DecodeError::Malformed { field: "bundle section" }));
+        assert_eq!(sections(&a), Err(DecodeError::BadMagic));
+        assert!(matches!(sections(&vec![b'H'; 2000]), Err(DecodeError::Oversized { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_after_the_magic_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..1600)) {
+            let mut buf = b"HB".to_vec();
+            buf.extend_from_slice(&tail);
+            let _ = sections(&buf);
+        }
     }
 }

@@ -84,6 +84,7 @@ fn mutated_valid_heartbeats_never_panic() {
             gateway: wire::WireGateway::Unknown,
             config_revision: 1,
             op: Some(wire::WireOp::Prepare { id: 1, to: "m".into() }),
+            interval_ms: 100,
         },
         session: Some(wire::Session { id: 5, echo: 6 }),
         echoes: vec![wire::PathEcho { to: std::net::IpAddr::from([10, 0, 0, 1]), seq: 9, held_us: 100 }],

@@ -128,6 +128,9 @@ pub struct KeepalivedConfig {
     pub extra_top: Vec<String>,
     /// More virtual addresses of the instance, after the VIP (same interface).
     pub more_vips: Vec<(Ipv4Addr, u8)>,
+    /// More VRRP instances, one per address, with the same settings and the next virtual
+    /// router ids (`VI_havip_1`, …): keepalived's way to move addresses independently.
+    pub extra_instances: Vec<(Ipv4Addr, u8)>,
     /// `use_vmac`: the master carries the addresses on a macvlan `vrrp.<vrid>` of the
     /// interface whose MAC is the VRRP MAC `00:00:5e:00:01:<vrid>`.
     pub use_vmac: bool,
@@ -151,6 +154,7 @@ impl KeepalivedConfig {
             extra_instance: Vec::new(),
             extra_top: Vec::new(),
             more_vips: Vec::new(),
+            extra_instances: Vec::new(),
             use_vmac: false,
         }
     }
@@ -175,6 +179,12 @@ impl KeepalivedConfig {
     /// Adds virtual addresses after the VIP.
     pub fn more_vips(mut self, vips: impl IntoIterator<Item = (Ipv4Addr, u8)>) -> Self {
         self.more_vips.extend(vips);
+        self
+    }
+
+    /// Adds VRRP instances, one per address ([`Self::extra_instances`]).
+    pub fn more_instances(mut self, vips: impl IntoIterator<Item = (Ipv4Addr, u8)>) -> Self {
+        self.extra_instances.extend(vips);
         self
     }
 
@@ -235,7 +245,26 @@ impl KeepalivedConfig {
         for b in &self.extra_top {
             let _ = writeln!(c, "{b}\n");
         }
-        let _ = writeln!(c, "vrrp_instance {INSTANCE} {{");
+        let main: Vec<(Ipv4Addr, u8)> = std::iter::once(vip).chain(self.more_vips.iter().copied()).collect();
+        self.write_instance(&mut c, INSTANCE, priority, vrid, &main)?;
+        for (n, v) in self.extra_instances.iter().enumerate() {
+            // Each its own virtual router id (the ids wrap within 1..=255).
+            let id = u8::try_from((usize::from(vrid) - 1 + n + 1) % 255 + 1).unwrap_or(1);
+            self.write_instance(&mut c, &format!("{INSTANCE}_{}", n + 1), priority, id, &[*v])?;
+        }
+        Ok(c)
+    }
+
+    /// One `vrrp_instance` block with this configuration's settings.
+    fn write_instance(
+        &self,
+        c: &mut String,
+        name: &str,
+        priority: u8,
+        vrid: u8,
+        vips: &[(Ipv4Addr, u8)],
+    ) -> Result<()> {
+        let _ = writeln!(c, "vrrp_instance {name} {{");
         let _ = writeln!(c, "    state BACKUP");
         let _ = writeln!(c, "    interface {}", self.interface);
         let _ = writeln!(c, "    virtual_router_id {vrid}");
@@ -258,7 +287,7 @@ impl KeepalivedConfig {
             let _ = writeln!(c, "    {l}");
         }
         let _ = writeln!(c, "    virtual_ipaddress {{");
-        for v in std::iter::once(&vip).chain(&self.more_vips) {
+        for v in vips {
             // With use_vmac an address without `dev` goes on the vmac interface.
             if self.use_vmac {
                 let _ = writeln!(c, "        {}/{}", v.0, v.1);
@@ -268,7 +297,7 @@ impl KeepalivedConfig {
         }
         let _ = writeln!(c, "    }}");
         let _ = writeln!(c, "}}");
-        Ok(c)
+        Ok(())
     }
 }
 
@@ -502,6 +531,25 @@ mod tests {
         assert!(c.contains("10.100.0.50/24 dev eth0"), "{c}");
         assert!(c.contains("state BACKUP"), "{c}");
         assert!(!c.contains("nopreempt") && !c.contains("vrrp_strict") && !c.contains("unicast_peer"), "{c}");
+    }
+
+    #[test]
+    fn renders_one_instance_per_extra_address_with_the_next_router_ids() {
+        let extra = (1..=3u8).map(|i| (format!("10.1.0.{}", 50 + i).parse().unwrap(), 24));
+        let c = KeepalivedConfig::v3_fast()
+            .more_instances(extra)
+            .render("r", 100, ("10.1.0.50".parse().unwrap(), 24), 254)
+            .unwrap();
+        assert_eq!(c.matches("vrrp_instance ").count(), 4, "{c}");
+        for (name, id, vip) in
+            [("VI_havip", 254, 50), ("VI_havip_1", 255, 51), ("VI_havip_2", 1, 52), ("VI_havip_3", 2, 53)]
+        {
+            let block = c.split(&format!("vrrp_instance {name} {{")).nth(1).expect(name);
+            let block = block.split("vrrp_instance").next().unwrap_or(block);
+            assert!(block.contains(&format!("virtual_router_id {id}\n")), "{name}: {block}");
+            assert!(block.contains(&format!("10.1.0.{vip}/24 dev eth0")), "{name}: {block}");
+            assert_eq!(block.matches("/24 dev").count(), 1, "{name}: one address each");
+        }
     }
 
     #[test]

@@ -13,11 +13,11 @@
 //! leaves. The hub also owns the agent's heartbeat session id (random per start, see
 //! [`wire::SenderWindow`]) and the sequence counter shared by every pair.
 
-use super::types::{Bound, Endpoint, HeartbeatError, Hub, Route, Routes, SocketLease};
+use super::types::{Bound, Endpoint, HeartbeatError, Hub, Outgoing, Route, Routes, SocketLease};
 use crate::metrics::AgentMetrics;
 use havip_crds::wire;
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -106,7 +106,99 @@ impl Hub {
             metrics,
             bound: Mutex::new(HashMap::new()),
             closing: Mutex::new(HashMap::new()),
+            outbox: Mutex::new(Vec::new()),
+            flush_wake: Arc::new(tokio::sync::Notify::new()),
+            flusher: Mutex::new(None),
+            bundle_readers: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Hands a heartbeat to the outbox. It leaves once every task woken in this turn of the
+    /// runtime has run (the flusher is woken behind them), together with the other pairs'
+    /// heartbeats to the same member address: in bundles to an agent that reads them.
+    /// Outside a runtime it leaves at once.
+    pub(super) fn enqueue(self: &Arc<Self>, out: Outgoing) {
+        lock(&self.outbox).push(out);
+        let mut flusher = lock(&self.flusher);
+        if flusher.is_none() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => *flusher = Some(rt.spawn(flush_loop(Arc::downgrade(self), self.flush_wake.clone()))),
+                Err(_) => {
+                    drop(flusher);
+                    self.flush();
+                    return;
+                }
+            }
+        }
+        self.flush_wake.notify_one();
+    }
+
+    /// Sends every heartbeat in the outbox now: per (socket, member address), in the
+    /// order handed over, as bundles when that address reads them and more than one is
+    /// waiting, else one datagram each. Non-blocking: a full socket buffer is an error
+    /// (counted), never a wait.
+    pub fn flush(&self) {
+        let pending = std::mem::take(&mut *lock(&self.outbox));
+        if pending.is_empty() {
+            return;
+        }
+        let mut groups: Vec<Vec<Outgoing>> = Vec::new();
+        for o in pending {
+            match groups.iter_mut().find(|g| g[0].local == o.local && g[0].to == o.to) {
+                Some(g) => g.push(o),
+                None => groups.push(vec![o]),
+            }
+        }
+        for group in groups {
+            let (sock, to) = (group[0].sock.clone(), group[0].to);
+            if group.len() > 1 && lock(&self.bundle_readers).contains(&to.ip()) {
+                let sections: Vec<&[u8]> = group.iter().map(|o| o.bytes.as_slice()).collect();
+                let mut next = 0;
+                for (datagram, n) in wire::bundle::pack(&sections) {
+                    let result = sock.send_to(&datagram, to);
+                    self.sent(&group[next..next + n], result.map(|_| ()), to);
+                    next += n;
+                }
+            } else {
+                for o in &group {
+                    let result = sock.send_to(&o.bytes, to);
+                    self.sent(std::slice::from_ref(o), result.map(|_| ()), to);
+                }
+            }
+        }
+    }
+
+    /// Counts what one datagram carried.
+    fn sent(&self, carried: &[Outgoing], result: std::io::Result<()>, to: SocketAddr) {
+        match result {
+            Ok(()) => {
+                self.metrics.datagram_sent(if carried.len() > 1 { "bundle" } else { "single" });
+                for o in carried {
+                    o.sent.inc();
+                }
+            }
+            Err(e) => {
+                for _ in carried {
+                    self.metrics.io_error("heartbeat_send");
+                }
+                tracing::debug!(peer = %to, heartbeats = carried.len(), error = %e, "heartbeat send failed");
+            }
+        }
+    }
+
+    /// Notes what an authentic heartbeat from `from` says of its sender: whether it reads
+    /// bundles (protocol minor ≥ [`wire::BUNDLE_MINOR`]). A member downgraded to an
+    /// earlier release gets single datagrams again from its first heartbeat on.
+    pub(super) fn note_minor(&self, from: IpAddr, minor: u8) {
+        let reads = minor >= wire::BUNDLE_MINOR;
+        let mut readers = lock(&self.bundle_readers);
+        if reads != readers.contains(&from) {
+            if reads {
+                readers.insert(from);
+            } else {
+                readers.remove(&from);
+            }
+        }
     }
 
     /// This agent's heartbeat session id.
@@ -204,10 +296,33 @@ impl Hub {
     }
 }
 
-/// The receiver of one socket: demultiplexes by pair name.
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.flush();
+        if let Some(f) = lock(&self.flusher).take() {
+            f.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends the outbox each time it is woken (after the tasks queued before it have run),
+/// for as long as the hub lives.
+async fn flush_loop(hub: Weak<Hub>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        wake.notified().await;
+        let Some(hub) = hub.upgrade() else { return };
+        hub.flush();
+    }
+}
+
+/// The receiver of one socket: demultiplexes by pair name, and splits bundles.
 async fn receive(sock: AsyncFd<std::net::UdpSocket>, local: SocketAddr, routes: Routes, metrics: Arc<AgentMetrics>) {
     let label = local.ip().to_string();
-    let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
+    let mut buf = vec![0u8; wire::MAX_BUNDLE + 1];
     loop {
         let received = match sock.readable().await {
             Ok(mut ready) => match ready.try_io(|s| s.get_ref().recv_from(&mut buf)) {
@@ -227,20 +342,37 @@ async fn receive(sock: AsyncFd<std::net::UdpSocket>, local: SocketAddr, routes: 
             }
         };
         let datagram = &buf[..n];
-        let endpoint = match wire::peek_pair(datagram) {
-            Ok(pair) => routes
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(pair)
-                .and_then(|r| r.endpoint.upgrade()),
-            Err(e) => {
-                metrics.dropped("", &label, e.reason());
-                continue;
+        if wire::bundle::is_bundle(datagram) {
+            match wire::bundle::sections(datagram) {
+                Ok(sections) => {
+                    for s in sections {
+                        route(s, local, from, &routes, &metrics, &label);
+                    }
+                }
+                Err(e) => metrics.dropped("", &label, e.reason()),
             }
-        };
-        match endpoint {
-            Some(ep) => ep.deliver(datagram, local, from),
-            None => metrics.dropped("", &label, "unknown_pair"),
+        } else {
+            route(datagram, local, from, &routes, &metrics, &label);
         }
+    }
+}
+
+/// Hands one heartbeat to the endpoint of the pair it names (unauthenticated: the
+/// endpoint verifies it with that pair's keys).
+fn route(datagram: &[u8], local: SocketAddr, from: SocketAddr, routes: &Routes, metrics: &AgentMetrics, label: &str) {
+    let endpoint = match wire::peek_pair(datagram) {
+        Ok(pair) => routes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(pair)
+            .and_then(|r| r.endpoint.upgrade()),
+        Err(e) => {
+            metrics.dropped("", label, e.reason());
+            return;
+        }
+    };
+    match endpoint {
+        Some(ep) => ep.deliver(datagram, local, from),
+        None => metrics.dropped("", label, "unknown_pair"),
     }
 }

@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
-use types::{Peer, SocketLease, State};
+use types::{Outgoing, Peer, SocketLease, State};
 
 /// Heartbeats whose timestamp is further than this from the local clock are dropped
 /// as stale (and reported as clock skew). Clocks must be NTP-synchronised to well
@@ -97,11 +97,13 @@ impl Endpoint {
         metrics: PairMetrics,
         tx: mpsc::Sender<Received>,
     ) -> Result<Arc<Self>, HeartbeatError> {
+        let counters = counters_of(&metrics, &spec);
         let ep = Arc::new(Endpoint {
             hub: hub.clone(),
             metrics,
             tx,
             state: Mutex::new(State {
+                counters,
                 spec: spec.clone(),
                 sockets: Vec::new(),
                 peers: HashMap::new(),
@@ -140,6 +142,7 @@ impl Endpoint {
                     .collect();
                 peer.heard.retain(|a, _| addresses.contains(a));
             }
+            st.counters = counters_of(&self.metrics, &spec);
             st.spec = spec;
             fresh.map(|f| std::mem::replace(&mut st.sockets, f))
         };
@@ -153,9 +156,17 @@ impl Endpoint {
         self.lock().spec.keys = keys;
     }
 
-    /// Sends `advert` to every peer on every path (best effort; errors are counted). Each
-    /// peer's copy echoes that peer's session as this member last heard it, and the peer's
-    /// last heartbeat heard on each path ([`PathEcho`]: the peer's round trips).
+    /// Sends what the hub holds for every pair now (the runtime's last step: the agent may
+    /// exit before the hub's flusher runs again).
+    pub fn flush(&self) {
+        self.hub.flush();
+    }
+
+    /// Sends `advert` to every peer on every path (best effort; errors are counted): hands
+    /// it to the hub, which sends it at the end of this turn of the runtime, bundled with
+    /// the other pairs' heartbeats to the same member address. Each peer's copy echoes that
+    /// peer's session as this member last heard it, and the peer's last heartbeat heard on
+    /// each path ([`PathEcho`]: the peer's round trips).
     pub fn send(&self, advert: &sm::Advert) {
         let mut guard = self.lock();
         let body = to_wire(advert);
@@ -168,13 +179,13 @@ impl Endpoint {
         guard.sent.push_back((seq, now));
         let st = &*guard;
         let key = &st.spec.keys.current;
-        let mut encoded: HashMap<&str, Vec<u8>> = HashMap::new();
-        for (p, sock) in st.spec.paths.iter().zip(&st.sockets) {
+        let mut encoded: HashMap<&str, Arc<Vec<u8>>> = HashMap::new();
+        for ((p, sock), (sent, _)) in st.spec.paths.iter().zip(&st.sockets).zip(&st.counters) {
             for (peer, addr) in &p.peers {
                 let bytes = encoded.entry(peer.as_str()).or_insert_with(|| {
                     let known = st.peers.get(peer.as_str());
                     let echo = known.and_then(|x| x.window.session()).unwrap_or(0);
-                    wire::encode(
+                    Arc::new(wire::encode(
                         &Heartbeat {
                             major: wire::PROTOCOL_MAJOR,
                             minor: wire::PROTOCOL_MINOR,
@@ -188,16 +199,15 @@ impl Endpoint {
                             echoes: echoes_for(known, now),
                         },
                         key,
-                    )
+                    ))
                 });
-                // Non-blocking: a full socket buffer is an error (counted), never a wait.
-                match sock.sock.send_to(bytes, SocketAddr::new(*addr, st.spec.port)) {
-                    Ok(_) => self.metrics.sent(&p.name),
-                    Err(e) => {
-                        self.metrics.io_error("heartbeat_send");
-                        tracing::debug!(pair = %st.spec.pair, path = %p.name, peer = %addr, error = %e, "heartbeat send failed");
-                    }
-                }
+                self.hub.enqueue(Outgoing {
+                    sock: sock.sock.clone(),
+                    local: sock.addr,
+                    to: SocketAddr::new(*addr, st.spec.port),
+                    bytes: bytes.clone(),
+                    sent: sent.clone(),
+                });
             }
         }
     }
@@ -324,7 +334,11 @@ impl Endpoint {
             self.metrics.dropped(&path_name, "malformed");
             return None;
         };
-        self.metrics.received(&path_name);
+        if let Some((_, received)) = st.counters.get(pi) {
+            received.inc();
+        }
+        // Authentic and fresh: what it says of its sender's protocol (bundles) is true.
+        self.hub.note_minor(from, hb.minor);
         let st = &mut *st;
         if let Some(peer) = st.peers.get_mut(&hb.sender) {
             peer.heard.insert(from, (hb.seq, now));
@@ -336,6 +350,11 @@ impl Endpoint {
         }
         Some(Received::Advert { path, advert, skew_ms: now_ms as i64 - hb.timestamp_ms as i64 })
     }
+}
+
+/// Per path of `spec`: the pair's heartbeats-sent and -received counters.
+fn counters_of(metrics: &PairMetrics, spec: &EndpointSpec) -> Vec<(crate::metrics::Counter, crate::metrics::Counter)> {
+    spec.paths.iter().map(|p| (metrics.sent_counter(&p.name), metrics.received_counter(&p.name))).collect()
 }
 
 fn is_member(spec: &EndpointSpec, node: &str) -> bool {
@@ -411,6 +430,7 @@ pub fn to_wire(a: &sm::Advert) -> Body {
             sm::OpKind::Confirm => WireOp::Confirm { id: op.id },
             sm::OpKind::Abort => WireOp::Abort { id: op.id },
         }),
+        interval_ms: a.interval_ms,
     }
 }
 
@@ -455,6 +475,7 @@ pub fn from_wire(hb: &Heartbeat) -> Option<sm::Advert> {
         failback_paused: b.failback_paused,
         draining: b.draining,
         op,
+        interval_ms: b.interval_ms,
     })
 }
 
@@ -477,6 +498,7 @@ fn version_mismatch_advert(sender: &str, major: u8) -> Option<sm::Advert> {
         failback_paused: false,
         draining: false,
         op: None,
+        interval_ms: 0,
     })
 }
 

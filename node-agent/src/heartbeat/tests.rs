@@ -31,6 +31,7 @@ fn advert(node: &str, epoch: u64) -> sm::Advert {
         failback_paused: false,
         draining: false,
         op: None,
+        interval_ms: 100,
     }
 }
 
@@ -472,4 +473,147 @@ fn an_echo_counts_only_on_the_path_it_names_and_for_a_heartbeat_we_sent() {
     assert_eq!(echo_rtt(&sent, &echo(N0, 8, 0), N0, None, now), None, "a sequence number we never sent");
     assert_eq!(echo_rtt(&sent, &echo(N0, 9, 0), N0, Some(9), now), None, "already counted");
     assert_eq!(echo_rtt(&sent, &echo(N0, 7, 40_000), N0, None, now), None, "held longer than the trip: no sample");
+}
+
+/// Heartbeat datagrams `m` sent of `kind` (`single`, `bundle`).
+fn datagrams(m: &Member, kind: &str) -> u64 {
+    m.metrics
+        .encode()
+        .lines()
+        .filter(|l| {
+            l.starts_with("havip_agent_heartbeat_datagrams_sent_total") && l.contains(&format!("name=\"{kind}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// Every endpoint of `m` sends, in the same turn of the runtime.
+fn round(m: &Member, node: &str, epoch: u64) {
+    for (ep, _) in &m.endpoints {
+        ep.send(&advert(node, epoch));
+    }
+}
+
+/// The next message of every endpoint of `m`: its epoch (`None`: something else or nothing).
+async fn epochs(m: &mut Member) -> Vec<Option<u64>> {
+    let mut out = Vec::new();
+    for (_, rx) in &mut m.endpoints {
+        out.push(epoch_of(next(rx).await));
+    }
+    out
+}
+
+#[tokio::test]
+async fn pairs_that_share_a_member_go_in_bundles_once_it_is_heard_to_read_them() {
+    let port = free_port();
+    let names: Vec<(String, u8)> = (0..12u8).map(|i| (format!("pair-{i}"), i + 1)).collect();
+    let pairs: Vec<(&str, u8)> = names.iter().map(|(p, k)| (p.as_str(), *k)).collect();
+    let mut n0 = member("n0", N0, ("n1", N1), port, &pairs).await;
+    let mut n1 = member("n1", N1, ("n0", N0), port, &pairs).await;
+    // n0 has heard nothing from n1 yet: one datagram per pair.
+    round(&n0, "n0", 1);
+    assert_eq!(epochs(&mut n1).await, vec![Some(1); 12]);
+    assert_eq!((datagrams(&n0, "single"), datagrams(&n0, "bundle")), (12, 0));
+    // n1's heartbeats (this release) tell n0 that it reads bundles.
+    round(&n1, "n1", 1);
+    assert_eq!(epochs(&mut n0).await, vec![Some(1); 12]);
+    round(&n0, "n0", 2);
+    assert_eq!(epochs(&mut n1).await, vec![Some(2); 12], "every pair hears its own heartbeat out of the bundles");
+    let bundles = datagrams(&n0, "bundle");
+    assert!((1..=2).contains(&bundles), "12 heartbeats in {bundles} bundles: {}", n0.metrics.encode());
+    assert_eq!(datagrams(&n0, "single"), 12, "no single datagram once bundles are read");
+    assert_eq!(dropped(&n1, "malformed") + dropped(&n1, "bad_magic"), 0);
+}
+
+#[tokio::test]
+async fn in_a_bundle_a_key_mismatch_or_a_deleted_pair_changes_nothing_the_other_pairs_hear() {
+    let port = free_port();
+    let mut n0 = member("n0", N0, ("n1", N1), port, &[("a", 1), ("b", 2), ("c", 3), ("d", 4)]).await;
+    // n1 holds another key for b.
+    let mut n1 = member("n1", N1, ("n0", N0), port, &[("a", 1), ("b", 9), ("c", 3), ("d", 4)]).await;
+    round(&n1, "n1", 1);
+    let _ = epochs(&mut n0).await;
+    // d is deleted on n1 (its endpoint gone); n0 still sends it.
+    drop(n1.endpoints.pop());
+    round(&n0, "n0", 7);
+    let a = epoch_of(next(&mut n1.endpoints[0].1).await);
+    let b = next(&mut n1.endpoints[1].1).await;
+    let c = epoch_of(next(&mut n1.endpoints[2].1).await);
+    assert_eq!((a, c), (Some(7), Some(7)), "a and c hear theirs");
+    assert!(
+        matches!(b, Some(Received::Rejected { reason: sm::RejectReason::KeyMismatch, .. })),
+        "b's section fails b's verification alone: {b:?}"
+    );
+    assert_eq!(dropped(&n1, "unknown_pair"), 1, "d's section is counted, charged to no pair");
+    assert!(datagrams(&n0, "bundle") >= 1);
+    // A rotation in a (both sides accept the new key; n0 signs with it) changes nothing for c.
+    let rotated = Keyring { current: wire::Key { id: 2, secret: vec![42; 32] }, previous: Some(keys(1).current) };
+    n1.endpoints[0].0.set_keys(rotated.clone());
+    n0.endpoints[0].0.set_keys(rotated);
+    round(&n0, "n0", 8);
+    assert_eq!(epoch_of(next(&mut n1.endpoints[0].1).await), Some(8));
+    assert_eq!(epoch_of(next(&mut n1.endpoints[2].1).await), Some(8));
+    // b's second section was refused too (counted; reported to the machine at most every
+    // 250 ms), in the same bundles.
+    assert_eq!(dropped(&n1, "bad_mac") + dropped(&n1, "unknown_key"), 2, "{}", n1.metrics.encode());
+}
+
+/// An authentic heartbeat of `pair` (key byte `key`) from `sender`, in protocol minor `minor`.
+fn authentic(pair: &str, sender: &str, key: u8, minor: u8, seq: u64) -> Vec<u8> {
+    let body = crate::heartbeat::to_wire(&advert(sender, 3));
+    let ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    wire::encode(
+        &wire::Heartbeat {
+            major: wire::PROTOCOL_MAJOR,
+            minor,
+            key_id: 1,
+            seq,
+            timestamp_ms: ms,
+            pair: pair.into(),
+            sender: sender.into(),
+            body,
+            session: Some(wire::Session { id: 0x01d, echo: 0 }),
+            echoes: Vec::new(),
+        },
+        &keys(key).current,
+    )
+}
+
+#[tokio::test]
+async fn a_member_of_an_earlier_release_gets_single_datagrams_and_bundles_once_it_reads_them() {
+    const OLD: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+    let port = loop {
+        let p = free_port();
+        if std::net::UdpSocket::bind((OLD, p)).is_ok() {
+            break p;
+        }
+    };
+    let mut n0 = member("n0", N0, ("old", OLD), port, &[("x", 1), ("y", 2)]).await;
+    let old = std::net::UdpSocket::bind((OLD, port)).expect("bind");
+    old.set_nonblocking(true).expect("nonblocking");
+    let old = tokio::net::UdpSocket::from_std(old).expect("socket");
+    let mut seq = 1_000;
+    for (minor, expect_bundle) in
+        [(wire::BUNDLE_MINOR - 1, false), (wire::BUNDLE_MINOR, true), (wire::BUNDLE_MINOR - 1, false)]
+    {
+        seq += 1;
+        old.send_to(&authentic("x", "old", 1, minor, seq), (N0, port)).await.expect("send");
+        assert_eq!(epoch_of(next(&mut n0.endpoints[0].1).await), Some(3), "x hears the old member");
+        round(&n0, "n0", 5);
+        // What the old member receives: (a bundle, sections) per datagram, both pairs' heartbeats.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while got.iter().map(|(_, n)| n).sum::<usize>() < 2 {
+            let n = tokio::time::timeout(Duration::from_secs(2), old.recv(&mut buf))
+                .await
+                .expect("n0's heartbeats within 2 s")
+                .expect("recv");
+            let d = &buf[..n];
+            let sections =
+                if wire::bundle::is_bundle(d) { wire::bundle::sections(d).expect("framing").len() } else { 1 };
+            got.push((wire::bundle::is_bundle(d), sections));
+        }
+        assert_eq!(got.iter().any(|(b, _)| *b), expect_bundle, "minor {minor}: {got:?}");
+    }
 }

@@ -6,7 +6,7 @@
 //! here, in a leaf module; their behaviour lives in [`super`] (the endpoint) and
 //! `super::hub` (the hub, its sockets and receivers).
 
-use crate::metrics::{AgentMetrics, PairMetrics};
+use crate::metrics::{AgentMetrics, Counter, PairMetrics};
 use crate::sm;
 use havip_crds::wire::{self, Keyring, SenderWindow};
 use std::collections::{HashMap, VecDeque};
@@ -123,6 +123,8 @@ pub(super) struct Peer {
 
 pub(super) struct State {
     pub(super) spec: EndpointSpec,
+    /// Per path (in path order): its heartbeats-sent and heartbeats-received counters.
+    pub(super) counters: Vec<(Counter, Counter)>,
     /// One socket per path, in path order.
     pub(super) sockets: Vec<Arc<SocketLease>>,
     pub(super) peers: HashMap<String, Peer>,
@@ -165,6 +167,29 @@ pub struct Hub {
     /// Receivers of released sockets, aborted; the socket is closed once the task is
     /// gone, so a new bind of the address waits for it.
     pub(super) closing: Mutex<HashMap<SocketAddr, tokio::task::JoinHandle<()>>>,
+    /// Heartbeats handed over by the endpoints in this turn of the runtime, sent together
+    /// (bundled per destination) by the flusher once every task woken with them ran.
+    pub(super) outbox: Mutex<Vec<Outgoing>>,
+    /// Wakes the flusher.
+    pub(super) flush_wake: Arc<tokio::sync::Notify>,
+    /// The flusher task (started with the first heartbeat).
+    pub(super) flusher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Member addresses whose last authentic heartbeat says that they read bundles.
+    pub(super) bundle_readers: Mutex<std::collections::HashSet<IpAddr>>,
+}
+
+/// A heartbeat in the hub's outbox.
+pub(super) struct Outgoing {
+    /// The socket it leaves on (one per local address and port).
+    pub(super) sock: Arc<std::net::UdpSocket>,
+    /// That socket's address.
+    pub(super) local: SocketAddr,
+    /// The member address and port it goes to.
+    pub(super) to: SocketAddr,
+    /// The datagram (one pair's heartbeat).
+    pub(super) bytes: Arc<Vec<u8>>,
+    /// Its pair's heartbeats-sent counter of that path.
+    pub(super) sent: Counter,
 }
 
 /// A socket held by an endpoint; released (and closed with its last user) on drop.

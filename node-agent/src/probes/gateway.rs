@@ -117,7 +117,7 @@ impl GatewayMemory {
 /// address, port).
 pub type FenceProbe = (IpAddr, IpAddr, Arc<L2Port>);
 
-/// Asks the fence targets every 500 ms (any answer means reachable) and sends the
+/// Asks the fence targets every 500 ms, on the agent's grid (any answer means reachable), and sends the
 /// [`GatewayTracker`]'s view whenever it changes.
 pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
     targets: Vec<FenceProbe>,
@@ -133,7 +133,7 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
         loop {
             let mut answered = false;
             for (target, src, port) in &targets {
-                if !port.who_has(*target, *src, ARP_WAIT).await.is_empty() {
+                if !port.who_has_shared(*target, *src, ARP_WAIT).await.is_empty() {
                     answered = true;
                     if !remembered.contains(target) {
                         match memory.remember(*target) {
@@ -149,7 +149,7 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
                 }
             }
             let Some(view) = tracker.observe(answered) else {
-                timer.sleep(GATEWAY_PROBE_INTERVAL).await;
+                timer.sleep_on_grid(GATEWAY_PROBE_INTERVAL).await;
                 continue;
             };
             if last != Some(view) {
@@ -158,7 +158,9 @@ pub fn spawn_gateway_watch<E: From<sm::Input> + Send + 'static>(
                     return;
                 }
             }
-            timer.sleep(GATEWAY_PROBE_INTERVAL).await;
+            // On the agent's grid: every pair's watch asks at the same moment, and the
+            // port sends one request for all of them (`L2Port::who_has`).
+            timer.sleep_on_grid(GATEWAY_PROBE_INTERVAL).await;
         }
     })
 }

@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// How long an ARP request of the gateway or conflict probes waits for replies.
 pub(crate) const ARP_WAIT: Duration = Duration::from_millis(300);
 
+/// A question of [`L2Port::who_has`] asked again this soon after the same one was sent
+/// shares it: an answer recorded since then is the answer (every pair's gateway watch
+/// asks the same gateway from the same address, on the same grid).
+pub(crate) const SHARED_QUESTION: Duration = Duration::from_millis(100);
+
 /// Remembers who claimed which address on an interface — ARP packets for IPv4,
 /// neighbour advertisements for IPv6 — so that probes can ask "who answered for this IP
 /// since then?".
@@ -62,6 +67,9 @@ pub struct L2Port {
     pub sender: L2Sender,
     /// Who claimed which address.
     pub book: Arc<NeighborBook>,
+    /// When each (target, source) question was last sent: a question asked again within
+    /// [`SHARED_QUESTION`] waits for the answers to that one instead of sending another.
+    asked: Mutex<HashMap<(IpAddr, IpAddr), Instant>>,
     _arp: ArpListener,
     nd: Option<NdListener>,
 }
@@ -80,7 +88,25 @@ impl L2Port {
         } else {
             None
         };
-        Ok(Self { sender, book, _arp: arp, nd })
+        Ok(Self { sender, book, asked: Mutex::default(), _arp: arp, nd })
+    }
+
+    /// The agent's port of `ifname`, shared by every pair that uses the interface (one
+    /// sender, one ARP listener and, once any pair needs IPv6, one neighbour listener per
+    /// interface, not per pair): the open one when it serves `ipv6`, else a new one, which
+    /// later requests then share. A port closes when its last pair lets go of it.
+    pub fn shared(ifname: &str, ipv6: bool) -> Result<Arc<Self>, AnnounceError> {
+        static PORTS: std::sync::OnceLock<Mutex<HashMap<String, std::sync::Weak<L2Port>>>> = std::sync::OnceLock::new();
+        let mut ports = PORTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ports.retain(|_, p| p.strong_count() > 0);
+        if let Some(p) = ports.get(ifname).and_then(std::sync::Weak::upgrade)
+            && (p.has_ipv6() || !ipv6)
+        {
+            return Ok(p);
+        }
+        let port = Arc::new(Self::open(ifname, ipv6)?);
+        ports.insert(ifname.to_owned(), Arc::downgrade(&port));
+        Ok(port)
     }
 
     /// The transport that announces VIPs on this interface.
@@ -96,17 +122,50 @@ impl L2Port {
     /// Asks who has `target` — by ARP from `source`, or by neighbour solicitation from
     /// `source` (`0.0.0.0` / `::`: a probe that changes nobody's neighbour cache) — and
     /// waits up to `wait` for answers; returns the MACs that claimed it, excluding our
-    /// own. Nothing is asked across families, nor for IPv6 on a port opened without it.
+    /// own. Every call sends its question (a resolver asking each round needs each answer).
     pub async fn who_has(&self, target: IpAddr, source: IpAddr, wait: Duration) -> Vec<MacAddr> {
-        let since = Instant::now();
+        let now = Instant::now();
+        if !self.ask(target, source, now) {
+            return Vec::new();
+        }
+        self.answers_since(target, now, wait).await
+    }
+
+    /// [`Self::who_has`] for a question several pairs ask on the same grid (a gateway
+    /// check): the same question sent less than [`SHARED_QUESTION`] ago is not sent
+    /// again — the answers recorded since it are the answers.
+    pub async fn who_has_shared(&self, target: IpAddr, source: IpAddr, wait: Duration) -> Vec<MacAddr> {
+        let now = Instant::now();
+        let shared = {
+            let mut asked = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            asked.retain(|_, at| now.duration_since(*at) < SHARED_QUESTION);
+            asked.get(&(target, source)).copied()
+        };
+        let since = match shared {
+            Some(at) => at,
+            None if self.ask(target, source, now) => now,
+            None => return Vec::new(),
+        };
+        self.answers_since(target, since, wait).await
+    }
+
+    /// Sends the question (false: not sent — another family, or the send failed).
+    fn ask(&self, target: IpAddr, source: IpAddr, now: Instant) -> bool {
         let sent = match (target, source) {
             (IpAddr::V4(t), IpAddr::V4(s)) => self.sender.send_arp_request(t, s),
             (IpAddr::V6(t), IpAddr::V6(s)) if self.nd.is_some() => self.sender.send_neighbor_solicitation(t, s),
-            _ => return Vec::new(),
+            _ => return false,
         };
         if sent.is_err() {
-            return Vec::new();
+            return false;
         }
+        self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((target, source), now);
+        true
+    }
+
+    /// The MACs (not ours) that claimed `target` since `since`, waiting until `since +
+    /// wait` for the first.
+    async fn answers_since(&self, target: IpAddr, since: Instant, wait: Duration) -> Vec<MacAddr> {
         let deadline = tokio::time::Instant::from_std(since + wait);
         loop {
             // Registered before the book is read, so an answer recorded in between wakes it.

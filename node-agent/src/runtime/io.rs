@@ -223,7 +223,7 @@ pub(super) async fn build_io(
     for (ifname, v6) in needs {
         let port = match reuse_l2.get(&ifname) {
             Some(p) if p.has_ipv6() || !v6 => p.clone(),
-            _ => Arc::new(L2Port::open(&ifname, v6)?),
+            _ => L2Port::shared(&ifname, v6)?,
         };
         l2.insert(ifname, port);
     }

@@ -182,7 +182,9 @@ pub async fn start(cfg: AgentConfig, opts: Options) -> Result<(Handle, tokio::ta
     status_metrics(&opts.metrics, None, &initial);
     let (status_tx, status_rx) = watch::channel(Arc::new(initial));
     let holding = Arc::new(AtomicBool::new(false));
-    let origin = Instant::now();
+    // Every pair's machine counts from the agent's start: their routine heartbeats fall on
+    // the same instants (`sm::Machine::next_tick`), one wakeup and one bundle for all.
+    let origin = crate::timer::origin();
 
     let Io { vips, l2, hb: _, data_link, vip_links, fence, own } = io;
     opts.reporter.links(&vips.iter().map(ResolvedVip::link).collect::<Vec<_>>());
@@ -262,12 +264,7 @@ impl Runtime {
             tokio::select! {
                 _ = self.timer.sleep_until(due) => {
                     last_tick = self.now();
-                    if let Some(gap) = self.gate.tick() {
-                        tracing::warn!(
-                            stalled_ms = gap.as_millis() as u64,
-                            "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
-                        );
-                    }
+                    self.stall_check();
                     // The machine's contract after a stall: the heartbeats, Lease events
                     // and CAS answers queued meanwhile come before its next Tick (until
                     // then it only gives up what a newer holder claims). They are read
@@ -276,7 +273,11 @@ impl Runtime {
                         self.queue.push_back(sm::Input::Tick);
                     }
                 }
-                ev = rx.recv() => match ev {
+                ev = rx.recv() => {
+                    // Any step runs the machine's timers (a steady machine's next tick is
+                    // counted from it): so a stall is also a gap between inputs.
+                    self.stall_check();
+                    match ev {
                     None | Some(Event::Stop) => break,
                     Some(Event::Input(i)) => self.queue.push_back(i),
                     Some(Event::ObserveVips) => self.observe_local_vips().await,
@@ -313,7 +314,8 @@ impl Runtime {
                     }
                     Some(Event::Received(r)) => self.received(r),
                     Some(Event::Request(req, reply)) => self.request(req, reply),
-                },
+                    }
+                }
             }
             self.drain().await;
             due = self.origin + Duration::from_millis(self.machine.next_tick(last_tick).0);
@@ -326,6 +328,8 @@ impl Runtime {
             self.queue.push_back(sm::Input::Stopping);
             self.drain().await;
         }
+        // The last step's heartbeat leaves now, not at the hub's next turn.
+        self.hb.flush();
         // A drain does not outlive the runtime (the held VIPs do), nor does the guard.
         self.drain_stop().await;
         // Before the guard goes: a backup path without the guard would send its traffic
@@ -385,6 +389,18 @@ impl Runtime {
         self.sync_backup_paths().await;
         self.observe_local_vips().await;
         Ok(())
+    }
+
+    /// Feeds the announcement gate at every wake: a gap longer than its stall bound (the
+    /// machine's longest regular gap between steps plus half a heartbeat timeout) was a
+    /// stall, and announcements wait until the inputs queued meanwhile are processed.
+    fn stall_check(&self) {
+        if let Some(gap) = self.gate.tick() {
+            tracing::warn!(
+                stalled_ms = gap.as_millis() as u64,
+                "the agent was stalled; announcements wait until the inputs queued meanwhile are processed"
+            );
+        }
     }
 
     fn received(&mut self, r: Received) {

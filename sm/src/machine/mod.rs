@@ -36,6 +36,17 @@ use crate::io::{Action, Alarm, Event, Input, Persisted, Reason};
 use crate::status::{NotReady, Transition};
 use crate::types::{AnnounceKind, MAX_EPOCH, Millis, NodeId, Role, VipId};
 
+/// The first multiple of `interval` after `t`: when a routine advert sent at `t` is next
+/// due. Routine adverts go out on this grid of the machine's clock, not `interval` after
+/// the last one: machines whose clocks share an origin (the pairs of one agent) send on the
+/// same instants — one wakeup of the agent, and one datagram per member address for all of
+/// them ([`crate::Advert`]s are bundled by the I/O layer) — and an advert sent off the
+/// grid (at once, on a change) brings the next one forward, never later.
+fn next_slot(t: Millis, interval: u64) -> Millis {
+    let i = interval.max(1);
+    Millis((t.0 / i).saturating_add(1).saturating_mul(i))
+}
+
 impl Machine {
     /// Feeds one observation taken at `now` and returns what to do, in order.
     pub fn step(&mut self, now: Millis, input: Input) -> Vec<Action> {
@@ -84,12 +95,62 @@ impl Machine {
             self.evaluate(now, out);
         }
         self.persist_if_changed(out);
-        let due = self.pacing.next_advert_at.is_none_or(|t| now >= t);
-        if self.role != Role::Unpaired && (self.pacing.advert_now || due) {
-            out.push(Action::SendAdvert(self.make_advert()));
-            self.pacing.advert_now = false;
-            self.pacing.next_advert_at = Some(now.plus(self.cfg.timings.heartbeat_interval_ms));
+        self.pace_advert(now, out);
+    }
+
+    /// Sends this member's advert when one is owed: at once when asked, every heartbeat
+    /// interval (a quiet standby: every [`Timings::quiet_interval_ms`]), and — while quiet,
+    /// or on leaving quiet — as soon as anything it says differs from the last one sent.
+    fn pace_advert(&mut self, now: Millis, out: &mut Vec<Action>) {
+        if self.role == Role::Unpaired {
+            return;
         }
+        let interval = self.advert_interval(now);
+        let quiet = interval > self.t().heartbeat_interval_ms;
+        let due = self.pacing.last_advert_at.is_none_or(|t| now >= next_slot(t, interval));
+        let watch = quiet || self.pacing.last_sent.is_some();
+        if !(self.pacing.advert_now || due || watch) {
+            return;
+        }
+        let advert = self.make_advert(interval);
+        if self.pacing.advert_now || due || self.pacing.last_sent.as_ref() != Some(&advert) {
+            self.pacing.advert_now = false;
+            self.pacing.last_advert_at = Some(now);
+            self.pacing.last_sent = quiet.then(|| advert.clone());
+            out.push(Action::SendAdvert(advert));
+        }
+    }
+
+    /// This member's heartbeat interval now: [`Timings::quiet_interval_ms`] for a quiet
+    /// standby ([`Machine::quiet`]), else the heartbeat interval.
+    fn advert_interval(&self, now: Millis) -> u64 {
+        let t = self.t();
+        if self.quiet(now) { t.quiet_interval_ms } else { t.heartbeat_interval_ms }
+    }
+
+    /// A quiet standby: a standby (not holding, claiming, draining, catching up after a
+    /// stall, in no operation) that hears every peer, each of which declares its interval
+    /// (an agent that honours this member's), and hears an active holder whose heartbeat
+    /// is not overdue. Nothing is pending that needs its heartbeats often: the holder only
+    /// needs to know that it exists; the standby itself still hears the holder at full rate.
+    pub fn quiet(&self, now: Millis) -> bool {
+        let t = self.t();
+        t.quiet_interval_ms > t.heartbeat_interval_ms
+            && self.role == Role::Standby
+            && self.first_step_done
+            && !self.holding
+            && !self.catch_up
+            && self.ops.op.is_none()
+            && self.ops.tgt.is_none()
+            && self.ops.sticky.is_none()
+            && self.store.claim.is_none()
+            && self.store.cas.is_none()
+            && !self.drain_advertised()
+            && !self.peers.is_empty()
+            && (0..self.peers.len()).all(|i| self.heard_advert(i, now).is_some_and(|a| a.interval_ms > 0))
+            && (0..self.peers.len())
+                .any(|i| self.heard_advert(i, now).is_some_and(|a| a.holds_vips && a.role == Role::Active))
+            && self.holder_deadline().is_some_and(|d| d > now)
     }
 
     /// When the I/O layer must feed the next [`Input::Tick`], the last one having been fed
@@ -105,12 +166,14 @@ impl Machine {
     /// the ticks are fast again); the other timers (hold-down, failback windows, alarm
     /// clearing, the Lease renewals of a holder that cannot hear a peer) run for seconds
     /// and fire at most one heartbeat interval late. An idle member wakes about once per
-    /// heartbeat instead of every tick.
+    /// heartbeat instead of every tick — counted from its last step of any kind, since
+    /// every step runs the same evaluation as a tick: a standby that hears its holder every
+    /// interval needs no tick of its own in between.
     pub fn next_tick(&self, last_tick: Millis) -> Millis {
         let t = self.t();
         let fast = last_tick.plus(t.tick_ms);
         match self.steady_until() {
-            Some(at) => at.min(last_tick.plus(t.heartbeat_interval_ms)).max(fast),
+            Some(at) => at.min(self.last_now.max(last_tick).plus(t.heartbeat_interval_ms)).max(fast),
             None => fast,
         }
     }
@@ -127,12 +190,14 @@ impl Machine {
     /// verdict is gathered at the fast rate, so that it is ready when the heartbeat
     /// timeout expires.
     fn holder_deadline(&self) -> Option<Millis> {
-        let t = self.t();
-        let overdue = t.heartbeat_interval_ms + t.heartbeat_interval_ms / 5;
         self.peers
             .iter()
-            .filter(|p| p.advert.as_ref().is_some_and(|a| a.holds_vips))
-            .map(|p| p.last_heard.iter().flatten().max().map_or(Millis(0), |h| h.plus(overdue)))
+            .enumerate()
+            .filter(|(_, p)| p.advert.as_ref().is_some_and(|a| a.holds_vips))
+            .map(|(i, p)| {
+                let interval = self.peer_interval(i);
+                p.last_heard.iter().flatten().max().map_or(Millis(0), |h| h.plus(interval + interval / 5))
+            })
             .min()
     }
 
@@ -150,7 +215,7 @@ impl Machine {
         {
             return None;
         }
-        let mut at = self.pacing.next_advert_at?;
+        let mut at = next_slot(self.pacing.last_advert_at?, self.advert_interval(self.last_now));
         if let Some(until) = self.drain_until() {
             at = at.min(until);
         }
@@ -190,15 +255,41 @@ impl Machine {
         self.peers.iter().position(|p| &p.node == node)
     }
 
+    /// A declared interval as believed: up to this member's own quiet interval; the
+    /// heartbeat interval when it is less or none.
+    fn believed_interval(&self, declared: u64) -> u64 {
+        let t = self.t();
+        declared.min(t.quiet_interval_ms).max(t.heartbeat_interval_ms)
+    }
+
+    /// Peer `i`'s heartbeat interval, as its last advert declares it.
+    fn peer_interval(&self, i: usize) -> u64 {
+        self.believed_interval(self.peers[i].advert.as_ref().map_or(0, |a| u64::from(a.interval_ms)))
+    }
+
+    /// How long a heartbeat declaring `declared` keeps its sender heard on its path: the
+    /// heartbeat timeout, scaled by the interval (a quiet standby's).
+    fn timeout_for(&self, declared: u64) -> u64 {
+        let t = self.t();
+        let interval = self.believed_interval(declared);
+        if interval <= t.heartbeat_interval_ms {
+            return t.heartbeat_timeout_ms;
+        }
+        interval.saturating_mul(t.heartbeat_timeout_ms).div_ceil(t.heartbeat_interval_ms)
+    }
+
+    /// Until when peer `i` counts as heard (on the path heard last), if it was ever heard.
+    fn heard_until(&self, i: usize) -> Option<Millis> {
+        self.peers[i].heard_until.iter().flatten().max().copied()
+    }
+
     fn peer_heard(&self, i: usize, now: Millis) -> bool {
-        let timeout = self.t().heartbeat_timeout_ms;
-        self.peers[i].last_heard.iter().any(|t| t.is_some_and(|t| now.since(t) < timeout))
+        self.peers[i].heard_until.iter().any(|u| u.is_some_and(|u| now < u))
     }
 
     fn peer_heard_all(&self, i: usize, now: Millis) -> bool {
-        let timeout = self.t().heartbeat_timeout_ms;
         let p = &self.peers[i];
-        !p.last_heard.is_empty() && p.last_heard.iter().all(|t| t.is_some_and(|t| now.since(t) < timeout))
+        !p.heard_until.is_empty() && p.heard_until.iter().all(|u| u.is_some_and(|u| now < u))
     }
 
     /// The peer's advert if the peer is heard now.

@@ -57,10 +57,14 @@ impl Machine {
             return;
         }
         let was_heard = self.peer_heard(i, now);
+        let until = now.plus(self.timeout_for(u64::from(msg.interval_ms)));
         {
             let p = &mut self.peers[i];
             if let Some(slot) = p.last_heard.get_mut(pi) {
                 *slot = Some(now);
+            }
+            if let Some(slot) = p.heard_until.get_mut(pi) {
+                *slot = Some(until);
             }
             if !was_heard {
                 p.heard_since = Some(now);

@@ -63,9 +63,7 @@ impl Machine {
         // members it renews while a third one is silent, and may die right after; a
         // renewal it sent just before it died still arrives, so "silent" means a whole
         // heartbeat timeout without a word).
-        let last_heard = self.peers[i].last_heard.iter().flatten().max().copied();
-        let timeout = self.t().heartbeat_timeout_ms;
-        if last_heard.is_some_and(|t| at.since(t) < timeout) {
+        if self.heard_until(i).is_some_and(|u| *at < u) {
             return None;
         }
         Some(h.clone())
@@ -125,7 +123,11 @@ impl Machine {
         let Some(i) = l.holder.as_ref().and_then(|h| self.peer_index(h)) else {
             return NewerLease::Yield;
         };
-        let Some(a) = self.heard_advert(i, now) else {
+        // Its advert must be current: a quiet standby's last one can be a second old and
+        // say nothing of a claim it made since (heard within the heartbeat timeout).
+        let timeout = self.t().heartbeat_timeout_ms;
+        let fresh = self.peers[i].last_heard.iter().any(|t| t.is_some_and(|t| now.since(t) < timeout));
+        let Some(a) = self.peers[i].advert.as_ref().filter(|_| fresh) else {
             return NewerLease::Yield;
         };
         if a.holds_vips || matches!(a.role, Role::Active | Role::Demoting | Role::Init) {
@@ -160,25 +162,29 @@ impl Machine {
     /// verification do not clear it: anybody can send those from a member's address, so
     /// they must not hide a silent peer; the detail says they arrive.
     pub(super) fn check_peer_silent(&mut self, now: Millis, out: &mut Vec<Action>) {
-        let timeout = self.t().heartbeat_timeout_ms;
         let started = self.started_at.unwrap_or(now);
         // Authentic heartbeats refused for clock skew are no silence: ClockSkew tells.
         let rejected = self.alarms.contains(&Alarm::ClockSkew);
         let own_ok = self.carrier_ok() && self.gateway != Some(false) && !rejected;
         let listening = matches!(self.role, Role::Init | Role::Unpaired);
         let silent: Vec<(String, u64)> = if own_ok && !listening {
+            let base = self.t().heartbeat_timeout_ms;
             self.peers
                 .iter()
-                .filter_map(|p| {
+                .enumerate()
+                .filter_map(|(i, p)| {
                     let last = p.last_heard.iter().flatten().max().copied().unwrap_or(started).max(started);
                     let quiet = now.since(last);
+                    // Silent once its last heartbeat stopped counting (a quiet standby's
+                    // counts longer), and never before a heartbeat timeout after the start.
+                    let until = self.heard_until(i).unwrap_or(started).max(started.plus(base));
                     let unverified = p.key_mismatch_at.is_some_and(|t| now.since(t) < self.t().reject_alarm_clear_ms);
                     let name = if unverified {
                         format!("{} (its address sends heartbeats that fail verification)", p.node)
                     } else {
                         p.node.to_string()
                     };
-                    (quiet >= timeout).then_some((name, quiet))
+                    (now >= until).then_some((name, quiet))
                 })
                 .collect()
         } else {

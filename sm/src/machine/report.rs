@@ -12,7 +12,8 @@ pub const REPORTED_PROBE_FRESH_MS: u64 = 5_000;
 
 impl Machine {
     /// The heartbeat this member sends now.
-    pub(super) fn make_advert(&self) -> Advert {
+    /// This member's advert, declaring `interval_ms` (its current heartbeat interval).
+    pub(super) fn make_advert(&self, interval_ms: u64) -> Advert {
         let holds_or_claims =
             self.holding || self.store.claim.is_some() || matches!(self.role, Role::Active | Role::Demoting);
         Advert {
@@ -32,6 +33,7 @@ impl Machine {
             failback_paused: self.failback_paused,
             draining: self.drain_advertised(),
             op: self.current_op_msg(),
+            interval_ms: u32::try_from(interval_ms).unwrap_or(u32::MAX),
         }
     }
 
@@ -56,7 +58,6 @@ impl Machine {
     /// A snapshot for reporting, as of the last `step`.
     pub fn status(&self) -> Status {
         let now = self.last_now;
-        let timeout = self.t().heartbeat_timeout_ms;
         let peers = self
             .peers
             .iter()
@@ -65,8 +66,8 @@ impl Machine {
                     .cfg
                     .paths
                     .iter()
-                    .zip(&p.last_heard)
-                    .filter(|(_, t)| t.is_some_and(|t| now.since(t) < timeout))
+                    .zip(&p.heard_until)
+                    .filter(|(_, u)| u.is_some_and(|u| now < u))
                     .map(|(path, _)| *path)
                     .collect();
                 let a = p.advert.as_ref();

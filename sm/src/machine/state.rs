@@ -21,6 +21,10 @@ pub(super) struct Peer {
     pub(super) priority: u8,
     /// Last time an advert arrived on each configured path (index = `Config::paths`).
     pub(super) last_heard: Vec<Option<Millis>>,
+    /// Per path: until when that last advert keeps the peer heard there — a heartbeat
+    /// timeout after it, scaled by the interval it declared (a quiet standby's), so that
+    /// a peer leaving quiet does not make its other paths' quiet heartbeats look late.
+    pub(super) heard_until: Vec<Option<Millis>>,
     /// Start of the current stretch of continuous hearing (on any path).
     pub(super) heard_since: Option<Millis>,
     /// Latest advert (kept after the peer falls silent: its last known state).
@@ -280,7 +284,7 @@ impl Machine {
                 replay_at: None,
                 unverified_probe_at: None,
             },
-            pacing: AdvertPacing { next_advert_at: None, advert_now: false, last_burst: None },
+            pacing: AdvertPacing { last_advert_at: None, advert_now: false, last_burst: None, last_sent: None },
             draining: Draining::default(),
             peers: Vec::new(),
             probes: Vec::new(),
@@ -337,6 +341,7 @@ impl Machine {
                 node: m.node.clone(),
                 priority: m.priority,
                 last_heard: Vec::new(),
+                heard_until: Vec::new(),
                 heard_since: None,
                 advert: None,
                 ready_since: None,
@@ -344,6 +349,7 @@ impl Machine {
             });
             p.priority = m.priority;
             p.last_heard.resize(npaths, None);
+            p.heard_until.resize(npaths, None);
             self.peers.push(p);
         }
         // A VIP still configured keeps its last answered probe: "down" needs no answer
@@ -378,9 +384,12 @@ impl Machine {
 /// When the next heartbeat (advert) is due, and the last announcement burst.
 #[derive(Clone, Debug)]
 pub(super) struct AdvertPacing {
-    pub(super) next_advert_at: Option<Millis>,
+    /// When the last advert went out.
+    pub(super) last_advert_at: Option<Millis>,
     pub(super) advert_now: bool,
     pub(super) last_burst: Option<Millis>,
+    /// The last advert sent, kept while quiet: a change goes out at once.
+    pub(super) last_sent: Option<Advert>,
 }
 
 /// A drain on the old holder.

@@ -481,7 +481,8 @@ impl Checker {
         }
     }
 
-    /// (k): holder `i` has heard nothing from holder `j` for a second while both hold a VIP
+    /// (k): holder `i` has heard nothing from holder `j` for a second (a quiet standby's
+    /// timeout and an interval, if longer) while both hold a VIP
     /// the client reaches: if its own links and gateway are fine (and no rejected heartbeats
     /// explain the silence), it raises `PeerSilent`.
     fn check_silent_dual(&mut self, w: &World, i: usize, j: usize, both_since: u64) {
@@ -490,7 +491,13 @@ impl Checker {
             return;
         };
         let node = &w.nodes[i];
-        if t.saturating_sub(both_since.max(deaf)) < 1_000
+        // A second, or — when `j` was a quiet standby until the split — its timeout (the
+        // quiet interval times the heartbeat timeout's multiple) and an interval more.
+        let tm = &w.p.timings;
+        let quiet_timeout =
+            tm.quiet_interval_ms.saturating_mul(tm.heartbeat_timeout_ms) / tm.heartbeat_interval_ms.max(1);
+        let bound = 1_000.max(quiet_timeout + tm.heartbeat_interval_ms);
+        if t.saturating_sub(both_since.max(deaf)) < bound
             || !node.live()
             || t.saturating_sub(node.agent_started) < 2_000
         {
@@ -600,8 +607,11 @@ impl Checker {
     }
 
     /// A carrier change of node `n` (for (h): a return its running agent observes).
+    /// A return in the agent's first millisecond is none: the agent's first reading of the
+    /// links (1 ms after its start) is of a carrier that is up, as after any start.
     fn on_carrier(&mut self, w: &World, n: usize, up: bool) {
-        self.carrier_back_at[n] = (up && w.nodes[n].live()).then_some(w.t);
+        let observed = w.t > w.nodes[n].agent_started.saturating_add(1);
+        self.carrier_back_at[n] = (up && w.nodes[n].live() && observed).then_some(w.t);
     }
 
     /// Node `n`'s agent resumed after a pause: carrier changes during the pause were not

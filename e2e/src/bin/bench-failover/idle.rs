@@ -24,16 +24,52 @@ fn measure_nodes(topo: &Topology, pids: &[u32], window: Duration) -> Vec<(footpr
         .collect()
 }
 
-/// One idle measurement: `system` holding `vips` addresses on two nodes, both daemons
-/// measured over the same window (CPU time, wakeups and RSS of each process tree).
-fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, String> {
+/// Waits until member 0 holds every pair's first VIP (each pair elects on its own).
+pub(crate) fn wait_all_held_by_n0(lab: &AgentLab, pairs: usize) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for k in 0..pairs {
+        let j = lab.pair_vip(k, 0);
+        while lab.holders(j).map_err(|e| e.to_string())? != vec![0] {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("pair {k} has no sole holder n0 after 60 s"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `ns`'s `eth0` carries at least `n` IPv4 addresses besides its own.
+pub(crate) fn wait_addresses(ns: &str, n: usize) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = std::process::Command::new("ip")
+            .args(["-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let have = String::from_utf8_lossy(&out.stdout).lines().count().saturating_sub(1);
+        if have >= n {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{ns} holds {have} of {n} addresses after 60 s"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One idle measurement: `system` holding `vips` addresses in each of `pairs` pairs on two
+/// nodes (keepalived: `pairs` VRRP instances), both daemons measured over the same window
+/// (CPU time, wakeups and RSS of each process tree).
+fn idle(system: &str, vips: u8, pairs: usize, window: Duration) -> Result<serde_json::Value, String> {
     let settle = Duration::from_secs(3);
     let (usage, profile) = match system {
         "havip" | "havip-fast" => {
             let fast = system == "havip-fast";
-            let lab = AgentLab::start(PairOptions { vips, fast_profile: fast, ..Default::default() })
+            let lab = AgentLab::start(PairOptions { vips, pairs, fast_profile: fast, ..Default::default() })
                 .map_err(|e| e.to_string())?;
             lab.wait_sole_holder(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            wait_all_held_by_n0(&lab, pairs)?;
             std::thread::sleep(settle);
             let pid = |i: usize| lab.agents[i].as_ref().and_then(|p| p.pid());
             let (Some(p0), Some(p1)) = (pid(0), pid(1)) else { return Err("agent not running".into()) };
@@ -50,10 +86,17 @@ fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, S
             let _l0 = Listener::on_node(&topo, 0, SERVICE_PORT).map_err(|e| e.to_string())?;
             let _l1 = Listener::on_node(&topo, 1, SERVICE_PORT).map_err(|e| e.to_string())?;
             let base = keepalived_config(k).unwrap_or_else(KeepalivedConfig::v3_fast);
-            let cfg = || base.clone().vip(topo.vip_at(0), 24).more_vips((1..vips).map(|j| (topo.vip_at(j), 24)));
+            // One instance with `vips` addresses, or `pairs` instances with one each.
+            let cfg = || {
+                base.clone()
+                    .vip(topo.vip_at(0), 24)
+                    .more_vips((1..vips).map(|j| (topo.vip_at(j), 24)))
+                    .more_instances((1..pairs).map(|k| (topo.vip_at(k as u8), 24)))
+            };
             let k0 = Keepalived::start(&topo, 0, cfg()).map_err(|e| e.to_string())?;
             let k1 = Keepalived::start(&topo, 1, cfg()).map_err(|e| e.to_string())?;
             k0.wait_holds_vip(true, Duration::from_secs(15)).map_err(|e| e.to_string())?;
+            wait_addresses(&topo.node(0).ns, usize::from(vips).max(pairs))?;
             std::thread::sleep(settle);
             let (Some(p0), Some(p1)) = (k0.pid(), k1.pid()) else { return Err("keepalived not running".into()) };
             let profile = format!("VRRPv{}, advert_int {} ms", base.version, base.advert_int.as_millis());
@@ -70,6 +113,7 @@ fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, S
         "system": system,
         "profile": profile,
         "vips": vips,
+        "pairs": pairs,
         "window_s": r1(active.window_s),
         "cpu_ms_per_min_total": r1(active.cpu_ms_per_min + standby.cpu_ms_per_min),
         "packets_per_s_total": per_s(active_pkts.zip(standby_pkts).map(|(a, b)| a + b)),
@@ -78,13 +122,13 @@ fn idle(system: &str, vips: u8, window: Duration) -> Result<serde_json::Value, S
     }))
 }
 
-/// The idle measurement of every system of `systems` (comma separated) with `vips` VIPs,
-/// a line each, then the CPU ratio of each havip profile to each keepalived (same VIP
-/// count, same run); `failed_runs` counts the measurements that could not be made.
-pub(crate) fn idle_lines(vips: u8, systems: &str, window: Duration, failed_runs: &mut usize) {
+/// The idle measurement of every system of `systems` (comma separated) with `pairs` pairs
+/// of `vips` VIPs, a line each, then the CPU ratio of each havip profile to each keepalived
+/// (same counts, same run); `failed_runs` counts the measurements that could not be made.
+pub(crate) fn idle_lines(vips: u8, pairs: usize, systems: &str, window: Duration, failed_runs: &mut usize) {
     let mut totals: Vec<(String, f64)> = Vec::new();
     for system in systems.split(',') {
-        match idle(system, vips, window) {
+        match idle(system, vips, pairs, window) {
             Ok(v) => {
                 println!("{v}");
                 if let Some(t) = v["cpu_ms_per_min_total"].as_f64() {
@@ -93,14 +137,17 @@ pub(crate) fn idle_lines(vips: u8, systems: &str, window: Duration, failed_runs:
             }
             Err(e) => {
                 *failed_runs += 1;
-                eprintln!("idle {system} with {vips} VIPs: error: {e}");
+                eprintln!("idle {system} with {pairs} pair(s) of {vips} VIP(s): error: {e}");
             }
         }
     }
     for (h, t) in totals.iter().filter(|(s, _)| s.starts_with("havip")) {
         for (k, kt) in totals.iter().filter(|(s, _)| s.starts_with("keepalived")) {
             let ratio = ((t / kt) * 100.0).round() / 100.0;
-            println!("{}", json!({"ratio": format!("{h}/{k}"), "bench": "idle", "vips": vips, "cpu_ratio": ratio}));
+            println!(
+                "{}",
+                json!({"ratio": format!("{h}/{k}"), "bench": "idle", "vips": vips, "pairs": pairs, "cpu_ratio": ratio})
+            );
         }
     }
 }

@@ -53,6 +53,12 @@
 //!   resets over all moves (goal 0 each) and the per-move gap (the longest of the 4
 //!   streams' gaps around the move) p50/p99. `--runs` does not apply: one lab each.
 //!
+//! `mass-cut` (issue 30): `--mass-pairs` pairs of one VIP each on the same two nodes
+//! (keepalived: as many VRRP instances), every one held by n0; n0 is cut as a dead node
+//! goes and the client probes every VIP at once: the gap of the first and of the **last**
+//! pair (p50/p99 over `--runs` fresh labs). The idle measurement gains a pairs dimension
+//! (`--idle-pairs`: that many pairs of one VIP, keepalived with as many instances).
+//!
 //! For each (system, scenario) the median run's client probes around the move are
 //! printed too (`"bench": "timeline"`: each probe's start and end relative to the last
 //! answer of the old holder, and who answered); `bench-report` draws them as an SVG.
@@ -64,6 +70,7 @@ mod apiserver;
 mod drain;
 mod idle;
 mod many;
+mod mass;
 mod moves;
 mod runs;
 mod single;
@@ -96,10 +103,12 @@ struct Args {
     /// Only these scenarios (comma separated): cut, kill-then-cut, planned, planned-drain,
     /// planned-200 (the last two for havip and keepalived-v3 only), static-arp (havip,
     /// havip-vmac, keepalived-v3, keepalived-v3-vmac), and the control-plane
-    /// VIP's api-planned, api-kill, api-cut (for `--api-systems`; see `apiserver.rs`).
+    /// VIP's api-planned, api-kill, api-cut (for `--api-systems`; see `apiserver.rs`), and
+    /// mass-cut (`--mass-pairs` pairs on the same two nodes, the holder of all cut; see
+    /// `mass.rs`).
     #[arg(
         long,
-        default_value = "cut,kill-then-cut,planned,planned-drain,planned-200,static-arp,api-planned,api-kill,api-cut"
+        default_value = "cut,kill-then-cut,planned,planned-drain,planned-200,static-arp,mass-cut,api-planned,api-kill,api-cut"
     )]
     scenarios: String,
     /// Systems of the control-plane scenarios (comma separated): havip-cp,
@@ -124,6 +133,19 @@ struct Args {
     /// 1 to 109 each: the topology's VIP range).
     #[arg(long, value_delimiter = ',', default_value = "1,10,100", value_parser = clap::value_parser!(u8).range(1..=109))]
     footprint_vips: Vec<u8>,
+    /// Pair counts of the idle measurement's pairs dimension: that many pairs of one VIP
+    /// each on the same two nodes (keepalived: as many VRRP instances), comma separated,
+    /// 2 to 100 each (one pair is the first VIP count's row).
+    #[arg(long, value_delimiter = ',', default_value = "10,100", value_parser = clap::value_parser!(u8).range(2..=100))]
+    idle_pairs: Vec<u8>,
+    /// Pair counts of `mass-cut` (comma separated, 1 to 100): the node holding every pair is
+    /// cut; the first and the last pair's gap.
+    #[arg(long, value_delimiter = ',', default_value = "100", value_parser = clap::value_parser!(u8).range(1..=100))]
+    mass_pairs: Vec<u8>,
+    /// Systems of `mass-cut` (comma separated): havip, havip-fast, keepalived-v3,
+    /// keepalived-v3-30ms.
+    #[arg(long, default_value = "havip,keepalived-v3")]
+    mass_systems: String,
     /// Seconds of idle for the footprint measurement.
     #[arg(long, default_value_t = 30)]
     idle_seconds: u64,
@@ -207,9 +229,20 @@ fn main() -> std::process::ExitCode {
             .collect();
         apiserver::bench(&api_systems, &api_scenarios, args.api_runs, &mut failed_runs);
     }
+    if args.scenarios.split(',').any(|s| s == "mass-cut") {
+        for &pairs in &args.mass_pairs {
+            for system in args.mass_systems.split(',') {
+                mass::mass_cut(system, usize::from(pairs), args.runs, &mut failed_runs);
+            }
+        }
+    }
     if !args.no_footprint {
+        let window = Duration::from_secs(args.idle_seconds);
         for &vips in &args.footprint_vips {
-            idle::idle_lines(vips, &args.idle_systems, Duration::from_secs(args.idle_seconds), &mut failed_runs);
+            idle::idle_lines(vips, 1, &args.idle_systems, window, &mut failed_runs);
+        }
+        for &pairs in &args.idle_pairs {
+            idle::idle_lines(1, usize::from(pairs), &args.idle_systems, window, &mut failed_runs);
         }
     }
     if failed_runs > 0 {

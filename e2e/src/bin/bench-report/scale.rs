@@ -20,9 +20,11 @@ pub(crate) fn scale_section(out: &mut String, files: &[RunFile]) {
     out.push_str(
         "How many pairs a node may carry: there is no fixed limit. One agent serves every pair of its node over one \
 UDP socket per (local address, heartbeat port), so pairs may share a port (the default 7946) or use different ones; \
-a second process on the same address and port refuses to start. Each pair costs the agent its heartbeats (pairs × \
-peers × paths × 10 datagrams/s at the default interval), its probes and about 1 MiB; the end-to-end suites run two \
-and three pairs per node (README, \"Many pairs on the same nodes\"). An agent watches only its own node's objects, \
+a second process on the same address and port refuses to start. The heartbeats of the pairs two agents share go \
+in bundles (one datagram per member address and path for up to 16 pairs), and each pair costs the agent its share of \
+them, its probes and its state machine (the idle section above measures 1, 10 and 100 pairs on two nodes); the \
+end-to-end suites run two and three pairs per node (README, \"Many pairs on the same nodes\"). An agent watches \
+only its own node's objects, \
 so what it receives grows with its own pairs, not with the cluster:\n\n",
     );
     let Some(f) = newest(files, Kind::ScaleAgent).or_else(|| newest(files, Kind::ScaleOperator)) else {
