@@ -101,15 +101,18 @@ async fn silent(rx: &mut mpsc::Receiver<Received>) -> bool {
     tokio::time::timeout(Duration::from_millis(200), rx.recv()).await.is_err()
 }
 
-fn dropped(m: &Member, reason: &str) -> u64 {
+/// The sum of `m`'s series of `family` whose labels include `label`.
+fn metric_sum(m: &Member, family: &str, label: &str) -> u64 {
     m.metrics
         .encode()
         .lines()
-        .filter(|l| {
-            l.starts_with("havip_agent_heartbeats_dropped_total") && l.contains(&format!("reason=\"{reason}\""))
-        })
+        .filter(|l| l.starts_with(family) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
         .sum()
+}
+
+fn dropped(m: &Member, reason: &str) -> u64 {
+    metric_sum(m, "havip_agent_heartbeats_dropped_total", &format!("reason=\"{reason}\""))
 }
 
 fn epoch_of(r: Option<Received>) -> Option<u64> {
@@ -477,14 +480,7 @@ fn an_echo_counts_only_on_the_path_it_names_and_for_a_heartbeat_we_sent() {
 
 /// Heartbeat datagrams `m` sent of `kind` (`single`, `bundle`).
 fn datagrams(m: &Member, kind: &str) -> u64 {
-    m.metrics
-        .encode()
-        .lines()
-        .filter(|l| {
-            l.starts_with("havip_agent_heartbeat_datagrams_sent_total") && l.contains(&format!("name=\"{kind}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
+    metric_sum(m, "havip_agent_heartbeat_datagrams_sent_total", &format!("name=\"{kind}\""))
 }
 
 /// Every endpoint of `m` sends, in the same turn of the runtime.

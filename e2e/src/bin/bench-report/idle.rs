@@ -126,10 +126,66 @@ the same heartbeat interval: the Standard profile (100 ms) with VRRPv3 `advert_i
     }
 }
 
+/// The mass cut: the node holding every pair cut, the first and the last pair's gap.
+fn mass_cut_section(out: &mut String, f: &RunFile) {
+    out.push_str("### Many pairs on a node that dies\n\n");
+    let _ = writeln!(out, "{}\n", provenance(f));
+    out.push_str(
+        "P pairs of one VIP each on the same two nodes (keepalived: P VRRP instances), every one held by n0; n0 is \
+cut as a dead node goes (management cable, then data) and a client probes every VIP at once (one connect in flight \
+per VIP, 30 ms timeout, the next at once). A VIP is back at its first connect answered by n1; what users see is the \
+**last** pair's gap. A fresh lab per run.\n\n",
+    );
+    let mut goals = Vec::new();
+    let ms = |v: &Value, k: &str, p: &str| v.get(k).and_then(|x| x.get(p)).and_then(Value::as_f64);
+    let body = rows(f, Kind::MassCut)
+        .iter()
+        .map(|v| {
+            let sys = text(v, "system");
+            if sys == "havip"
+                && num(v, "pairs").unwrap_or(0.0) >= 100.0
+                && let Some(p99) = ms(v, "last_ms", "p99")
+            {
+                let verdict = if p99 <= 500.0 { "met" } else { "**missed**" };
+                goals.push(format!(
+                    "{} pairs: the last pair back p99 {p99:.1} ms (goal ≤ 500 ms): {verdict}",
+                    text(v, "pairs")
+                ));
+            }
+            vec![
+                text(v, "pairs"),
+                sys,
+                format!("{} / {}", text(v, "complete_runs"), text(v, "runs")),
+                format!("{} / {}", fmt(ms(v, "first_ms", "p50"), 1), fmt(ms(v, "first_ms", "p99"), 1)),
+                format!("{} / {}", fmt(ms(v, "last_ms", "p50"), 1), fmt(ms(v, "last_ms", "p99"), 1)),
+                text(v, "vips_not_back"),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "pairs",
+            "system",
+            "runs complete",
+            "first pair back, ms p50 / p99",
+            "last pair back, ms p50 / p99",
+            "VIPs never back",
+        ],
+        body,
+    );
+    if !goals.is_empty() {
+        let _ = writeln!(out, "Goal (issue 30): {}.\n", goals.join("; "));
+    }
+}
+
 pub(crate) fn footprint_section(out: &mut String, files: &[RunFile]) {
     out.push_str("## The agent at idle (measured here)\n\n");
     if let Some(f) = newest(files, Kind::Idle) {
         idle_section(out, f);
+        if let Some(m) = newest(files, Kind::MassCut) {
+            mass_cut_section(out, m);
+        }
         return;
     }
     let Some(f) = newest(files, Kind::Footprint) else {

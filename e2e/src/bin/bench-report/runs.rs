@@ -137,6 +137,8 @@ pub(crate) enum Kind {
     ControlPlane,
     /// bench-failover: havip-cp's ratios to keepalived's control-plane variants.
     ControlPlaneRatio,
+    /// bench-failover: the node holding every one of P pairs cut (first and last pair).
+    MassCut,
 }
 
 pub(crate) fn kind(v: &Value) -> Option<Kind> {
@@ -166,6 +168,7 @@ pub(crate) fn kind(v: &Value) -> Option<Kind> {
     match v.get("bench").and_then(Value::as_str)? {
         "agent-idle-footprint" => Some(Kind::Footprint),
         "idle" => Some(Kind::Idle),
+        "mass-cut" => Some(Kind::MassCut),
         "apply_to_vip" => Some(Kind::ApplyToVip),
         "api_requests_steady" => Some(Kind::ApiSteady),
         "api_requests_failover" => Some(Kind::ApiFailover),

@@ -14,6 +14,7 @@ const FAILOVER: &str = r#"{"meta":{"name":"failover","command":"target/release/b
 {"bench":"idle","system":"havip","profile":"Standard","vips":1,"window_s":30.0,"cpu_ms_per_min_total":200.0,"packets_per_s_total":44.0,"active":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11000,"private_kib":1500,"threads_exited":0,"packets_per_s":22.0},"standby":{"cpu_ms_per_min":100.0,"wakeups_per_s":20.0,"rss_kib":11500,"private_kib":1600,"threads_exited":0,"packets_per_s":22.0}}
 {"bench":"idle","system":"keepalived-v3","profile":"VRRPv3","vips":1,"window_s":30.0,"cpu_ms_per_min_total":80.0,"packets_per_s_total":10.0,"active":{"cpu_ms_per_min":60.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":10.0},"standby":{"cpu_ms_per_min":20.0,"wakeups_per_s":10.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":0.0}}
 {"bench":"idle","cpu_ratio":2.5,"ratio":"havip/keepalived-v3","vips":1}
+{"bench":"mass-cut","system":"havip","pairs":100,"runs":5,"complete_runs":5,"vips_not_back":0,"first_ms":{"p50":300.0,"p99":320.0},"last_ms":{"p50":450.0,"p99":520.0}}
 {"bench":"idle","system":"havip","profile":"Standard","vips":1,"pairs":100,"window_s":30.0,"cpu_ms_per_min_total":600.0,"packets_per_s_total":400.0,"active":{"cpu_ms_per_min":300.0,"wakeups_per_s":40.0,"rss_kib":19000,"private_kib":5000,"threads_exited":0,"packets_per_s":200.0},"standby":{"cpu_ms_per_min":300.0,"wakeups_per_s":40.0,"rss_kib":21504,"private_kib":5100,"threads_exited":0,"packets_per_s":200.0}}
 {"bench":"idle","system":"keepalived-v3","profile":"VRRPv3","vips":1,"pairs":100,"window_s":30.0,"cpu_ms_per_min_total":2000.0,"packets_per_s_total":1000.0,"active":{"cpu_ms_per_min":1600.0,"wakeups_per_s":900.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":1000.0},"standby":{"cpu_ms_per_min":400.0,"wakeups_per_s":900.0,"rss_kib":13000,"threads_exited":0,"packets_per_s":0.0}}
 not json at all
@@ -111,6 +112,9 @@ fn the_tables_contain_the_numbers_of_the_newest_files() {
     assert!(md.contains("| 100 × 1 | havip | 600.0 |"), "{md}");
     assert!(md.contains("100 × 1: 0.30 × keepalived (goal ≤ 0.3 ×): met"), "{md}");
     assert!(md.contains("100 × 1: largest RSS 21.0 MiB (goal ≤ 20 MiB): **missed**"), "{md}");
+    // The mass cut: the first and the last pair, and the goal on the last.
+    assert!(md.contains("| 100 | havip | 5 / 5 | 300.0 / 320.0 | 450.0 / 520.0 | 0 |"), "{md}");
+    assert!(md.contains("100 pairs: the last pair back p99 520.0 ms (goal ≤ 500 ms): **missed**"), "{md}");
     assert!(!md.contains("| cut | havip/keepalived-v3 | 2.5"), "idle ratios stay out of the failover table: {md}");
     // A file without idle rows still renders its footprint rows.
     let old_only: Vec<RunFile> = parse_file(
