@@ -658,8 +658,8 @@ fn exported_series() -> BTreeSet<String> {
     use havip_operator::metrics::KindLabels;
     let agent = std::sync::Arc::new(havip_node_agent::metrics::AgentMetrics::new());
     let pair = agent.pair("web");
-    pair.sent("data");
-    pair.received("data");
+    pair.sent_counter("data").inc();
+    pair.received_counter("data").inc();
     pair.rtt("data", std::time::Duration::from_micros(250));
     pair.dropped("data", "bad_mac");
     pair.set_role("Active", &["Active"]);

@@ -359,7 +359,6 @@ impl PairMetrics {
     fn label(&self) -> PairLabel {
         PairLabel { pair: self.pair.clone() }
     }
-    /// A heartbeat sent on `path`.
     /// The counter of heartbeats sent on `path` (kept by the endpoint: no label lookup per
     /// heartbeat).
     pub fn sent_counter(&self, path: &str) -> Counter {
@@ -371,14 +370,6 @@ impl PairMetrics {
             .heartbeats_received
             .get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() })
             .clone()
-    }
-    /// A heartbeat sent on `path`.
-    pub fn sent(&self, path: &str) {
-        self.all.heartbeats_sent.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).inc();
-    }
-    /// An authentic heartbeat accepted on `path`.
-    pub fn received(&self, path: &str) {
-        self.all.heartbeats_received.get_or_create(&PathLabel { pair: self.pair.clone(), path: path.to_owned() }).inc();
     }
     /// A round trip measured on `path`.
     pub fn rtt(&self, path: &str, rtt: std::time::Duration) {

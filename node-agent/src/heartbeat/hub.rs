@@ -190,14 +190,11 @@ impl Hub {
     /// bundles (protocol minor ≥ [`wire::BUNDLE_MINOR`]). A member downgraded to an
     /// earlier release gets single datagrams again from its first heartbeat on.
     pub(super) fn note_minor(&self, from: IpAddr, minor: u8) {
-        let reads = minor >= wire::BUNDLE_MINOR;
         let mut readers = lock(&self.bundle_readers);
-        if reads != readers.contains(&from) {
-            if reads {
-                readers.insert(from);
-            } else {
-                readers.remove(&from);
-            }
+        if minor >= wire::BUNDLE_MINOR {
+            readers.insert(from);
+        } else {
+            readers.remove(&from);
         }
     }
 
@@ -218,7 +215,7 @@ impl Hub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Bound>> {
-        self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.bound)
     }
 
     /// Routes the datagrams that name `pair` and arrive on `addr` to `endpoint`, binding
@@ -231,7 +228,7 @@ impl Hub {
         endpoint: &Weak<Endpoint>,
     ) -> Result<SocketLease, HeartbeatError> {
         // A socket of this address released a moment ago is still closing.
-        let closing = self.closing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&addr);
+        let closing = lock(&self.closing).remove(&addr);
         if let Some(task) = closing {
             let _ = task.await;
         }
@@ -290,7 +287,7 @@ impl Hub {
             && let Some(b) = bound.remove(&addr)
         {
             b.task.abort();
-            self.closing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(addr, b.task);
+            lock(&self.closing).insert(addr, b.task);
             tracing::info!(address = %addr, "heartbeat socket closed");
         }
     }

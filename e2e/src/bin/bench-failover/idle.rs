@@ -41,21 +41,15 @@ pub(crate) fn wait_all_held_by_n0(lab: &AgentLab, pairs: usize) -> Result<(), St
 
 /// Waits until `ns`'s `eth0` carries at least `n` IPv4 addresses besides its own.
 pub(crate) fn wait_addresses(ns: &str, n: usize) -> Result<(), String> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = std::process::Command::new("ip")
-            .args(["-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        let have = String::from_utf8_lossy(&out.stdout).lines().count().saturating_sub(1);
-        if have >= n {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(format!("{ns} holds {have} of {n} addresses after 60 s"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let ipv4 = || havip_e2e::host::netns::addresses(ns, "eth0").map(|a| a.iter().filter(|x| x.ip.is_ipv4()).count());
+    havip_e2e::host::netns::wait_until(
+        &format!("{ns}'s eth0 to carry {n} addresses besides its own"),
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(ipv4()? > n),
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 /// One idle measurement: `system` holding `vips` addresses in each of `pairs` pairs on two
