@@ -65,7 +65,8 @@ enum Cmd {
     },
     /// Delete the cluster.
     Down,
-    /// Print the scenario names, one a line (shared ones first, then the kubelet-level ones).
+    /// Print the scenario names, one a line (those `make e2e` runs too first, then the
+    /// kubelet-level ones).
     List,
 }
 
@@ -155,7 +156,12 @@ fn report(name: &str, expect: Expect, secs: f64, res: Result<(), String>) -> boo
 }
 
 fn names() -> Vec<&'static str> {
-    scenarios::all::<KindCluster>().iter().map(|s| s.name).chain(kind_scenarios::all().iter().map(|s| s.name)).collect()
+    shared::<KindCluster>().iter().map(|s| s.name).chain(kind_scenarios::all().iter().map(|s| s.name)).collect()
+}
+
+/// The scenarios `make e2e` runs too: one pair, then several pairs on shared nodes.
+fn shared<C: havip_e2e::harness::cluster::Cluster>() -> Vec<scenarios::Scenario<C>> {
+    scenarios::all::<C>().into_iter().chain(scenarios::shared_nodes::<C>()).collect()
 }
 
 fn run(cfg: KindConfig, only: &[String]) -> ExitCode {
@@ -174,7 +180,7 @@ fn run(cfg: KindConfig, only: &[String]) -> ExitCode {
     let selected = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let workers = cluster.nodes().len();
     let mut failed = 0;
-    for s in scenarios::all::<KindCluster>() {
+    for s in shared::<KindCluster>() {
         if !selected(s.name) {
             continue;
         }

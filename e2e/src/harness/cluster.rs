@@ -18,6 +18,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// How many VIPs a cluster offers pairs on shared nodes ([`Cluster::pair_yaml_on`]'s
+/// `vip` is below it).
+pub const SHARED_VIPS: u8 = 3;
+
 /// What a provider failed at, with its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -119,15 +123,20 @@ pub enum ClusterError {
         /// The network's subnets.
         subnets: String,
     },
+    /// The provider has no VIP number `vip` or no service on `port` for another pair.
+    #[error("no VIP number {vip} or no service on port {port} for a pair on shared nodes")]
+    NoSharedSlot {
+        /// The VIP number asked for.
+        vip: u8,
+        /// The port asked for.
+        port: u16,
+    },
     /// Node `node`'s agent does not serve its metrics.
     #[error("the agent of node {node} does not serve its metrics")]
     NoMetrics {
         /// The node's index.
         node: usize,
     },
-    /// The provider cannot do this (several pairs, services stopped, agent metrics).
-    #[error("this provider {0}")]
-    Unsupported(&'static str),
 }
 
 /// Provider results.
@@ -183,34 +192,18 @@ pub trait Cluster {
     fn logs_tail(&self, lines: usize) -> String;
 
     /// Several pairs on the same nodes: pair `name` over the nodes `members` (first =
-    /// preferred), with one VIP (`<name>-vip`, the cluster's VIP number `vip`) probed on
-    /// `port`, each member answering on `port`. Providers that cannot give pairs their
-    /// own VIPs and ports say so.
-    fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String> {
-        let _ = (name, members, vip, port);
-        Err(ClusterError::Unsupported("runs one pair at a time"))
-    }
-    /// The nodes whose kernel holds VIP number `vip`.
-    fn holders_of(&self, vip: u8) -> Result<Vec<usize>> {
-        let _ = vip;
-        Err(ClusterError::Unsupported("runs one pair at a time"))
-    }
+    /// preferred), with one VIP (`<name>-vip`, the cluster's VIP number `vip`, below
+    /// [`SHARED_VIPS`]) probed on `port`, each member answering on `port`.
+    fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String>;
+    /// The nodes whose kernel holds VIP number `vip` (0: the standard pair's).
+    fn holders_of(&self, vip: u8) -> Result<Vec<usize>>;
     /// A client against VIP number `vip` on `port`.
-    fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>> {
-        let _ = (vip, port);
-        Err(ClusterError::Unsupported("runs one pair at a time"))
-    }
+    fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>>;
     /// Stops (false) or restarts (true) node `i`'s service on `port`.
-    fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()> {
-        let _ = (i, port, up);
-        Err(ClusterError::Unsupported("cannot stop a service"))
-    }
+    fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()>;
     /// The sum of the samples of node `i`'s agent metric `name` whose line contains
     /// every `filters` substring.
-    fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
-        let _ = (i, name, filters);
-        Err(ClusterError::Unsupported("does not read agent metrics"))
-    }
+    fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64>;
 
     /// Runs a future on a fresh current-thread runtime (scenarios are synchronous).
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output
@@ -273,6 +266,25 @@ pub trait Cluster {
             }
             Ok(())
         })
+    }
+
+    /// Deletes every pair and the FloatingIPs naming them (between scenarios).
+    fn delete_every_pair(&self) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let names = self.block_on(async {
+            let client = self.kube_client().await?;
+            let list = Api::<HAPair>::all(client)
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| ClusterError::Kube { op: "list HAPairs".to_owned(), source })?;
+            Ok::<_, ClusterError>(list.items.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<_>>())
+        })?;
+        for n in names {
+            self.delete_pair(&n)?;
+        }
+        Ok(())
     }
 
     /// The pair.

@@ -423,21 +423,36 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
     wait_operator_leader(c);
     let (_, e) = scenarios::live_pair(c, 2, "");
     let (n0, n1) = (node(c, 0), node(c, 1));
+    // A second pair on the same two nodes: while agents of both releases run side by side
+    // an upgraded agent must speak the single-pair format to a previous one (a bundle
+    // would be dropped there, its standby would take over), and bundle with an upgraded one.
+    let second = c.pair_yaml_on(SECOND_PAIR, &[0, 1], 1, 8081).expect("the second pair's manifest");
+    c.apply_yaml(&second).expect("apply the second pair");
+    let e2 = c
+        .wait_pair(SECOND_PAIR, Duration::from_secs(30), &format!("Live, {n0} active"), |p| {
+            p.status.as_ref().is_some_and(|s| s.phase == Some(Phase::Live)) && active(p).as_deref() == Some(n0.as_str())
+        })
+        .unwrap_or_else(|err| panic!("{SECOND_PAIR}: {err}\n{}", c.logs_tail(40)))
+        .status
+        .and_then(|s| s.epoch)
+        .unwrap_or_else(|| panic!("{SECOND_PAIR} is Live without an epoch"));
     let client = c.client().expect("client");
     client.wait_for_responder(&n0, Duration::from_secs(5)).expect("n0 answers");
     let steady = |c: &KindCluster, what: &str| {
-        c.wait_pair(
-            PAIR,
-            Duration::from_secs(60),
-            &format!("{what}: {n0} Active under epoch {e}, {n1} Standby"),
-            |p| {
-                member_active_under(p, &n0, e)
-                    && p.status
-                        .as_ref()
-                        .is_some_and(|s| s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Standby)))
-            },
-        )
-        .unwrap_or_else(|err| panic!("{what}: {err}\n{}", c.logs_tail(40)));
+        for (pair, e) in [(PAIR, e), (SECOND_PAIR, e2)] {
+            c.wait_pair(
+                pair,
+                Duration::from_secs(60),
+                &format!("{what}: {n0} Active under epoch {e}, {n1} Standby"),
+                |p| {
+                    member_active_under(p, &n0, e)
+                        && p.status.as_ref().is_some_and(|s| {
+                            s.members.iter().any(|m| m.node == n1 && m.role == Some(MemberRole::Standby))
+                        })
+                },
+            )
+            .unwrap_or_else(|err| panic!("{what}, pair {pair}: {err}\n{}", c.logs_tail(40)));
+        }
     };
 
     // README, step 3: this release's CRDs first (server-side apply, as written there).
@@ -473,6 +488,9 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
     wait_pod_images(c, "agent", &tag);
     assert!(pod_images(c, "operator").iter().all(|i| i.ends_with(&format!(":{PREVIOUS_TAG}"))), "the operator rolled");
     steady(c, "previous operator, new agents");
+    for i in [0, 1] {
+        wait_bundles(c, i);
+    }
     let errors = error_lines(c, started.elapsed());
     assert!(errors.is_empty(), "previous operator, new agents: {errors:#?}");
 
@@ -505,6 +523,27 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
     let report = client.stop().expect("report");
     assert_eq!(report.failed, 0, "{}", report.summary());
     assert_eq!(report.responder_sequence(), vec![n0.as_str()], "nothing moved: {}", report.summary());
+}
+
+/// The upgrade scenario's second pair (VIP number 1, port 8081, on the first two workers).
+const SECOND_PAIR: &str = "db";
+
+/// Waits until node `i`'s agent has sent bundled heartbeats.
+fn wait_bundles(c: &KindCluster, i: usize) {
+    let start = Instant::now();
+    loop {
+        let sent = c.agent_metric(i, "havip_agent_heartbeat_datagrams_sent_total", &["name=\"bundle\""]);
+        if sent.as_ref().is_ok_and(|n| *n > 0.0) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{}'s agent sends no bundled heartbeat to a peer of this release that shares two pairs with it ({sent:?})\n{}",
+            node(c, i),
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// `helm uninstall`: within 30 s no node holds the VIP any more.

@@ -6,7 +6,7 @@
 pub mod kind;
 pub mod kind_bgp;
 
-use crate::harness::cluster::{Cluster, ClusterError, Result};
+use crate::harness::cluster::{Cluster, ClusterError, Result, SHARED_VIPS};
 use havip_crds::{HAPair, MemberRole, OperationResult, Phase};
 use std::time::{Duration, Instant};
 
@@ -70,10 +70,9 @@ pub fn all<C: Cluster>() -> Vec<Scenario<C>> {
     ]
 }
 
-/// The scenarios with several pairs on shared nodes: they need a provider that gives
-/// each pair its own VIP and service port, stops a service and reads the agents'
-/// metrics ([`Cluster::pair_yaml_on`] and the methods after it); the local provider
-/// does.
+/// The scenarios with several pairs on shared nodes (each pair its own VIP and service
+/// port; a service stopped; the agents' metrics read): `make e2e` and the kind suite run
+/// them.
 pub fn shared_nodes<C: Cluster>() -> Vec<Scenario<C>> {
     vec![
         Scenario {
@@ -98,9 +97,13 @@ pub fn reset<C: Cluster>(c: &mut C) -> Result<()> {
     c.api_outage_end()?;
     c.start_operator()?;
     c.delete_pair(PAIR)?;
+    c.delete_every_pair()?;
     let start = Instant::now();
     loop {
-        let h = c.holders()?;
+        let mut h = Vec::new();
+        for vip in 0..SHARED_VIPS {
+            h.extend(c.holders_of(vip)?);
+        }
         if h.is_empty() {
             return Ok(());
         }
@@ -496,7 +499,8 @@ pub fn three_pairs_on_three_nodes<C: Cluster>(c: &mut C) {
 }
 
 /// Every pair Live with every member hearing its peers on every path, no heartbeat
-/// charged to the wrong pair; one pair's service blips on the common active for 1.5 s →
+/// charged to the wrong pair, bundled heartbeats between nodes sharing several pairs;
+/// one pair's service blips on the common active for 1.5 s →
 /// nothing moves; the common active is cut → every pair moves to its standby, each VIP
 /// with exactly one holder; back, it rejoins every pair as standby.
 fn pairs_on_shared_nodes<C: Cluster>(c: &mut C, pairs: &[PairOn]) {
@@ -512,10 +516,11 @@ fn pairs_on_shared_nodes<C: Cluster>(c: &mut C, pairs: &[PairOn]) {
         let (first, size) = (name_of(p.members[0]), p.members.len());
         c.wait_pair(p.name, Duration::from_secs(30), "Live, every member hearing its peers on every path", |x| {
             let Some(s) = x.status.as_ref() else { return false };
+            let paths = x.spec.heartbeat.paths.len();
             s.phase == Some(Phase::Live)
                 && s.active.as_deref() == Some(first.as_str())
                 && s.members.len() == size
-                && s.members.iter().all(|m| m.heard.len() == 2 && m.heard.iter().all(|h| h.heard))
+                && s.members.iter().all(|m| m.heard.len() == paths && m.heard.iter().all(|h| h.heard))
         })
         .unwrap_or_else(|e| panic!("pair {}: {e}", p.name));
     }
@@ -526,6 +531,32 @@ fn pairs_on_shared_nodes<C: Cluster>(c: &mut C, pairs: &[PairOn]) {
                 .agent_metric(i, "havip_agent_heartbeats_dropped", &[&format!("reason=\"{reason}\"")])
                 .expect("agent metrics");
             assert_eq!(n, 0.0, "{}: {reason} drops — a pair was charged another pair's heartbeats", name_of(i));
+        }
+    }
+    // Two nodes that share several pairs carry their heartbeats in bundles: every node
+    // that shares two or more pairs with another sends bundle datagrams.
+    for &i in &used {
+        let shares_several = used
+            .iter()
+            .any(|&j| j != i && pairs.iter().filter(|p| p.members.contains(&i) && p.members.contains(&j)).count() >= 2);
+        if !shares_several {
+            continue;
+        }
+        let start = Instant::now();
+        loop {
+            let bundles = c
+                .agent_metric(i, "havip_agent_heartbeat_datagrams_sent_total", &["name=\"bundle\""])
+                .expect("agent metrics");
+            if bundles > 0.0 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} shares several pairs with a peer but sends no bundled heartbeat\n{}",
+                name_of(i),
+                c.logs_tail(30)
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
     let epochs: Vec<Option<i64>> =

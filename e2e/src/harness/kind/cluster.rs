@@ -1,8 +1,9 @@
 //! The [`KindCluster`]: the [`Cluster`] the scenarios run against, running the commands of
 //! [`super::commands`], and its client (`e2e-tool probe` in a container).
 
-use super::commands::{KindConfig, NAMESPACE, SERVICE_PORT, host_link_name, vip_in_subnet};
-use crate::harness::cluster::{Cluster, ClusterError, Result, TrafficClient};
+use super::commands::{KindConfig, NAMESPACE, RESPONDER_PORTS, SERVICE_PORT, host_link_name, vip_at, vip_in_subnet};
+use crate::harness::cluster::{Cluster, ClusterError, Result, SHARED_VIPS, TrafficClient};
+use crate::harness::metrics::metric_sum;
 use crate::traffic::{Probe, ProbeReport};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -37,6 +38,8 @@ pub struct KindCluster {
     /// The chart runs with other values than [`KindConfig::install_chart`]'s, or is
     /// uninstalled: the next reset installs it again.
     chart_changed: bool,
+    /// Services stopped by [`Cluster::set_service`] (node, port): restarted by the reset.
+    stopped: std::collections::BTreeSet<(usize, u16)>,
 }
 
 impl KindCluster {
@@ -102,7 +105,7 @@ impl KindCluster {
             .split_whitespace()
             .find_map(vip_in_subnet)
             .ok_or_else(|| ClusterError::NoSubnet { subnets: subnets.clone() })?;
-        Ok(Self { cfg, vip, api_blocked: false, chart_changed: false })
+        Ok(Self { cfg, vip, api_blocked: false, chart_changed: false, stopped: Default::default() })
     }
 
     /// The host end of node `i`'s `eth0` on the kind bridge (its "cable").
@@ -238,14 +241,7 @@ impl Cluster for KindCluster {
         self.client_for(SocketAddr::from((self.vip.0, SERVICE_PORT)))
     }
     fn holders(&self) -> Result<Vec<usize>> {
-        let vip = format!(" {}/", self.vip.0);
-        let mut out = Vec::new();
-        for (i, n) in self.cfg.worker_nodes().iter().enumerate() {
-            if run(&KindConfig::addresses(n))?.contains(&vip) {
-                out.push(i);
-            }
-        }
-        Ok(out)
+        self.holders_of(0)
     }
     fn logs_tail(&self, lines: usize) -> String {
         let mut out = String::new();
@@ -262,6 +258,46 @@ impl Cluster for KindCluster {
             out.push_str(&format!("--- {component} ---\n{}\n", run(&argv).unwrap_or_else(|e| e.to_string())));
         }
         out
+    }
+    fn pair_yaml_on(&mut self, name: &str, members: &[usize], vip: u8, port: u16) -> Result<String> {
+        if vip >= SHARED_VIPS || !RESPONDER_PORTS.contains(&port) {
+            return Err(ClusterError::NoSharedSlot { vip, port });
+        }
+        for i in members {
+            self.set_service(*i, port, true)?;
+        }
+        Ok(self.cfg.pair_yaml_on(name, members, vip_at(self.vip.0, vip), self.vip.1, port))
+    }
+    fn holders_of(&self, vip: u8) -> Result<Vec<usize>> {
+        let vip = format!(" {}/", vip_at(self.vip.0, vip));
+        let mut out = Vec::new();
+        for (i, n) in self.cfg.worker_nodes().iter().enumerate() {
+            if run(&KindConfig::addresses(n))?.contains(&vip) {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+    fn client_to(&self, vip: u8, port: u16) -> Result<Box<dyn TrafficClient>> {
+        self.client_for(SocketAddr::from((vip_at(self.vip.0, vip), port)))
+    }
+    /// A stopped service refuses connections on its port (an iptables reset rule in the
+    /// node): the responders keep running, as kubelet would restart a killed one.
+    fn set_service(&mut self, i: usize, port: u16, up: bool) -> Result<()> {
+        let node = self.node_name(i)?;
+        if up {
+            if self.stopped.remove(&(i, port)) {
+                run(&KindConfig::service_block(&node, port, false))?;
+            }
+        } else if self.stopped.insert((i, port)) {
+            run(&KindConfig::service_block(&node, port, true))?;
+        }
+        Ok(())
+    }
+    fn agent_metric(&self, i: usize, name: &str, filters: &[&str]) -> Result<f64> {
+        let text =
+            run(&self.cfg.agent_metrics(&self.node_name(i)?)).map_err(|_| ClusterError::NoMetrics { node: i })?;
+        Ok(metric_sum(&text, name, filters))
     }
 }
 
@@ -370,6 +406,9 @@ impl KindCluster {
     pub fn restore_baseline(&mut self) -> Result<()> {
         for n in self.cfg.worker_nodes() {
             run(&self.cfg.kubectl(&["uncordon", &n]))?;
+        }
+        for (i, port) in std::mem::take(&mut self.stopped) {
+            run(&KindConfig::service_block(&self.node_name(i)?, port, false))?;
         }
         if self.chart_changed {
             // A scenario that ran an earlier release may have left its CRDs or a paused

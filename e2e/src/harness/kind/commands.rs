@@ -6,6 +6,11 @@ use std::path::PathBuf;
 
 /// The port the responders answer on (and the pair's probe port).
 pub const SERVICE_PORT: u16 = 8080;
+/// The ports the responders answer on: [`SERVICE_PORT`] and one more for each further
+/// pair of the shared-node scenarios (the scenarios use 8080, 8081 and 8082).
+pub const RESPONDER_PORTS: [u16; 3] = [SERVICE_PORT, 8081, 8082];
+/// The agents' metrics port on the node (the chart's `agent.metricsPort`).
+pub const AGENT_METRICS_PORT: u16 = 9797;
 /// The chart's namespace.
 pub const NAMESPACE: &str = "havip-system";
 /// The kind network.
@@ -177,9 +182,23 @@ impl KindConfig {
         v
     }
 
-    /// The responders: a hostNetwork DaemonSet answering its node's name on
-    /// [`SERVICE_PORT`] (what the VIP serves, and what the agents probe).
+    /// The responders: a hostNetwork DaemonSet answering its node's name on each of
+    /// [`RESPONDER_PORTS`] (what the VIPs serve, and what the agents probe).
     pub fn responders_yaml(&self) -> String {
+        let image = self.image("havip-e2e-tools");
+        let mut containers = String::new();
+        for port in RESPONDER_PORTS {
+            containers.push_str(&format!(
+                r#"        - name: responder-{port}
+          image: {image}
+          imagePullPolicy: Never
+          args: ["respond", "--port", "{port}", "--name", "$(NODE_NAME)"]
+          env:
+            - name: NODE_NAME
+              valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+"#
+            ));
+        }
         format!(
             r#"apiVersion: apps/v1
 kind: DaemonSet
@@ -196,31 +215,50 @@ spec:
       hostNetwork: true
       tolerations: [{{operator: Exists}}]
       containers:
-        - name: responder
-          image: {image}
-          imagePullPolicy: Never
-          args: ["respond", "--port", "{SERVICE_PORT}", "--name", "$(NODE_NAME)"]
-          env:
-            - name: NODE_NAME
-              valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
-"#,
-            image = self.image("havip-e2e-tools")
+{containers}"#
         )
     }
 
     /// The standard pair over the first `members` workers: one heartbeat path (kind
     /// nodes have one address), one VIP in the kind network.
     pub fn pair_yaml(&self, name: &str, members: usize, vip: Ipv4Addr, prefix: u8) -> String {
+        let members: Vec<usize> = (0..members.min(self.workers)).collect();
+        self.pair_yaml_on(name, &members, vip, prefix, SERVICE_PORT)
+    }
+
+    /// A pair over the workers `members` (first = preferred, priorities descending), one
+    /// heartbeat path, one VIP probed on `port`.
+    pub fn pair_yaml_on(&self, name: &str, members: &[usize], vip: Ipv4Addr, prefix: u8, port: u16) -> String {
+        let workers = self.worker_nodes();
         let mut y =
             format!("apiVersion: havip.io/v1alpha1\nkind: HAPair\nmetadata:\n  name: {name}\nspec:\n  members:\n");
-        for (i, n) in self.worker_nodes().iter().take(members).enumerate() {
-            y.push_str(&format!("    - node: {n}\n      priority: {}\n", 200 - 10 * i));
+        for (rank, n) in members.iter().filter_map(|i| workers.get(*i)).enumerate() {
+            y.push_str(&format!("    - node: {n}\n      priority: {}\n", 200 - 10 * rank));
         }
         y.push_str("  heartbeat:\n    paths:\n      - name: kind\n        addressType: InternalIP\n");
         y.push_str(&format!(
-            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {vip}/{prefix}\n  interface: eth0\n  probe:\n    ports: [{SERVICE_PORT}]\n"
+            "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {vip}/{prefix}\n  interface: eth0\n  probe:\n    ports: [{port}]\n"
         ));
         y
+    }
+
+    /// Inserts (`insert`) or deletes the rule that makes node `node`'s service on `port`
+    /// refuse connections (a reset, as a stopped server's port does) — for the agent's
+    /// probes on the node and for clients alike.
+    pub fn service_block(node: &str, port: u16, insert: bool) -> Vec<String> {
+        let mut v = vec![s("docker"), s("exec"), node.to_owned(), s("iptables"), s(if insert { "-I" } else { "-D" })];
+        v.extend(
+            ["INPUT", "-p", "tcp", "--dport", &port.to_string(), "-m", "comment", "--comment"]
+                .iter()
+                .map(|a| (*a).to_owned()),
+        );
+        v.extend(["havip-e2e-service-down", "-j", "REJECT", "--reject-with", "tcp-reset"].map(s));
+        v
+    }
+
+    /// The Prometheus metrics of node `node`'s agent, through the API server's node proxy.
+    pub fn agent_metrics(&self, node: &str) -> Vec<String> {
+        self.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}:{AGENT_METRICS_PORT}/proxy/metrics")])
     }
 
     /// The index of the host end of the node container's `eth0` (its `iflink`).
@@ -378,6 +416,12 @@ pub fn vip_in_subnet(cidr: &str) -> Option<(Ipv4Addr, u8)> {
     Some((Ipv4Addr::from(broadcast - 55), prefix))
 }
 
+/// VIP number `k` of the shared-node scenarios: `k` below the suite's VIP (0: the VIP
+/// itself).
+pub fn vip_at(vip: Ipv4Addr, k: u8) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(vip).saturating_sub(u32::from(k)))
+}
+
 /// The name of the link with `index` in `ip -o link show` output (`42: veth1a2b@if41: …`).
 pub(super) fn host_link_name(links: &str, index: &str) -> Option<String> {
     links.lines().find_map(|l| {
@@ -389,7 +433,7 @@ pub(super) fn host_link_name(links: &str, index: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KindConfig, host_link_name, vip_in_subnet};
+    use super::{KindConfig, host_link_name, vip_at, vip_in_subnet};
     use std::net::{Ipv4Addr, SocketAddr};
     use std::path::PathBuf;
 
@@ -522,5 +566,47 @@ mod tests {
         let ds: serde_yaml::Value = serde_yaml::from_str(&c.responders_yaml()).expect("DaemonSet");
         assert_eq!(ds["spec"]["template"]["spec"]["hostNetwork"], serde_yaml::Value::Bool(true));
         assert!(c.responders_yaml().contains("havip/havip-e2e-tools:dev"));
+        let ports: Vec<String> = ds["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .expect("containers")
+            .iter()
+            .map(|c| c["args"][2].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(ports, ["8080", "8081", "8082"], "one responder per port of the shared-node scenarios");
+    }
+
+    #[test]
+    fn shared_node_pairs_get_their_own_members_vip_and_port() {
+        let c = cfg();
+        let vip = vip_at(Ipv4Addr::new(172, 18, 255, 200), 2);
+        let y = c.pair_yaml_on("db", &[0, 2], vip, 16, 8082);
+        let docs: Vec<serde_yaml::Value> =
+            serde_yaml::Deserializer::from_str(&y).map(|d| serde::Deserialize::deserialize(d).expect("yaml")).collect();
+        let pair: havip_crds::HAPair = serde_yaml::from_value(docs[0].clone()).expect("HAPair");
+        let members: Vec<(&str, i32)> = pair.spec.members.iter().map(|m| (m.node.as_str(), m.priority)).collect();
+        assert_eq!(members, [("havip-e2e-worker", 200), ("havip-e2e-worker3", 190)]);
+        let fip: havip_crds::FloatingIP = serde_yaml::from_value(docs[1].clone()).expect("FloatingIP");
+        assert_eq!(fip.spec.address, "172.18.255.198/16");
+        assert_eq!(fip.spec.probe.ports, [8082]);
+    }
+
+    #[test]
+    fn a_stopped_service_is_a_reset_on_its_port_undone_by_the_same_rule() {
+        let on = KindConfig::service_block("w", 8081, true).join(" ");
+        assert_eq!(
+            on,
+            "docker exec w iptables -I INPUT -p tcp --dport 8081 -m comment --comment havip-e2e-service-down -j REJECT --reject-with tcp-reset"
+        );
+        assert_eq!(KindConfig::service_block("w", 8081, false).join(" "), on.replace(" -I ", " -D "));
+    }
+
+    #[test]
+    fn agent_metrics_come_through_the_node_proxy_on_the_charts_port() {
+        let argv = cfg().agent_metrics("havip-e2e-worker").join(" ");
+        assert!(argv.ends_with("get --raw /api/v1/nodes/havip-e2e-worker:9797/proxy/metrics"), "{argv}");
+        let values = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/havip/values.yaml"))
+            .expect("the chart's values");
+        let values: serde_yaml::Value = serde_yaml::from_str(&values).expect("values.yaml");
+        assert_eq!(values["agent"]["metricsPort"].as_u64(), Some(u64::from(super::AGENT_METRICS_PORT)));
     }
 }
