@@ -200,6 +200,8 @@ pub struct KubeLab {
     dir: PathBuf,
     agent_kubeconfigs: Vec<PathBuf>,
     agent_env: Vec<Vec<(String, String)>>,
+    /// Another agent binary for node `i` (another release) from its next start on.
+    pub agent_bins: BTreeMap<usize, PathBuf>,
     operator_kubeconfig: PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -264,6 +266,7 @@ impl KubeLab {
             dir,
             agent_kubeconfigs: vec![admin.clone(); opts.nodes],
             agent_env: opts.agent_env,
+            agent_bins: BTreeMap::new(),
             operator_kubeconfig: admin,
             _tmp: tmp,
         };
@@ -486,7 +489,10 @@ impl KubeLab {
 
     /// Starts (or restarts) the agent of node `i`.
     pub fn start_agent(&mut self, i: usize) -> Result<()> {
-        let bin = agent_binary()?;
+        let bin = match self.agent_bins.get(&i) {
+            Some(b) => b.clone(),
+            None => agent_binary()?,
+        };
         let node = self.topo.node(i).clone();
         let args = vec![
             "kubernetes".to_owned(),
@@ -560,7 +566,7 @@ impl KubeLab {
     }
 
     /// A pair `name` over the nodes `members` (priorities 200, 190, … in that order)
-    /// with the paths of [`KubeLab::pair_yaml`] and one VIP, `vip(vip)/24` on eth0 probed
+    /// with the paths of [`KubeLab::pair_yaml`] and one VIP, `vip_at(vip)/24` on eth0 probed
     /// on `port` (FloatingIP `<name>-vip`). Start the nodes' listeners on `port` with
     /// [`KubeLab::serve`].
     pub fn pair_yaml_on(&self, name: &str, members: &[usize], vip: u8, port: u16) -> String {
@@ -574,7 +580,7 @@ impl KubeLab {
         );
         y.push_str(&format!(
             "---\napiVersion: havip.io/v1alpha1\nkind: FloatingIP\nmetadata:\n  name: {name}-vip\nspec:\n  pair: {name}\n  address: {}/24\n  interface: eth0\n  probe:\n    ports: [{port}]\n",
-            self.topo.vip(vip)
+            self.topo.vip_at(vip)
         ));
         y
     }

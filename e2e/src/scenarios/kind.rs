@@ -494,12 +494,53 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
     let errors = error_lines(c, started.elapsed());
     assert!(errors.is_empty(), "previous operator, new agents: {errors:#?}");
 
-    // This release's operator with the previous agents: the agents rolled back, then the
-    // operator's rollout resumed.
+    // Agents of both releases side by side for as long as it takes to look: the agents'
+    // DaemonSet set to update on delete and rolled back, then only the standby's pod
+    // replaced. n0 (this release) must send n1 (the previous one, which would drop a
+    // bundle) single-pair heartbeats: both pairs stay put, every member hears its peer,
+    // and n0 sends no bundle.
     let started = Instant::now();
+    set_agent_update_strategy(c, "OnDelete");
     c.kubectl_run(&["-n", NAMESPACE, "rollout", "undo", "daemonset/havip-agent"]).expect("roll the agents back");
-    c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "daemonset/havip-agent", "--timeout=300s"])
-        .expect("agents rolled back");
+    replace_agent_pod(c, &n1, PREVIOUS_TAG);
+    let bundles = |c: &KindCluster| {
+        c.agent_metric(0, "havip_agent_heartbeat_datagrams_sent_total", &["name=\"bundle\""]).expect("n0's metrics")
+    };
+    let before = bundles(c);
+    for what in ["mixed releases", "mixed releases, 5 s later"] {
+        steady(c, what);
+        for pair in [PAIR, SECOND_PAIR] {
+            c.wait_pair(pair, Duration::from_secs(20), &format!("{what}: every member hears its peer"), |p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.members.len() == 2
+                        && s.members.iter().all(|m| !m.heard.is_empty() && m.heard.iter().all(|h| h.heard))
+                })
+            })
+            .unwrap_or_else(|err| panic!("pair {pair}: {err}\n{}", c.logs_tail(40)));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let after = bundles(c);
+    assert_eq!(after, before, "{n0} (this release) sent {} bundles to {n1} (the previous release)", after - before);
+
+    // This release's operator with the previous agents: the other agents rolled back too,
+    // then the operator's rollout resumed.
+    let agent_nodes = c
+        .kubectl_run(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/component=agent",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ])
+        .expect("the agents' nodes");
+    for n in agent_nodes.split_whitespace() {
+        replace_agent_pod(c, n, PREVIOUS_TAG);
+    }
+    set_agent_update_strategy(c, "RollingUpdate");
     wait_pod_images(c, "agent", PREVIOUS_TAG);
     c.kubectl_run(&["-n", NAMESPACE, "rollout", "resume", "deployment/havip-operator"]).expect("resume");
     c.kubectl_run(&["-n", NAMESPACE, "rollout", "status", "deployment/havip-operator", "--timeout=300s"])
@@ -527,6 +568,62 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
 
 /// The upgrade scenario's second pair (VIP number 1, port 8081, on the first two workers).
 const SECOND_PAIR: &str = "db";
+
+/// Sets the agents' DaemonSet's update strategy (`OnDelete`: a changed template replaces
+/// a pod only when it is deleted; `RollingUpdate`: the chart's).
+fn set_agent_update_strategy(c: &KindCluster, strategy: &str) {
+    let patch = if strategy == "RollingUpdate" {
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1}}}}"#.to_owned()
+    } else {
+        format!(r#"{{"spec":{{"updateStrategy":{{"type":"{strategy}","rollingUpdate":null}}}}}}"#)
+    };
+    c.kubectl_run(&["-n", NAMESPACE, "patch", "daemonset/havip-agent", "--type=merge", "-p", &patch])
+        .unwrap_or_else(|e| panic!("set the agents' update strategy to {strategy}: {e}"));
+}
+
+/// Replaces node `node`'s agent pod unless it runs an image tagged `tag` already, and waits
+/// until the new one runs `tag` and is ready.
+fn replace_agent_pod(c: &KindCluster, node: &str, tag: &str) {
+    let selector = ["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=agent"];
+    let on_node = format!("--field-selector=spec.nodeName={node}");
+    let state = |c: &KindCluster| {
+        let mut args = selector.to_vec();
+        args.extend([
+            on_node.as_str(),
+            "-o",
+            "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.containerStatuses[0].ready}{\"\\n\"}{end}",
+        ]);
+        c.kubectl_run(&args).unwrap_or_default()
+    };
+    let ready = |out: &str| {
+        let lines: Vec<&str> = out.lines().collect();
+        lines.len() == 1
+            && lines[0].split_once(' ').is_some_and(|(i, r)| i.ends_with(&format!(":{tag}")) && r == "true")
+    };
+    if ready(&state(c)) {
+        return;
+    }
+    c.kubectl_run(&[
+        "-n",
+        NAMESPACE,
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/component=agent",
+        &on_node,
+        "--wait=true",
+    ])
+    .unwrap_or_else(|e| panic!("delete {node}'s agent pod: {e}"));
+    let start = Instant::now();
+    loop {
+        let out = state(c);
+        if ready(&out) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{node}'s agent pod never ran :{tag}, ready: {out:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
 
 /// Waits until node `i`'s agent has sent bundled heartbeats.
 fn wait_bundles(c: &KindCluster, i: usize) {

@@ -299,6 +299,14 @@ impl Endpoint {
                 .dropped(&path_name, if is_member(&st.spec, &hb.sender) { "wrong_address" } else { "unknown_sender" });
             return None;
         }
+        // A member that went back to an earlier release confirms its new session only once
+        // it has read our heartbeats (it echoes our session id), and it cannot read a bundle:
+        // its first authentic heartbeat stops our bundles to it, even one its new session's
+        // replay check still refuses. (A replayed old heartbeat can only do the same: single
+        // datagrams, which every release reads.) Bundles resume from an accepted heartbeat.
+        if hb.minor < wire::BUNDLE_MINOR {
+            self.hub.note_minor(from, hb.minor);
+        }
         let timeout = st.spec.heartbeat_timeout;
         let own_session = self.hub.session();
         let peer = st.peers.entry(hb.sender.clone()).or_default();

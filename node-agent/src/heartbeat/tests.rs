@@ -554,8 +554,10 @@ async fn in_a_bundle_a_key_mismatch_or_a_deleted_pair_changes_nothing_the_other_
     assert_eq!(dropped(&n1, "bad_mac") + dropped(&n1, "unknown_key"), 2, "{}", n1.metrics.encode());
 }
 
-/// An authentic heartbeat of `pair` (key byte `key`) from `sender`, in protocol minor `minor`.
-fn authentic(pair: &str, sender: &str, key: u8, minor: u8, seq: u64) -> Vec<u8> {
+/// An authentic heartbeat of `pair` (key byte `key`) from `sender`, in protocol minor `minor`
+/// and the sender's session `session` (echoing nothing: a session the receiver confirms
+/// only when it knows no other of the sender).
+fn authentic_in(pair: &str, sender: &str, key: u8, minor: u8, seq: u64, session: u64) -> Vec<u8> {
     let body = crate::heartbeat::to_wire(&advert(sender, 3));
     let ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -569,7 +571,7 @@ fn authentic(pair: &str, sender: &str, key: u8, minor: u8, seq: u64) -> Vec<u8> 
             pair: pair.into(),
             sender: sender.into(),
             body,
-            session: Some(wire::Session { id: 0x01d, echo: 0 }),
+            session: Some(wire::Session { id: session, echo: 0 }),
             echoes: Vec::new(),
         },
         &keys(key).current,
@@ -590,12 +592,30 @@ async fn a_member_of_an_earlier_release_gets_single_datagrams_and_bundles_once_i
     old.set_nonblocking(true).expect("nonblocking");
     let old = tokio::net::UdpSocket::from_std(old).expect("socket");
     let mut seq = 1_000;
-    for (minor, expect_bundle) in
-        [(wire::BUNDLE_MINOR - 1, false), (wire::BUNDLE_MINOR, true), (wire::BUNDLE_MINOR - 1, false)]
-    {
+    // (minor, session, heard, bundles): an earlier release, then this one, then the earlier
+    // one again in the same session; then a restart into the earlier release — a new
+    // session that cannot echo n0's yet, refused until it has read n0's heartbeats, which
+    // must therefore be single datagrams at once (else neither would ever hear the other).
+    let (earlier, this) = (wire::BUNDLE_MINOR - 1, wire::BUNDLE_MINOR);
+    for (minor, session, heard, expect_bundle) in [
+        (earlier, 0x01d, true, false),
+        (this, 0x01d, true, true),
+        (earlier, 0x01d, true, false),
+        (this, 0x01d, true, true),
+        (earlier, 0x02e, false, false),
+    ] {
         seq += 1;
-        old.send_to(&authentic("x", "old", 1, minor, seq), (N0, port)).await.expect("send");
-        assert_eq!(epoch_of(next(&mut n0.endpoints[0].1).await), Some(3), "x hears the old member");
+        old.send_to(&authentic_in("x", "old", 1, minor, seq, session), (N0, port)).await.expect("send");
+        if heard {
+            assert_eq!(epoch_of(next(&mut n0.endpoints[0].1).await), Some(3), "x hears the old member");
+        } else {
+            // Nothing reaches the machine: wait until the endpoint has counted the refusal.
+            let start = std::time::Instant::now();
+            while dropped(&n0, "unconfirmed_session") < 1 {
+                assert!(start.elapsed() < Duration::from_secs(2), "the new session's heartbeat was not refused");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         round(&n0, "n0", 5);
         // What the old member receives: (a bundle, sections) per datagram, both pairs' heartbeats.
         let mut got = Vec::new();

@@ -37,10 +37,10 @@ so what it receives grows with its own pairs, not with the cluster:\n\n",
             out,
             "`bench-scale` on a local control plane (real kube-apiserver and etcd): {} synthetic Nodes with {} bytes of \
 status each (addresses, capacity, conditions, node info, an image list — what a kubelet reports), created in {} s; {} \
-pairs, {} of them on the lab's two network-namespace nodes with real agents (each pair its own VIP and service), the \
+pairs, {} of them on the lab's two network-namespace nodes with real agents (each pair its own VIP), the \
 others over the synthetic Nodes with one FloatingIP each, created in {} s. Simulated agents take those pairs' Leases \
 and report, then keep refreshing each member entry once a minute, as real agents do. The measured agent restarts once \
-the cluster is full (its start-up path), then serves its two pairs through the steady window. RSS from `/proc`; the \
+the cluster is full (its start-up path), then serves its pairs through the steady window. RSS from `/proc`; the \
 agent's watch events from its own `havip_agent_watch_events_total` (applied and deleted objects).\n",
             text(v, "nodes"),
             text(v, "node_status_bytes"),
@@ -68,7 +68,10 @@ agent's watch events from its own `havip_agent_watch_events_total` (applied and 
                 text(v, "pairs_converged"),
                 text(v, "converged_s")
             ),
-            format!("≤ {} MiB: {}", text(v, "goal_rss_mib"), goal(v)),
+            match v.get("goal_live_s") {
+                Some(live) => format!("≤ {} MiB, all Live ≤ {live} s: {}", text(v, "goal_rss_mib"), goal(v)),
+                None => format!("≤ {} MiB: {}", text(v, "goal_rss_mib"), goal(v)),
+            },
         ]);
     }
     for v in rows(f, Kind::ScaleAgent) {
@@ -79,7 +82,15 @@ agent's watch events from its own `havip_agent_watch_events_total` (applied and 
             .unwrap_or_default();
         body.push(vec![
             format!("agent on {} ({} pairs, {} build)", text(v, "node"), text(v, "own_pairs"), text(v, "build")),
-            format!("{} MiB; largest in the window {} MiB", mib(num(v, "rss_kib")), mib(num(v, "rss_kib_max"))),
+            match v.get("private_kib") {
+                Some(_) => format!(
+                    "{} MiB ({} MiB private); largest in the window {} MiB",
+                    mib(num(v, "rss_kib")),
+                    mib(num(v, "private_kib")),
+                    mib(num(v, "rss_kib_max"))
+                ),
+                None => format!("{} MiB; largest in the window {} MiB", mib(num(v, "rss_kib")), mib(num(v, "rss_kib_max"))),
+            },
             format!(
                 "{} watch events/min ({}) while the cluster wrote {} HAPair statuses/min; {} objects in its start-up lists",
                 fmt(num(v, "watch_events_per_minute"), 1),

@@ -56,6 +56,27 @@ and three pairs per node"
     assert!(md.contains("5000 Nodes, 1000 pairs: agent 21.0 MiB, 6.5 watch events/min"), "{md}");
 }
 
+#[test]
+fn the_scale_section_shows_the_agents_private_memory_and_the_live_goal_when_recorded() {
+    let newer = SCALE
+        .replace("\"real_pairs\":2", "\"real_pairs\":100")
+        .replace("\"goal_rss_mib\":256,\"goal_met\":true", "\"goal_rss_mib\":256,\"goal_live_s\":120,\"goal_met\":true")
+        .replace("\"own_pairs\":2", "\"own_pairs\":100")
+        .replace("\"rss_kib_max\":21504,", "\"rss_kib_max\":21504,\"private_kib\":8192,")
+        .replace("\"goal_rss_mib\":32", "\"goal_rss_mib\":20");
+    let files: Vec<RunFile> = parse_file("scale-2026-12-07.jsonl", &newer).into_iter().collect();
+    let md = render(&files);
+    assert!(md.contains("1000 pairs, 100 of them on the lab's two network-namespace nodes"), "{md}");
+    assert!(md.contains("| ≤ 256 MiB, all Live ≤ 120 s: met |"), "{md}");
+    assert!(
+        md.contains(
+            "| agent on n0 (100 pairs, release build) | 20.0 MiB (8.0 MiB private); largest in the window 21.0 MiB |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| ≤ 20 MiB: **missed** |"), "{md}");
+}
+
 fn sample() -> Vec<RunFile> {
     let mut files = vec![
         parse_file("failover-2026-11-29.jsonl", "{\"failed_connects_max\":1,\"max_gap_ms\":999.9,\"p50_gap_ms\":888.8,\"p99_gap_ms\":999.9,\"runs\":10,\"runs_without_takeover\":0,\"scenario\":\"cut\",\"system\":\"havip\"}\n"),
