@@ -87,6 +87,7 @@ pub const IO_ERROR_CATEGORIES: &[&str] = &[
     "heartbeat_recv",
     "heartbeat_send",
     "lease_cas_late",
+    "link_events",
     "pair_start",
     "persist",
     "reconfigure",

@@ -303,24 +303,81 @@ const ESRCH: i32 = 3;
 const EOPNOTSUPP: i32 = 95;
 const EADDRNOTAVAIL: i32 = 99;
 
+/// The identity of the calling thread's network namespace (its inode; 0 when unreadable):
+/// what is shared per namespace is keyed by it (tests run agents of several namespaces in
+/// one process).
+pub fn netns_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| m.ino())
+}
+
+/// What is shared per network namespace and tokio runtime: its key.
+type SharedKey = (u64, Option<tokio::runtime::Id>);
+
+fn shared_key() -> SharedKey {
+    (netns_id(), tokio::runtime::Handle::try_current().ok().map(|h| h.id()))
+}
+
+/// Looks up `key` in a map of weakly held shared things (dropping the dead ones), or makes
+/// and records a new one.
+fn shared<T, E>(
+    map: &std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<T>>>>,
+    make: impl FnOnce() -> Result<T, E>,
+) -> Result<std::sync::Arc<T>, E> {
+    let key = shared_key();
+    let mut m = map.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    m.retain(|_, w| w.strong_count() > 0);
+    if let Some(t) = m.get(&key).and_then(std::sync::Weak::upgrade) {
+        return Ok(t);
+    }
+    let t = std::sync::Arc::new(make()?);
+    m.insert(key, std::sync::Arc::downgrade(&t));
+    Ok(t)
+}
+
+/// A netlink connection and the task that drives it (stopped with the last user).
+struct Connection {
+    handle: Handle,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A handle on the kernel's routing netlink in the current network namespace.
 #[derive(Clone)]
 pub struct Netlink {
-    handle: Handle,
+    conn: std::sync::Arc<Connection>,
 }
 
 impl Netlink {
-    /// Opens a netlink connection and drives it on the current tokio runtime.
+    /// The netlink connection of the current network namespace and tokio runtime, shared
+    /// by every pair and task of the agent (a connection's buffers take about 72 KiB: one
+    /// per pair cost more memory than the rest of a pair together); opened on first use,
+    /// closed when its last user lets go of it.
     pub fn new() -> Result<Self, NetlinkError> {
-        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
-        tokio::spawn(conn);
-        Ok(Self { handle })
+        static SHARED: std::sync::OnceLock<
+            std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<Connection>>>,
+        > = std::sync::OnceLock::new();
+        let conn = shared(&SHARED, || {
+            let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
+            Ok(Connection { handle, task: tokio::spawn(conn) })
+        })?;
+        Ok(Self { conn })
+    }
+
+    /// Whether `other` uses the same connection.
+    pub fn shares_connection_with(&self, other: &Netlink) -> bool {
+        std::sync::Arc::ptr_eq(&self.conn, &other.conn)
     }
 
     /// The rtnetlink handle (the virtual MAC interfaces' operations live beside their
     /// transport: `announce::l2::vmac`).
     pub(crate) fn handle(&self) -> &Handle {
-        &self.handle
+        &self.conn.handle
     }
 
     /// The neighbours the kernel knows on the link with index `ifindex` (ARP and NDP
@@ -330,7 +387,7 @@ impl Netlink {
         use netlink_packet_route::neighbour::{NeighbourAttribute, NeighbourState};
         let err = |source| NetlinkError::Neighbours { op: "list", addrs: Vec::new(), source };
         let mut out = Vec::new();
-        let mut s = self.handle.neighbours().get().execute();
+        let mut s = self.conn.handle.neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err)? {
             if msg.header.ifindex != ifindex
                 || !matches!(
@@ -365,7 +422,7 @@ impl Netlink {
         use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
         let err = |op: &'static str| move |source| NetlinkError::Neighbours { op, addrs: addrs.to_vec(), source };
         let mut doomed = Vec::new();
-        let mut s = self.handle.neighbours().get().execute();
+        let mut s = self.conn.handle.neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err("list"))? {
             let Some(dest) = neighbour_destination(&msg).filter(|d| addrs.contains(d)) else { continue };
             if matches!(msg.header.state, NeighbourState::Permanent | NeighbourState::Noarp) {
@@ -382,7 +439,7 @@ impl Netlink {
         }
         let mut gone = 0;
         for del in doomed {
-            match self.handle.neighbours().del(del).execute().await {
+            match self.conn.handle.neighbours().del(del).execute().await {
                 Ok(()) => gone += 1,
                 // Gone already (expired, or forgotten by another pair's probes).
                 Err(e) if errno(&e) == Some(ENOENT) => {}
@@ -396,7 +453,7 @@ impl Netlink {
     pub async fn links(&self) -> Result<Vec<LinkState>, NetlinkError> {
         retry_busy(|| async {
             let mut out = Vec::new();
-            let mut s = self.handle.link().get().execute();
+            let mut s = self.conn.handle.link().get().execute();
             while let Some(msg) = s.try_next().await? {
                 out.push(link_state(&msg));
             }
@@ -408,7 +465,7 @@ impl Netlink {
 
     /// One link by name.
     pub async fn link(&self, name: &str) -> Result<LinkState, NetlinkError> {
-        let mut s = self.handle.link().get().match_name(name.to_owned()).execute();
+        let mut s = self.conn.handle.link().get().match_name(name.to_owned()).execute();
         match s.try_next().await {
             Ok(Some(msg)) => Ok(link_state(&msg)),
             Ok(None) => Err(NetlinkError::LinkNotFound(name.to_owned())),
@@ -425,14 +482,14 @@ impl Netlink {
         let link = match self.link(name).await {
             Ok(l) => l,
             Err(NetlinkError::LinkNotFound(_)) => {
-                let dummy = self.handle.link().add(rtnetlink::LinkDummy::new(name).up().build()).execute().await;
+                let dummy = self.conn.handle.link().add(rtnetlink::LinkDummy::new(name).up().build()).execute().await;
                 // A kernel without the dummy driver (CONFIG_DUMMY) refuses the kind; an
                 // ifb device is the same for this purpose: no carrier to lose, no ARP,
                 // and whatever is routed into it is dropped.
                 let made = match dummy {
                     Err(e) if errno(&e) == Some(EOPNOTSUPP) => {
                         tracing::info!(ifname = name, "no dummy driver in this kernel: using an ifb device");
-                        self.handle.link().add(rtnetlink::LinkIfb::new(name).up().build()).execute().await
+                        self.conn.handle.link().add(rtnetlink::LinkIfb::new(name).up().build()).execute().await
                     }
                     other => other,
                 };
@@ -445,7 +502,8 @@ impl Netlink {
             Err(e) => return Err(e),
         };
         if !link.up {
-            self.handle
+            self.conn
+                .handle
                 .link()
                 .set(rtnetlink::LinkUnspec::new_with_index(link.index).up().build())
                 .execute()
@@ -465,7 +523,7 @@ impl Netlink {
     pub async fn add_local_route(&self, addr: IpAddr) -> Result<(), NetlinkError> {
         let err = |source| NetlinkError::LocalRoute { op: "add", addr, source };
         let msg = self.local_route(addr).await?;
-        match self.handle.route().add(msg).execute().await {
+        match self.conn.handle.route().add(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
             Err(e) => Err(err(e)),
@@ -481,7 +539,7 @@ impl Netlink {
 
     /// Deletes a route; one that is gone already is success.
     async fn delete_route(&self, msg: RouteMessage) -> Result<(), rtnetlink::Error> {
-        match self.handle.route().del(msg).execute().await {
+        match self.conn.handle.route().del(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if matches!(errno(&e), Some(ESRCH) | Some(ENOENT)) => Ok(()),
             Err(e) => Err(e),
@@ -492,7 +550,7 @@ impl Netlink {
     async fn routes_where<T>(&self, pick: impl Fn(&RouteMessage) -> Option<T>) -> Result<Vec<T>, NetlinkError> {
         let mut out = Vec::new();
         for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
-            let mut s = self.handle.route().get(msg).execute();
+            let mut s = self.conn.handle.route().get(msg).execute();
             while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
                 out.extend(pick(&route));
             }
@@ -537,7 +595,7 @@ impl Netlink {
             .table_id(table)
             .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
             .build();
-        self.handle.route().add(msg).replace().execute().await.map_err(err)
+        self.conn.handle.route().add(msg).replace().execute().await.map_err(err)
     }
 
     /// Removes the backup path of `addr` from `table` (only havip's: protocol 0x68).
@@ -561,7 +619,7 @@ impl Netlink {
     pub async fn addresses(&self) -> Result<Vec<AddrInfo>, NetlinkError> {
         retry_busy(|| async {
             let mut out = Vec::new();
-            let mut s = self.handle.address().get().execute();
+            let mut s = self.conn.handle.address().get().execute();
             while let Some(msg) = s.try_next().await? {
                 if let Some(info) = addr_info(&msg) {
                     out.push(info);
@@ -591,7 +649,8 @@ impl Netlink {
         msg.header.index = index;
         msg.attributes
             .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
-        self.handle
+        self.conn
+            .handle
             .link()
             .set(msg)
             .execute()
@@ -632,7 +691,7 @@ impl Netlink {
                 return Ok(());
             }
         }
-        let mut req = self.handle.address().add(link.index, vip.addr, vip.prefix);
+        let mut req = self.conn.handle.address().add(link.index, vip.addr, vip.prefix);
         if check {
             req = req.replace();
         }
@@ -702,7 +761,7 @@ impl Netlink {
         if found.addr.is_ipv6() {
             msg.attributes.push(AddressAttribute::Address(found.addr));
         }
-        match self.handle.address().del(msg).execute().await {
+        match self.conn.handle.address().del(msg).execute().await {
             Ok(()) => {
                 tracing::info!(vip = %vip, "removed VIP");
                 Ok(())
@@ -800,31 +859,76 @@ where
     }
 }
 
+/// The link events of a network namespace, from one netlink subscription shared by every
+/// pair of the agent (each pair had its own: a socket and 72 KiB of buffers per pair, and
+/// every link event parsed once per pair).
+struct LinkHub {
+    tx: tokio::sync::broadcast::Sender<LinkState>,
+    tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Drop for LinkHub {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// What a [`LinkWatch`] has for its reader.
+#[derive(Debug)]
+pub enum LinkEvent {
+    /// A link changed.
+    Changed(LinkState),
+    /// Events were missed (the reader fell behind): read the links again.
+    Missed,
+}
+
 /// Watches link changes (carrier up/down) as netlink events — no polling.
 pub struct LinkWatch {
-    rx: futures::channel::mpsc::UnboundedReceiver<(
-        netlink_packet_core::NetlinkMessage<RouteNetlinkMessage>,
-        netlink_sys::SocketAddr,
-    )>,
+    rx: tokio::sync::broadcast::Receiver<LinkState>,
+    hub: std::sync::Arc<LinkHub>,
 }
 
 impl LinkWatch {
-    /// Subscribes to RTNLGRP_LINK in the current network namespace.
+    /// Subscribes to RTNLGRP_LINK in the current network namespace (the agent's one
+    /// subscription; events from now on).
     pub fn new() -> Result<Self, NetlinkError> {
-        let (conn, _handle, rx) =
-            rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link]).map_err(NetlinkError::Open)?;
-        tokio::spawn(conn);
-        Ok(Self { rx })
+        static SHARED: std::sync::OnceLock<
+            std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<LinkHub>>>,
+        > = std::sync::OnceLock::new();
+        let hub = shared(&SHARED, || {
+            let (conn, _handle, mut rx) =
+                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link]).map_err(NetlinkError::Open)?;
+            let (tx, _) = tokio::sync::broadcast::channel(256);
+            let pump = tx.clone();
+            let relay = tokio::spawn(async move {
+                use futures::StreamExt;
+                while let Some((msg, _)) = rx.next().await {
+                    if let netlink_packet_core::NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) =
+                        msg.payload
+                    {
+                        // No subscriber right now is no error: one may come.
+                        let _ = pump.send(link_state(&link));
+                    }
+                }
+            });
+            Ok(LinkHub { tx, tasks: [tokio::spawn(conn), relay] })
+        })?;
+        Ok(Self { rx: hub.tx.subscribe(), hub })
     }
 
-    /// The next link change; `None` when the socket closed.
-    pub async fn next(&mut self) -> Option<LinkState> {
-        use futures::StreamExt;
-        loop {
-            let (msg, _) = self.rx.next().await?;
-            if let netlink_packet_core::NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) = msg.payload {
-                return Some(link_state(&link));
-            }
+    /// Whether `other` reads the same subscription.
+    pub fn shares_subscription_with(&self, other: &LinkWatch) -> bool {
+        std::sync::Arc::ptr_eq(&self.hub, &other.hub)
+    }
+
+    /// The next link change; `None` when the subscription ended.
+    pub async fn next(&mut self) -> Option<LinkEvent> {
+        match self.rx.recv().await {
+            Ok(l) => Some(LinkEvent::Changed(l)),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some(LinkEvent::Missed),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
         }
     }
 }
@@ -881,15 +985,23 @@ pub fn spawn_carrier_watch<E: From<crate::sm::Input> + Send + 'static>(
         }
         loop {
             let ev = match watch.as_mut() {
-                Some(w) => w.next().await,
+                Some(w) => match w.next().await {
+                    Some(ev) => Some(ev),
+                    None => {
+                        metrics.io_error("link_events");
+                        tracing::error!("the link events ended; carrier is polled instead");
+                        watch = None;
+                        None
+                    }
+                },
                 None => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     None
                 }
             };
             let changed: Vec<LinkState> = match ev {
-                Some(l) => vec![l],
-                None => nl.links().await.unwrap_or_default(),
+                Some(LinkEvent::Changed(l)) => vec![l],
+                Some(LinkEvent::Missed) | None => nl.links().await.unwrap_or_default(),
             };
             for l in changed {
                 if last.get(&l.name) != Some(&l.carrier) {

@@ -2,7 +2,7 @@
 //! (created with unshare on a dedicated thread, gone when the thread ends).
 //! Needs root (CAP_NET_ADMIN); without it each test says SKIPPED and returns.
 
-use havip_node_agent::netlink::{HAVIP_ADDR_PROTO, LinkWatch, Netlink, NetlinkError, Vip};
+use havip_node_agent::netlink::{HAVIP_ADDR_PROTO, LinkEvent, LinkWatch, Netlink, NetlinkError, Vip};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -264,40 +264,70 @@ fn a_vip_is_never_the_source_of_the_nodes_own_connections() {
     });
 }
 
+/// The next link event of `watch` about `name` with carrier `carrier`, within 5 s.
+async fn carrier_event(watch: &mut LinkWatch, name: &str, carrier: bool) -> havip_node_agent::netlink::LinkState {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.next().await.expect("stream open") {
+                LinkEvent::Changed(ev) if ev.name == name && ev.carrier == carrier => return ev,
+                LinkEvent::Changed(_) => {}
+                LinkEvent::Missed => panic!("a watch missed events"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("carrier {carrier} event of {name} within 5 s"))
+}
+
 #[test]
-fn carrier_changes_arrive_as_events() {
+fn carrier_changes_arrive_as_events_to_every_watch_of_one_subscription() {
     if !root() {
         return;
     }
     in_netns(|nl| async move {
-        let mut watch = LinkWatch::new().expect("watch");
+        // Two pairs' watches: one netlink subscription, every event to both.
+        let mut a = LinkWatch::new().expect("watch");
+        let mut b = LinkWatch::new().expect("watch");
+        assert!(a.shares_subscription_with(&b), "one subscription for the agent");
         assert!(nl.link("hv0").await.expect("link").carrier);
         // Taking the peer down is a pulled cable for hv0.
         let st = std::process::Command::new("ip").args(["link", "set", "hv1", "down"]).status();
         assert!(st.expect("ip").success());
-        let ev = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                let ev = watch.next().await.expect("stream open");
-                if ev.name == "hv0" && !ev.carrier {
-                    return ev;
-                }
-            }
-        })
-        .await
-        .expect("carrier-down event within 5 s");
-        assert!(ev.up, "hv0 itself is still administratively up");
+        for w in [&mut a, &mut b] {
+            let ev = carrier_event(w, "hv0", false).await;
+            assert!(ev.up, "hv0 itself is still administratively up");
+        }
+        // A watch opened later sees what happens from then on.
+        let mut c = LinkWatch::new().expect("watch");
         let st = std::process::Command::new("ip").args(["link", "set", "hv1", "up"]).status();
         assert!(st.expect("ip").success());
-        tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                let ev = watch.next().await.expect("stream open");
-                if ev.name == "hv0" && ev.carrier {
-                    return;
-                }
-            }
+        for w in [&mut a, &mut b, &mut c] {
+            carrier_event(w, "hv0", true).await;
+        }
+    });
+}
+
+#[test]
+fn the_agent_has_one_netlink_connection_per_namespace_and_runtime() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let again = Netlink::new().expect("netlink");
+        assert!(nl.shares_connection_with(&again), "one connection for every pair");
+        // Another runtime (another test's, in one process) has its own: a connection is
+        // driven by the runtime that opened it.
+        let other = std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+            rt.block_on(async { Netlink::new().expect("netlink") })
         })
-        .await
-        .expect("carrier-up event within 5 s");
+        .join()
+        .expect("thread");
+        assert!(!nl.shares_connection_with(&other), "a runtime of its own, a connection of its own");
+        drop(other);
+        // The shared connection works for both users.
+        assert!(again.link("hv0").await.expect("link").up);
+        assert!(nl.link("hv1").await.expect("link").up);
     });
 }
 

@@ -96,16 +96,19 @@ impl L2Port {
     /// interface, not per pair): the open one when it serves `ipv6`, else a new one, which
     /// later requests then share. A port closes when its last pair lets go of it.
     pub fn shared(ifname: &str, ipv6: bool) -> Result<Arc<Self>, AnnounceError> {
-        static PORTS: std::sync::OnceLock<Mutex<HashMap<String, std::sync::Weak<L2Port>>>> = std::sync::OnceLock::new();
+        type Ports = HashMap<(u64, String), std::sync::Weak<L2Port>>;
+        static PORTS: std::sync::OnceLock<Mutex<Ports>> = std::sync::OnceLock::new();
         let mut ports = PORTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         ports.retain(|_, p| p.strong_count() > 0);
-        if let Some(p) = ports.get(ifname).and_then(std::sync::Weak::upgrade)
+        // Per network namespace: an interface name means another interface in another one.
+        let key = (crate::netlink::netns_id(), ifname.to_owned());
+        if let Some(p) = ports.get(&key).and_then(std::sync::Weak::upgrade)
             && (p.has_ipv6() || !ipv6)
         {
             return Ok(p);
         }
         let port = Arc::new(Self::open(ifname, ipv6)?);
-        ports.insert(ifname.to_owned(), Arc::downgrade(&port));
+        ports.insert(key, Arc::downgrade(&port));
         Ok(port)
     }
 

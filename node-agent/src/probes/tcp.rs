@@ -23,6 +23,34 @@ pub async fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
     matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
+/// How far past the agent's whole seconds the local probe rounds run: between two heartbeat
+/// instants of every profile (the Fast profile's 30 ms and the Standard 100 ms both divide
+/// a second, and the heartbeats go out on their multiples).
+pub const LOCAL_PROBE_PHASE: Duration = Duration::from_millis(15);
+
+/// How long a probe of a listener answers for every caller that asks for the same address
+/// ([`tcp_probe_shared`]).
+pub const SHARED_PROBE: Duration = Duration::from_millis(250);
+
+/// [`tcp_probe`], shared by every caller in this network namespace that asks for the same
+/// address and timeout within [`SHARED_PROBE`] of the first: one connect, its answer for
+/// all. The local probes of every pair run on the agent's grid, and a standby's pairs all
+/// probe the node's own address: one connect a round instead of one per pair.
+pub async fn tcp_probe_shared(addr: SocketAddr, timeout: Duration) -> bool {
+    type Probes = HashMap<(u64, SocketAddr, Duration), (Instant, Arc<tokio::sync::OnceCell<bool>>)>;
+    static PROBES: std::sync::OnceLock<std::sync::Mutex<Probes>> = std::sync::OnceLock::new();
+    let key = (crate::netlink::netns_id(), addr, timeout);
+    let cell = {
+        let mut probes = PROBES.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        probes.retain(|_, (since, _)| now.duration_since(*since) < SHARED_PROBE);
+        probes.entry(key).or_insert_with(|| (now, Arc::default())).1.clone()
+    };
+    // The first caller connects; the others wait for its answer (another caller takes over
+    // should it be cancelled).
+    *cell.get_or_init(|| tcp_probe(addr, timeout)).await
+}
+
 /// Connects one peer probe makes at once ([`tcp_probe_any`]).
 pub const PEER_PROBE_CONNECTS: usize = 3;
 
@@ -285,7 +313,7 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
                     Some(up) => *up,
                     None => {
                         let up = match &t.check {
-                            LocalCheck::Tcp => tcp_probe(addr, timeout).await,
+                            LocalCheck::Tcp => tcp_probe_shared(addr, timeout).await,
                             LocalCheck::Http(path) => http_probe(addr, path, timeout).await,
                             LocalCheck::Https(check) => check.probe(addr, check.timeout).await,
                         };
@@ -307,7 +335,11 @@ pub fn spawn_local_probes<E: From<sm::Input> + Send + 'static>(
                     return;
                 }
             }
-            timer.sleep(interval).await;
+            // On the agent's grid, [`LOCAL_PROBE_PHASE`] past its instants (so that a round
+            // of many pairs' probes does not delay their heartbeats): every pair's round
+            // in the same wakeup, and a standby's pairs share their probes of the node's own
+            // listeners (`tcp_probe_shared`).
+            timer.sleep_until(crate::timer::next_on_grid(Instant::now(), interval) + LOCAL_PROBE_PHASE).await;
         }
     })
 }
@@ -324,5 +356,43 @@ mod tests {
         assert!(tcp_probe(addr, Duration::from_millis(500)).await);
         drop(l);
         assert!(!tcp_probe(addr, Duration::from_millis(500)).await, "refused is down");
+    }
+
+    #[tokio::test]
+    async fn callers_asking_for_one_listener_at_once_share_one_connect_and_a_later_one_connects_again() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while l.accept().await.is_ok() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let wait_for = |n: usize| {
+            let accepted = accepted.clone();
+            async move {
+                let start = std::time::Instant::now();
+                while accepted.load(Ordering::SeqCst) < n {
+                    assert!(start.elapsed() < Duration::from_secs(2), "{n} connects never came");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let timeout = Duration::from_millis(500);
+        let results = futures::future::join_all((0..10).map(|_| super::tcp_probe_shared(addr, timeout))).await;
+        assert!(results.iter().all(|up| *up), "{results:?}");
+        wait_for(1).await;
+        // Past the sharing window, the next caller connects itself.
+        tokio::time::sleep(super::SHARED_PROBE).await;
+        assert!(super::tcp_probe_shared(addr, timeout).await);
+        wait_for(2).await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "ten callers at once share one connect, a later one makes its own"
+        );
     }
 }

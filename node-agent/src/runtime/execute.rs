@@ -5,7 +5,7 @@
 use super::task::Runtime;
 use super::types::{Event, Reply, ResolvedVip};
 use crate::announce::{bgp, spawn_schedule};
-use crate::netlink::{Netlink, Vip};
+use crate::netlink::Vip;
 use crate::probes::{L2Port, tcp_probe};
 use crate::sm;
 use std::collections::BTreeSet;
@@ -481,9 +481,9 @@ impl Runtime {
                 }
             }
         });
-        // The read-back, on a connection of its own.
+        // The read-back.
         let tx = self.tx.clone();
-        let nl = Netlink::new().unwrap_or_else(|_| self.nl.clone());
+        let nl = self.nl.clone();
         let vips = self.vips.clone();
         tokio::spawn(async move {
             if let Ok(addrs) = nl.havip_addresses().await {

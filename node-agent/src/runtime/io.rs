@@ -323,14 +323,8 @@ impl Runtime {
         fence: Vec<FenceTarget>,
         own: Vec<(IpAddr, u8)>,
     ) {
-        // Carrier, on a netlink connection of its own.
-        let nl = match Netlink::new() {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!(error = %e, "failed to open netlink for the carrier watch");
-                self.nl.clone()
-            }
-        };
+        // Carrier, from the agent's link events (one subscription for every pair).
+        let nl = self.nl.clone();
         let links = CarrierLinks { data: data_link, vip: vip_links };
         self.tasks.push(spawn_carrier_watch(nl, links, self.metrics.clone(), self.tx.clone()));
 
