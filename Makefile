@@ -80,17 +80,17 @@ bench-k8s: testbin ## API-server cost per pair and apply-to-serving time (root):
 	$(CARGO) build --workspace --bins
 	./target/debug/bench-k8s
 
-SCALE_NODES ?= 5000
-SCALE_PAIRS ?= 1000
-bench-scale: testbin ## havip in a big cluster (root; release builds): SCALE_NODES=5000 Nodes of ~20 KB, SCALE_PAIRS=1000 pairs; JSON lines
+SCALE_NODES ?= 10000
+SCALE_PAIRS ?= 5000
+bench-scale: testbin ## havip in a big cluster (root; release builds): SCALE_NODES=10000 Nodes of ~20 KB, SCALE_PAIRS=5000 pairs (100 on the lab's real nodes), about 12 min; JSON lines
 	$(CARGO) build --release -p havip-node-agent --bin havip-agent -p havip-operator --bin havip-operator -p havip-e2e --bin bench-scale
 	HAVIP_AGENT_BIN=$(REL)/havip-agent HAVIP_OPERATOR_BIN=$(REL)/havip-operator \
 	  $(REL)/bench-scale --nodes $(SCALE_NODES) --pairs $(SCALE_PAIRS)
 
 # `make bench`: every benchmark once, each writing docs/bench/<name>-<date>[-N].jsonl (the
 # first line records the command, the time and the machine), then docs/benchmarks.md.
-# CPU heavy (about 40-50 minutes on 2 cores, half of it bench-scale, 10 of it bench-failover's planned-drain
-# and planned-200); check `uptime` first on a shared machine.
+# CPU heavy (about an hour on 2 cores: bench-scale at 10,000 Nodes and 5,000 pairs about 12 min,
+# bench-failover's planned-drain and planned-200 about 10); check `uptime` first on a shared machine.
 BENCH_DATE := $(shell date -u +%Y-%m-%d)
 BENCH_RUNS = $(or $(RUNS),5)
 BENCH_PAIRS ?= 1000

@@ -40,15 +40,15 @@ use std::time::{Duration, Instant};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// havip with thousands of Nodes and a thousand pairs.
+/// havip with thousands of Nodes and thousands of pairs.
 #[derive(Parser, Debug)]
 #[command(about)]
 struct Args {
     /// Synthetic Nodes.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 10000)]
     nodes: usize,
     /// Pairs in all (`--real-pairs` of them on the lab's real nodes).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 5000)]
     pairs: usize,
     /// Pairs on the lab's two real nodes (each its own VIP; 1 to 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(1..=100))]
