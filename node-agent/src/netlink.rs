@@ -957,8 +957,9 @@ impl CarrierLinks {
 }
 
 /// Watches the carrier of `links`: sends the current state, then every change, as the
-/// machine's `Carrier` inputs. Link events come on a netlink subscription of their own;
-/// when it cannot be opened, the links are polled every 100 ms (counted as an I/O error).
+/// machine's `Carrier` inputs. Link events come from the agent's one subscription
+/// ([`LinkWatch`]); when it cannot be opened or ends, the links are polled every 100 ms
+/// (counted as an I/O error).
 pub fn spawn_carrier_watch<E: From<crate::sm::Input> + Send + 'static>(
     nl: Netlink,
     links: CarrierLinks,

@@ -293,18 +293,7 @@ fn kubelet_restart_on_the_holder(c: &mut KindCluster) {
 
 /// The images a component's pods run (`operator`, `agent`), terminating pods included.
 fn pod_images(c: &KindCluster, component: &str) -> Vec<String> {
-    let out = c
-        .kubectl_run(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            &format!("app.kubernetes.io/component={component}"),
-            "-o",
-            "jsonpath={range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}",
-        ])
-        .expect("pod images");
+    let out = c.pods_of(component, "{range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}").expect("pod images");
     out.lines().map(str::to_owned).collect()
 }
 
@@ -525,18 +514,7 @@ fn upgrade_from_the_previous_release(c: &mut KindCluster) {
 
     // This release's operator with the previous agents: the other agents rolled back too,
     // then the operator's rollout resumed.
-    let agent_nodes = c
-        .kubectl_run(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/component=agent",
-            "-o",
-            "jsonpath={.items[*].spec.nodeName}",
-        ])
-        .expect("the agents' nodes");
+    let agent_nodes = c.pods_of("agent", "{.items[*].spec.nodeName}").expect("the agents' nodes");
     for n in agent_nodes.split_whitespace() {
         replace_agent_pod(c, n, PREVIOUS_TAG);
     }
@@ -603,17 +581,7 @@ fn replace_agent_pod(c: &KindCluster, node: &str, tag: &str) {
     if ready(&state(c)) {
         return;
     }
-    c.kubectl_run(&[
-        "-n",
-        NAMESPACE,
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/component=agent",
-        &on_node,
-        "--wait=true",
-    ])
-    .unwrap_or_else(|e| panic!("delete {node}'s agent pod: {e}"));
+    c.delete_agent_pod(node).unwrap_or_else(|e| panic!("delete {node}'s agent pod: {e}"));
     let start = Instant::now();
     loop {
         let out = state(c);

@@ -214,7 +214,7 @@ impl Cluster for KindCluster {
         run(&self.cfg.rollout_status("deployment/havip-operator")).map(drop)
     }
     fn restart_agent(&mut self, i: usize) -> Result<()> {
-        run(&self.cfg.delete_agent_pod(&self.node_name(i)?))?;
+        self.delete_agent_pod(&self.node_name(i)?)?;
         run(&self.cfg.rollout_status("daemonset/havip-agent")).map(drop)
     }
     fn api_outage_begin(&mut self) -> Result<()> {
@@ -446,18 +446,29 @@ impl KindCluster {
         Ok(Some(out.trim().to_owned()).filter(|h| !h.is_empty()))
     }
 
-    /// The names of the agent pods.
-    pub fn agent_pods(&self) -> Result<Vec<String>> {
-        let out = run(&self.cfg.kubectl(&[
+    /// `jsonpath` over the pods of the chart's `component` (`agent`, `operator`), terminating
+    /// ones included.
+    pub fn pods_of(&self, component: &str, jsonpath: &str) -> Result<String> {
+        run(&self.cfg.kubectl(&[
             "-n",
             NAMESPACE,
             "get",
             "pods",
             "-l",
-            "app.kubernetes.io/component=agent",
+            &format!("app.kubernetes.io/component={component}"),
             "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ]))?;
-        Ok(out.split_whitespace().map(str::to_owned).collect())
+            &format!("jsonpath={jsonpath}"),
+        ]))
+    }
+
+    /// The names of the agent pods.
+    pub fn agent_pods(&self) -> Result<Vec<String>> {
+        Ok(self.pods_of("agent", "{.items[*].metadata.name}")?.split_whitespace().map(str::to_owned).collect())
+    }
+
+    /// Deletes node `node`'s agent pod and waits until it is gone (the DaemonSet starts
+    /// another).
+    pub fn delete_agent_pod(&self, node: &str) -> Result<()> {
+        run(&self.cfg.delete_agent_pod(node)).map(drop)
     }
 }
