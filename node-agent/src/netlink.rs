@@ -339,6 +339,9 @@ fn shared<T, E>(
 struct Connection {
     handle: Handle,
     task: tokio::task::JoinHandle<()>,
+    /// Held through every dump: a netlink socket serves one dump at a time (a second one
+    /// started meanwhile fails with EBUSY), and every pair of the agent shares this one.
+    dumping: tokio::sync::Mutex<()>,
 }
 
 impl Drop for Connection {
@@ -364,7 +367,7 @@ impl Netlink {
         > = std::sync::OnceLock::new();
         let conn = shared(&SHARED, || {
             let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
-            Ok(Connection { handle, task: tokio::spawn(conn) })
+            Ok(Connection { handle, task: tokio::spawn(conn), dumping: tokio::sync::Mutex::new(()) })
         })?;
         Ok(Self { conn })
     }
@@ -387,6 +390,7 @@ impl Netlink {
         use netlink_packet_route::neighbour::{NeighbourAttribute, NeighbourState};
         let err = |source| NetlinkError::Neighbours { op: "list", addrs: Vec::new(), source };
         let mut out = Vec::new();
+        let _dump = self.conn.dumping.lock().await;
         let mut s = self.conn.handle.neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err)? {
             if msg.header.ifindex != ifindex
@@ -422,6 +426,7 @@ impl Netlink {
         use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
         let err = |op: &'static str| move |source| NetlinkError::Neighbours { op, addrs: addrs.to_vec(), source };
         let mut doomed = Vec::new();
+        let dump = self.conn.dumping.lock().await;
         let mut s = self.conn.handle.neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err("list"))? {
             let Some(dest) = neighbour_destination(&msg).filter(|d| addrs.contains(d)) else { continue };
@@ -437,6 +442,8 @@ impl Netlink {
             }));
             doomed.push(del);
         }
+        drop(s);
+        drop(dump);
         let mut gone = 0;
         for del in doomed {
             match self.conn.handle.neighbours().del(del).execute().await {
@@ -453,6 +460,7 @@ impl Netlink {
     pub async fn links(&self) -> Result<Vec<LinkState>, NetlinkError> {
         retry_busy(|| async {
             let mut out = Vec::new();
+            let _dump = self.conn.dumping.lock().await;
             let mut s = self.conn.handle.link().get().execute();
             while let Some(msg) = s.try_next().await? {
                 out.push(link_state(&msg));
@@ -550,6 +558,7 @@ impl Netlink {
     async fn routes_where<T>(&self, pick: impl Fn(&RouteMessage) -> Option<T>) -> Result<Vec<T>, NetlinkError> {
         let mut out = Vec::new();
         for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
+            let _dump = self.conn.dumping.lock().await;
             let mut s = self.conn.handle.route().get(msg).execute();
             while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
                 out.extend(pick(&route));
@@ -619,6 +628,7 @@ impl Netlink {
     pub async fn addresses(&self) -> Result<Vec<AddrInfo>, NetlinkError> {
         retry_busy(|| async {
             let mut out = Vec::new();
+            let _dump = self.conn.dumping.lock().await;
             let mut s = self.conn.handle.address().get().execute();
             while let Some(msg) = s.try_next().await? {
                 if let Some(info) = addr_info(&msg) {
@@ -840,8 +850,9 @@ impl Netlink {
     }
 }
 
-/// Runs a dump, retrying while the kernel answers EBUSY: a netlink socket serves one
-/// dump at a time, and the connection is shared by clones of the handle.
+/// Runs a dump, retrying while the kernel answers EBUSY: a netlink socket serves one dump
+/// at a time (the agent's own dumps take turns on its connection; another process's
+/// changes can still interrupt one).
 async fn retry_busy<T, F, Fut>(mut f: F) -> Result<T, rtnetlink::Error>
 where
     F: FnMut() -> Fut,

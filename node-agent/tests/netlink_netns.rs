@@ -429,3 +429,54 @@ fn forgetting_neighbours_drops_learned_entries_of_the_addresses_only() {
         assert_eq!(nl.forget_neighbours(&addrs).await.expect("again"), 0);
     });
 }
+
+#[test]
+fn many_pairs_dumping_at_once_on_the_shared_connection_all_get_their_answers() {
+    if !root() {
+        return;
+    }
+    in_netns(|nl| async move {
+        let idx = nl.link("hv0").await.expect("link").index;
+        let addrs: Vec<IpAddr> = vec!["10.9.0.2".parse().expect("ip")];
+        // Tables big enough that each dump takes several reads (and so overlaps the others).
+        let mut batch = String::new();
+        for i in 0..4000u32 {
+            batch.push_str(&format!(
+                "neigh add 10.{}.{}.{} lladdr 02:00:00:00:{:02x}:{:02x} dev hv0 nud permanent\n",
+                20 + i / 65536,
+                i / 256 % 256,
+                i % 256,
+                i / 256 % 256,
+                i % 256
+            ));
+        }
+        let mut ip = std::process::Command::new("ip")
+            .args(["-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("ip -batch");
+        {
+            use std::io::Write;
+            ip.stdin.take().expect("stdin").write_all(batch.as_bytes()).expect("write the batch");
+        }
+        assert!(ip.wait().expect("ip").success(), "ip -batch");
+        // A hundred pairs' dumps at once: a netlink socket serves one dump at a time, and
+        // every pair shares this connection.
+        let mut work = Vec::new();
+        for i in 0..100 {
+            let (nl, addrs) = (Netlink::new().expect("netlink"), addrs.clone());
+            work.push(tokio::spawn(async move {
+                match i % 4 {
+                    0 => nl.neighbours_on(idx).await.map(drop),
+                    1 => nl.forget_neighbours(&addrs).await.map(drop),
+                    2 => nl.links().await.map(drop),
+                    _ => nl.addresses().await.map(drop),
+                }
+            }));
+        }
+        for (i, w) in work.into_iter().enumerate() {
+            w.await.expect("task").unwrap_or_else(|e| panic!("dump {i}: {e}"));
+        }
+        drop(nl);
+    });
+}
