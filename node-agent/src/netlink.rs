@@ -318,21 +318,31 @@ fn shared_key() -> SharedKey {
     (netns_id(), tokio::runtime::Handle::try_current().ok().map(|h| h.id()))
 }
 
-/// Looks up `key` in a map of weakly held shared things (dropping the dead ones), or makes
-/// and records a new one.
-fn shared<T, E>(
-    map: &std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<T>>>>,
+/// A process-wide map of weakly held shared things: each lives while someone uses it.
+pub(crate) type SharedMap<K, T> =
+    std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<K, std::sync::Weak<T>>>>;
+
+/// The live thing of `map` under `key` when it `fits`, else a new one from `make`, recorded
+/// in its place (the dead ones are dropped on the way).
+pub(crate) fn shared_in<K: std::hash::Hash + Eq, T, E>(
+    map: &SharedMap<K, T>,
+    key: K,
+    fits: impl Fn(&T) -> bool,
     make: impl FnOnce() -> Result<T, E>,
 ) -> Result<std::sync::Arc<T>, E> {
-    let key = shared_key();
     let mut m = map.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     m.retain(|_, w| w.strong_count() > 0);
-    if let Some(t) = m.get(&key).and_then(std::sync::Weak::upgrade) {
+    if let Some(t) = m.get(&key).and_then(std::sync::Weak::upgrade).filter(|t| fits(t)) {
         return Ok(t);
     }
     let t = std::sync::Arc::new(make()?);
     m.insert(key, std::sync::Arc::downgrade(&t));
     Ok(t)
+}
+
+/// [`shared_in`] per network namespace and tokio runtime.
+fn shared<T, E>(map: &SharedMap<SharedKey, T>, make: impl FnOnce() -> Result<T, E>) -> Result<std::sync::Arc<T>, E> {
+    shared_in(map, shared_key(), |_| true, make)
 }
 
 /// A netlink connection and the task that drives it (stopped with the last user).
@@ -362,9 +372,7 @@ impl Netlink {
     /// per pair cost more memory than the rest of a pair together); opened on first use,
     /// closed when its last user lets go of it.
     pub fn new() -> Result<Self, NetlinkError> {
-        static SHARED: std::sync::OnceLock<
-            std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<Connection>>>,
-        > = std::sync::OnceLock::new();
+        static SHARED: SharedMap<SharedKey, Connection> = std::sync::OnceLock::new();
         let conn = shared(&SHARED, || {
             let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Open)?;
             Ok(Connection { handle, task: tokio::spawn(conn), dumping: tokio::sync::Mutex::new(()) })
@@ -391,7 +399,7 @@ impl Netlink {
         let err = |source| NetlinkError::Neighbours { op: "list", addrs: Vec::new(), source };
         let mut out = Vec::new();
         let _dump = self.conn.dumping.lock().await;
-        let mut s = self.conn.handle.neighbours().get().execute();
+        let mut s = self.handle().neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err)? {
             if msg.header.ifindex != ifindex
                 || !matches!(
@@ -427,7 +435,7 @@ impl Netlink {
         let err = |op: &'static str| move |source| NetlinkError::Neighbours { op, addrs: addrs.to_vec(), source };
         let mut doomed = Vec::new();
         let dump = self.conn.dumping.lock().await;
-        let mut s = self.conn.handle.neighbours().get().execute();
+        let mut s = self.handle().neighbours().get().execute();
         while let Some(msg) = s.try_next().await.map_err(err("list"))? {
             let Some(dest) = neighbour_destination(&msg).filter(|d| addrs.contains(d)) else { continue };
             if matches!(msg.header.state, NeighbourState::Permanent | NeighbourState::Noarp) {
@@ -446,7 +454,7 @@ impl Netlink {
         drop(dump);
         let mut gone = 0;
         for del in doomed {
-            match self.conn.handle.neighbours().del(del).execute().await {
+            match self.handle().neighbours().del(del).execute().await {
                 Ok(()) => gone += 1,
                 // Gone already (expired, or forgotten by another pair's probes).
                 Err(e) if errno(&e) == Some(ENOENT) => {}
@@ -461,7 +469,7 @@ impl Netlink {
         retry_busy(|| async {
             let mut out = Vec::new();
             let _dump = self.conn.dumping.lock().await;
-            let mut s = self.conn.handle.link().get().execute();
+            let mut s = self.handle().link().get().execute();
             while let Some(msg) = s.try_next().await? {
                 out.push(link_state(&msg));
             }
@@ -473,7 +481,7 @@ impl Netlink {
 
     /// One link by name.
     pub async fn link(&self, name: &str) -> Result<LinkState, NetlinkError> {
-        let mut s = self.conn.handle.link().get().match_name(name.to_owned()).execute();
+        let mut s = self.handle().link().get().match_name(name.to_owned()).execute();
         match s.try_next().await {
             Ok(Some(msg)) => Ok(link_state(&msg)),
             Ok(None) => Err(NetlinkError::LinkNotFound(name.to_owned())),
@@ -490,14 +498,14 @@ impl Netlink {
         let link = match self.link(name).await {
             Ok(l) => l,
             Err(NetlinkError::LinkNotFound(_)) => {
-                let dummy = self.conn.handle.link().add(rtnetlink::LinkDummy::new(name).up().build()).execute().await;
+                let dummy = self.handle().link().add(rtnetlink::LinkDummy::new(name).up().build()).execute().await;
                 // A kernel without the dummy driver (CONFIG_DUMMY) refuses the kind; an
                 // ifb device is the same for this purpose: no carrier to lose, no ARP,
                 // and whatever is routed into it is dropped.
                 let made = match dummy {
                     Err(e) if errno(&e) == Some(EOPNOTSUPP) => {
                         tracing::info!(ifname = name, "no dummy driver in this kernel: using an ifb device");
-                        self.conn.handle.link().add(rtnetlink::LinkIfb::new(name).up().build()).execute().await
+                        self.handle().link().add(rtnetlink::LinkIfb::new(name).up().build()).execute().await
                     }
                     other => other,
                 };
@@ -510,8 +518,7 @@ impl Netlink {
             Err(e) => return Err(e),
         };
         if !link.up {
-            self.conn
-                .handle
+            self.handle()
                 .link()
                 .set(rtnetlink::LinkUnspec::new_with_index(link.index).up().build())
                 .execute()
@@ -531,7 +538,7 @@ impl Netlink {
     pub async fn add_local_route(&self, addr: IpAddr) -> Result<(), NetlinkError> {
         let err = |source| NetlinkError::LocalRoute { op: "add", addr, source };
         let msg = self.local_route(addr).await?;
-        match self.conn.handle.route().add(msg).execute().await {
+        match self.handle().route().add(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
             Err(e) => Err(err(e)),
@@ -547,7 +554,7 @@ impl Netlink {
 
     /// Deletes a route; one that is gone already is success.
     async fn delete_route(&self, msg: RouteMessage) -> Result<(), rtnetlink::Error> {
-        match self.conn.handle.route().del(msg).execute().await {
+        match self.handle().route().del(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if matches!(errno(&e), Some(ESRCH) | Some(ENOENT)) => Ok(()),
             Err(e) => Err(e),
@@ -559,7 +566,7 @@ impl Netlink {
         let mut out = Vec::new();
         for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
             let _dump = self.conn.dumping.lock().await;
-            let mut s = self.conn.handle.route().get(msg).execute();
+            let mut s = self.handle().route().get(msg).execute();
             while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
                 out.extend(pick(&route));
             }
@@ -604,7 +611,7 @@ impl Netlink {
             .table_id(table)
             .protocol(RouteProtocol::Other(HAVIP_ADDR_PROTO))
             .build();
-        self.conn.handle.route().add(msg).replace().execute().await.map_err(err)
+        self.handle().route().add(msg).replace().execute().await.map_err(err)
     }
 
     /// Removes the backup path of `addr` from `table` (only havip's: protocol 0x68).
@@ -629,7 +636,7 @@ impl Netlink {
         retry_busy(|| async {
             let mut out = Vec::new();
             let _dump = self.conn.dumping.lock().await;
-            let mut s = self.conn.handle.address().get().execute();
+            let mut s = self.handle().address().get().execute();
             while let Some(msg) = s.try_next().await? {
                 if let Some(info) = addr_info(&msg) {
                     out.push(info);
@@ -659,8 +666,7 @@ impl Netlink {
         msg.header.index = index;
         msg.attributes
             .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
-        self.conn
-            .handle
+        self.handle()
             .link()
             .set(msg)
             .execute()
@@ -701,7 +707,7 @@ impl Netlink {
                 return Ok(());
             }
         }
-        let mut req = self.conn.handle.address().add(link.index, vip.addr, vip.prefix);
+        let mut req = self.handle().address().add(link.index, vip.addr, vip.prefix);
         if check {
             req = req.replace();
         }
@@ -771,7 +777,7 @@ impl Netlink {
         if found.addr.is_ipv6() {
             msg.attributes.push(AddressAttribute::Address(found.addr));
         }
-        match self.conn.handle.address().del(msg).execute().await {
+        match self.handle().address().del(msg).execute().await {
             Ok(()) => {
                 tracing::info!(vip = %vip, "removed VIP");
                 Ok(())
@@ -905,9 +911,7 @@ impl LinkWatch {
     /// Subscribes to RTNLGRP_LINK in the current network namespace (the agent's one
     /// subscription; events from now on).
     pub fn new() -> Result<Self, NetlinkError> {
-        static SHARED: std::sync::OnceLock<
-            std::sync::Mutex<std::collections::HashMap<SharedKey, std::sync::Weak<LinkHub>>>,
-        > = std::sync::OnceLock::new();
+        static SHARED: SharedMap<SharedKey, LinkHub> = std::sync::OnceLock::new();
         let hub = shared(&SHARED, || {
             let (conn, _handle, mut rx) =
                 rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link]).map_err(NetlinkError::Open)?;

@@ -62,7 +62,7 @@ impl Netlink {
     /// [`Added::Present`], not replaced.
     pub async fn add_holder_route(&self, r: &HolderRoute) -> Result<Added, NetlinkError> {
         let msg = self.holder_route_message(r, false).await?;
-        match self.conn.handle.route().add(msg).execute().await {
+        match self.handle().route().add(msg).execute().await {
             Ok(()) => Ok(Added::New),
             Err(e) if errno(&e) == Some(EEXIST) => Ok(Added::Present),
             Err(e) => Err(route_error("add", r)(e)),
@@ -98,7 +98,7 @@ impl Netlink {
 
     /// Adds `r`. An identical rule already there is [`Added::Present`].
     pub async fn add_holder_rule(&self, r: &HolderRule) -> Result<Added, NetlinkError> {
-        let mut req = self.conn.handle.rule().add();
+        let mut req = self.handle().rule().add();
         *req.message_mut() = Self::holder_rule_message(r);
         match req.execute().await {
             Ok(()) => Ok(Added::New),
@@ -109,7 +109,7 @@ impl Netlink {
 
     /// Removes `r` if it is havip's (protocol 0x68); gone is success.
     pub async fn remove_holder_rule(&self, r: &HolderRule) -> Result<(), NetlinkError> {
-        match self.conn.handle.rule().del(Self::holder_rule_message(r)).execute().await {
+        match self.handle().rule().del(Self::holder_rule_message(r)).execute().await {
             Ok(()) => Ok(()),
             Err(e) if matches!(errno(&e), Some(ENOENT) | Some(ESRCH)) => Ok(()),
             Err(e) => Err(rule_error("remove", r)(e)),

@@ -96,20 +96,10 @@ impl L2Port {
     /// interface, not per pair): the open one when it serves `ipv6`, else a new one, which
     /// later requests then share. A port closes when its last pair lets go of it.
     pub fn shared(ifname: &str, ipv6: bool) -> Result<Arc<Self>, AnnounceError> {
-        type Ports = HashMap<(u64, String), std::sync::Weak<L2Port>>;
-        static PORTS: std::sync::OnceLock<Mutex<Ports>> = std::sync::OnceLock::new();
-        let mut ports = PORTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ports.retain(|_, p| p.strong_count() > 0);
+        static PORTS: crate::netlink::SharedMap<(u64, String), L2Port> = std::sync::OnceLock::new();
         // Per network namespace: an interface name means another interface in another one.
         let key = (crate::netlink::netns_id(), ifname.to_owned());
-        if let Some(p) = ports.get(&key).and_then(std::sync::Weak::upgrade)
-            && (p.has_ipv6() || !ipv6)
-        {
-            return Ok(p);
-        }
-        let port = Arc::new(Self::open(ifname, ipv6)?);
-        ports.insert(key, Arc::downgrade(&port));
-        Ok(port)
+        crate::netlink::shared_in(&PORTS, key, |p| p.has_ipv6() || !ipv6, || Self::open(ifname, ipv6))
     }
 
     /// The transport that announces VIPs on this interface.
