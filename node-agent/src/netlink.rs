@@ -42,6 +42,7 @@ use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, Ro
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 pub mod holder;
 
@@ -296,6 +297,10 @@ pub(crate) fn errno(e: &rtnetlink::Error) -> Option<i32> {
     }
 }
 const EBUSY: i32 = 16;
+const ENETUNREACH: i32 = 101;
+const EHOSTUNREACH: i32 = 113;
+/// The longest [`Netlink::await_local`] waits for the kernel to make a new VIP local.
+pub const LOCAL_WAIT: Duration = Duration::from_millis(250);
 const EEXIST: i32 = 17;
 const ENODEV: i32 = 19;
 const ENOENT: i32 = 2;
@@ -735,6 +740,9 @@ impl Netlink {
         match req.execute().await {
             Ok(()) => {
                 tracing::info!(vip = %vip, "added VIP");
+                if vip.addr.is_ipv6() {
+                    self.await_local(vip.addr, (vip.ifname == "lo").then_some(link.index)).await;
+                }
                 Ok(())
             }
             Err(e) if errno(&e) == Some(EEXIST) => {
@@ -743,6 +751,72 @@ impl Netlink {
             }
             Err(source) => Err(NetlinkError::AddAddress { vip: vip.clone(), source }),
         }
+    }
+
+    /// Waits until the kernel delivers `addr` locally, at most [`LOCAL_WAIT`]; with `on`,
+    /// until the local route of its copy on that interface exists (a drained VIP's copy
+    /// on `lo`, while the copy on its link still makes a lookup local). The kernel
+    /// acknowledges a new IPv6 address before it makes it local: the address's local
+    /// route is inserted by its duplicate address detection work, which runs later from a
+    /// kernel work queue even for an `IFA_F_NODAD` address (about 2 ms in the lab). A VIP
+    /// announced meanwhile draws connections the node drops: the neighbour advertisement
+    /// moved the client's SYN here, but the node routes it as not its own (the lab's IPv6
+    /// planned moves lost one SYN in about every tenth move this way). IPv4 addresses are
+    /// local when acknowledged.
+    pub async fn await_local(&self, addr: IpAddr, on: Option<u32>) {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_millis(1);
+        let mut looked = 0u32;
+        loop {
+            looked += 1;
+            let local = match on {
+                None => self.is_local(addr).await,
+                Some(index) => self.has_local_route_on(addr, index).await,
+            };
+            match local {
+                Ok(true) => {
+                    if looked > 1 {
+                        tracing::debug!(vip = %addr, waited_us = start.elapsed().as_micros() as u64, looked,
+                            "the kernel made the VIP local");
+                    }
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, vip = %addr, "failed to look up the VIP's route; not waiting for it");
+                    return;
+                }
+            }
+            if start.elapsed() >= LOCAL_WAIT {
+                tracing::warn!(vip = %addr, waited_ms = LOCAL_WAIT.as_millis() as u64,
+                    "the kernel has not made the VIP local yet: announced anyway, connections to it may be dropped until it does");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(8));
+        }
+    }
+
+    /// Whether a route lookup of `addr` (as `ip route get`) gives a local route.
+    pub async fn is_local(&self, addr: IpAddr) -> Result<bool, NetlinkError> {
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(addr, host_prefix(addr))
+            .map_err(|e| NetlinkError::BadRoute { addr, reason: e.to_string() })?
+            .build();
+        let mut answers = self.handle().route().get(msg).execute();
+        match answers.try_next().await {
+            Ok(Some(route)) => Ok(route.header.kind == RouteType::Local),
+            Ok(None) => Ok(false),
+            // No route at all (an isolated namespace): not local.
+            Err(e) if matches!(errno(&e), Some(ENETUNREACH) | Some(EHOSTUNREACH)) => Ok(false),
+            Err(e) => Err(NetlinkError::ListRoutes(e)),
+        }
+    }
+
+    /// Whether the `local` table has the local route of `addr` on interface `index`.
+    pub async fn has_local_route_on(&self, addr: IpAddr, index: u32) -> Result<bool, NetlinkError> {
+        let found = self.routes_where(|r| local_route_of(r, addr, index).then_some(())).await?;
+        Ok(!found.is_empty())
     }
 
     /// Removes a VIP that havip added. Missing is success; present but not ours is
@@ -1155,6 +1229,26 @@ fn main_route(route: &RouteMessage) -> Option<RouteFact> {
         (None, _) => return None,
     };
     Some(RouteFact { dst, prefix: h.destination_prefix_length, oif, metric })
+}
+
+/// Whether `route` is the local route of `addr` on interface `index` in the `local` table.
+fn local_route_of(route: &RouteMessage, addr: IpAddr, index: u32) -> bool {
+    let h = &route.header;
+    if h.kind != RouteType::Local || h.destination_prefix_length != host_prefix(addr) {
+        return false;
+    }
+    let mut table = u32::from(h.table);
+    let (mut dst, mut oif) = (None, None);
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            _ => {}
+        }
+    }
+    table == u32::from(RT_TABLE_LOCAL) && dst == Some(addr) && oif == Some(index)
 }
 
 /// The destination of `route` if it is one of havip's backup paths in `table`.
