@@ -494,8 +494,8 @@ fn two_pairs_share_one_speaker_per_member() {
     let _p = up(&lab);
     let vip1 = lab.pair_vip(1, 0);
     wait_routed(&lab, vip1, 0, UP);
-    let (ok, out) = lab.pair_admin(0, 1, &["failover"]);
-    assert!(ok, "failover of pair 1: {out}");
+    // Accepted once n1 is a ready standby of pair 1, which its route does not wait for.
+    lab.pair_failover_when_ready(0, 1, UP).unwrap_or_else(|e| panic!("failover of pair 1: {e}\n{}", diagnostics(&lab)));
     wait_routed(&lab, vip1, 1, Duration::from_secs(10));
     assert_eq!(next_hops(&lab, 0), vec![data_ip(&lab, 0)], "pair 0 stays on n0\n{}", diagnostics(&lab));
 }

@@ -36,8 +36,9 @@ fn a_pair_removed_while_the_agent_was_down_leaves_nothing_behind() {
     let target = lab.pair_target(1);
     // A connection keeps the drain from ending early.
     let _conns = LongLived::on_client(&lab.topo, target, 2).expect("long-lived connections");
-    let (ok, out) = lab.pair_admin(0, 1, &["failover"]);
-    assert!(ok, "failover of pair 1: {out}");
+    // Accepted once n1 is a ready standby of pair 1 (heard, its probes done), which
+    // holding both pairs on n0 does not wait for.
+    lab.pair_failover_when_ready(0, 1, UP).unwrap_or_else(|e| panic!("failover of pair 1: {e}\n{}", lab.diagnostics()));
     wait(&lab, "n0 drains pair 1", Duration::from_secs(5), || !lab.drain_tables(0, 1).expect("nft").is_empty());
     let vip1 = IpAddr::V4(lab.vip_addr(lab.pair_vip(1, 0)));
     let on_lo = |lab: &AgentLab| lab.vips_on_lo(0).expect("addresses").iter().any(|a| a.ip == vip1);

@@ -791,15 +791,21 @@ impl AgentLab {
     /// move starts only once the target is a ready standby) or `timeout`; returns when
     /// the accepted attempt began (the command returns once the handover is done).
     pub fn failover_when_ready(&self, from: usize, timeout: Duration) -> Result<Instant> {
+        self.pair_failover_when_ready(from, 0, timeout)
+    }
+
+    /// [`AgentLab::failover_when_ready`] of pair `k`.
+    pub fn pair_failover_when_ready(&self, from: usize, k: usize, timeout: Duration) -> Result<Instant> {
         let start = Instant::now();
         loop {
             let attempt = Instant::now();
-            let (ok, out) = self.admin(from, &["failover"]);
+            let (ok, out) = self.pair_admin(from, k, &["failover"]);
             if ok {
                 return Ok(attempt);
             }
             if start.elapsed() > timeout {
-                let what = format!("n{from} to accept a planned failover (its last answer: {})", out.trim());
+                let what =
+                    format!("n{from} to accept a planned failover of pair {k} (its last answer: {})", out.trim());
                 return Err(LabError::Timeout { what, timeout });
             }
             std::thread::sleep(Duration::from_millis(50));
