@@ -1200,25 +1200,36 @@ pub struct RouteFact {
     pub metric: u32,
 }
 
+/// What the route readers look at in a route's attributes.
+struct RouteKeys {
+    /// Its table (`RTA_TABLE` over the header's 8-bit field).
+    table: u32,
+    dst: Option<IpAddr>,
+    oif: Option<u32>,
+    metric: u32,
+}
+
+fn route_keys(route: &RouteMessage) -> RouteKeys {
+    let mut k = RouteKeys { table: u32::from(route.header.table), dst: None, oif: None, metric: 0 };
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Table(t) => k.table = *t,
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => k.dst = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => k.dst = Some(IpAddr::V6(*ip)),
+            RouteAttribute::Oif(i) => k.oif = Some(*i),
+            RouteAttribute::Priority(m) => k.metric = *m,
+            _ => {}
+        }
+    }
+    k
+}
+
 fn main_route(route: &RouteMessage) -> Option<RouteFact> {
     let h = &route.header;
     if h.kind != RouteType::Unicast {
         return None;
     }
-    let mut table = u32::from(h.table);
-    let mut dst = None;
-    let mut oif = None;
-    let mut metric = 0;
-    for a in &route.attributes {
-        match a {
-            RouteAttribute::Table(t) => table = *t,
-            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
-            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
-            RouteAttribute::Oif(i) => oif = Some(*i),
-            RouteAttribute::Priority(m) => metric = *m,
-            _ => {}
-        }
-    }
+    let RouteKeys { table, dst, oif, metric } = route_keys(route);
     if table != 254 {
         return None;
     }
@@ -1237,18 +1248,8 @@ fn local_route_of(route: &RouteMessage, addr: IpAddr, index: u32) -> bool {
     if h.kind != RouteType::Local || h.destination_prefix_length != host_prefix(addr) {
         return false;
     }
-    let mut table = u32::from(h.table);
-    let (mut dst, mut oif) = (None, None);
-    for a in &route.attributes {
-        match a {
-            RouteAttribute::Table(t) => table = *t,
-            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
-            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
-            RouteAttribute::Oif(i) => oif = Some(*i),
-            _ => {}
-        }
-    }
-    table == u32::from(RT_TABLE_LOCAL) && dst == Some(addr) && oif == Some(index)
+    let k = route_keys(route);
+    k.table == u32::from(RT_TABLE_LOCAL) && k.dst == Some(addr) && k.oif == Some(index)
 }
 
 /// The destination of `route` if it is one of havip's backup paths in `table`.
@@ -1257,18 +1258,9 @@ fn backup_destination(route: &RouteMessage, table: u32) -> Option<IpAddr> {
     if h.protocol != RouteProtocol::Other(HAVIP_ADDR_PROTO) {
         return None;
     }
-    let mut in_table = u32::from(h.table) == table;
-    let mut dst = None;
-    for a in &route.attributes {
-        match a {
-            RouteAttribute::Table(t) => in_table = *t == table,
-            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
-            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
-            _ => {}
-        }
-    }
-    let dst = dst?;
-    (in_table && h.destination_prefix_length == host_prefix(dst)).then_some(dst)
+    let k = route_keys(route);
+    let dst = k.dst?;
+    (k.table == table && h.destination_prefix_length == host_prefix(dst)).then_some(dst)
 }
 
 /// Whether `a` and `b` share the first `prefix` bits (false across families).
