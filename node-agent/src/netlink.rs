@@ -46,6 +46,8 @@ use std::time::Duration;
 
 pub mod holder;
 
+/// The longest [`Netlink::await_local`] waits for the kernel to make a new VIP local.
+const LOCAL_WAIT: Duration = Duration::from_millis(250);
 /// The `IFA_PROTO` value that marks havip's addresses.
 pub const HAVIP_ADDR_PROTO: u8 = 0x68;
 /// The host prefix length of `addr` (32 or 128): a drained VIP on `lo`, a routed VIP, a
@@ -299,8 +301,6 @@ pub(crate) fn errno(e: &rtnetlink::Error) -> Option<i32> {
 const EBUSY: i32 = 16;
 const ENETUNREACH: i32 = 101;
 const EHOSTUNREACH: i32 = 113;
-/// The longest [`Netlink::await_local`] waits for the kernel to make a new VIP local.
-pub const LOCAL_WAIT: Duration = Duration::from_millis(250);
 const EEXIST: i32 = 17;
 const ENODEV: i32 = 19;
 const ENOENT: i32 = 2;
@@ -568,13 +568,27 @@ impl Netlink {
 
     /// What `pick` makes of each route of the main and every other table, both families.
     async fn routes_where<T>(&self, pick: impl Fn(&RouteMessage) -> Option<T>) -> Result<Vec<T>, NetlinkError> {
+        let mut out = self.family_routes_where(true, &pick).await?;
+        out.extend(self.family_routes_where(false, &pick).await?);
+        Ok(out)
+    }
+
+    /// [`Netlink::routes_where`] of one family (IPv4 when `v4`).
+    async fn family_routes_where<T>(
+        &self,
+        v4: bool,
+        pick: &impl Fn(&RouteMessage) -> Option<T>,
+    ) -> Result<Vec<T>, NetlinkError> {
+        let msg = if v4 {
+            RouteMessageBuilder::<Ipv4Addr>::new().build()
+        } else {
+            RouteMessageBuilder::<Ipv6Addr>::new().build()
+        };
         let mut out = Vec::new();
-        for msg in [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()] {
-            let _dump = self.conn.dumping.lock().await;
-            let mut s = self.handle().route().get(msg).execute();
-            while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
-                out.extend(pick(&route));
-            }
+        let _dump = self.conn.dumping.lock().await;
+        let mut s = self.handle().route().get(msg).execute();
+        while let Some(route) = s.try_next().await.map_err(NetlinkError::ListRoutes)? {
+            out.extend(pick(&route));
         }
         Ok(out)
     }
@@ -815,7 +829,7 @@ impl Netlink {
 
     /// Whether the `local` table has the local route of `addr` on interface `index`.
     pub async fn has_local_route_on(&self, addr: IpAddr, index: u32) -> Result<bool, NetlinkError> {
-        let found = self.routes_where(|r| local_route_of(r, addr, index).then_some(())).await?;
+        let found = self.family_routes_where(addr.is_ipv4(), &|r| local_route_of(r, addr, index).then_some(())).await?;
         Ok(!found.is_empty())
     }
 
